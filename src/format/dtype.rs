@@ -1,0 +1,42 @@
+//! Byte lengths and alignments of Burn's [`DType`]s.
+
+use burn::tensor::DType;
+
+/// Bytes needed by a tensor of `dtype` and `shape`, or `None` when the product overflows `u64`
+/// or the dtype is quantized (packed values plus inline scales: not a product of the shape).
+///
+/// ```
+/// use burn::tensor::DType;
+/// assert_eq!(burnpack::format::byte_len(DType::F32, &[2, 3]), Some(24));
+/// assert_eq!(burnpack::format::byte_len(DType::BF16, &[]), Some(2));
+/// assert_eq!(burnpack::format::byte_len(DType::F64, &[u64::MAX, 2]), None);
+/// ```
+#[must_use]
+pub fn byte_len(dtype: DType, shape: &[u64]) -> Option<u64> {
+    if matches!(dtype, DType::QFloat(_)) {
+        return None;
+    }
+    shape
+        .iter()
+        .try_fold(1u64, |acc, &dim| acc.checked_mul(dim))?
+        .checked_mul(dtype.size() as u64)
+}
+
+/// The alignment a zero-copy view of `dtype` elements needs (the element size, at least 1).
+///
+/// A view at an address that is not a multiple of this cannot be handed to a backend as a
+/// typed slice and is copied instead.
+///
+/// ```
+/// use burn::tensor::DType;
+/// assert_eq!(burnpack::format::element_align(DType::F64), 8);
+/// assert_eq!(burnpack::format::element_align(DType::U8), 1);
+/// ```
+#[must_use]
+pub fn element_align(dtype: DType) -> usize {
+    match dtype {
+        // Quantized tensors are stored as packed u32 words (or bytes) followed by f32 scales.
+        DType::QFloat(_) => 4,
+        other => other.size().max(1),
+    }
+}

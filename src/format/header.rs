@@ -1,0 +1,117 @@
+//! The fixed 10-byte header and the alignment rules of the data section.
+
+use super::error::FormatError;
+
+/// The magic number, `0x4255524E` ("BURN"); on disk, little-endian, the bytes read `NRUB`.
+pub const MAGIC: u32 = 0x4255_524E;
+
+/// The format version this crate reads and writes. Newer versions are refused.
+pub const FORMAT_VERSION: u16 = 1;
+
+/// Size of the fixed header: magic (4) + version (2) + metadata size (4).
+pub const HEADER_SIZE: usize = 10;
+
+/// Every tensor starts on a multiple of this many bytes, relative to the data section, which
+/// itself starts on such a multiple: every tensor is 256-byte aligned in the file.
+pub const TENSOR_ALIGNMENT: u64 = 256;
+
+/// The smallest multiple of [`TENSOR_ALIGNMENT`] that is `>= offset`, or `None` on overflow.
+///
+/// ```
+/// assert_eq!(burnpack::format::align_up(0), Some(0));
+/// assert_eq!(burnpack::format::align_up(1), Some(256));
+/// assert_eq!(burnpack::format::align_up(256), Some(256));
+/// assert_eq!(burnpack::format::align_up(u64::MAX), None);
+/// ```
+#[must_use]
+pub const fn align_up(offset: u64) -> Option<u64> {
+    match offset.checked_add(TENSOR_ALIGNMENT - 1) {
+        Some(v) => Some(v / TENSOR_ALIGNMENT * TENSOR_ALIGNMENT),
+        None => None,
+    }
+}
+
+/// Where the data section starts for a metadata blob of `metadata_size` bytes:
+/// `ceil((10 + metadata_size) / 256) * 256`.
+///
+/// ```
+/// assert_eq!(burnpack::format::data_start(0), 256);
+/// assert_eq!(burnpack::format::data_start(246), 256);
+/// assert_eq!(burnpack::format::data_start(247), 512);
+/// ```
+#[must_use]
+pub const fn data_start(metadata_size: u32) -> u64 {
+    // Cannot overflow: 10 + u32::MAX + 255 fits easily in a u64.
+    (HEADER_SIZE as u64 + metadata_size as u64).div_ceil(TENSOR_ALIGNMENT) * TENSOR_ALIGNMENT
+}
+
+/// The fixed header at the start of every burnpack file.
+///
+/// ```
+/// use burnpack::format::{Header, HEADER_SIZE};
+/// let header = Header::new(42);
+/// let bytes = header.to_bytes();
+/// assert_eq!(&bytes[..4], b"NRUB");
+/// assert_eq!(Header::parse(&bytes).unwrap(), header);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Format version ([`FORMAT_VERSION`] for files written here).
+    pub version: u16,
+    /// Length of the CBOR metadata blob that follows the header.
+    pub metadata_size: u32,
+}
+
+impl Header {
+    /// A current-version header for a metadata blob of `metadata_size` bytes.
+    #[must_use]
+    pub const fn new(metadata_size: u32) -> Self {
+        Self {
+            version: FORMAT_VERSION,
+            metadata_size,
+        }
+    }
+
+    /// The header's 10 bytes, little-endian.
+    #[must_use]
+    pub fn to_bytes(self) -> [u8; HEADER_SIZE] {
+        let mut out = [0u8; HEADER_SIZE];
+        out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        out[4..6].copy_from_slice(&self.version.to_le_bytes());
+        out[6..10].copy_from_slice(&self.metadata_size.to_le_bytes());
+        out
+    }
+
+    /// Parses and checks a header: enough bytes, the magic, and a version this crate knows.
+    ///
+    /// # Errors
+    /// [`FormatError::Truncated`], [`FormatError::BadMagic`] or [`FormatError::UnsupportedVersion`].
+    pub fn parse(bytes: &[u8]) -> Result<Self, FormatError> {
+        let Some(raw) = bytes.get(..HEADER_SIZE) else {
+            return Err(FormatError::Truncated {
+                what: "header",
+                needed: HEADER_SIZE as u64,
+                available: bytes.len() as u64,
+            });
+        };
+        let magic = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
+        if magic != MAGIC {
+            return Err(FormatError::BadMagic { found: magic });
+        }
+        let version = u16::from_le_bytes([raw[4], raw[5]]);
+        if version == 0 || version > FORMAT_VERSION {
+            return Err(FormatError::UnsupportedVersion { found: version });
+        }
+        let metadata_size = u32::from_le_bytes([raw[6], raw[7], raw[8], raw[9]]);
+        Ok(Self {
+            version,
+            metadata_size,
+        })
+    }
+
+    /// Absolute offset of the data section for this header.
+    #[must_use]
+    pub const fn data_start(&self) -> u64 {
+        data_start(self.metadata_size)
+    }
+}

@@ -1,0 +1,342 @@
+//! Validation of a parsed header and metadata against the file they came from.
+
+use std::collections::BTreeMap;
+
+use burn::tensor::DType;
+
+use super::dtype::{byte_len, element_align};
+use super::error::FormatError;
+use super::header::{HEADER_SIZE, Header};
+use super::limits::Limits;
+use super::metadata::{Metadata, Scalar, into_map};
+
+/// One tensor of a validated file: what it is and where its bytes are.
+///
+/// Obtained from [`Layout`] (and so from [`crate::read::Reader`]); every range has been
+/// checked against the file, the limits and the other tensors.
+///
+/// ```
+/// use burn::tensor::{Bytes, DType};
+/// use burnpack::{Entry, Writer, read::Reader};
+/// let bytes = Writer::new(vec![Entry::from_le_bytes("w", DType::U8, vec![3], Bytes::from_bytes_vec(vec![1, 2, 3]))])
+///     .into_bytes()
+///     .unwrap();
+/// let reader = Reader::from_bytes(bytes).unwrap();
+/// let info = reader.tensor("w").unwrap();
+/// assert_eq!((info.dtype(), info.shape(), info.len()), (DType::U8, &[3][..], 3));
+/// assert!(info.is_aligned());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorInfo {
+    name: String,
+    dtype: DType,
+    shape: Vec<usize>,
+    param_id: Option<u64>,
+    start: u64,
+    len: u64,
+}
+
+impl TensorInfo {
+    /// The tensor's name (for module parameters, the dotted field path).
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Element type as stored.
+    #[must_use]
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Dimensions; empty for a scalar tensor.
+    #[must_use]
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The parameter id, if the tensor has one.
+    #[must_use]
+    pub fn param_id(&self) -> Option<u64> {
+        self.param_id
+    }
+
+    /// Absolute offset of the first byte in the file.
+    #[must_use]
+    pub fn offset(&self) -> u64 {
+        self.start
+    }
+
+    /// Length in bytes.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the tensor has no bytes (a zero-size dimension).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Number of elements (product of the shape).
+    #[must_use]
+    pub fn num_elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Whether the tensor's file offset is a multiple of its element size, so a view into a
+    /// page-aligned mapping can be used in place. Files written by Burn and by this crate
+    /// always are; other writers may not be, and such tensors are copied when read.
+    #[must_use]
+    pub fn is_aligned(&self) -> bool {
+        self.start % element_align(self.dtype) as u64 == 0
+    }
+}
+
+/// A validated burnpack file: header, tensors (by name and by position), metadata, scalars.
+///
+/// Building one checks everything the format allows checking without reading tensor data,
+/// and nothing is allocated in proportion to a number from the file before the limit for that
+/// number has been checked.
+///
+/// ```
+/// use burnpack::format::{Layout, Limits};
+/// let bytes = burnpack::Writer::new(vec![]).with_metadata("k", "v").into_bytes().unwrap();
+/// let layout = Layout::from_bytes(&bytes, &Limits::default()).unwrap();
+/// assert_eq!(layout.metadata()["k"], "v");
+/// assert_eq!(layout.tensors().len(), 0);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Layout {
+    header: Header,
+    file_len: u64,
+    /// Sorted by name.
+    tensors: Vec<TensorInfo>,
+    /// Indices into `tensors`, sorted by offset.
+    by_position: Vec<usize>,
+    metadata: BTreeMap<String, String>,
+    scalars: BTreeMap<String, Scalar>,
+}
+
+impl Layout {
+    /// Checks a parsed header against the file it starts: file size and metadata size limits,
+    /// and that the metadata fits in the file. Call before reading the metadata.
+    ///
+    /// # Errors
+    /// [`FormatError::LimitExceeded`] or [`FormatError::Truncated`].
+    pub fn check_header(
+        header: &Header,
+        file_len: u64,
+        limits: &Limits,
+    ) -> Result<(), FormatError> {
+        if file_len > limits.max_file_size {
+            return Err(FormatError::LimitExceeded {
+                what: "file size",
+                size: file_len,
+                limit: limits.max_file_size,
+            });
+        }
+        if header.metadata_size > limits.max_metadata_size {
+            return Err(FormatError::LimitExceeded {
+                what: "metadata size",
+                size: header.metadata_size.into(),
+                limit: limits.max_metadata_size.into(),
+            });
+        }
+        let needed = HEADER_SIZE as u64 + u64::from(header.metadata_size);
+        if needed > file_len {
+            return Err(FormatError::Truncated {
+                what: "metadata",
+                needed,
+                available: file_len,
+            });
+        }
+        Ok(())
+    }
+
+    /// Validates a whole file held in memory.
+    ///
+    /// # Errors
+    /// Any [`FormatError`].
+    pub fn from_bytes(file: &[u8], limits: &Limits) -> Result<Self, FormatError> {
+        let header = Header::parse(file)?;
+        let file_len = file.len() as u64;
+        Self::check_header(&header, file_len, limits)?;
+        let metadata = &file[HEADER_SIZE..HEADER_SIZE + header.metadata_size as usize];
+        Self::parse(header, metadata, file_len, limits)
+    }
+
+    /// Decodes `metadata` (the bytes after `header`) and validates every tensor against
+    /// `file_len` and `limits`: offsets that overflow, end before start, ranges past the end
+    /// of the file, tensors over the size limit, byte length vs shape × dtype, overlapping
+    /// ranges and duplicate names. `header` must have passed [`Layout::check_header`].
+    ///
+    /// # Errors
+    /// The first problem found, as a [`FormatError`] naming the tensor.
+    pub fn parse(
+        header: Header,
+        metadata: &[u8],
+        file_len: u64,
+        limits: &Limits,
+    ) -> Result<Self, FormatError> {
+        let decoded = Metadata::decode(metadata, limits)?;
+        let data_start = header.data_start();
+        let mut tensors = Vec::with_capacity(decoded.tensors.len());
+        for (name, d) in decoded.tensors {
+            let (rel_start, rel_end) = d.data_offsets;
+            if rel_end < rel_start {
+                return Err(FormatError::EndBeforeStart {
+                    tensor: name,
+                    start: rel_start,
+                    end: rel_end,
+                });
+            }
+            let (Some(start), Some(end)) = (
+                data_start.checked_add(rel_start),
+                data_start.checked_add(rel_end),
+            ) else {
+                return Err(FormatError::OffsetOverflow {
+                    tensor: name,
+                    start: rel_start,
+                    end: rel_end,
+                });
+            };
+            if end > file_len {
+                return Err(FormatError::PastEnd {
+                    tensor: name,
+                    end,
+                    file_len,
+                });
+            }
+            let len = end - start;
+            if len > limits.max_tensor_size {
+                return Err(FormatError::LimitExceeded {
+                    what: "tensor size",
+                    size: len,
+                    limit: limits.max_tensor_size,
+                });
+            }
+            let shape_overflow = |name: String, shape: Vec<u64>| FormatError::ShapeOverflow {
+                tensor: name,
+                shape,
+            };
+            if !matches!(d.dtype, DType::QFloat(_)) {
+                let Some(expected) = byte_len(d.dtype, &d.shape) else {
+                    return Err(shape_overflow(name, d.shape));
+                };
+                if expected != len {
+                    return Err(FormatError::LengthMismatch {
+                        tensor: name,
+                        dtype: d.dtype,
+                        shape: d.shape,
+                        actual: len,
+                        expected,
+                    });
+                }
+            }
+            let Ok(shape) = d
+                .shape
+                .iter()
+                .map(|&dim| usize::try_from(dim))
+                .collect::<Result<Vec<_>, _>>()
+            else {
+                return Err(shape_overflow(name, d.shape));
+            };
+            tensors.push(TensorInfo {
+                name,
+                dtype: d.dtype,
+                shape,
+                param_id: d.param_id,
+                start,
+                len,
+            });
+        }
+
+        tensors.sort_by(|a, b| a.name.cmp(&b.name));
+        if let Some(pair) = tensors.windows(2).find(|w| w[0].name == w[1].name) {
+            return Err(FormatError::DuplicateKey {
+                map: "tensors",
+                key: pair[0].name.clone(),
+            });
+        }
+
+        let mut by_position: Vec<usize> = (0..tensors.len()).collect();
+        by_position.sort_by_key(|&i| (tensors[i].start, tensors[i].len));
+        let mut furthest: Option<usize> = None;
+        for &i in &by_position {
+            if tensors[i].len == 0 {
+                continue;
+            }
+            if let Some(prev) = furthest {
+                let prev_end = tensors[prev].start + tensors[prev].len;
+                if tensors[i].start < prev_end {
+                    return Err(FormatError::Overlap {
+                        tensor: tensors[i].name.clone(),
+                        other: tensors[prev].name.clone(),
+                    });
+                }
+            }
+            furthest = Some(i);
+        }
+
+        Ok(Self {
+            header,
+            file_len,
+            tensors,
+            by_position,
+            metadata: into_map("metadata", decoded.metadata)?,
+            scalars: into_map("scalars", decoded.scalars)?,
+        })
+    }
+
+    /// The file's header.
+    #[must_use]
+    pub fn header(&self) -> Header {
+        self.header
+    }
+
+    /// Length of the file this layout was validated against.
+    #[must_use]
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    /// Absolute offset of the data section.
+    #[must_use]
+    pub fn data_start(&self) -> u64 {
+        self.header.data_start()
+    }
+
+    /// Every tensor, sorted by name.
+    #[must_use]
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// Every tensor in the order its bytes appear in the file.
+    pub fn tensors_by_position(&self) -> impl ExactSizeIterator<Item = &TensorInfo> {
+        self.by_position.iter().map(|&i| &self.tensors[i])
+    }
+
+    /// The tensor called `name`.
+    #[must_use]
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensors
+            .binary_search_by(|t| t.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.tensors[i])
+    }
+
+    /// String metadata.
+    #[must_use]
+    pub fn metadata(&self) -> &BTreeMap<String, String> {
+        &self.metadata
+    }
+
+    /// Typed scalars.
+    #[must_use]
+    pub fn scalars(&self) -> &BTreeMap<String, Scalar> {
+        &self.scalars
+    }
+}

@@ -1,0 +1,21 @@
+//! The burnpack v1 container, as pure data: header, CBOR metadata, dtypes, limits and the
+//! validation that turns untrusted bytes into a trusted [`Layout`].
+//!
+//! Nothing here performs I/O. The reader ([`crate::read`]) and the writer ([`crate::write`])
+//! both build on these pieces, so the rules for what a valid file is live in one place.
+
+mod dtype;
+mod error;
+mod header;
+mod layout;
+mod limits;
+mod metadata;
+
+pub use dtype::{byte_len, element_align};
+pub use error::FormatError;
+pub use header::{
+    FORMAT_VERSION, HEADER_SIZE, Header, MAGIC, TENSOR_ALIGNMENT, align_up, data_start,
+};
+pub use layout::{Layout, TensorInfo};
+pub use limits::Limits;
+pub use metadata::{Descriptor, Metadata, Scalar, ScalarConversionError};

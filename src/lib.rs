@@ -1,0 +1,39 @@
+//! # burnpack
+//!
+//! Fast, safe storage for [Burn](https://burn.dev) 0.22 in the burnpack v1 format, byte-
+//! compatible with Burn's own `burn_pack` files.
+//!
+//! - [`format`]: the container as pure data (header, CBOR metadata, dtypes, limits, validation).
+//! - [`read`]: open a file (memory-mapped or buffered) or bytes, list its tensors without
+//!   touching their data, and take each tensor as a zero-copy Burn [`Bytes`](burn::tensor::Bytes).
+//! - [`write`]: plan a layout from lengths, then write resident or deferred entries in
+//!   parallel into their 256-byte aligned slots, atomically or in place.
+//!
+//! ```
+//! use burn::tensor::{Bytes, DType};
+//! use burnpack::{Entry, Writer, read::Reader};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let path = dir.path().join("model.bpk");
+//! let weight = Entry::deferred("layer.weight", DType::F32, vec![2, 2], 16, || {
+//!     Ok(Bytes::from_elems(vec![1.0f32, 2.0, 3.0, 4.0]))
+//! })
+//! .with_param_id(42);
+//! Writer::new(vec![weight]).with_scalar("epoch", 3u32).write_to_file(&path).unwrap();
+//!
+//! let reader = Reader::open(&path).unwrap();
+//! let info = reader.tensor("layer.weight").unwrap();
+//! assert_eq!((info.shape(), info.param_id()), (&[2, 2][..], Some(42)));
+//! assert_eq!(reader.bytes("layer.weight").unwrap().len(), 16);
+//! assert_eq!(u32::try_from(reader.scalars()["epoch"]).unwrap(), 3);
+//! ```
+#![deny(missing_docs, unsafe_op_in_unsafe_fn)]
+#![warn(clippy::all)]
+
+pub mod format;
+pub mod read;
+pub mod write;
+
+pub use format::{Limits, Scalar};
+pub use read::{ReadError, Reader};
+pub use write::{Entry, WriteError, WriteMode, Writer};

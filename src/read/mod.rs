@@ -1,0 +1,13 @@
+//! Reading burnpack files: sources (memory map, bytes, buffered reads), the reader, and
+//! zero-copy tensor views.
+//!
+//! Opening parses only the header and the metadata; the tensor data is touched only when a
+//! tensor's bytes are asked for, and then (for mapped and in-memory sources) handed out as a
+//! Burn [`Bytes`](burn::tensor::Bytes) window into the source without copying.
+
+mod error;
+mod reader;
+mod source;
+
+pub use error::ReadError;
+pub use reader::{ReadMode, ReadOptions, Reader};

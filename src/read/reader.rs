@@ -1,0 +1,328 @@
+//! The reader: open a pack, list what it holds, hand out tensor bytes.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use burn::tensor::{AllocationProperty, Bytes};
+
+use super::error::ReadError;
+use super::source::Source;
+use crate::format::{
+    FormatError, HEADER_SIZE, Header, Layout, Limits, Scalar, TensorInfo, element_align,
+};
+
+/// How a file's tensor data is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadMode {
+    /// Memory-map the file; tensors are zero-copy windows into the mapping (default).
+    #[default]
+    Mmap,
+    /// Read each tensor with ordinary positional reads into an owned, aligned buffer, when it
+    /// is asked for. For network filesystems, where mapping is slow or unsafe, and
+    /// unified-memory machines, where mapped pages compete with device memory.
+    Buffered,
+}
+
+/// Options for opening a pack: limits and read mode.
+///
+/// ```
+/// use burnpack::format::Limits;
+/// use burnpack::read::{ReadMode, ReadOptions};
+/// let options = ReadOptions::new()
+///     .limits(Limits::default().with_max_file_size(1 << 40))
+///     .mode(ReadMode::Buffered);
+/// assert!(options.open("/does/not/exist.bpk").is_err());
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadOptions {
+    limits: Limits,
+    mode: ReadMode,
+}
+
+impl ReadOptions {
+    /// Burn's default limits, memory-mapped.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the limits checked before anything sized by the file is allocated.
+    #[must_use]
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Sets the read mode (files only; in-memory sources are always windows).
+    #[must_use]
+    pub fn mode(mut self, mode: ReadMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Opens `path`, reading and validating only the header and metadata.
+    ///
+    /// # Mapping
+    /// In [`ReadMode::Mmap`] the file is mapped read-only and tensors are windows into the
+    /// mapping. The mapping is only sound while nobody truncates or rewrites the file in
+    /// place: replacing it by rename (as this crate's atomic writer and Burn do) is safe and
+    /// the reader keeps seeing the old contents, but another process truncating it makes later
+    /// reads of the lost pages fault (`SIGBUS`). Use [`ReadMode::Buffered`] for files that may
+    /// change under you.
+    ///
+    /// # Errors
+    /// [`ReadError::Io`] if the file cannot be opened or read, [`ReadError::Invalid`] if it is
+    /// not a valid pack within the limits.
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<Reader, ReadError> {
+        let path = path.as_ref();
+        let name = path.display().to_string();
+        let io = |action: &'static str| {
+            let file = name.clone();
+            move |source| ReadError::Io {
+                file,
+                action,
+                source,
+            }
+        };
+        let invalid = |source: FormatError| ReadError::Invalid {
+            file: name.clone(),
+            source,
+        };
+        let file = File::open(path).map_err(io("open"))?;
+        let file_len = file.metadata().map_err(io("stat"))?.len();
+        if file_len > self.limits.max_file_size {
+            return Err(invalid(FormatError::LimitExceeded {
+                what: "file size",
+                size: file_len,
+                limit: self.limits.max_file_size,
+            }));
+        }
+        let (layout, source) = match self.mode {
+            ReadMode::Mmap => {
+                // SAFETY: the mapping is read-only and private to this reader; the caller's
+                // side of the contract (no in-place truncation while mapped) is documented on
+                // this function and on `Reader::open`.
+                let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io("map"))?;
+                let all =
+                    Bytes::from_shared(bytes::Bytes::from_owner(map), AllocationProperty::File);
+                let layout = Layout::from_bytes(&all, &self.limits).map_err(invalid)?;
+                (layout, Source::Memory(all))
+            }
+            ReadMode::Buffered => {
+                let mut raw = [0u8; HEADER_SIZE];
+                let got = usize::try_from(file_len).map_or(HEADER_SIZE, |l| l.min(HEADER_SIZE));
+                file.read_exact_at(&mut raw[..got], 0).map_err(io("read"))?;
+                let header = Header::parse(&raw[..got]).map_err(invalid)?;
+                Layout::check_header(&header, file_len, &self.limits).map_err(invalid)?;
+                let mut metadata = vec![0u8; header.metadata_size as usize];
+                file.read_exact_at(&mut metadata, HEADER_SIZE as u64)
+                    .map_err(io("read"))?;
+                let layout =
+                    Layout::parse(header, &metadata, file_len, &self.limits).map_err(invalid)?;
+                (layout, Source::Buffered(file))
+            }
+        };
+        Ok(Reader {
+            file: name,
+            layout,
+            source,
+        })
+    }
+
+    /// Reads a pack held in memory. Tensors are zero-copy windows into `bytes`.
+    ///
+    /// # Errors
+    /// [`ReadError::Invalid`] if the bytes are not a valid pack within the limits.
+    pub fn from_bytes(&self, bytes: Bytes) -> Result<Reader, ReadError> {
+        // Make the buffer view-capable without copying it. A plain vector becomes a shared
+        // `bytes::Bytes` (property `Other`, so ndarray borrows from it rather than copying).
+        let all = match bytes.try_into_vec::<u8>() {
+            Ok(vec) => Bytes::from_shared(bytes::Bytes::from(vec), AllocationProperty::Other),
+            Err(bytes) if bytes.view(0, 0).is_ok() => bytes,
+            Err(bytes) => bytes.shared(),
+        };
+        self.from_memory(all)
+    }
+
+    /// Reads a pack embedded in the program (e.g. with `include_bytes!`), without copying.
+    ///
+    /// # Errors
+    /// [`ReadError::Invalid`] if the bytes are not a valid pack within the limits.
+    pub fn from_static(&self, data: &'static [u8]) -> Result<Reader, ReadError> {
+        self.from_memory(Bytes::from_shared(
+            bytes::Bytes::from_static(data),
+            AllocationProperty::Other,
+        ))
+    }
+
+    fn from_memory(&self, all: Bytes) -> Result<Reader, ReadError> {
+        let file = "<memory>".to_string();
+        match Layout::from_bytes(&all, &self.limits) {
+            Ok(layout) => Ok(Reader {
+                file,
+                layout,
+                source: Source::Memory(all),
+            }),
+            Err(source) => Err(ReadError::Invalid { file, source }),
+        }
+    }
+}
+
+/// An open burnpack: its validated layout plus the source of its bytes.
+///
+/// Listing names, dtypes, shapes, parameter ids, metadata and scalars touches no tensor data.
+/// [`bytes`](Self::bytes) hands a tensor out as a Burn [`Bytes`]: for mapped and in-memory
+/// sources, a zero-copy window (mapped files have the `File` allocation property, so Burn's
+/// ndarray backend borrows it and flex keeps it as is). The mapping stays alive as long as any
+/// window does; dropping the reader does not invalidate them.
+///
+/// ```
+/// use burn::tensor::{Bytes, DType};
+/// use burnpack::{Entry, Writer, read::Reader};
+/// let pack = Writer::new(vec![
+///     Entry::resident("b", DType::F32, vec![1], Bytes::from_elems(vec![2.0f32])),
+///     Entry::resident("a", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32])),
+/// ])
+/// .into_bytes()
+/// .unwrap();
+/// let reader = Reader::from_bytes(pack).unwrap();
+/// let by_name: Vec<_> = reader.tensors().iter().map(|t| t.name()).collect();
+/// let by_position: Vec<_> = reader.tensors_by_position().map(|t| t.name()).collect();
+/// assert_eq!((by_name, by_position), (vec!["a", "b"], vec!["b", "a"]));
+/// assert_eq!(&reader.bytes("a").unwrap()[..], &1.0f32.to_le_bytes());
+/// ```
+pub struct Reader {
+    file: String,
+    layout: Layout,
+    source: Source,
+}
+
+impl Reader {
+    /// Memory-maps and opens `path` with Burn's default limits. See [`ReadOptions::open`] for
+    /// what mapping requires of other processes.
+    ///
+    /// # Errors
+    /// See [`ReadOptions::open`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, ReadError> {
+        ReadOptions::new().open(path)
+    }
+
+    /// Opens `path` in [`ReadMode::Buffered`] with default limits.
+    ///
+    /// # Errors
+    /// See [`ReadOptions::open`].
+    pub fn open_buffered(path: impl AsRef<Path>) -> Result<Self, ReadError> {
+        ReadOptions::new().mode(ReadMode::Buffered).open(path)
+    }
+
+    /// Reads a pack held in memory with default limits. See [`ReadOptions::from_bytes`].
+    ///
+    /// # Errors
+    /// See [`ReadOptions::from_bytes`].
+    pub fn from_bytes(bytes: Bytes) -> Result<Self, ReadError> {
+        ReadOptions::new().from_bytes(bytes)
+    }
+
+    /// Reads an embedded pack with default limits. See [`ReadOptions::from_static`].
+    ///
+    /// # Errors
+    /// See [`ReadOptions::from_static`].
+    pub fn from_static(data: &'static [u8]) -> Result<Self, ReadError> {
+        ReadOptions::new().from_static(data)
+    }
+
+    /// The file's path as given (`"<memory>"` for in-memory sources), as used in errors.
+    #[must_use]
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// The validated layout.
+    #[must_use]
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Every tensor, sorted by name.
+    #[must_use]
+    pub fn tensors(&self) -> &[TensorInfo] {
+        self.layout.tensors()
+    }
+
+    /// Every tensor in file order.
+    pub fn tensors_by_position(&self) -> impl ExactSizeIterator<Item = &TensorInfo> {
+        self.layout.tensors_by_position()
+    }
+
+    /// The tensor called `name`.
+    #[must_use]
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.layout.tensor(name)
+    }
+
+    /// String metadata.
+    #[must_use]
+    pub fn metadata(&self) -> &BTreeMap<String, String> {
+        self.layout.metadata()
+    }
+
+    /// Typed scalars.
+    #[must_use]
+    pub fn scalars(&self) -> &BTreeMap<String, Scalar> {
+        self.layout.scalars()
+    }
+
+    /// The bytes of the tensor called `name`. See [`read`](Self::read).
+    ///
+    /// # Errors
+    /// [`ReadError::NotFound`], or see [`read`](Self::read).
+    pub fn bytes(&self, name: &str) -> Result<Bytes, ReadError> {
+        let info = self.tensor(name).ok_or_else(|| ReadError::NotFound {
+            file: self.file.clone(),
+            tensor: name.to_string(),
+        })?;
+        self.read(info)
+    }
+
+    /// The bytes of `info` (a tensor of this reader): a zero-copy window for mapped and
+    /// in-memory sources when [`is_zero_copy`](Self::is_zero_copy), otherwise an owned,
+    /// 8-byte aligned copy (buffered mode, or a tensor another writer left unaligned).
+    ///
+    /// # Errors
+    /// [`ReadError::Io`] if a buffered read fails.
+    pub fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
+        self.source
+            .read(info.offset(), info.len(), element_align(info.dtype()))
+            .map_err(|source| ReadError::Io {
+                file: self.file.clone(),
+                action: "read tensor data",
+                source,
+            })
+    }
+
+    /// Whether [`read`](Self::read) hands `info` out without copying.
+    #[must_use]
+    pub fn is_zero_copy(&self, info: &TensorInfo) -> bool {
+        self.source
+            .is_zero_copy(info.offset(), element_align(info.dtype()))
+    }
+
+    /// Tensors that a mapped or in-memory read must copy because their bytes are not aligned
+    /// to their element size (never the case for files from Burn or this crate).
+    pub fn unaligned(&self) -> impl Iterator<Item = &TensorInfo> {
+        self.tensors()
+            .iter()
+            .filter(|t| matches!(self.source, Source::Memory(_)) && !self.is_zero_copy(t))
+    }
+}
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader")
+            .field("file", &self.file)
+            .field("tensors", &self.layout.tensors().len())
+            .finish_non_exhaustive()
+    }
+}

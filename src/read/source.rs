@@ -1,0 +1,77 @@
+//! Where a reader's bytes come from: a memory map, bytes in memory, or a file read on demand.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+use burn::tensor::{AllocationProperty, Bytes};
+
+/// A tensor's bytes in an owned allocation aligned for any element type (8 bytes).
+struct Aligned {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl AsRef<[u8]> for Aligned {
+    fn as_ref(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+}
+
+/// Runs `fill` over a zeroed, 8-byte aligned buffer of `len` bytes and wraps it as [`Bytes`].
+pub(crate) fn aligned_bytes<E>(
+    len: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<Bytes, E> {
+    let mut words = vec![0u64; len.div_ceil(8)];
+    fill(&mut bytemuck::cast_slice_mut(&mut words)[..len])?;
+    Ok(Bytes::from_shared(
+        bytes::Bytes::from_owner(Aligned { words, len }),
+        AllocationProperty::Native,
+    ))
+}
+
+/// The bytes behind a reader.
+pub(crate) enum Source {
+    /// The whole file or buffer as one view-capable [`Bytes`] (a mapping, `File` property; or
+    /// the caller's bytes). Tensors are windows into it.
+    Memory(Bytes),
+    /// An open file read with positional reads, one tensor at a time.
+    Buffered(File),
+}
+
+impl Source {
+    /// The bytes of `start..start + len`: a zero-copy window when the source is in memory and
+    /// the window is aligned to `align`, otherwise an aligned copy.
+    pub(crate) fn read(&self, start: u64, len: u64, align: usize) -> std::io::Result<Bytes> {
+        let too_big = || std::io::Error::other("range does not fit in memory");
+        let len = usize::try_from(len).map_err(|_| too_big())?;
+        match self {
+            Source::Memory(all) => {
+                let start = usize::try_from(start).map_err(|_| too_big())?;
+                let end = start.checked_add(len).ok_or_else(too_big)?;
+                let window = all.view(start, end).map_err(|e| {
+                    std::io::Error::other(format!("cannot view {start}..{end}: {e:?}"))
+                })?;
+                if window.as_ptr() as usize % align == 0 {
+                    Ok(window)
+                } else {
+                    aligned_bytes(len, |out| {
+                        out.copy_from_slice(&window);
+                        Ok(())
+                    })
+                }
+            }
+            Source::Buffered(file) => aligned_bytes(len, |out| file.read_exact_at(out, start)),
+        }
+    }
+
+    /// Whether `start` (an absolute offset) is served without copying at alignment `align`.
+    pub(crate) fn is_zero_copy(&self, start: u64, align: usize) -> bool {
+        match self {
+            Source::Memory(all) => {
+                (all.as_ptr() as usize).wrapping_add(start as usize) % align == 0
+            }
+            Source::Buffered(_) => false,
+        }
+    }
+}

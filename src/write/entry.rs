@@ -1,0 +1,146 @@
+//! What the writer writes: named tensors whose bytes are in hand or produced on demand.
+
+use burn::tensor::{Bytes, DType};
+
+/// The error a deferred provider returns.
+pub type ProviderError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+type Provider = Box<dyn FnOnce() -> Result<Bytes, ProviderError> + Send + 'static>;
+
+pub(crate) enum Source {
+    Resident(Bytes),
+    Deferred { len: u64, provider: Provider },
+}
+
+/// One tensor to write: name, dtype, shape, optional parameter id, and its little-endian bytes,
+/// either resident or deferred.
+///
+/// A deferred entry declares its length up front and produces its bytes only when the writer
+/// reaches its slot; the bytes are written and dropped before the worker takes another entry,
+/// so a save holds at most one materialized entry per worker thread.
+///
+/// ```
+/// use burn::tensor::{Bytes, DType};
+/// use burnpack::Entry;
+/// let resident = Entry::resident("bias", DType::F32, vec![2], Bytes::from_elems(vec![0.5f32, 1.5]));
+/// let deferred = Entry::deferred("weight", DType::F32, vec![2, 2], 16, || {
+///     Ok(Bytes::from_elems(vec![1.0f32; 4]))
+/// })
+/// .with_param_id(7);
+/// assert_eq!(resident.len(), 8);
+/// assert_eq!(deferred.param_id(), Some(7));
+/// ```
+pub struct Entry {
+    pub(crate) name: String,
+    pub(crate) dtype: DType,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) param_id: Option<u64>,
+    pub(crate) source: Source,
+}
+
+impl Entry {
+    /// An entry whose bytes are already in hand (they may still be lazy, e.g. file-backed).
+    pub fn resident(
+        name: impl Into<String>,
+        dtype: DType,
+        shape: Vec<usize>,
+        bytes: Bytes,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            dtype,
+            shape,
+            param_id: None,
+            source: Source::Resident(bytes),
+        }
+    }
+
+    /// An entry of `len` bytes produced by `provider` when the writer reaches it.
+    ///
+    /// The provider runs at most once, on a writer thread. If it fails, panics or returns a
+    /// length other than `len`, the write fails with an error naming this entry (and an atomic
+    /// write leaves the destination untouched).
+    pub fn deferred(
+        name: impl Into<String>,
+        dtype: DType,
+        shape: Vec<usize>,
+        len: u64,
+        provider: impl FnOnce() -> Result<Bytes, ProviderError> + Send + 'static,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            dtype,
+            shape,
+            param_id: None,
+            source: Source::Deferred {
+                len,
+                provider: Box::new(provider),
+            },
+        }
+    }
+
+    /// Attaches a parameter id (a module parameter's `ParamId`).
+    #[must_use]
+    pub fn with_param_id(mut self, id: u64) -> Self {
+        self.param_id = Some(id);
+        self
+    }
+
+    /// The entry's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The entry's dtype.
+    #[must_use]
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The entry's shape.
+    #[must_use]
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The parameter id, if any.
+    #[must_use]
+    pub fn param_id(&self) -> Option<u64> {
+        self.param_id
+    }
+
+    /// Byte length (declared, for a deferred entry).
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        match &self.source {
+            Source::Resident(bytes) => bytes.len() as u64,
+            Source::Deferred { len, .. } => *len,
+        }
+    }
+
+    /// Whether the entry has no bytes.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the bytes will be produced at write time.
+    #[must_use]
+    pub fn is_deferred(&self) -> bool {
+        matches!(self.source, Source::Deferred { .. })
+    }
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("name", &self.name)
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape)
+            .field("param_id", &self.param_id)
+            .field("len", &self.len())
+            .field("deferred", &self.is_deferred())
+            .finish()
+    }
+}

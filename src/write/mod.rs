@@ -1,0 +1,17 @@
+//! Writing burnpack files: entries, layout planning, the parallel slot writer, atomic commit.
+//!
+//! Data flows one way: [`Entry`]s (resident or deferred bytes) → a [`Plan`] computed from
+//! their lengths alone → a pre-sized destination → every entry written in parallel straight
+//! into its 256-byte-aligned slot → (atomic mode) fsync, rename, directory fsync.
+
+mod commit;
+mod entry;
+mod error;
+mod plan;
+mod slots;
+mod writer;
+
+pub use entry::{Entry, ProviderError};
+pub use error::WriteError;
+pub use plan::{Plan, Slot};
+pub use writer::{WriteMode, Writer};

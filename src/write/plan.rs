@@ -1,0 +1,174 @@
+//! The layout of a pack, computed from entry lengths alone.
+
+use std::collections::BTreeMap;
+
+use burn::tensor::DType;
+
+use super::entry::Entry;
+use super::error::WriteError;
+use crate::format::{Descriptor, HEADER_SIZE, Header, Metadata, Scalar, align_up, byte_len};
+
+/// Where one entry's bytes go: absolute file offset and length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// Absolute offset in the file (a multiple of 256).
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// The complete layout of a pack: the header and metadata bytes, one [`Slot`] per entry (in
+/// entry order), and the total size. It is a plain value computed before any entry's bytes
+/// exist; every destination (file, buffer) is written from it.
+///
+/// Slots follow the entries' order, each at the next multiple of 256 after the previous one
+/// ends; the metadata map is sorted by name. Given the same entries, metadata and scalars, the
+/// bytes are identical to Burn 0.22's `burn_pack::Writer`.
+///
+/// ```
+/// use burn::tensor::{Bytes, DType};
+/// use burnpack::{Entry, Writer};
+/// let entries = vec![
+///     Entry::resident("b", DType::U8, vec![3], Bytes::from_bytes_vec(vec![1, 2, 3])),
+///     Entry::resident("a", DType::U8, vec![1], Bytes::from_bytes_vec(vec![9])),
+/// ];
+/// let plan = Writer::new(entries).plan().unwrap();
+/// assert_eq!(plan.slots()[0].offset, plan.data_start());
+/// assert_eq!(plan.slots()[1].offset, plan.data_start() + 256);
+/// assert_eq!(plan.total_size(), plan.data_start() + 257);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    head: Vec<u8>,
+    data_start: u64,
+    slots: Vec<Slot>,
+    total_size: u64,
+}
+
+impl Plan {
+    /// Lays out `entries` with the given string metadata and scalars.
+    ///
+    /// # Errors
+    /// [`WriteError::DuplicateName`], [`WriteError::LengthMismatch`] (a non-quantized entry
+    /// whose length is not shape × dtype size) or [`WriteError::Layout`].
+    pub fn new(
+        entries: &[Entry],
+        metadata: &BTreeMap<String, String>,
+        scalars: &BTreeMap<String, Scalar>,
+    ) -> Result<Self, WriteError> {
+        let mut slots = Vec::with_capacity(entries.len());
+        let mut descriptors = Vec::with_capacity(entries.len());
+        let mut next = 0u64;
+        for entry in entries {
+            let len = entry.len();
+            check_len(entry, len)?;
+            let start = align_up(next).ok_or_else(|| overflow(&entry.name))?;
+            let end = start
+                .checked_add(len)
+                .ok_or_else(|| overflow(&entry.name))?;
+            descriptors.push((
+                entry.name.clone(),
+                Descriptor {
+                    dtype: entry.dtype,
+                    shape: entry.shape.iter().map(|&d| d as u64).collect(),
+                    data_offsets: (start, end),
+                    param_id: entry.param_id,
+                },
+            ));
+            slots.push(Slot { offset: start, len });
+            next = end;
+        }
+        descriptors.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(pair) = descriptors.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(WriteError::DuplicateName {
+                tensor: pair[0].0.clone(),
+            });
+        }
+
+        let meta = Metadata {
+            tensors: descriptors,
+            metadata: metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            scalars: scalars.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        };
+        let encoded = meta.encode()?;
+        let metadata_size = u32::try_from(encoded.len()).map_err(|_| {
+            WriteError::Layout(format!(
+                "metadata is {} bytes; the format allows at most {}",
+                encoded.len(),
+                u32::MAX
+            ))
+        })?;
+        let header = Header::new(metadata_size);
+        let data_start = header.data_start();
+        let mut head = Vec::with_capacity(HEADER_SIZE + encoded.len());
+        head.extend_from_slice(&header.to_bytes());
+        head.extend_from_slice(&encoded);
+        for slot in &mut slots {
+            slot.offset += data_start;
+        }
+        let total_size = data_start
+            .checked_add(next)
+            .ok_or_else(|| WriteError::Layout("total size overflows u64".into()))?;
+        Ok(Self {
+            head,
+            data_start,
+            slots,
+            total_size,
+        })
+    }
+
+    /// Header plus CBOR metadata: the first bytes of the file.
+    #[must_use]
+    pub fn head(&self) -> &[u8] {
+        &self.head
+    }
+
+    /// Absolute offset of the data section.
+    #[must_use]
+    pub fn data_start(&self) -> u64 {
+        self.data_start
+    }
+
+    /// One slot per entry, in entry order (ascending offsets).
+    #[must_use]
+    pub fn slots(&self) -> &[Slot] {
+        &self.slots
+    }
+
+    /// Size of the whole file in bytes.
+    #[must_use]
+    pub fn total_size(&self) -> u64 {
+        self.total_size
+    }
+}
+
+fn overflow(name: &str) -> WriteError {
+    WriteError::Layout(format!("tensor '{name}': offsets overflow u64"))
+}
+
+fn check_len(entry: &Entry, len: u64) -> Result<(), WriteError> {
+    if matches!(entry.dtype, DType::QFloat(_)) {
+        return Ok(());
+    }
+    let shape: Vec<u64> = entry.shape.iter().map(|&d| d as u64).collect();
+    let expected = byte_len(entry.dtype, &shape).ok_or_else(|| {
+        WriteError::Layout(format!(
+            "tensor '{}': shape {:?} overflows u64 bytes",
+            entry.name, entry.shape
+        ))
+    })?;
+    if expected == len {
+        Ok(())
+    } else {
+        Err(WriteError::LengthMismatch {
+            tensor: entry.name.clone(),
+            dtype: entry.dtype,
+            shape: entry.shape.clone(),
+            len,
+            expected,
+        })
+    }
+}

@@ -1,0 +1,87 @@
+//! The parallel slot writer: workers on rayon threads take entries in file order, produce
+//! their bytes and write them into their slots.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use burn::tensor::Bytes;
+
+use super::entry::{Entry, Source};
+use super::error::WriteError;
+
+/// Writes every `(entry, target)` with `write`, on at most `workers` rayon tasks at once.
+///
+/// Each task holds one entry's bytes at a time and drops them before taking the next, so at
+/// most `workers` deferred entries are materialized at any moment, whatever the providers do
+/// (a provider that itself uses rayon may let its thread pick up another task, but there are
+/// only `workers` tasks). The first error stops the remaining work and is returned.
+pub(crate) fn fill<T, W>(items: Vec<(Entry, T)>, workers: usize, write: W) -> Result<(), WriteError>
+where
+    T: Send,
+    W: Fn(&str, &[u8], T) -> Result<(), WriteError> + Sync,
+{
+    let workers = workers.clamp(1, items.len().max(1));
+    let queue = Mutex::new(items.into_iter());
+    let failed = AtomicBool::new(false);
+    let failure: Mutex<Option<WriteError>> = Mutex::new(None);
+    let work = || {
+        while !failed.load(Ordering::Relaxed) {
+            let next = queue.lock().unwrap_or_else(PoisonError::into_inner).next();
+            let Some((entry, target)) = next else { break };
+            let name = entry.name.clone();
+            let result = materialize(entry).and_then(|bytes| write(&name, &bytes, target));
+            if let Err(e) = result {
+                failed.store(true, Ordering::Relaxed);
+                failure
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get_or_insert(e);
+            }
+        }
+    };
+    rayon::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|_| work());
+        }
+    });
+    match failure.into_inner().unwrap_or_else(PoisonError::into_inner) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Produces an entry's bytes, turning a failing, panicking or lying provider into an error
+/// that names the entry.
+fn materialize(entry: Entry) -> Result<Bytes, WriteError> {
+    let Entry { name, source, .. } = entry;
+    match source {
+        Source::Resident(bytes) => Ok(bytes),
+        Source::Deferred { len, provider } => match catch_unwind(AssertUnwindSafe(provider)) {
+            Ok(Ok(bytes)) if bytes.len() as u64 == len => Ok(bytes),
+            Ok(Ok(bytes)) => Err(WriteError::ProviderLength {
+                tensor: name,
+                declared: len,
+                produced: bytes.len() as u64,
+            }),
+            Ok(Err(source)) => Err(WriteError::Provider {
+                tensor: name,
+                source,
+            }),
+            Err(panic) => Err(WriteError::ProviderPanicked {
+                tensor: name,
+                message: panic_message(panic.as_ref()),
+            }),
+        },
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}

@@ -1,0 +1,281 @@
+//! The writer: plans a pack and writes it to a file or to memory.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use burn::tensor::Bytes;
+
+use super::commit::Scratch;
+use super::entry::Entry;
+use super::error::WriteError;
+use super::plan::Plan;
+use super::slots::fill;
+use crate::format::Scalar;
+
+/// How [`Writer::write_to_file`] treats the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteMode {
+    /// Write a scratch sibling, fsync it, rename it over the destination, fsync the directory.
+    /// The destination is either left exactly as it was or replaced whole, even if the process
+    /// dies midway; readers that mapped the old file keep seeing it. Needs room for a second
+    /// copy while writing.
+    #[default]
+    Atomic,
+    /// Truncate and write the destination itself: no second copy and no fsync, but a failure
+    /// midway leaves a partial file, and processes that mapped the old file see it change
+    /// (or receive `SIGBUS`). Use only for files nobody else reads meanwhile.
+    InPlace,
+}
+
+/// Writes entries, string metadata and scalars as a burnpack file or buffer.
+///
+/// The writer plans the whole layout from lengths ([`Plan`]), sizes the destination once,
+/// writes header and metadata, then fills every entry's 256-byte aligned slot in parallel with
+/// positional writes. At most [`threads`](Self::threads) deferred entries are materialized at
+/// once, so peak memory is about threads × the largest tensor.
+///
+/// Given the same entries, metadata and scalars in the same order, the bytes are identical
+/// to Burn 0.22's `burn_pack::Writer`.
+///
+/// ```
+/// use burn::tensor::{Bytes, DType};
+/// use burnpack::{Entry, Writer, read::Reader};
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("pack.bpk");
+/// let entries = vec![Entry::resident("w", DType::F32, vec![2], Bytes::from_elems(vec![1.0f32, 2.0]))];
+/// let written = Writer::new(entries).with_metadata("producer", "docs").write_to_file(&path).unwrap();
+/// assert_eq!(written, std::fs::metadata(&path).unwrap().len());
+/// let reader = Reader::open(&path).unwrap();
+/// assert_eq!(reader.metadata()["producer"], "docs");
+/// ```
+#[derive(Debug)]
+pub struct Writer {
+    entries: Vec<Entry>,
+    metadata: BTreeMap<String, String>,
+    scalars: BTreeMap<String, Scalar>,
+    mode: WriteMode,
+    overwrite: bool,
+    threads: Option<usize>,
+}
+
+impl Writer {
+    /// A writer for `entries`, written in this order (the metadata map is sorted by name).
+    #[must_use]
+    pub fn new(entries: Vec<Entry>) -> Self {
+        Self {
+            entries,
+            metadata: BTreeMap::new(),
+            scalars: BTreeMap::new(),
+            mode: WriteMode::Atomic,
+            overwrite: true,
+            threads: None,
+        }
+    }
+
+    /// Adds (or replaces) a string metadata entry.
+    #[must_use]
+    pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// Adds (or replaces) a typed scalar.
+    #[must_use]
+    pub fn with_scalar(mut self, key: impl Into<String>, value: impl Into<Scalar>) -> Self {
+        self.scalars.insert(key.into(), value.into());
+        self
+    }
+
+    /// Atomic (default) or in-place file writes.
+    #[must_use]
+    pub fn mode(mut self, mode: WriteMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Whether an existing destination may be replaced (default `true`). With `false`, an
+    /// existing file is refused with [`WriteError::AlreadyExists`] and left untouched.
+    #[must_use]
+    pub fn overwrite(mut self, overwrite: bool) -> Self {
+        self.overwrite = overwrite;
+        self
+    }
+
+    /// Number of parallel writers (default: rayon's global pool size). Each holds at most one
+    /// entry's bytes at a time.
+    #[must_use]
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = Some(threads.max(1));
+        self
+    }
+
+    /// The layout this writer will produce.
+    ///
+    /// # Errors
+    /// See [`Plan::new`].
+    pub fn plan(&self) -> Result<Plan, WriteError> {
+        Plan::new(&self.entries, &self.metadata, &self.scalars)
+    }
+
+    /// Total size of the pack in bytes.
+    ///
+    /// # Errors
+    /// See [`Plan::new`].
+    pub fn size(&self) -> Result<u64, WriteError> {
+        Ok(self.plan()?.total_size())
+    }
+
+    /// Writes the pack into the start of `buffer`, which must hold at least
+    /// [`size`](Self::size) bytes. Returns the number of bytes written.
+    ///
+    /// # Errors
+    /// [`WriteError::BufferTooSmall`], planning errors, or a failing deferred entry (the
+    /// buffer's contents are then unspecified).
+    pub fn write_into(self, buffer: &mut [u8]) -> Result<u64, WriteError> {
+        let plan = self.plan()?;
+        let needed = plan.total_size();
+        let Some(buffer) = usize::try_from(needed)
+            .ok()
+            .and_then(|n| buffer.get_mut(..n))
+        else {
+            return Err(WriteError::BufferTooSmall {
+                needed,
+                available: buffer.len(),
+            });
+        };
+        // Hand each entry the exact sub-slice of its slot, zeroing everything in between.
+        let (head, mut rest) = buffer.split_at_mut(plan.head().len());
+        head.copy_from_slice(plan.head());
+        let mut position = plan.head().len() as u64;
+        let mut targets = Vec::with_capacity(self.entries.len());
+        for slot in plan.slots() {
+            let (gap, after) = rest.split_at_mut((slot.offset - position) as usize);
+            gap.fill(0);
+            let (target, after) = after.split_at_mut(slot.len as usize);
+            targets.push(target);
+            rest = after;
+            position = slot.offset + slot.len;
+        }
+        rest.fill(0);
+        let threads = self.threads;
+        let items = self.entries.into_iter().zip(targets).collect();
+        run(threads, || {
+            fill(
+                items,
+                threads.unwrap_or_else(rayon::current_num_threads),
+                |_, bytes, target: &mut [u8]| {
+                    target.copy_from_slice(bytes);
+                    Ok(())
+                },
+            )
+        })?;
+        Ok(needed)
+    }
+
+    /// Writes the pack to a new buffer.
+    ///
+    /// # Errors
+    /// Planning errors, a failing deferred entry, or a pack larger than this platform's
+    /// address space.
+    pub fn into_bytes(self) -> Result<Bytes, WriteError> {
+        let size = self.size()?;
+        let size = usize::try_from(size)
+            .map_err(|_| WriteError::Layout(format!("{size} bytes do not fit in memory")))?;
+        let mut buffer = vec![0u8; size];
+        self.write_into(&mut buffer)?;
+        Ok(Bytes::from_bytes_vec(buffer))
+    }
+
+    /// Writes the pack to `path` (atomically unless [`WriteMode::InPlace`]) and returns its
+    /// size in bytes. The path is used exactly as given.
+    ///
+    /// In atomic mode, after an error (including a failing or panicking provider) `path` is
+    /// exactly as it was and no scratch file remains; after `Ok` the new file and its
+    /// directory entry are on disk. The permissions of a replaced file are kept.
+    ///
+    /// # Errors
+    /// [`WriteError::AlreadyExists`] with `overwrite(false)`, I/O errors naming the file (and
+    /// the tensor being written), planning and provider errors.
+    pub fn write_to_file(self, path: impl AsRef<Path>) -> Result<u64, WriteError> {
+        let path = path.as_ref();
+        let plan = self.plan()?;
+        if !self.overwrite && path.symlink_metadata().is_ok() {
+            return Err(WriteError::AlreadyExists {
+                path: path.to_path_buf(),
+            });
+        }
+        let overwrite = self.overwrite;
+        match self.mode {
+            WriteMode::Atomic => {
+                let scratch = Scratch::create(path)?;
+                self.write_file(&plan, scratch.file(), scratch.path())?;
+                scratch.commit(path, overwrite)?;
+            }
+            WriteMode::InPlace => {
+                let file = OpenOptions::new()
+                    .write(true)
+                    .truncate(true)
+                    .create(overwrite)
+                    .create_new(!overwrite)
+                    .open(path)
+                    .map_err(|e| match e.kind() {
+                        std::io::ErrorKind::AlreadyExists => WriteError::AlreadyExists {
+                            path: path.to_path_buf(),
+                        },
+                        _ => WriteError::io("open", path, e),
+                    })?;
+                self.write_file(&plan, &file, path)?;
+            }
+        }
+        Ok(plan.total_size())
+    }
+
+    /// Sizes `file` once, writes the head, then every slot in parallel with positional writes.
+    fn write_file(self, plan: &Plan, file: &File, path: &Path) -> Result<(), WriteError> {
+        file.set_len(plan.total_size())
+            .map_err(|e| WriteError::io("size", path, e))?;
+        file.write_all_at(plan.head(), 0)
+            .map_err(|e| WriteError::io("write", path, e))?;
+        let threads = self.threads;
+        let items = self
+            .entries
+            .into_iter()
+            .zip(plan.slots().iter().copied())
+            .collect();
+        run(threads, || {
+            fill(
+                items,
+                threads.unwrap_or_else(rayon::current_num_threads),
+                |name, bytes, slot| {
+                    file.write_all_at(bytes, slot.offset)
+                        .map_err(|source| WriteError::Io {
+                            action: "write",
+                            path: path.to_path_buf(),
+                            tensor: Some(name.to_string()),
+                            source,
+                        })
+                },
+            )
+        })
+    }
+}
+
+/// Runs `f` on a dedicated pool of `threads` threads, or on rayon's global pool.
+fn run<R: Send>(
+    threads: Option<usize>,
+    f: impl FnOnce() -> Result<R, WriteError> + Send,
+) -> Result<R, WriteError> {
+    match threads {
+        None => f(),
+        Some(n) => rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .map_err(|e| WriteError::ThreadPool {
+                threads: n,
+                reason: e.to_string(),
+            })?
+            .install(f),
+    }
+}
