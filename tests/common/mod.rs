@@ -1,0 +1,154 @@
+//! Helpers shared by the integration tests: deterministic tensor specs convertible into this
+//! crate's entries and into Burn's `burn_pack` tensors.
+#![allow(dead_code)]
+
+use burn::tensor::quantization::QuantScheme;
+use burn::tensor::{BoolStore, Bytes, DType};
+use burnpack::Entry;
+
+/// Deterministic pseudo-random bytes (xorshift64*), so tests need no data files.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+        })
+        .collect()
+}
+
+/// A tensor to write, described independently of either writer.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub param_id: Option<u64>,
+    pub data: Vec<u8>,
+}
+
+impl Spec {
+    /// A tensor of `dtype` and `shape` filled with deterministic bytes.
+    pub fn new(name: &str, dtype: DType, shape: &[usize], param_id: Option<u64>) -> Self {
+        let len = shape.iter().product::<usize>() * dtype.size();
+        Self::with_data(name, dtype, shape, param_id, pattern(name.len() as u64 + len as u64, len))
+    }
+
+    pub fn with_data(name: &str, dtype: DType, shape: &[usize], param_id: Option<u64>, data: Vec<u8>) -> Self {
+        Self {
+            name: name.to_string(),
+            dtype,
+            shape: shape.to_vec(),
+            param_id,
+            data,
+        }
+    }
+
+    pub fn entry(&self) -> Entry {
+        let e = Entry::resident(
+            self.name.clone(),
+            self.dtype,
+            self.shape.clone(),
+            Bytes::from_bytes_vec(self.data.clone()),
+        );
+        match self.param_id {
+            Some(id) => e.with_param_id(id),
+            None => e,
+        }
+    }
+
+    pub fn deferred_entry(&self) -> Entry {
+        let data = self.data.clone();
+        let e = Entry::deferred(
+            self.name.clone(),
+            self.dtype,
+            self.shape.clone(),
+            self.data.len() as u64,
+            move || Ok(Bytes::from_bytes_vec(data)),
+        );
+        match self.param_id {
+            Some(id) => e.with_param_id(id),
+            None => e,
+        }
+    }
+
+    pub fn burn_tensor(&self) -> burn_pack::Tensor {
+        burn_pack::Tensor::new(
+            self.name.clone(),
+            self.dtype,
+            self.shape.clone(),
+            self.param_id,
+            Bytes::from_bytes_vec(self.data.clone()),
+        )
+    }
+}
+
+/// A quantized scheme Burn writes for int8 weights.
+pub fn qfloat() -> DType {
+    DType::QFloat(QuantScheme::default())
+}
+
+/// One tensor of every dtype Burn has, plus zero-size, scalar and unicode-named tensors.
+pub fn every_dtype() -> Vec<Spec> {
+    let dtypes = [
+        DType::F64,
+        DType::F32,
+        DType::Flex32,
+        DType::F16,
+        DType::BF16,
+        DType::I64,
+        DType::I32,
+        DType::I16,
+        DType::I8,
+        DType::U64,
+        DType::U32,
+        DType::U16,
+        DType::U8,
+        DType::Bool(BoolStore::Native),
+        DType::Bool(BoolStore::U8),
+        DType::Bool(BoolStore::U32),
+    ];
+    let mut specs: Vec<Spec> = dtypes
+        .iter()
+        .enumerate()
+        .map(|(i, &dtype)| {
+            let shape = [i + 1, 3];
+            let mut spec = Spec::new(&format!("dtypes.{}.{i}", dtype.name()), dtype, &shape, Some(1000 + i as u64));
+            if dtype.is_bool() {
+                // Booleans hold 0 or 1 in each element.
+                let size = dtype.size();
+                for (j, chunk) in spec.data.chunks_mut(size).enumerate() {
+                    chunk.fill(0);
+                    chunk[0] = (j % 2) as u8;
+                }
+            }
+            spec
+        })
+        .collect();
+    // Quantized: 12 packed int8 values in three u32 words, then one f32 scale.
+    let mut q = pattern(7, 12);
+    q.extend_from_slice(&0.05f32.to_le_bytes());
+    specs.push(Spec::with_data("quant.weight", qfloat(), &[3, 4], Some(77), q));
+    specs.push(Spec::new("empty", DType::F32, &[0, 5], None));
+    specs.push(Spec::new("scalar", DType::F64, &[], Some(5)));
+    specs.push(Spec::new("ünïcødé.层.🔥", DType::F16, &[7], None));
+    specs
+}
+
+/// Writes `specs` with this crate into memory.
+pub fn ours(specs: &[Spec]) -> Vec<u8> {
+    burnpack::Writer::new(specs.iter().map(Spec::entry).collect())
+        .into_bytes()
+        .unwrap()
+        .to_vec()
+}
+
+/// Writes `specs` with Burn's `burn_pack::Writer` into memory.
+pub fn burns(specs: &[Spec]) -> Vec<u8> {
+    burn_pack::Writer::new(specs.iter().map(Spec::burn_tensor).collect())
+        .into_bytes()
+        .unwrap()
+        .to_vec()
+}
