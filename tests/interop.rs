@@ -96,7 +96,12 @@ fn burn_reads_files_written_here() {
     let reader = burn_pack::Reader::from_file(&path).unwrap();
     assert_eq!(reader.tensor_names().len(), specs.len());
     for spec in &specs {
-        assert_eq!(reader.tensor_data(&spec.name).unwrap(), spec.data, "{}", spec.name);
+        assert_eq!(
+            reader.tensor_data(&spec.name).unwrap(),
+            spec.data,
+            "{}",
+            spec.name
+        );
     }
 }
 
@@ -107,7 +112,12 @@ fn assert_we_read(reader: &Reader, specs: &[Spec]) {
         assert_eq!(info.dtype(), spec.dtype, "{}", spec.name);
         assert_eq!(info.shape(), &spec.shape[..], "{}", spec.name);
         assert_eq!(info.param_id(), spec.param_id, "{}", spec.name);
-        assert_eq!(&reader.bytes(&spec.name).unwrap()[..], &spec.data[..], "{}", spec.name);
+        assert_eq!(
+            &reader.bytes(&spec.name).unwrap()[..],
+            &spec.data[..],
+            "{}",
+            spec.name
+        );
         assert!(info.is_aligned(), "{}", spec.name);
     }
 }
@@ -144,8 +154,15 @@ fn burn_order_by_name_and_by_position_agree_with_the_writer() {
         Spec::new("m.middle", burn::tensor::DType::U8, &[1], None),
     ];
     let reader = Reader::from_bytes(Bytes::from_bytes_vec(burns(&specs))).unwrap();
-    let by_name: Vec<_> = reader.tensors().iter().map(|t| t.name().to_string()).collect();
-    let by_position: Vec<_> = reader.tensors_by_position().map(|t| t.name().to_string()).collect();
+    let by_name: Vec<_> = reader
+        .tensors()
+        .iter()
+        .map(|t| t.name().to_string())
+        .collect();
+    let by_position: Vec<_> = reader
+        .tensors_by_position()
+        .map(|t| t.name().to_string())
+        .collect();
     assert_eq!(by_name, ["a.first", "m.middle", "z.last"]);
     assert_eq!(by_position, ["z.last", "a.first", "m.middle"]);
 }

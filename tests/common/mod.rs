@@ -33,10 +33,22 @@ impl Spec {
     /// A tensor of `dtype` and `shape` filled with deterministic bytes.
     pub fn new(name: &str, dtype: DType, shape: &[usize], param_id: Option<u64>) -> Self {
         let len = shape.iter().product::<usize>() * dtype.size();
-        Self::with_data(name, dtype, shape, param_id, pattern(name.len() as u64 + len as u64, len))
+        Self::with_data(
+            name,
+            dtype,
+            shape,
+            param_id,
+            pattern(name.len() as u64 + len as u64, len),
+        )
     }
 
-    pub fn with_data(name: &str, dtype: DType, shape: &[usize], param_id: Option<u64>, data: Vec<u8>) -> Self {
+    pub fn with_data(
+        name: &str,
+        dtype: DType,
+        shape: &[usize],
+        param_id: Option<u64>,
+        data: Vec<u8>,
+    ) -> Self {
         Self {
             name: name.to_string(),
             dtype,
@@ -115,7 +127,12 @@ pub fn every_dtype() -> Vec<Spec> {
         .enumerate()
         .map(|(i, &dtype)| {
             let shape = [i + 1, 3];
-            let mut spec = Spec::new(&format!("dtypes.{}.{i}", dtype.name()), dtype, &shape, Some(1000 + i as u64));
+            let mut spec = Spec::new(
+                &format!("dtypes.{}.{i}", dtype.name()),
+                dtype,
+                &shape,
+                Some(1000 + i as u64),
+            );
             if dtype.is_bool() {
                 // Booleans hold 0 or 1 in each element.
                 let size = dtype.size();
@@ -130,7 +147,13 @@ pub fn every_dtype() -> Vec<Spec> {
     // Quantized: 12 packed int8 values in three u32 words, then one f32 scale.
     let mut q = pattern(7, 12);
     q.extend_from_slice(&0.05f32.to_le_bytes());
-    specs.push(Spec::with_data("quant.weight", qfloat(), &[3, 4], Some(77), q));
+    specs.push(Spec::with_data(
+        "quant.weight",
+        qfloat(),
+        &[3, 4],
+        Some(77),
+        q,
+    ));
     specs.push(Spec::new("empty", DType::F32, &[0, 5], None));
     specs.push(Spec::new("scalar", DType::F64, &[], Some(5)));
     specs.push(Spec::new("ünïcødé.层.🔥", DType::F16, &[7], None));
