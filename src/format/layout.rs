@@ -18,7 +18,7 @@ use super::metadata::{Metadata, Scalar, into_map};
 /// ```
 /// use burn::tensor::{Bytes, DType};
 /// use burnpack::{Entry, Writer, read::Reader};
-/// let bytes = Writer::new(vec![Entry::from_le_bytes("w", DType::U8, vec![3], Bytes::from_bytes_vec(vec![1, 2, 3]))])
+/// let bytes = Writer::new(vec![Entry::resident("w", DType::U8, vec![3], Bytes::from_bytes_vec(vec![1, 2, 3]))])
 ///     .into_bytes()
 ///     .unwrap();
 /// let reader = Reader::from_bytes(bytes).unwrap();

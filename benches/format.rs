@@ -1,0 +1,232 @@
+//! Format-layer benchmark: writing and reading a pack of about 1 GiB of f32 tensors, side by
+//! side with Burn 0.22's `burn_pack` and with plain `write(2)` / `read(2)` of the same bytes.
+//!
+//! `cargo bench --bench format` (env: `BURNPACK_BENCH_MIB`, default 1024; `BURNPACK_BENCH_RUNS`,
+//! default 5). Prints a markdown table of medians. Cold reads drop the page cache first, which
+//! needs root; without it they are reported as warm.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use burn::tensor::{AllocationProperty, Bytes, DType};
+use burnpack::read::{ReadMode, ReadOptions};
+use burnpack::{Entry, Writer};
+
+const TENSOR_MIB: usize = 16;
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn drop_caches() -> bool {
+    let synced = std::process::Command::new("sync")
+        .status()
+        .is_ok_and(|s| s.success());
+    synced && std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
+}
+
+/// Wrapping sum of every 8-byte word: forces every byte to be read.
+fn touch(bytes: &[u8]) -> u64 {
+    let (words, rest) = bytes.as_chunks::<8>();
+    words
+        .iter()
+        .fold(rest.iter().map(|&b| u64::from(b)).sum(), |acc, w| {
+            acc.wrapping_add(u64::from_le_bytes(*w))
+        })
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+struct Row {
+    op: &'static str,
+    who: &'static str,
+    time: Duration,
+    bytes: u64,
+}
+
+fn time_runs(runs: usize, mut setup: impl FnMut(), mut f: impl FnMut() -> u64) -> (Duration, u64) {
+    let mut samples = Vec::new();
+    let mut out = 0;
+    for _ in 0..runs {
+        setup();
+        let start = Instant::now();
+        out = f();
+        samples.push(start.elapsed());
+    }
+    (median(samples), out)
+}
+
+fn main() {
+    let total_mib = env_or("BURNPACK_BENCH_MIB", 1024);
+    let runs = env_or("BURNPACK_BENCH_RUNS", 5);
+    let count = (total_mib / TENSOR_MIB).max(1);
+    let elems = TENSOR_MIB * 1024 * 1024 / 4;
+    let dir =
+        tempfile::tempdir_in(std::env::var("BURNPACK_BENCH_DIR").unwrap_or_else(|_| ".".into()))
+            .unwrap();
+    let path = dir.path().join("bench.bpk");
+
+    // The tensors, shared so each contender gets a zero-cost clone of the same bytes.
+    let tensors: Vec<Bytes> = (0..count)
+        .map(|t| {
+            let data: Vec<f32> = (0..elems).map(|i| (t * elems + i) as f32).collect();
+            Bytes::from_shared(
+                bytes::Bytes::from(bytemuck::cast_slice::<f32, u8>(&data).to_vec()),
+                AllocationProperty::Other,
+            )
+        })
+        .collect();
+    let names: Vec<String> = (0..count).map(|t| format!("layers.{t}.weight")).collect();
+    let ours = || {
+        Writer::new(
+            tensors
+                .iter()
+                .zip(&names)
+                .map(|(b, n)| Entry::resident(n.clone(), DType::F32, vec![elems], b.clone()))
+                .collect(),
+        )
+    };
+    let burns = || {
+        burn_pack::Writer::new(
+            tensors
+                .iter()
+                .zip(&names)
+                .map(|(b, n)| {
+                    burn_pack::Tensor::new(n.clone(), DType::F32, vec![elems], None, b.clone())
+                })
+                .collect(),
+        )
+    };
+    let buffer = ours().into_bytes().unwrap();
+    let size = buffer.len() as u64;
+    let remove = || {
+        let _ = std::fs::remove_file(&path);
+    };
+
+    let mut rows = Vec::new();
+    let mut write = |who, f: &dyn Fn(&Path)| {
+        let (time, _) = time_runs(runs, remove, || {
+            f(&path);
+            0
+        });
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            size,
+            "{who} wrote a different size"
+        );
+        rows.push(Row {
+            op: "write + fsync",
+            who,
+            time,
+            bytes: size,
+        });
+    };
+    write("write(2) of a ready buffer + fsync (floor)", &|p| {
+        let mut f = File::create(p).unwrap();
+        f.write_all(&buffer).unwrap();
+        f.sync_all().unwrap();
+    });
+    write("burn_pack::Writer::write_to_file (Burn 0.22)", &|p| {
+        burns().write_to_file(p).unwrap()
+    });
+    write("burnpack Writer::write_to_file (atomic)", &|p| {
+        ours().write_to_file(p).unwrap();
+    });
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        &buffer[..],
+        "burnpack's file differs from its buffer"
+    );
+
+    let cold = drop_caches();
+    for (temperature, drop) in [("cold", true), ("warm", false)] {
+        if drop && !cold {
+            continue;
+        }
+        let op = if drop {
+            "open + read all (cold)"
+        } else {
+            "open + read all (warm)"
+        };
+        let setup = || {
+            if drop {
+                drop_caches();
+            } else {
+                touch(&std::fs::read(&path).unwrap());
+            }
+        };
+        let expected = touch(&buffer[..]);
+        let _ = temperature;
+        let mut read = |who, f: &dyn Fn() -> u64| {
+            let (time, sum) = time_runs(runs, setup, f);
+            assert!(sum != 0 || expected == 0, "{who} read nothing");
+            rows.push(Row {
+                op,
+                who,
+                time,
+                bytes: size,
+            });
+        };
+        read("read(2) of the whole file (floor)", &|| {
+            touch(&std::fs::read(&path).unwrap())
+        });
+        read("burn_pack::Reader::from_file (Burn 0.22)", &|| {
+            let reader = burn_pack::Reader::from_file(&path).unwrap();
+            reader
+                .into_tensors()
+                .unwrap()
+                .iter()
+                .map(|t| touch(&t.to_bytes().unwrap()))
+                .fold(0, u64::wrapping_add)
+        });
+        read("burnpack Reader::open (mmap)", &|| {
+            let reader = burnpack::Reader::open(&path).unwrap();
+            reader
+                .tensors()
+                .iter()
+                .map(|t| touch(&reader.read(t).unwrap()))
+                .fold(0, u64::wrapping_add)
+        });
+        read("burnpack buffered", &|| {
+            let reader = ReadOptions::new()
+                .mode(ReadMode::Buffered)
+                .open(&path)
+                .unwrap();
+            reader
+                .tensors()
+                .iter()
+                .map(|t| touch(&reader.read(t).unwrap()))
+                .fold(0, u64::wrapping_add)
+        });
+    }
+
+    println!(
+        "\n{count} f32 tensors of {TENSOR_MIB} MiB ({:.2} GiB), median of {runs} runs, {} threads{}\n",
+        size as f64 / (1u64 << 30) as f64,
+        rayon::current_num_threads(),
+        if cold {
+            ""
+        } else {
+            " (page cache could not be dropped: no cold reads)"
+        }
+    );
+    println!("| operation | contender | median | GiB/s |");
+    println!("|---|---|---:|---:|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {:.0} ms | {:.2} |",
+            r.op,
+            r.who,
+            r.time.as_secs_f64() * 1e3,
+            r.bytes as f64 / (1u64 << 30) as f64 / r.time.as_secs_f64()
+        );
+    }
+}
