@@ -28,7 +28,11 @@
 //! assert_eq!(u32::try_from(reader.scalars()["epoch"]).unwrap(), 3);
 //! ```
 #![deny(missing_docs, unsafe_op_in_unsafe_fn)]
-#![warn(clippy::all)]
+#![deny(clippy::all)]
+#![warn(clippy::pedantic)]
+// Slot offsets and lengths are cast to `usize` only after the whole pack was checked to fit in
+// this platform's address space (`Writer::write_into` slices a buffer of that size).
+#![allow(clippy::cast_possible_truncation)]
 
 pub mod format;
 pub mod read;

@@ -200,7 +200,7 @@ fn in_place_writes_over_the_same_file() {
 fn a_mapped_reader_keeps_the_old_contents_across_an_atomic_replace() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model.bpk");
-    let old = vec![Spec::new("w", DType::F32, &[64], Some(1))];
+    let old = [Spec::new("w", DType::F32, &[64], Some(1))];
     Writer::new(old.iter().map(Spec::entry).collect())
         .write_to_file(&path)
         .unwrap();

@@ -103,14 +103,7 @@ fn mapped_tensors_are_windows_into_the_mapping() {
         .unwrap();
     let reader = Reader::open(&path).unwrap();
     let base = reader
-        .bytes(
-            &reader
-                .tensors_by_position()
-                .next()
-                .unwrap()
-                .name()
-                .to_string(),
-        )
+        .bytes(reader.tensors_by_position().next().unwrap().name())
         .unwrap();
     let first_offset = reader.tensors_by_position().next().unwrap().offset();
     let base_ptr = base.as_ptr() as usize - first_offset as usize;

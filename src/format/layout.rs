@@ -8,7 +8,7 @@ use super::dtype::{byte_len, element_align};
 use super::error::FormatError;
 use super::header::{HEADER_SIZE, Header};
 use super::limits::Limits;
-use super::metadata::{Metadata, Scalar, into_map};
+use super::metadata::{Descriptor, Metadata, Scalar, into_map};
 
 /// One tensor of a validated file: what it is and where its bytes are.
 ///
@@ -37,6 +37,80 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
+    /// Checks one descriptor against the data section start, the file length and the limits.
+    fn validate(
+        name: String,
+        d: Descriptor,
+        data_start: u64,
+        file_len: u64,
+        limits: &Limits,
+    ) -> Result<Self, FormatError> {
+        let (rel_start, rel_end) = d.data_offsets;
+        if rel_end < rel_start {
+            return Err(FormatError::EndBeforeStart {
+                tensor: name,
+                start: rel_start,
+                end: rel_end,
+            });
+        }
+        let (Some(start), Some(end)) = (
+            data_start.checked_add(rel_start),
+            data_start.checked_add(rel_end),
+        ) else {
+            return Err(FormatError::OffsetOverflow {
+                tensor: name,
+                start: rel_start,
+                end: rel_end,
+            });
+        };
+        if end > file_len {
+            return Err(FormatError::PastEnd {
+                tensor: name,
+                end,
+                file_len,
+            });
+        }
+        let len = end - start;
+        if len > limits.max_tensor_size {
+            return Err(FormatError::LimitExceeded {
+                what: "tensor size",
+                size: len,
+                limit: limits.max_tensor_size,
+            });
+        }
+        if !matches!(d.dtype, DType::QFloat(_)) {
+            let Some(expected) = byte_len(d.dtype, &d.shape) else {
+                return Err(FormatError::ShapeOverflow {
+                    tensor: name,
+                    shape: d.shape,
+                });
+            };
+            if expected != len {
+                return Err(FormatError::LengthMismatch {
+                    tensor: name,
+                    dtype: d.dtype,
+                    shape: d.shape,
+                    actual: len,
+                    expected,
+                });
+            }
+        }
+        let Ok(shape) = d.shape.iter().map(|&dim| usize::try_from(dim)).collect() else {
+            return Err(FormatError::ShapeOverflow {
+                tensor: name,
+                shape: d.shape,
+            });
+        };
+        Ok(Self {
+            name,
+            dtype: d.dtype,
+            shape,
+            param_id: d.param_id,
+            start,
+            len,
+        })
+    }
+
     /// The tensor's name (for module parameters, the dotted field path).
     #[must_use]
     pub fn name(&self) -> &str {
@@ -90,7 +164,7 @@ impl TensorInfo {
     /// always are; other writers may not be, and such tensors are copied when read.
     #[must_use]
     pub fn is_aligned(&self) -> bool {
-        self.start % element_align(self.dtype) as u64 == 0
+        self.start.is_multiple_of(element_align(self.dtype) as u64)
     }
 }
 
@@ -183,74 +257,10 @@ impl Layout {
         let decoded = Metadata::decode(metadata, limits)?;
         let data_start = header.data_start();
         let mut tensors = Vec::with_capacity(decoded.tensors.len());
-        for (name, d) in decoded.tensors {
-            let (rel_start, rel_end) = d.data_offsets;
-            if rel_end < rel_start {
-                return Err(FormatError::EndBeforeStart {
-                    tensor: name,
-                    start: rel_start,
-                    end: rel_end,
-                });
-            }
-            let (Some(start), Some(end)) = (
-                data_start.checked_add(rel_start),
-                data_start.checked_add(rel_end),
-            ) else {
-                return Err(FormatError::OffsetOverflow {
-                    tensor: name,
-                    start: rel_start,
-                    end: rel_end,
-                });
-            };
-            if end > file_len {
-                return Err(FormatError::PastEnd {
-                    tensor: name,
-                    end,
-                    file_len,
-                });
-            }
-            let len = end - start;
-            if len > limits.max_tensor_size {
-                return Err(FormatError::LimitExceeded {
-                    what: "tensor size",
-                    size: len,
-                    limit: limits.max_tensor_size,
-                });
-            }
-            let shape_overflow = |name: String, shape: Vec<u64>| FormatError::ShapeOverflow {
-                tensor: name,
-                shape,
-            };
-            if !matches!(d.dtype, DType::QFloat(_)) {
-                let Some(expected) = byte_len(d.dtype, &d.shape) else {
-                    return Err(shape_overflow(name, d.shape));
-                };
-                if expected != len {
-                    return Err(FormatError::LengthMismatch {
-                        tensor: name,
-                        dtype: d.dtype,
-                        shape: d.shape,
-                        actual: len,
-                        expected,
-                    });
-                }
-            }
-            let Ok(shape) = d
-                .shape
-                .iter()
-                .map(|&dim| usize::try_from(dim))
-                .collect::<Result<Vec<_>, _>>()
-            else {
-                return Err(shape_overflow(name, d.shape));
-            };
-            tensors.push(TensorInfo {
-                name,
-                dtype: d.dtype,
-                shape,
-                param_id: d.param_id,
-                start,
-                len,
-            });
+        for (name, descriptor) in decoded.tensors {
+            tensors.push(TensorInfo::validate(
+                name, descriptor, data_start, file_len, limits,
+            )?);
         }
 
         tensors.sort_by(|a, b| a.name.cmp(&b.name));
@@ -315,6 +325,7 @@ impl Layout {
     }
 
     /// Every tensor in the order its bytes appear in the file.
+    #[must_use = "iterators are lazy"]
     pub fn tensors_by_position(&self) -> impl ExactSizeIterator<Item = &TensorInfo> {
         self.by_position.iter().map(|&i| &self.tensors[i])
     }

@@ -143,7 +143,7 @@ impl ReadOptions {
             Err(bytes) if bytes.view(0, 0).is_ok() => bytes,
             Err(bytes) => bytes.shared(),
         };
-        self.from_memory(all)
+        self.open_memory(all)
     }
 
     /// Reads a pack embedded in the program (e.g. with `include_bytes!`), without copying.
@@ -151,13 +151,13 @@ impl ReadOptions {
     /// # Errors
     /// [`ReadError::Invalid`] if the bytes are not a valid pack within the limits.
     pub fn from_static(&self, data: &'static [u8]) -> Result<Reader, ReadError> {
-        self.from_memory(Bytes::from_shared(
+        self.open_memory(Bytes::from_shared(
             bytes::Bytes::from_static(data),
             AllocationProperty::Other,
         ))
     }
 
-    fn from_memory(&self, all: Bytes) -> Result<Reader, ReadError> {
+    fn open_memory(&self, all: Bytes) -> Result<Reader, ReadError> {
         let file = "<memory>".to_string();
         match Layout::from_bytes(&all, &self.limits) {
             Ok(layout) => Ok(Reader {
@@ -252,6 +252,7 @@ impl Reader {
     }
 
     /// Every tensor in file order.
+    #[must_use = "iterators are lazy"]
     pub fn tensors_by_position(&self) -> impl ExactSizeIterator<Item = &TensorInfo> {
         self.layout.tensors_by_position()
     }

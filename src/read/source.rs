@@ -52,7 +52,7 @@ impl Source {
                 let window = all.view(start, end).map_err(|e| {
                     std::io::Error::other(format!("cannot view {start}..{end}: {e:?}"))
                 })?;
-                if window.as_ptr() as usize % align == 0 {
+                if (window.as_ptr() as usize).is_multiple_of(align) {
                     Ok(window)
                 } else {
                     aligned_bytes(len, |out| {
@@ -68,9 +68,11 @@ impl Source {
     /// Whether `start` (an absolute offset) is served without copying at alignment `align`.
     pub(crate) fn is_zero_copy(&self, start: u64, align: usize) -> bool {
         match self {
-            Source::Memory(all) => {
-                (all.as_ptr() as usize).wrapping_add(start as usize) % align == 0
-            }
+            Source::Memory(all) => usize::try_from(start).is_ok_and(|start| {
+                (all.as_ptr() as usize)
+                    .wrapping_add(start)
+                    .is_multiple_of(align)
+            }),
             Source::Buffered(_) => false,
         }
     }

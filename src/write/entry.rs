@@ -141,6 +141,6 @@ impl std::fmt::Debug for Entry {
             .field("param_id", &self.param_id)
             .field("len", &self.len())
             .field("deferred", &self.is_deferred())
-            .finish()
+            .finish_non_exhaustive()
     }
 }
