@@ -35,9 +35,11 @@
 #![allow(clippy::cast_possible_truncation)]
 
 pub mod format;
+pub mod module;
 pub mod read;
 pub mod write;
 
 pub use format::{Limits, Scalar};
+pub use module::{LoadOptions, ModuleError, PackModule, SaveOptions};
 pub use read::{ReadError, Reader};
 pub use write::{Entry, WriteError, WriteMode, Writer};

@@ -2,6 +2,8 @@
 //! crate's entries and into Burn's `burn_pack` tensors.
 #![allow(dead_code)]
 
+pub mod model;
+
 use burn::tensor::quantization::QuantScheme;
 use burn::tensor::{BoolStore, Bytes, DType};
 use burnpack::Entry;

@@ -1,0 +1,162 @@
+//! Load side: map a module's parameters to zero-copy views of a reader's tensors.
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use burn::module::{ModuleMapper, Param, ParamId, Parameter};
+use burn::tensor::{Bool, Float, Int, Tensor, TensorData, kind::Basic};
+
+use super::error::{Mismatch, ShapeMismatch};
+use super::options::{DTypePolicy, LoadOptions};
+use crate::format::TensorInfo;
+use crate::read::Reader;
+
+/// Replaces each parameter found in the reader with a tensor built from its bytes on the
+/// parameter's own device, and records everything that did not match.
+pub(crate) struct Applier<'a> {
+    reader: &'a Reader,
+    options: &'a LoadOptions,
+    path: Vec<String>,
+    /// File tensors by (renamed) path, only those the filter accepts; removed when used.
+    pending: HashMap<String, &'a TensorInfo>,
+    pub(crate) mismatch: Mismatch,
+}
+
+impl<'a> Applier<'a> {
+    pub(crate) fn new(reader: &'a Reader, options: &'a LoadOptions) -> Self {
+        let mut pending = HashMap::with_capacity(reader.tensors().len());
+        let mut mismatch = Mismatch::default();
+        for info in reader.tensors() {
+            let path = options.renamed(info.name());
+            if !options.accepts(&path) {
+                continue;
+            }
+            if pending.insert(path.clone(), info).is_some() {
+                mismatch.collisions.push(path);
+            }
+        }
+        Self {
+            reader,
+            options,
+            path: Vec::new(),
+            pending,
+            mismatch,
+        }
+    }
+
+    /// Finishes the walk: what the file held that nothing used.
+    pub(crate) fn finish(mut self) -> Mismatch {
+        if !self.options.allow_unused {
+            let mut unused: Vec<String> = self.pending.into_keys().collect();
+            unused.sort();
+            self.mismatch.unused = unused;
+        }
+        if self.options.allow_partial {
+            self.mismatch.missing.clear();
+        }
+        self.mismatch
+    }
+
+    fn load<const D: usize, K: Basic>(
+        &mut self,
+        param: Param<Tensor<D, K>>,
+        float: bool,
+    ) -> Param<Tensor<D, K>>
+    where
+        Tensor<D, K>: Parameter,
+    {
+        let path = self.path.join(".");
+        if !self.options.accepts(&path) {
+            return param;
+        }
+        let Some(info) = self.pending.remove(&path) else {
+            self.mismatch.missing.push(path);
+            return param;
+        };
+        // Lazy shape and device: an uninitialized parameter is filled without running its
+        // initializer.
+        let expected = param.lazy_shape();
+        if expected.as_slice() != info.shape() {
+            self.mismatch.shapes.push(ShapeMismatch {
+                path,
+                expected: expected.to_vec(),
+                found: info.shape().to_vec(),
+            });
+            return param;
+        }
+        let stored = info.dtype();
+        let dtype = match self.options.dtype {
+            DTypePolicy::AsStored => stored,
+            DTypePolicy::CastToModule => param.val().dtype(),
+            DTypePolicy::CastFloatsTo(dtype) if float => dtype,
+            DTypePolicy::CastFloatsTo(_) => stored,
+        };
+        let bytes = match self.reader.read(info) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                self.mismatch.failed.push((path, e.to_string()));
+                return param;
+            }
+        };
+        let device = param.lazy_device();
+        if !device.supports_dtype(dtype) {
+            self.mismatch.failed.push((
+                path,
+                format!(
+                    "{dtype:?} is not supported on {device:?}; load with DTypePolicy::CastFloatsTo"
+                ),
+            ));
+            return param;
+        }
+        let data = TensorData::from_bytes(bytes, info.shape().to_vec(), stored);
+        // A backend that cannot hold the dtype panics; report it with the others instead.
+        let built = catch_unwind(AssertUnwindSafe(|| {
+            Tensor::<D, K>::from_data(data, (&device, dtype))
+        }));
+        match built {
+            Ok(tensor) => {
+                let id = info.param_id().map_or(param.id, ParamId::from);
+                param.transform_for_load(tensor, id)
+            }
+            Err(panic) => {
+                let why = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+                    .unwrap_or_else(|| "the backend refused the tensor".to_string());
+                self.mismatch
+                    .failed
+                    .push((path, format!("{dtype:?} on {device:?}: {why}")));
+                param
+            }
+        }
+    }
+}
+
+impl ModuleMapper for Applier<'_> {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn map_float<const D: usize>(
+        &mut self,
+        param: Param<Tensor<D, Float>>,
+    ) -> Param<Tensor<D, Float>> {
+        self.load(param, true)
+    }
+
+    fn map_int<const D: usize>(&mut self, param: Param<Tensor<D, Int>>) -> Param<Tensor<D, Int>> {
+        self.load(param, false)
+    }
+
+    fn map_bool<const D: usize>(
+        &mut self,
+        param: Param<Tensor<D, Bool>>,
+    ) -> Param<Tensor<D, Bool>> {
+        self.load(param, false)
+    }
+}

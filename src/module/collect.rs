@@ -1,0 +1,79 @@
+//! Save side: walk a module and turn each parameter into a deferred [`Entry`].
+
+use burn::module::{ModuleVisitor, Param, Parameter};
+use burn::tensor::{Bool, Int, Tensor, kind::Basic};
+
+use crate::write::{Entry, ProviderError, WriteError};
+
+/// Collects a module's parameters as entries, with Burn's names (field path joined by `.`),
+/// `ParamId`s, dtypes and shapes. Nothing is read from the device here: each entry holds a
+/// handle to the (save-mapped) tensor and reads it only when the writer reaches its slot.
+#[derive(Default)]
+pub(crate) struct Collector {
+    path: Vec<String>,
+    pub(crate) entries: Vec<Entry>,
+    /// The first parameter that could not be collected.
+    pub(crate) failure: Option<WriteError>,
+}
+
+impl Collector {
+    fn collect<const D: usize, K: Basic + 'static>(&mut self, param: &Param<Tensor<D, K>>)
+    where
+        Tensor<D, K>: Parameter + Send,
+    {
+        let name = self.path.join(".");
+        // The save mapper's form is what Burn writes and what its loader un-maps.
+        let tensor = param.transform_for_save().val();
+        let dtype = tensor.dtype();
+        let shape = tensor.shape().to_vec();
+        let id = param.id.val();
+        let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+        let entry = match crate::format::byte_len(dtype, &dims) {
+            Some(len) => Entry::deferred(name, dtype, shape, len, move || read(tensor)),
+            // Quantized data's packed length is only known once produced: read it now.
+            None => match read(tensor) {
+                Ok(bytes) => Entry::resident(name, dtype, shape, bytes),
+                Err(source) => {
+                    self.failure.get_or_insert(WriteError::Provider {
+                        tensor: name,
+                        source,
+                    });
+                    return;
+                }
+            },
+        };
+        self.entries.push(entry.with_param_id(id));
+    }
+}
+
+/// Reads a tensor's bytes from its device.
+fn read<const D: usize, K: Basic>(
+    tensor: Tensor<D, K>,
+) -> Result<burn::tensor::Bytes, ProviderError> {
+    let data = tensor
+        .try_into_data()
+        .map_err(|e| format!("device read failed: {e:?}"))?;
+    Ok(data.into_bytes())
+}
+
+impl ModuleVisitor for Collector {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        self.collect(param);
+    }
+
+    fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<D, Int>>) {
+        self.collect(param);
+    }
+
+    fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<D, Bool>>) {
+        self.collect(param);
+    }
+}

@@ -1,0 +1,185 @@
+//! The Burn adapter: save any `#[derive(Module)]` model as a pack, load a pack into one.
+//!
+//! Saving walks the module once and turns each parameter into a deferred entry (name = field
+//! path joined by `.`, the `ParamId`, dtype and shape, after the parameter's save mapper);
+//! bytes are read from the device only when the parallel writer reaches that parameter's slot.
+//! Loading maps the file once and builds each parameter from a zero-copy view with the
+//! file's dtype on the parameter's own device, restoring its `ParamId`.
+//!
+//! ```
+//! use burn::module::{Module, Param};
+//! use burn::tensor::{Device, Tensor};
+//! use burnpack::module::PackModule;
+//!
+//! #[derive(Module, Debug)]
+//! struct Tiny {
+//!     weight: Param<Tensor<2>>,
+//! }
+//!
+//! let device = Device::flex();
+//! let dir = tempfile::tempdir().unwrap();
+//! let path = dir.path().join("tiny.bpk");
+//! let model = Tiny { weight: Param::from_data([[1.0, 2.0], [3.0, 4.0]], &device) };
+//! model.save_pack(&path).unwrap();
+//!
+//! let fresh = Tiny { weight: Param::from_data([[0.0; 2]; 2], &device) };
+//! let loaded = fresh.load_pack(&path).unwrap();
+//! assert_eq!(loaded.weight.val().into_data().to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0, 4.0]);
+//! assert_eq!(loaded.weight.id, model.weight.id);
+//! ```
+
+mod apply;
+mod collect;
+mod error;
+mod options;
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::tensor::Bytes;
+
+pub use error::{Mismatch, ModuleError, ShapeMismatch};
+pub use options::{DTypePolicy, LoadOptions, SaveOptions};
+
+use crate::read::Reader;
+use crate::write::{Entry, Writer};
+
+/// The `producer` metadata value this crate writes.
+pub const PRODUCER: &str = concat!("burnpack ", env!("CARGO_PKG_VERSION"));
+
+/// Save and load for every Burn [`Module`]. Names differ from Burn's own `save_file` /
+/// `load_file`, so both can be in scope with `burn::prelude::*`.
+pub trait PackModule: Module + Sized {
+    /// The module's parameters as deferred entries, in visiting order (what is written).
+    ///
+    /// # Errors
+    /// A quantized parameter whose bytes could not be read from its device.
+    fn pack_entries(&self) -> Result<Vec<Entry>, ModuleError> {
+        let mut collector = collect::Collector::default();
+        self.visit(&mut collector);
+        match collector.failure {
+            Some(e) => Err(e.into()),
+            None => Ok(collector.entries),
+        }
+    }
+
+    /// A writer for this module with `options` applied (for writing to memory or a buffer).
+    ///
+    /// # Errors
+    /// See [`pack_entries`](Self::pack_entries).
+    fn pack_writer(&self, options: &SaveOptions) -> Result<Writer, ModuleError> {
+        let mut writer = Writer::new(self.pack_entries()?).mode(options.mode);
+        if !options.metadata.contains_key("producer") {
+            writer = writer.with_metadata("producer", PRODUCER);
+        }
+        for (k, v) in &options.metadata {
+            writer = writer.with_metadata(k.clone(), v.clone());
+        }
+        for (k, v) in &options.scalars {
+            writer = writer.with_scalar(k.clone(), *v);
+        }
+        if let Some(overwrite) = options.overwrite {
+            writer = writer.overwrite(overwrite);
+        }
+        if let Some(threads) = options.threads {
+            writer = writer.threads(threads);
+        }
+        Ok(writer)
+    }
+
+    /// Saves the module to `path` atomically. Returns the file size.
+    ///
+    /// # Errors
+    /// See [`save_pack_with`](Self::save_pack_with).
+    fn save_pack(&self, path: impl AsRef<Path>) -> Result<u64, ModuleError> {
+        self.save_pack_with(path, &SaveOptions::new())
+    }
+
+    /// Saves the module to `path` with `options`. Parameters are read from their device one
+    /// at a time per writer thread, as the writer reaches them; peak host memory is about
+    /// threads × the largest parameter on top of the model itself.
+    ///
+    /// # Errors
+    /// [`ModuleError::Write`] naming the file and the parameter; in atomic mode `path` is then
+    /// unchanged.
+    fn save_pack_with(
+        &self,
+        path: impl AsRef<Path>,
+        options: &SaveOptions,
+    ) -> Result<u64, ModuleError> {
+        Ok(self.pack_writer(options)?.write_to_file(path)?)
+    }
+
+    /// The module as pack bytes in memory.
+    ///
+    /// # Errors
+    /// See [`save_pack_with`](Self::save_pack_with).
+    fn to_pack_bytes(&self) -> Result<Bytes, ModuleError> {
+        Ok(self.pack_writer(&SaveOptions::new())?.into_bytes()?)
+    }
+
+    /// Loads the module from `path`, strictly, with the file's dtypes.
+    ///
+    /// # Errors
+    /// See [`load_pack_with`](Self::load_pack_with).
+    fn load_pack(self, path: impl AsRef<Path>) -> Result<Self, ModuleError> {
+        self.load_pack_with(path, &LoadOptions::new())
+    }
+
+    /// Loads the module from `path` with `options`.
+    ///
+    /// # Errors
+    /// [`ModuleError::Read`] for an unreadable or invalid file, [`ModuleError::Mismatch`]
+    /// listing every missing, unused, mis-shaped or unloadable parameter at once.
+    fn load_pack_with(
+        self,
+        path: impl AsRef<Path>,
+        options: &LoadOptions,
+    ) -> Result<Self, ModuleError> {
+        let reader = options.read.open(path)?;
+        self.load_pack_reader(&reader, options)
+    }
+
+    /// Loads the module from pack bytes in memory (zero-copy views into them).
+    ///
+    /// # Errors
+    /// See [`load_pack_with`](Self::load_pack_with).
+    fn load_pack_bytes(self, bytes: Bytes, options: &LoadOptions) -> Result<Self, ModuleError> {
+        let reader = options.read.from_bytes(bytes)?;
+        self.load_pack_reader(&reader, options)
+    }
+
+    /// Loads the module from a pack embedded with `include_bytes!` (zero-copy).
+    ///
+    /// # Errors
+    /// See [`load_pack_with`](Self::load_pack_with).
+    fn load_pack_static(
+        self,
+        data: &'static [u8],
+        options: &LoadOptions,
+    ) -> Result<Self, ModuleError> {
+        let reader = options.read.from_static(data)?;
+        self.load_pack_reader(&reader, options)
+    }
+
+    /// Loads the module from an open reader. The tensors keep the reader's source alive (the
+    /// mapping lives as long as any parameter uses it).
+    ///
+    /// # Errors
+    /// [`ModuleError::Mismatch`], listing every problem.
+    fn load_pack_reader(self, reader: &Reader, options: &LoadOptions) -> Result<Self, ModuleError> {
+        let mut applier = apply::Applier::new(reader, options);
+        let module = self.map(&mut applier);
+        let mismatch = applier.finish();
+        if mismatch.is_empty() {
+            Ok(module)
+        } else {
+            Err(ModuleError::Mismatch {
+                file: reader.file().to_string(),
+                mismatch,
+            })
+        }
+    }
+}
+
+impl<M: Module> PackModule for M {}

@@ -1,0 +1,228 @@
+//! Options for saving and loading modules.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use burn::tensor::DType;
+use regex::Regex;
+
+use crate::format::{Limits, Scalar};
+use crate::read::{ReadMode, ReadOptions};
+use crate::write::WriteMode;
+
+/// How a module is saved: extra metadata and scalars, durability, parallelism.
+///
+/// ```
+/// use burnpack::module::SaveOptions;
+/// use burnpack::WriteMode;
+/// let options = SaveOptions::new()
+///     .metadata("model", "mlp")
+///     .scalar("epoch", 3u32)
+///     .mode(WriteMode::InPlace)
+///     .threads(4);
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct SaveOptions {
+    pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) scalars: BTreeMap<String, Scalar>,
+    pub(crate) mode: WriteMode,
+    pub(crate) overwrite: Option<bool>,
+    pub(crate) threads: Option<usize>,
+}
+
+impl SaveOptions {
+    /// Atomic writes, a `producer` metadata entry, rayon's default thread count.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a string metadata entry (a `producer` entry naming this crate is always added
+    /// unless set here).
+    #[must_use]
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// Adds a typed scalar.
+    #[must_use]
+    pub fn scalar(mut self, key: impl Into<String>, value: impl Into<Scalar>) -> Self {
+        self.scalars.insert(key.into(), value.into());
+        self
+    }
+
+    /// Atomic (default) or in-place writes; see [`WriteMode`].
+    #[must_use]
+    pub fn mode(mut self, mode: WriteMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Whether an existing file may be replaced (default `true`).
+    #[must_use]
+    pub fn overwrite(mut self, overwrite: bool) -> Self {
+        self.overwrite = Some(overwrite);
+        self
+    }
+
+    /// Number of parallel writers; each holds one parameter's bytes at a time.
+    #[must_use]
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = Some(threads);
+        self
+    }
+}
+
+/// Which dtype a loaded parameter gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DTypePolicy {
+    /// The dtype stored in the file, loaded verbatim (zero copy where the backend allows).
+    #[default]
+    AsStored,
+    /// The dtype the module's parameter has now. Reading it initializes a lazy parameter.
+    CastToModule,
+    /// Float parameters are cast to this dtype; int and bool parameters keep theirs.
+    CastFloatsTo(DType),
+}
+
+/// Decides which module paths are loaded.
+#[derive(Clone)]
+pub(crate) enum Filter {
+    Regex(Regex),
+    Predicate(Arc<dyn Fn(&str) -> bool + Send + Sync>),
+}
+
+impl Filter {
+    pub(crate) fn accepts(&self, path: &str) -> bool {
+        match self {
+            Filter::Regex(re) => re.is_match(path),
+            Filter::Predicate(f) => f(path),
+        }
+    }
+}
+
+impl std::fmt::Debug for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Filter::Regex(re) => write!(f, "Regex({})", re.as_str()),
+            Filter::Predicate(_) => f.write_str("Predicate(..)"),
+        }
+    }
+}
+
+/// How a module is loaded. Strict by default: every parameter must be in the file with its
+/// shape, and every tensor in the file must be used.
+///
+/// ```
+/// use burn::tensor::DType;
+/// use burnpack::module::{DTypePolicy, LoadOptions};
+/// let options = LoadOptions::new()
+///     .allow_partial(true)
+///     .allow_unused(true)
+///     .filter_regex(r"^encoder\.")
+///     .unwrap()
+///     .rename(r"^model\.", "")
+///     .unwrap()
+///     .dtype(DTypePolicy::CastFloatsTo(DType::F32));
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    pub(crate) allow_partial: bool,
+    pub(crate) allow_unused: bool,
+    pub(crate) filter: Option<Filter>,
+    pub(crate) renames: Vec<(Regex, String)>,
+    pub(crate) dtype: DTypePolicy,
+    pub(crate) read: ReadOptions,
+}
+
+impl LoadOptions {
+    /// Strict, dtypes as stored, memory-mapped, Burn's limits.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Parameters missing from the file keep their current values instead of failing.
+    #[must_use]
+    pub fn allow_partial(mut self, allow: bool) -> Self {
+        self.allow_partial = allow;
+        self
+    }
+
+    /// Tensors in the file that no parameter uses are ignored instead of failing.
+    #[must_use]
+    pub fn allow_unused(mut self, allow: bool) -> Self {
+        self.allow_unused = allow;
+        self
+    }
+
+    /// Loads only parameters whose path matches `pattern`; the others keep their values and
+    /// file tensors outside the filter are not reported as unused.
+    ///
+    /// # Errors
+    /// The pattern does not compile.
+    pub fn filter_regex(mut self, pattern: &str) -> Result<Self, regex::Error> {
+        self.filter = Some(Filter::Regex(Regex::new(pattern)?));
+        Ok(self)
+    }
+
+    /// Loads only parameters for whose path `predicate` returns true.
+    #[must_use]
+    pub fn filter(mut self, predicate: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.filter = Some(Filter::Predicate(Arc::new(predicate)));
+        self
+    }
+
+    /// Renames file tensors before matching them to parameters: every rule is applied in
+    /// order with [`Regex::replace_all`] (`$1` etc. refer to groups).
+    ///
+    /// # Errors
+    /// The pattern does not compile.
+    pub fn rename(
+        mut self,
+        pattern: &str,
+        replacement: impl Into<String>,
+    ) -> Result<Self, regex::Error> {
+        self.renames
+            .push((Regex::new(pattern)?, replacement.into()));
+        Ok(self)
+    }
+
+    /// Sets the dtype policy.
+    #[must_use]
+    pub fn dtype(mut self, policy: DTypePolicy) -> Self {
+        self.dtype = policy;
+        self
+    }
+
+    /// Reads with ordinary reads instead of a memory map (network filesystems, unified memory).
+    #[must_use]
+    pub fn buffered(mut self, buffered: bool) -> Self {
+        self.read = self.read.mode(if buffered {
+            ReadMode::Buffered
+        } else {
+            ReadMode::Mmap
+        });
+        self
+    }
+
+    /// Sets the limits checked when opening the file.
+    #[must_use]
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.read = self.read.limits(limits);
+        self
+    }
+
+    pub(crate) fn renamed(&self, name: &str) -> String {
+        self.renames.iter().fold(name.to_string(), |acc, (re, to)| {
+            re.replace_all(&acc, to.as_str()).into_owned()
+        })
+    }
+
+    pub(crate) fn accepts(&self, path: &str) -> bool {
+        self.filter.as_ref().is_none_or(|f| f.accepts(path))
+    }
+}
