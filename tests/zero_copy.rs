@@ -1,0 +1,87 @@
+//! Loading is zero-copy on the CPU backends: a 256 MiB model loaded from a mapped file grows
+//! the process's anonymous memory by far less than 256 MiB, on flex and on ndarray.
+//!
+//! One test in its own binary, so no other test allocates while memory is measured.
+
+use burn::module::{Module, Param, ParamId};
+use burn::tensor::{Bytes, DType, Device, Tensor};
+use burnpack::module::PackModule;
+use burnpack::{Entry, Writer};
+
+const ROWS: usize = 4096;
+const COLS: usize = 1024;
+const LAYERS: usize = 16; // 16 x 16 MiB = 256 MiB
+
+#[derive(Module, Debug)]
+struct Big {
+    layers: Vec<Param<Tensor<2>>>,
+}
+
+/// Anonymous resident memory of this process, in bytes.
+fn rss_anon() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+fn value(layer: usize, i: usize) -> f32 {
+    (layer * 7 + i % 1013) as f32
+}
+
+#[test]
+fn loading_256_mib_copies_no_tensor_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.bpk");
+    // Written from deferred entries: this process never holds the whole model.
+    let entries = (0..LAYERS)
+        .map(|l| {
+            Entry::deferred(format!("layers.{l}"), DType::F32, vec![ROWS, COLS], (ROWS * COLS * 4) as u64, move || {
+                Ok(Bytes::from_elems((0..ROWS * COLS).map(|i| value(l, i)).collect::<Vec<f32>>()))
+            })
+            .with_param_id(l as u64)
+        })
+        .collect();
+    Writer::new(entries).threads(1).write_to_file(&path).unwrap();
+
+    #[allow(deprecated)] // burn-ndarray is deprecated in Burn 0.22, still supported and tested
+    let devices = [Device::flex(), Device::ndarray()];
+    for device in devices {
+        let lazy = Big {
+            layers: (0..LAYERS)
+                .map(|_| {
+                    Param::uninitialized(ParamId::new(), |d, _| Tensor::zeros([ROWS, COLS], d), device.clone(), false, [ROWS, COLS].into())
+                })
+                .collect(),
+        };
+        let before = rss_anon();
+        let loaded = lazy.load_pack(&path).unwrap();
+        // Force every parameter to exist as a backend tensor.
+        let handles: Vec<Tensor<2>> = loaded.layers.iter().map(Param::val).collect();
+        let grown = rss_anon().saturating_sub(before);
+        assert!(
+            grown < 32 << 20,
+            "{device:?}: anonymous memory grew by {} MiB loading a 256 MiB model",
+            grown >> 20
+        );
+        // And the values are the file's.
+        for (l, t) in handles.iter().enumerate().step_by(5) {
+            let row: Vec<f32> = t.clone().slice([ROWS - 1..ROWS, 0..COLS]).into_data().try_to_vec().unwrap();
+            assert_eq!(row[..8], (0..8).map(|i| value(l, (ROWS - 1) * COLS + i)).collect::<Vec<_>>()[..]);
+        }
+        assert_eq!(loaded.layers[3].id, ParamId::from(3u64));
+        println!("{device:?}: anonymous memory grew by {} KiB", grown >> 10);
+    }
+
+    // The measurement sees copies: the buffered mode reads every tensor into owned memory.
+    let device = Device::flex();
+    let lazy = Big {
+        layers: (0..LAYERS)
+            .map(|_| Param::uninitialized(ParamId::new(), |d, _| Tensor::zeros([ROWS, COLS], d), device.clone(), false, [ROWS, COLS].into()))
+            .collect(),
+    };
+    let before = rss_anon();
+    let loaded = lazy.load_pack_with(&path, &burnpack::LoadOptions::new().buffered(true)).unwrap();
+    let grown = rss_anon().saturating_sub(before);
+    assert!(grown > 200 << 20, "buffered load grew anonymous memory by only {} MiB", grown >> 20);
+    drop(loaded);
+}
