@@ -21,7 +21,12 @@ struct Big {
 fn rss_anon() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
 }
 
 fn value(layer: usize, i: usize) -> f32 {
@@ -35,13 +40,24 @@ fn loading_256_mib_copies_no_tensor_bytes() {
     // Written from deferred entries: this process never holds the whole model.
     let entries = (0..LAYERS)
         .map(|l| {
-            Entry::deferred(format!("layers.{l}"), DType::F32, vec![ROWS, COLS], (ROWS * COLS * 4) as u64, move || {
-                Ok(Bytes::from_elems((0..ROWS * COLS).map(|i| value(l, i)).collect::<Vec<f32>>()))
-            })
+            Entry::deferred(
+                format!("layers.{l}"),
+                DType::F32,
+                vec![ROWS, COLS],
+                (ROWS * COLS * 4) as u64,
+                move || {
+                    Ok(Bytes::from_elems(
+                        (0..ROWS * COLS).map(|i| value(l, i)).collect::<Vec<f32>>(),
+                    ))
+                },
+            )
             .with_param_id(l as u64)
         })
         .collect();
-    Writer::new(entries).threads(1).write_to_file(&path).unwrap();
+    Writer::new(entries)
+        .threads(1)
+        .write_to_file(&path)
+        .unwrap();
 
     #[allow(deprecated)] // burn-ndarray is deprecated in Burn 0.22, still supported and tested
     let devices = [Device::flex(), Device::ndarray()];
@@ -49,7 +65,13 @@ fn loading_256_mib_copies_no_tensor_bytes() {
         let lazy = Big {
             layers: (0..LAYERS)
                 .map(|_| {
-                    Param::uninitialized(ParamId::new(), |d, _| Tensor::zeros([ROWS, COLS], d), device.clone(), false, [ROWS, COLS].into())
+                    Param::uninitialized(
+                        ParamId::new(),
+                        |d, _| Tensor::zeros([ROWS, COLS], d),
+                        device.clone(),
+                        false,
+                        [ROWS, COLS].into(),
+                    )
                 })
                 .collect(),
         };
@@ -65,8 +87,18 @@ fn loading_256_mib_copies_no_tensor_bytes() {
         );
         // And the values are the file's.
         for (l, t) in handles.iter().enumerate().step_by(5) {
-            let row: Vec<f32> = t.clone().slice([ROWS - 1..ROWS, 0..COLS]).into_data().try_to_vec().unwrap();
-            assert_eq!(row[..8], (0..8).map(|i| value(l, (ROWS - 1) * COLS + i)).collect::<Vec<_>>()[..]);
+            let row: Vec<f32> = t
+                .clone()
+                .slice([ROWS - 1..ROWS, 0..COLS])
+                .into_data()
+                .try_to_vec()
+                .unwrap();
+            assert_eq!(
+                row[..8],
+                (0..8)
+                    .map(|i| value(l, (ROWS - 1) * COLS + i))
+                    .collect::<Vec<_>>()[..]
+            );
         }
         assert_eq!(loaded.layers[3].id, ParamId::from(3u64));
         println!("{device:?}: anonymous memory grew by {} KiB", grown >> 10);
@@ -76,12 +108,26 @@ fn loading_256_mib_copies_no_tensor_bytes() {
     let device = Device::flex();
     let lazy = Big {
         layers: (0..LAYERS)
-            .map(|_| Param::uninitialized(ParamId::new(), |d, _| Tensor::zeros([ROWS, COLS], d), device.clone(), false, [ROWS, COLS].into()))
+            .map(|_| {
+                Param::uninitialized(
+                    ParamId::new(),
+                    |d, _| Tensor::zeros([ROWS, COLS], d),
+                    device.clone(),
+                    false,
+                    [ROWS, COLS].into(),
+                )
+            })
             .collect(),
     };
     let before = rss_anon();
-    let loaded = lazy.load_pack_with(&path, &burnpack::LoadOptions::new().buffered(true)).unwrap();
+    let loaded = lazy
+        .load_pack_with(&path, &burnpack::LoadOptions::new().buffered(true))
+        .unwrap();
     let grown = rss_anon().saturating_sub(before);
-    assert!(grown > 200 << 20, "buffered load grew anonymous memory by only {} MiB", grown >> 20);
+    assert!(
+        grown > 200 << 20,
+        "buffered load grew anonymous memory by only {} MiB",
+        grown >> 20
+    );
     drop(loaded);
 }

@@ -86,10 +86,9 @@ impl<'a> Applier<'a> {
         }
         let stored = info.dtype();
         let dtype = match self.options.dtype {
-            DTypePolicy::AsStored => stored,
             DTypePolicy::CastToModule => param.val().dtype(),
             DTypePolicy::CastFloatsTo(dtype) if float => dtype,
-            DTypePolicy::CastFloatsTo(_) => stored,
+            DTypePolicy::AsStored | DTypePolicy::CastFloatsTo(_) => stored,
         };
         let bytes = match self.reader.read(info) {
             Ok(bytes) => bytes,

@@ -115,6 +115,6 @@ pub enum ModuleError {
         /// The file (`"<memory>"` for bytes).
         file: String,
         /// What did not match.
-        mismatch: Mismatch,
+        mismatch: Box<Mismatch>,
     },
 }

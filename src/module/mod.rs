@@ -176,7 +176,7 @@ pub trait PackModule: Module + Sized {
         } else {
             Err(ModuleError::Mismatch {
                 file: reader.file().to_string(),
-                mismatch,
+                mismatch: Box::new(mismatch),
             })
         }
     }

@@ -10,17 +10,19 @@ use burn::tensor::Bytes;
 use super::entry::{Entry, Source};
 use super::error::WriteError;
 
-/// Writes every `(entry, target)` with `write`, on at most `workers` rayon tasks at once.
+/// Runs every job with `run`, on at most `workers` rayon tasks at once, in the given order.
 ///
-/// Each task holds one entry's bytes at a time and drops them before taking the next, so at
-/// most `workers` deferred entries are materialized at any moment, whatever the providers do
-/// (a provider that itself uses rayon may let its thread pick up another task, but there are
-/// only `workers` tasks). The first error stops the remaining work and is returned.
-pub(crate) fn fill<T, W>(items: Vec<(Entry, T)>, workers: usize, write: W) -> Result<(), WriteError>
+/// Each task runs one job at a time (a job materializes its entries and drops their bytes
+/// before the task takes the next), so at most `workers` jobs' bytes exist at any moment,
+/// whatever the providers do (a provider that itself uses rayon may let its thread pick up
+/// another task, but there are only `workers` tasks). The first error stops the remaining work
+/// and is returned.
+pub(crate) fn fill<J, R>(jobs: Vec<J>, workers: usize, run: R) -> Result<(), WriteError>
 where
-    T: Send,
-    W: Fn(&str, &[u8], T) -> Result<(), WriteError> + Sync,
+    J: Send,
+    R: Fn(J) -> Result<(), WriteError> + Sync,
 {
+    let items = jobs;
     let workers = workers.clamp(1, items.len().max(1));
     let queue = Mutex::new(items.into_iter());
     let failed = AtomicBool::new(false);
@@ -28,10 +30,8 @@ where
     let work = || {
         while !failed.load(Ordering::Relaxed) {
             let next = queue.lock().unwrap_or_else(PoisonError::into_inner).next();
-            let Some((entry, target)) = next else { break };
-            let name = entry.name.clone();
-            let result = materialize(entry).and_then(|bytes| write(&name, &bytes, target));
-            if let Err(e) = result {
+            let Some(job) = next else { break };
+            if let Err(e) = run(job) {
                 failed.store(true, Ordering::Relaxed);
                 failure
                     .lock()
@@ -53,7 +53,7 @@ where
 
 /// Produces an entry's bytes, turning a failing, panicking or lying provider into an error
 /// that names the entry.
-fn materialize(entry: Entry) -> Result<Bytes, WriteError> {
+pub(crate) fn materialize(entry: Entry) -> Result<Bytes, WriteError> {
     let Entry { name, source, .. } = entry;
     match source {
         Source::Resident(bytes) => Ok(bytes),

@@ -10,8 +10,8 @@ use burn::tensor::Bytes;
 use super::commit::Scratch;
 use super::entry::Entry;
 use super::error::WriteError;
-use super::plan::Plan;
-use super::slots::fill;
+use super::plan::{Plan, Slot};
+use super::slots::{fill, materialize};
 use crate::format::Scalar;
 
 /// How [`Writer::write_to_file`] treats the destination.
@@ -58,6 +58,7 @@ pub struct Writer {
     mode: WriteMode,
     overwrite: bool,
     threads: Option<usize>,
+    mapped: bool,
 }
 
 impl Writer {
@@ -71,6 +72,7 @@ impl Writer {
             mode: WriteMode::Atomic,
             overwrite: true,
             threads: None,
+            mapped: false,
         }
     }
 
@@ -111,6 +113,16 @@ impl Writer {
         self
     }
 
+    /// Fill file slots through a writable shared mapping of the pre-sized file instead of
+    /// positional writes. Kept for the benchmark that compares the two; positional writes are
+    /// the default because a mapping turns a full disk into `SIGBUS` instead of an error.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn mapped_io(mut self, mapped: bool) -> Self {
+        self.mapped = mapped;
+        self
+    }
+
     /// The layout this writer will produce.
     ///
     /// # Errors
@@ -145,7 +157,13 @@ impl Writer {
                 available: buffer.len(),
             });
         };
-        // Hand each entry the exact sub-slice of its slot, zeroing everything in between.
+        self.fill(&plan, buffer)?;
+        Ok(needed)
+    }
+
+    /// Writes the pack laid out by `plan` into `buffer` (exactly `plan.total_size()` bytes):
+    /// each entry gets the sub-slice of its slot, everything in between is zeroed.
+    fn fill(self, plan: &Plan, buffer: &mut [u8]) -> Result<(), WriteError> {
         let (head, mut rest) = buffer.split_at_mut(plan.head().len());
         head.copy_from_slice(plan.head());
         let mut position = plan.head().len() as u64;
@@ -160,18 +178,17 @@ impl Writer {
         }
         rest.fill(0);
         let threads = self.threads;
-        let items = self.entries.into_iter().zip(targets).collect();
+        let jobs: Vec<_> = self.entries.into_iter().zip(targets).collect();
         run(threads, || {
             fill(
-                items,
+                jobs,
                 threads.unwrap_or_else(rayon::current_num_threads),
-                |_, bytes, target: &mut [u8]| {
-                    target.copy_from_slice(bytes);
+                |(entry, target)| {
+                    target.copy_from_slice(&materialize(entry)?);
                     Ok(())
                 },
             )
-        })?;
-        Ok(needed)
+        })
     }
 
     /// Writes the pack to a new buffer.
@@ -180,11 +197,12 @@ impl Writer {
     /// Planning errors, a failing deferred entry, or a pack larger than this platform's
     /// address space.
     pub fn into_bytes(self) -> Result<Bytes, WriteError> {
-        let size = self.size()?;
+        let plan = self.plan()?;
+        let size = plan.total_size();
         let size = usize::try_from(size)
             .map_err(|_| WriteError::Layout(format!("{size} bytes do not fit in memory")))?;
         let mut buffer = vec![0u8; size];
-        self.write_into(&mut buffer)?;
+        self.fill(&plan, &mut buffer)?;
         Ok(Bytes::from_bytes_vec(buffer))
     }
 
@@ -215,6 +233,7 @@ impl Writer {
             }
             WriteMode::InPlace => {
                 let file = OpenOptions::new()
+                    .read(true)
                     .write(true)
                     .truncate(true)
                     .create(overwrite)
@@ -236,29 +255,97 @@ impl Writer {
     fn write_file(self, plan: &Plan, file: &File, path: &Path) -> Result<(), WriteError> {
         file.set_len(plan.total_size())
             .map_err(|e| WriteError::io("size", path, e))?;
+        if self.mapped && reserve(file, plan.total_size(), path)? {
+            // SAFETY: the file was created (or truncated) by this writer and is not shared
+            // with anyone until it is committed; the mapping is dropped before that. Its blocks
+            // are reserved, so filling the mapping cannot fault on a full disk.
+            let mut map = unsafe { memmap2::MmapOptions::new().populate().map_mut(file) }
+                .map_err(|e| WriteError::io("map", path, e))?;
+            self.fill(plan, &mut map)?;
+            return map.flush().map_err(|e| WriteError::io("flush", path, e));
+        }
         file.write_all_at(plan.head(), 0)
             .map_err(|e| WriteError::io("write", path, e))?;
         let threads = self.threads;
-        let items = self
-            .entries
-            .into_iter()
-            .zip(plan.slots().iter().copied())
-            .collect();
+        let jobs = batches(self.entries, plan.slots());
+        let io = |tensor: &str, source| WriteError::Io {
+            action: "write",
+            path: path.to_path_buf(),
+            tensor: Some(tensor.to_string()),
+            source,
+        };
         run(threads, || {
             fill(
-                items,
+                jobs,
                 threads.unwrap_or_else(rayon::current_num_threads),
-                |name, bytes, slot| {
-                    file.write_all_at(bytes, slot.offset)
-                        .map_err(|source| WriteError::Io {
-                            action: "write",
-                            path: path.to_path_buf(),
-                            tensor: Some(name.to_string()),
-                            source,
-                        })
+                |batch: Vec<(Entry, Slot)>| {
+                    if let [(_, slot)] = batch[..] {
+                        let (entry, _) = batch.into_iter().next().expect("one entry");
+                        let name = entry.name.clone();
+                        let bytes = materialize(entry)?;
+                        return file
+                            .write_all_at(&bytes, slot.offset)
+                            .map_err(|e| io(&name, e));
+                    }
+                    // Small neighbours: assembled in one buffer (gaps zero) and written at once.
+                    let start = batch[0].1.offset;
+                    let end = batch.last().map_or(start, |(_, s)| s.offset + s.len);
+                    let mut span = vec![0u8; (end - start) as usize];
+                    let first = batch[0].0.name.clone();
+                    for (entry, slot) in batch {
+                        let at = (slot.offset - start) as usize;
+                        span[at..at + slot.len as usize].copy_from_slice(&materialize(entry)?);
+                    }
+                    file.write_all_at(&span, start).map_err(|e| io(&first, e))
                 },
             )
         })
+    }
+}
+
+/// Bytes up to which neighbouring small entries are written with one positional write.
+const BATCH_BYTES: u64 = 1 << 20;
+
+/// Groups entries (in file order) into write jobs: an entry of at least [`BATCH_BYTES`] alone,
+/// smaller neighbours together while their span stays under it. Thousands of small tensors
+/// then cost tens of system calls instead of thousands, and a job still holds at most about
+/// `max(BATCH_BYTES, largest entry)` bytes.
+fn batches(entries: Vec<Entry>, slots: &[Slot]) -> Vec<Vec<(Entry, Slot)>> {
+    let mut jobs: Vec<Vec<(Entry, Slot)>> = Vec::new();
+    for (entry, &slot) in entries.into_iter().zip(slots) {
+        let joins = jobs.last().is_some_and(|job| {
+            let start = job[0].1.offset;
+            slot.len < BATCH_BYTES
+                && job[0].1.len < BATCH_BYTES
+                && slot.offset + slot.len - start <= BATCH_BYTES
+        });
+        match jobs.last_mut() {
+            Some(job) if joins => job.push((entry, slot)),
+            _ => jobs.push(vec![(entry, slot)]),
+        }
+    }
+    jobs
+}
+
+/// Reserves `len` bytes of disk for `file` (`fallocate`), so writes through a mapping cannot
+/// hit a full disk. Returns `false` where the filesystem cannot reserve space.
+fn reserve(file: &File, len: u64, path: &Path) -> Result<bool, WriteError> {
+    use std::os::fd::AsRawFd;
+    let Ok(len) = libc::off_t::try_from(len) else {
+        return Ok(false);
+    };
+    if len == 0 {
+        return Ok(true);
+    }
+    // SAFETY: plain system call on a file descriptor this function borrows for its duration.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EOPNOTSUPP | libc::ENOSYS) => Ok(false),
+        _ => Err(WriteError::io("reserve space for", path, err)),
     }
 }
 

@@ -1,0 +1,275 @@
+//! Module save/load benchmark, side by side with Burn 0.22 in one run.
+//!
+//! `cargo bench --bench module` prints a markdown table. Every measurement runs in a child
+//! process of this binary (one operation per child), so peak resident memory (`VmHWM`) is that
+//! operation's own. Contenders: burnpack, Burn's `save_file` / `load_file`, burn-store's
+//! `BurnpackStore` and `SafetensorsStore`. Env: `BURNPACK_BENCH_RUNS` (default 3),
+//! `BURNPACK_BENCH_SIZES` (default `256m,1g,10k`), `BURNPACK_BENCH_DIR` (default `.`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::{Device, Tensor};
+use burn_store::{BurnpackStore, ModuleSnapshot, SafetensorsStore};
+use burnpack::module::{PackModule, SaveOptions};
+use burnpack::{WriteMode, Writer};
+
+#[derive(Module, Debug)]
+struct Stack {
+    layers: Vec<Linear>,
+}
+
+/// `256m` and `1g`: square 1024x1024 f32 layers; `10k`: 5,000 tiny layers (10,000 tensors).
+fn model(size: &str, device: &Device) -> Stack {
+    let (count, width) = match size {
+        "256m" => (64, 1024),
+        "1g" => (256, 1024),
+        "10k" => (5000, 8),
+        other => panic!("unknown size {other}"),
+    };
+    Stack {
+        layers: (0..count)
+            .map(|_| LinearConfig::new(width, width).init(device))
+            .collect(),
+    }
+}
+
+/// Reads every parameter's bytes back to the host and sums them.
+#[derive(Default)]
+struct ReadAll(u64);
+
+impl ModuleVisitor for ReadAll {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let data = param.val().into_data();
+        let (words, _) = data.as_bytes().as_chunks::<8>();
+        self.0 = words
+            .iter()
+            .fold(self.0, |acc, w| acc.wrapping_add(u64::from_le_bytes(*w)));
+    }
+}
+
+fn read_all(module: &Stack) -> u64 {
+    let mut reader = ReadAll::default();
+    module.visit(&mut reader);
+    reader.0
+}
+
+fn materialize(module: Stack) -> Stack {
+    read_all(&module);
+    module
+}
+
+fn peak_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn file(dir: &Path, size: &str, format: &str) -> PathBuf {
+    dir.join(format!("{size}-{format}"))
+}
+
+/// One operation in this process; prints `RESULT <nanos> <peak KiB>`.
+fn child(op: &str, who: &str, size: &str, dir: &Path) {
+    let device = Device::flex();
+    let ext = if who == "safetensors-store" {
+        "safetensors"
+    } else {
+        "bpk"
+    };
+    let out = dir.join(format!("out-{who}-{size}.{ext}"));
+    let _ = std::fs::remove_file(&out);
+    let time = match op {
+        "save" => {
+            let m = materialize(model(size, &device));
+            let start = Instant::now();
+            match who {
+                "burnpack" => drop(m.save_pack(&out).unwrap()),
+                "burnpack-in-place" => drop(
+                    m.save_pack_with(&out, &SaveOptions::new().mode(WriteMode::InPlace))
+                        .unwrap(),
+                ),
+                "burn-save-file" => m.save_file(&out).unwrap(),
+                "burnpack-store" => m.save_into(&mut BurnpackStore::from_file(&out)).unwrap(),
+                "safetensors-store" => m.save_into(&mut SafetensorsStore::from_file(&out)).unwrap(),
+                "floor" => {
+                    // One write(2) + fsync of a ready-made buffer of the same size.
+                    let bytes = m
+                        .pack_writer(&SaveOptions::new())
+                        .unwrap()
+                        .into_bytes()
+                        .unwrap();
+                    let start = Instant::now();
+                    let mut f = std::fs::File::create(&out).unwrap();
+                    std::io::Write::write_all(&mut f, &bytes).unwrap();
+                    f.sync_all().unwrap();
+                    println!("RESULT {} {}", start.elapsed().as_nanos(), peak_kib());
+                    return;
+                }
+                _ => panic!("{who}"),
+            }
+            start.elapsed()
+        }
+        "load" | "load-read" => {
+            let target = model(size, &device);
+            let start = Instant::now();
+            let loaded = match who {
+                "burnpack" => target.load_pack(file(dir, size, "burnpack.bpk")).unwrap(),
+                "burn-load-file" => target.try_load_file(file(dir, size, "burn.bpk")).unwrap(),
+                "burnpack-store" => {
+                    let mut t = target;
+                    t.load_from(&mut BurnpackStore::from_file(file(dir, size, "burn.bpk")))
+                        .unwrap();
+                    t
+                }
+                "safetensors-store" => {
+                    let mut t = target;
+                    t.load_from(&mut SafetensorsStore::from_file(file(
+                        dir,
+                        size,
+                        "model.safetensors",
+                    )))
+                    .unwrap();
+                    t
+                }
+                "in-memory" => materialize(target),
+                _ => panic!("{who}"),
+            };
+            if op == "load-read" || who == "in-memory" {
+                let start = Instant::now();
+                let sum = read_all(&loaded);
+                std::hint::black_box(sum);
+                if who == "in-memory" {
+                    // Reading the parameters of a model already in memory: the reference.
+                    println!("RESULT {} {}", start.elapsed().as_nanos(), peak_kib());
+                    return;
+                }
+            }
+            start.elapsed()
+        }
+        _ => panic!("{op}"),
+    };
+    println!("RESULT {} {}", time.as_nanos(), peak_kib());
+}
+
+fn run_child(op: &str, who: &str, size: &str, dir: &Path) -> (Duration, u64) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--child", op, who, size, dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("RESULT"))
+        .unwrap_or_else(|| {
+            panic!(
+                "{op} {who} {size} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let mut parts = line.split_whitespace().skip(1);
+    let nanos: u64 = parts.next().unwrap().parse().unwrap();
+    let peak: u64 = parts.next().unwrap().parse().unwrap();
+    (Duration::from_nanos(nanos), peak)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--child") {
+        child(&args[2], &args[3], &args[4], Path::new(&args[5]));
+        return;
+    }
+    let runs: usize = std::env::var("BURNPACK_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let sizes = std::env::var("BURNPACK_BENCH_SIZES").unwrap_or_else(|_| "256m,1g,10k".into());
+    let root = std::env::var("BURNPACK_BENCH_DIR").unwrap_or_else(|_| ".".into());
+    let dir = tempfile::tempdir_in(root).unwrap();
+    let device = Device::flex();
+
+    println!("| model | operation | contender | median time | peak RSS |");
+    println!("|---|---|---|---:|---:|");
+    for size in sizes.split(',') {
+        // Inputs for the loads, written once by each format's own writer.
+        let m = materialize(model(size, &device));
+        m.save_pack(file(dir.path(), size, "burnpack.bpk")).unwrap();
+        m.clone()
+            .save_file(file(dir.path(), size, "burn.bpk"))
+            .unwrap();
+        m.save_into(&mut SafetensorsStore::from_file(file(
+            dir.path(),
+            size,
+            "model.safetensors",
+        )))
+        .unwrap();
+        let bytes = Writer::new(m.pack_entries().unwrap()).size().unwrap();
+        drop(m);
+        let label = if size == "10k" {
+            "10,000 tensors".to_string()
+        } else {
+            format!("{} MiB f32", bytes >> 20)
+        };
+        let plan: [(&str, &[&str]); 3] = [
+            (
+                "save",
+                &[
+                    "floor",
+                    "burnpack",
+                    "burnpack-in-place",
+                    "burn-save-file",
+                    "burnpack-store",
+                    "safetensors-store",
+                ],
+            ),
+            (
+                "load",
+                &[
+                    "burnpack",
+                    "burn-load-file",
+                    "burnpack-store",
+                    "safetensors-store",
+                ],
+            ),
+            (
+                "load-read",
+                &[
+                    "in-memory",
+                    "burnpack",
+                    "burn-load-file",
+                    "burnpack-store",
+                    "safetensors-store",
+                ],
+            ),
+        ];
+        for (op, contenders) in plan {
+            for who in contenders {
+                // burn-store's safetensors loader takes minutes on 10,000 tensors: measure it once.
+                let runs = if size == "10k" && *who == "safetensors-store" && op != "save" {
+                    1
+                } else {
+                    runs
+                };
+                let mut samples: Vec<(Duration, u64)> = (0..runs)
+                    .map(|_| run_child(op, who, size, dir.path()))
+                    .collect();
+                samples.sort();
+                let (time, _) = samples[samples.len() / 2];
+                let peak = samples.iter().map(|s| s.1).max().unwrap();
+                let op_label = match (op, *who) {
+                    ("load-read", "in-memory") => "read all params",
+                    ("load-read", _) => "load + read all params",
+                    (op, _) => op,
+                };
+                println!(
+                    "| {label} | {op_label} | {who} | {:.1} ms | {} MiB |",
+                    time.as_secs_f64() * 1e3,
+                    peak >> 10
+                );
+            }
+        }
+    }
+}
