@@ -34,6 +34,8 @@
 // this platform's address space (`Writer::write_into` slices a buffer of that size).
 #![allow(clippy::cast_possible_truncation)]
 
+#[cfg(feature = "optim")]
+pub mod checkpoint;
 pub mod format;
 pub mod module;
 pub mod read;

@@ -26,8 +26,22 @@ impl<'a> Applier<'a> {
     pub(crate) fn new(reader: &'a Reader, options: &'a LoadOptions) -> Self {
         let mut pending = HashMap::with_capacity(reader.tensors().len());
         let mut mismatch = Mismatch::default();
+        // A checkpoint holds more than the model: its parameters are the `model.` namespace.
+        let namespace = (reader
+            .metadata()
+            .get(super::CHECKPOINT_KIND_KEY)
+            .map(String::as_str)
+            == Some(super::CHECKPOINT_KIND))
+        .then_some(super::CHECKPOINT_MODEL_PREFIX);
         for info in reader.tensors() {
-            let path = options.renamed(info.name());
+            let name = match namespace {
+                Some(prefix) => match info.name().strip_prefix(prefix) {
+                    Some(name) => name,
+                    None => continue,
+                },
+                None => info.name(),
+            };
+            let path = options.renamed(name);
             if !options.accepts(&path) {
                 continue;
             }

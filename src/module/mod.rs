@@ -44,6 +44,14 @@ pub use options::{DTypePolicy, LoadOptions, SaveOptions};
 use crate::read::Reader;
 use crate::write::{Entry, Writer};
 
+/// Metadata key marking a training checkpoint ([`crate`]'s `checkpoint` module); the module
+/// loader then reads only the [`CHECKPOINT_MODEL_PREFIX`] namespace of the file.
+pub const CHECKPOINT_KIND_KEY: &str = "burnpack.kind";
+/// Value of [`CHECKPOINT_KIND_KEY`] in checkpoints.
+pub const CHECKPOINT_KIND: &str = "checkpoint";
+/// Namespace of the model's parameters in a checkpoint.
+pub const CHECKPOINT_MODEL_PREFIX: &str = "model.";
+
 /// The `producer` metadata value this crate writes.
 pub const PRODUCER: &str = concat!("burnpack ", env!("CARGO_PKG_VERSION"));
 
@@ -68,23 +76,7 @@ pub trait PackModule: Module + Sized {
     /// # Errors
     /// See [`pack_entries`](Self::pack_entries).
     fn pack_writer(&self, options: &SaveOptions) -> Result<Writer, ModuleError> {
-        let mut writer = Writer::new(self.pack_entries()?).mode(options.mode);
-        if !options.metadata.contains_key("producer") {
-            writer = writer.with_metadata("producer", PRODUCER);
-        }
-        for (k, v) in &options.metadata {
-            writer = writer.with_metadata(k.clone(), v.clone());
-        }
-        for (k, v) in &options.scalars {
-            writer = writer.with_scalar(k.clone(), *v);
-        }
-        if let Some(overwrite) = options.overwrite {
-            writer = writer.overwrite(overwrite);
-        }
-        if let Some(threads) = options.threads {
-            writer = writer.threads(threads);
-        }
-        Ok(writer)
+        Ok(options.configure(Writer::new(self.pack_entries()?)))
     }
 
     /// Saves the module to `path` atomically. Returns the file size.

@@ -75,6 +75,29 @@ impl SaveOptions {
     }
 }
 
+impl SaveOptions {
+    /// Applies these options (and the `producer` entry) to `writer`.
+    pub(crate) fn configure(&self, mut writer: crate::write::Writer) -> crate::write::Writer {
+        writer = writer.mode(self.mode);
+        if !self.metadata.contains_key("producer") {
+            writer = writer.with_metadata("producer", crate::module::PRODUCER);
+        }
+        for (k, v) in &self.metadata {
+            writer = writer.with_metadata(k.clone(), v.clone());
+        }
+        for (k, v) in &self.scalars {
+            writer = writer.with_scalar(k.clone(), *v);
+        }
+        if let Some(overwrite) = self.overwrite {
+            writer = writer.overwrite(overwrite);
+        }
+        if let Some(threads) = self.threads {
+            writer = writer.threads(threads);
+        }
+        writer
+    }
+}
+
 /// Which dtype a loaded parameter gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DTypePolicy {

@@ -86,6 +86,12 @@ impl Entry {
         self
     }
 
+    /// The same entry under `prefix` + its name (checkpoint namespaces).
+    pub(crate) fn prefixed(mut self, prefix: &str) -> Self {
+        self.name.insert_str(0, prefix);
+        self
+    }
+
     /// The entry's name.
     #[must_use]
     pub fn name(&self) -> &str {

@@ -1,0 +1,122 @@
+//! Asynchronous saves: the training thread hands the state over and returns.
+
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+
+use burn::module::Module;
+
+use super::TrainingState;
+use super::error::CheckpointError;
+use super::manager::CheckpointManager;
+
+/// What [`AsyncSaver`] does when a save is requested while one is still running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WhenBusy {
+    /// Wait for the running save to finish (default).
+    #[default]
+    Wait,
+    /// Refuse with [`CheckpointError::Busy`].
+    Refuse,
+}
+
+/// Saves checkpoints on a background thread, one at a time.
+///
+/// [`save`](Self::save) turns the state into entries on the calling thread — parameter
+/// handles, not bytes: on CPU backends no tensor byte is copied (tensors are immutable
+/// handles, and later training steps create new ones) — and returns; a background thread
+/// writes the file (and applies the manager's retention). An error of a background save is
+/// returned by the next call to `save` or by [`wait`](Self::wait); dropping the saver waits for
+/// the running save and prints its error to stderr rather than losing it.
+///
+/// Optimizer and scheduler records are serialized by Burn on the calling thread (Burn exposes
+/// them only as records).
+///
+/// ```
+/// use burn::module::{Module, Param};
+/// use burn::tensor::{Device, Tensor};
+/// use burnpack::checkpoint::{AsyncSaver, CheckpointManager, Progress, TrainingState, WhenBusy};
+///
+/// #[derive(Module, Debug)]
+/// struct Tiny { w: Param<Tensor<1>> }
+///
+/// let device = Device::flex();
+/// let dir = tempfile::tempdir().unwrap();
+/// let manager = CheckpointManager::new(dir.path()).unwrap();
+/// let mut saver = AsyncSaver::new(manager.clone(), WhenBusy::Wait);
+/// let model = Tiny { w: Param::from_data([1.0], &device) };
+/// saver.save(TrainingState::new(&model, Progress::new(0, 1))).unwrap();
+/// saver.wait().unwrap();
+/// assert_eq!(manager.latest().unwrap().unwrap().progress().step, 1);
+/// ```
+pub struct AsyncSaver {
+    manager: CheckpointManager,
+    when_busy: WhenBusy,
+    in_flight: Option<JoinHandle<Result<PathBuf, CheckpointError>>>,
+}
+
+impl AsyncSaver {
+    /// A saver writing into `manager`'s directory.
+    #[must_use]
+    pub fn new(manager: CheckpointManager, when_busy: WhenBusy) -> Self {
+        Self {
+            manager,
+            when_busy,
+            in_flight: None,
+        }
+    }
+
+    /// Whether a save is running.
+    #[must_use]
+    pub fn is_busy(&self) -> bool {
+        self.in_flight.as_ref().is_some_and(|h| !h.is_finished())
+    }
+
+    /// Hands `state` to the background thread and returns.
+    ///
+    /// # Errors
+    /// The previous background save's error, [`CheckpointError::Busy`] under
+    /// [`WhenBusy::Refuse`], or an error turning the state into entries.
+    pub fn save<M: Module>(&mut self, state: TrainingState<'_, M>) -> Result<(), CheckpointError> {
+        if self.is_busy() && self.when_busy == WhenBusy::Refuse {
+            return Err(CheckpointError::Busy);
+        }
+        self.wait()?;
+        let path = self.manager.path_for(state.progress.step);
+        let writer = state.into_writer()?;
+        let manager = self.manager.clone();
+        self.in_flight = Some(std::thread::spawn(move || {
+            writer.write_to_file(&path)?;
+            manager.retain()?;
+            Ok(path)
+        }));
+        Ok(())
+    }
+
+    /// Waits for the running save, if any. Returns the path it wrote.
+    ///
+    /// # Errors
+    /// The background save's error.
+    pub fn wait(&mut self) -> Result<Option<PathBuf>, CheckpointError> {
+        let Some(handle) = self.in_flight.take() else {
+            return Ok(None);
+        };
+        match handle.join() {
+            Ok(result) => result.map(Some),
+            Err(panic) => Err(CheckpointError::Panicked(
+                panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
+                    .unwrap_or_default(),
+            )),
+        }
+    }
+}
+
+impl Drop for AsyncSaver {
+    fn drop(&mut self) {
+        if let Err(e) = self.wait() {
+            eprintln!("burnpack: background checkpoint save failed: {e}");
+        }
+    }
+}

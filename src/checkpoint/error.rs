@@ -1,0 +1,68 @@
+//! Errors of checkpointing.
+
+use std::path::PathBuf;
+
+use crate::module::ModuleError;
+use crate::read::ReadError;
+use crate::write::WriteError;
+
+/// Why a checkpoint could not be saved, listed or restored.
+///
+/// ```
+/// use burnpack::checkpoint::{Checkpoint, CheckpointError};
+/// let err = Checkpoint::open("/no/such/checkpoint.bpk").unwrap_err();
+/// assert!(matches!(err, CheckpointError::Read(_)));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// The file could not be read or is not a valid pack.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// The checkpoint could not be written.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// The model part does not match the model.
+    #[error(transparent)]
+    Module(#[from] ModuleError),
+    /// The file is a valid pack but not a checkpoint written by this crate.
+    #[error("{file}: not a burnpack checkpoint (metadata 'burnpack.kind' is {found:?})")]
+    NotACheckpoint {
+        /// The file.
+        file: String,
+        /// The `burnpack.kind` found, if any.
+        found: Option<String>,
+    },
+    /// A required entry is missing or has the wrong type.
+    #[error("{file}: {what}")]
+    Invalid {
+        /// The file.
+        file: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// Burn refused an optimizer or scheduler record.
+    #[error("{context}: {message}")]
+    Record {
+        /// What was being done.
+        context: String,
+        /// Burn's error.
+        message: String,
+    },
+    /// A directory operation of the checkpoint manager failed.
+    #[error("cannot {action} '{}': {source}", path.display())]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The path concerned.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// An asynchronous save is still running and the saver refuses to queue another.
+    #[error("a checkpoint save is already in flight")]
+    Busy,
+    /// The background save thread panicked.
+    #[error("the background checkpoint save panicked: {0}")]
+    Panicked(String),
+}
