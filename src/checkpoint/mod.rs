@@ -200,14 +200,7 @@ impl<'a, M: Module> TrainingState<'a, M> {
         for (k, v) in self.progress.scalars {
             scalars.insert(format!("{PROGRESS_PREFIX}{k}"), v);
         }
-        let mut writer = self.options.configure(Writer::new(entries));
-        for (k, v) in metadata {
-            writer = writer.with_metadata(k, v);
-        }
-        for (k, v) in scalars {
-            writer = writer.with_scalar(k, v);
-        }
-        Ok(writer.with_metadata(KIND_KEY, KIND))
+        Ok(assemble(&self.options, entries, scalars, metadata))
     }
 
     /// Saves the checkpoint to `path` (atomically unless the options say in place). Returns
@@ -236,7 +229,23 @@ fn absorb(
     scalars: &mut BTreeMap<String, Scalar>,
     metadata: &mut BTreeMap<String, String>,
 ) -> Result<(), CheckpointError> {
-    let reader = Reader::from_bytes(bytes)?;
+    absorb_reader(
+        &Reader::from_bytes(bytes)?,
+        prefix,
+        entries,
+        scalars,
+        metadata,
+    )
+}
+
+/// [`absorb`] from an open reader.
+fn absorb_reader(
+    reader: &Reader,
+    prefix: &str,
+    entries: &mut Vec<Entry>,
+    scalars: &mut BTreeMap<String, Scalar>,
+    metadata: &mut BTreeMap<String, String>,
+) -> Result<(), CheckpointError> {
     for info in reader.tensors_by_position() {
         let entry = Entry::resident(
             format!("{prefix}{}", info.name()),
@@ -386,6 +395,12 @@ impl Checkpoint {
 
     /// The part under `prefix` as a stand-alone pack, as Burn wrote it (prefix removed).
     fn extract(&self, prefix: &str) -> Result<Bytes, CheckpointError> {
+        Ok(self.part(prefix)?.into_bytes()?)
+    }
+
+    /// A writer for the part under `prefix` (prefix removed); tensors are windows into the
+    /// checkpoint.
+    fn part(&self, prefix: &str) -> Result<Writer, CheckpointError> {
         let mut entries = Vec::new();
         for info in self.reader.tensors_by_position() {
             let Some(name) = info.name().strip_prefix(prefix) else {
@@ -413,6 +428,96 @@ impl Checkpoint {
                 writer = writer.with_metadata(name, v.clone());
             }
         }
-        Ok(writer.into_bytes()?)
+        Ok(writer)
     }
+
+    /// Writes the checkpoint in burn-train's layout: `<dir>/model-<epoch>.bpk` (as
+    /// `Module::save_file` writes it), `optim-<epoch>.bpk` and `scheduler-<epoch>.bpk` (as
+    /// Burn's records write them, when the checkpoint has them), each atomically.
+    ///
+    /// # Errors
+    /// A file could not be written.
+    pub fn export_burn_train(
+        &self,
+        dir: impl AsRef<Path>,
+        epoch: u64,
+    ) -> Result<(), CheckpointError> {
+        let dir = dir.as_ref();
+        self.part(MODEL_PREFIX)?
+            .write_to_file(dir.join(format!("model-{epoch}.bpk")))?;
+        if self.has_optimizer() {
+            self.part(OPTIM_PREFIX)?
+                .write_to_file(dir.join(format!("optim-{epoch}.bpk")))?;
+        }
+        if self
+            .reader
+            .scalars()
+            .keys()
+            .any(|k| k.starts_with(SCHEDULER_PREFIX))
+        {
+            self.part(SCHEDULER_PREFIX)?
+                .write_to_file(dir.join(format!("scheduler-{epoch}.bpk")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Builds one checkpoint at `out` from burn-train's files for `epoch` in `dir`:
+/// `model-<epoch>.bpk` (required), `optim-<epoch>.bpk` and `scheduler-<epoch>.bpk` (when
+/// present). Tensors are copied from the mapped files straight into the new one; the progress
+/// is `epoch` (burn-train's files carry no step: it is 0). Returns the size written.
+///
+/// # Errors
+/// A file is missing or invalid, or the checkpoint could not be written.
+pub fn import_burn_train(
+    dir: impl AsRef<Path>,
+    epoch: u64,
+    out: impl AsRef<Path>,
+) -> Result<u64, CheckpointError> {
+    let dir = dir.as_ref();
+    let mut entries = Vec::new();
+    let mut scalars = BTreeMap::new();
+    let mut metadata = BTreeMap::new();
+    let model = Reader::open(dir.join(format!("model-{epoch}.bpk")))?;
+    absorb_reader(
+        &model,
+        MODEL_PREFIX,
+        &mut entries,
+        &mut scalars,
+        &mut metadata,
+    )?;
+    for (name, prefix) in [("optim", OPTIM_PREFIX), ("scheduler", SCHEDULER_PREFIX)] {
+        let path = dir.join(format!("{name}-{epoch}.bpk"));
+        if path.exists() {
+            absorb_reader(
+                &Reader::open(&path)?,
+                prefix,
+                &mut entries,
+                &mut scalars,
+                &mut metadata,
+            )?;
+        }
+    }
+    // The model file's own metadata (burn-store's `producer`...) is not the checkpoint's.
+    metadata.retain(|k, _| !k.starts_with(MODEL_PREFIX));
+    scalars.insert(format!("{PROGRESS_PREFIX}epoch"), Scalar::UInt(epoch));
+    scalars.insert(format!("{PROGRESS_PREFIX}step"), Scalar::UInt(0));
+    Ok(assemble(&SaveOptions::new(), entries, scalars, metadata).write_to_file(out)?)
+}
+
+/// A checkpoint writer: `options` applied, namespaced scalars and metadata, the kind marker.
+fn assemble(
+    options: &SaveOptions,
+    entries: Vec<Entry>,
+    scalars: BTreeMap<String, Scalar>,
+    metadata: BTreeMap<String, String>,
+) -> Writer {
+    let mut writer = options.configure(Writer::new(entries));
+    for (k, v) in metadata {
+        writer = writer.with_metadata(k, v);
+    }
+    for (k, v) in scalars {
+        writer = writer.with_scalar(k, v);
+    }
+    writer.with_metadata(KIND_KEY, KIND)
 }

@@ -1,0 +1,115 @@
+//! Crash safety with real processes: a child saving checkpoints in a loop is killed with
+//! SIGKILL in the middle of a save, again and again; every time, the previous checkpoint is
+//! intact, `latest()` is correct, and the next manager removes the stray scratch file.
+
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::Device;
+use burnpack::checkpoint::{Checkpoint, CheckpointManager, Progress, TrainingState};
+
+#[derive(Module, Debug)]
+struct Model {
+    layer: Linear,
+}
+
+fn model(device: &Device) -> Model {
+    Model {
+        layer: LinearConfig::new(1024, 4096).init(device),
+    } // 16 MiB
+}
+
+/// Child side: saves checkpoints forever, continuing from the latest one.
+#[test]
+fn crash_child() {
+    let Ok(dir) = std::env::var("BURNPACK_CRASH_DIR") else {
+        return;
+    };
+    let device = Device::flex();
+    let manager = CheckpointManager::new(&dir).unwrap().keep_last(2);
+    let mut step = manager.latest().unwrap().map_or(0, |c| c.progress().step);
+    let model = model(&device);
+    loop {
+        step += 1;
+        manager
+            .save(TrainingState::new(&model, Progress::new(0, step)))
+            .unwrap();
+    }
+}
+
+fn spawn(dir: &Path) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["crash_child", "--exact", "--test-threads=1", "--nocapture"])
+        .env("BURNPACK_CRASH_DIR", dir)
+        .spawn()
+        .unwrap()
+}
+
+fn scratch_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".bpk-tmp")
+        })
+        .count()
+}
+
+#[test]
+fn killing_a_saving_process_never_loses_the_previous_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = Device::flex();
+    let mut last_step = 0;
+    let mut killed_mid_save = 0;
+    for round in 0..6 {
+        let mut child = spawn(dir.path());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        // Wait for a save newer than the last one to be underway, then kill in the middle of it.
+        loop {
+            assert!(Instant::now() < deadline, "the child made no progress");
+            let listed = CheckpointManager::new(dir.path()).unwrap().list().unwrap();
+            let newest = listed.last().map_or(0, |c| c.step);
+            if newest > last_step && scratch_files(dir.path()) > 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Vary the moment within the save.
+        std::thread::sleep(Duration::from_millis(round * 7));
+        let mid_save = scratch_files(dir.path()) > 0;
+        child.kill().unwrap();
+        child.wait().unwrap();
+        killed_mid_save += usize::from(mid_save);
+
+        let manager = CheckpointManager::new(dir.path()).unwrap();
+        assert_eq!(
+            scratch_files(dir.path()),
+            0,
+            "the stray scratch file is removed"
+        );
+        for entry in manager.list().unwrap() {
+            // Every visible checkpoint is complete: atomic rename.
+            let ckpt = Checkpoint::open(&entry.path).unwrap();
+            assert_eq!(ckpt.progress().step, entry.step);
+        }
+        let latest = manager.latest().unwrap().expect("a checkpoint survives");
+        let step = latest.progress().step;
+        assert!(
+            step >= last_step,
+            "latest went backwards: {step} < {last_step}"
+        );
+        assert_eq!(step, manager.list().unwrap().last().unwrap().step);
+        latest.load_model(model(&device)).unwrap();
+        last_step = step;
+    }
+    assert!(
+        killed_mid_save >= 3,
+        "only {killed_mid_save} kills landed mid-save"
+    );
+}
