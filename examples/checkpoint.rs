@@ -27,7 +27,11 @@ struct Mlp {
 
 impl Mlp {
     fn new(device: &Device) -> Self {
-        Self { a: LinearConfig::new(8, 256).init(device), b: LinearConfig::new(256, 1).init(device), act: Relu::new() }
+        Self {
+            a: LinearConfig::new(8, 256).init(device),
+            b: LinearConfig::new(256, 1).init(device),
+            act: Relu::new(),
+        }
     }
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         self.b.forward(self.act.forward(self.a.forward(x)))
@@ -35,9 +39,17 @@ impl Mlp {
 }
 
 fn batch(step: u64, device: &Device) -> (Tensor<2>, Tensor<2>) {
-    let xs: Vec<f32> = (0..128).map(|i| ((i * 7 + step * 13) % 29) as f32 / 29.0 - 0.5).collect();
-    let ys: Vec<f32> = xs.chunks(8).map(|r| r[0] * 2.0 - r[1] + r[2] * r[3] - r[7]).collect();
-    (Tensor::from_data(TensorData::new(xs, [16, 8]), device), Tensor::from_data(TensorData::new(ys, [16, 1]), device))
+    let xs: Vec<f32> = (0..128)
+        .map(|i| ((i * 7 + step * 13) % 29) as f32 / 29.0 - 0.5)
+        .collect();
+    let ys: Vec<f32> = xs
+        .chunks(8)
+        .map(|r| r[0] * 2.0 - r[1] + r[2] * r[3] - r[7])
+        .collect();
+    (
+        Tensor::from_data(TensorData::new(xs, [16, 8]), device),
+        Tensor::from_data(TensorData::new(ys, [16, 1]), device),
+    )
 }
 
 fn optimizer() -> ModuleOptimizer {
@@ -45,7 +57,9 @@ fn optimizer() -> ModuleOptimizer {
 }
 
 fn scheduler() -> ModuleLrScheduler {
-    LinearLrSchedulerConfig::new(1e-2, 1e-4, STEPS as usize).init().expect("valid schedule")
+    LinearLrSchedulerConfig::new(1e-2, 1e-4, STEPS as usize)
+        .init()
+        .expect("valid schedule")
 }
 
 /// Trains from `start` to `STEPS`; checkpoints asynchronously every `EVERY` steps when given
@@ -68,9 +82,12 @@ fn train(
         if let Some(saver) = saver.as_deref_mut()
             && (step + 1) % EVERY == 0
         {
-            let state = TrainingState::new(&model, Progress::new(0, step + 1).with("loss", f64::from(last)))
-                .optimizer(optim)
-                .scheduler(sched.to_record());
+            let state = TrainingState::new(
+                &model,
+                Progress::new(0, step + 1).with("loss", f64::from(last)),
+            )
+            .optimizer(optim)
+            .scheduler(sched.to_record());
             saver.save(state).expect("checkpoint");
         }
     }
@@ -105,12 +122,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 1. The reference: never interrupted.
     let start = Instant::now();
     let (mut optim, mut sched) = (optimizer(), scheduler());
-    let (reference, loss) = train(Mlp::new(&device).load_pack(dir.path().join("init.bpk"))?, &mut optim, &mut sched, 0, None);
-    println!("uninterrupted run: {STEPS} steps, final loss {loss:.5} ({:.0} ms)", start.elapsed().as_secs_f64() * 1e3);
+    let (reference, loss) = train(
+        Mlp::new(&device).load_pack(dir.path().join("init.bpk"))?,
+        &mut optim,
+        &mut sched,
+        0,
+        None,
+    );
+    println!(
+        "uninterrupted run: {STEPS} steps, final loss {loss:.5} ({:.0} ms)",
+        start.elapsed().as_secs_f64() * 1e3
+    );
 
     // 2. A child process trains and checkpoints; it is killed with SIGKILL mid-run.
     let manager = CheckpointManager::new(dir.path())?;
-    let mut child = std::process::Command::new(std::env::current_exe()?).args(["--child", dir.path().to_str().unwrap()]).spawn()?;
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .args(["--child", dir.path().to_str().unwrap()])
+        .spawn()?;
     while manager.list()?.last().is_none_or(|c| c.step < STEPS / 2) {
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -126,7 +154,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = ckpt.load_model(Mlp::new(&device))?;
     let mut optim = ckpt.load_optimizer(optimizer())?;
     let mut sched = scheduler().load_record(ckpt.scheduler_record()?);
-    println!("resumed from step {at} (loss then {:?})", ckpt.progress().scalars.get("loss"));
+    println!(
+        "resumed from step {at} (loss then {:?})",
+        ckpt.progress().scalars.get("loss")
+    );
     let (resumed, loss) = train(model, &mut optim, &mut sched, at, None);
     println!("resumed run finished: final loss {loss:.5}");
 

@@ -114,8 +114,11 @@ fn resume_child() {
         .unwrap();
 }
 
-/// Every tensor of a checkpoint: name → (dtype, shape, param id, bytes).
-fn contents(path: &Path) -> Vec<(String, String, Vec<usize>, Option<u64>, Vec<u8>)> {
+/// One tensor of a checkpoint: name, dtype, shape, param id, bytes.
+type Stored = (String, String, Vec<usize>, Option<u64>, Vec<u8>);
+
+/// Every tensor of a checkpoint.
+fn contents(path: &Path) -> Vec<Stored> {
     let reader = Reader::open(path).unwrap();
     reader
         .tensors()

@@ -28,8 +28,8 @@ pub enum WhenBusy {
 /// returned by the next call to `save` or by [`wait`](Self::wait); dropping the saver waits for
 /// the running save and prints its error to stderr rather than losing it.
 ///
-/// Optimizer and scheduler records are serialized by Burn on the calling thread (Burn exposes
-/// them only as records).
+/// The optimizer's record is taken on the calling thread (`ModuleOptimizer::to_record`: Burn's
+/// only access to its state) and serialized on the background thread.
 ///
 /// ```
 /// use burn::module::{Module, Param};
@@ -82,10 +82,10 @@ impl AsyncSaver {
         }
         self.wait()?;
         let path = self.manager.path_for(state.progress.step);
-        let writer = state.into_writer()?;
+        let prepared = state.prepare()?;
         let manager = self.manager.clone();
         self.in_flight = Some(std::thread::spawn(move || {
-            writer.write_to_file(&path)?;
+            prepared.into_writer()?.write_to_file(&path)?;
             manager.retain()?;
             Ok(path)
         }));

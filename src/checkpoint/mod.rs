@@ -50,7 +50,7 @@ use std::path::Path;
 
 use burn::lr_scheduler::LrSchedulerRecord;
 use burn::module::Module;
-use burn::optim::ModuleOptimizer;
+use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::tensor::Bytes;
 
 pub use async_save::{AsyncSaver, WhenBusy};
@@ -150,23 +150,74 @@ impl<'a, M: Module> TrainingState<'a, M> {
         self
     }
 
-    /// Turns the state into a writer: model parameters as deferred entries (read from their
-    /// device when written), the optimizer and scheduler records copied from Burn's serialized
-    /// form (Burn exposes them only as records), the progress as scalars.
+    /// Takes what must be taken on the training thread: the model's parameters as deferred
+    /// entries (tensor handles; no bytes are read) and the optimizer's record
+    /// (`ModuleOptimizer::to_record`, Burn's only access to its state). The result is `Send`
+    /// and is serialized and written elsewhere.
     ///
     /// # Errors
-    /// Burn refused to serialize a record, or a quantized parameter could not be read.
-    pub fn into_writer(self) -> Result<Writer, CheckpointError> {
-        let mut entries: Vec<Entry> = self
+    /// A quantized parameter could not be read.
+    pub fn prepare(self) -> Result<PreparedState, CheckpointError> {
+        let entries = self
             .model
             .pack_entries()?
             .into_iter()
             .map(|e| e.prefixed(MODEL_PREFIX))
             .collect();
+        Ok(PreparedState {
+            entries,
+            optimizer: self.optimizer.map(ModuleOptimizer::to_record),
+            scheduler: self.scheduler,
+            progress: self.progress,
+            options: self.options,
+        })
+    }
+
+    /// [`prepare`](Self::prepare) then [`PreparedState::into_writer`].
+    ///
+    /// # Errors
+    /// See both.
+    pub fn into_writer(self) -> Result<Writer, CheckpointError> {
+        self.prepare()?.into_writer()
+    }
+
+    /// Saves the checkpoint to `path` (atomically unless the options say in place). Returns
+    /// the file size.
+    ///
+    /// # Errors
+    /// See [`into_writer`](Self::into_writer) and [`Writer::write_to_file`].
+    pub fn save(self, path: impl AsRef<Path>) -> Result<u64, CheckpointError> {
+        Ok(self.into_writer()?.write_to_file(path)?)
+    }
+}
+
+/// A checkpoint's state detached from the training thread, ready to be written.
+pub struct PreparedState {
+    entries: Vec<Entry>,
+    optimizer: Option<OptimizerRecord>,
+    scheduler: Option<LrSchedulerRecord>,
+    progress: Progress,
+    options: SaveOptions,
+}
+
+impl PreparedState {
+    /// The training step this state was taken at.
+    #[must_use]
+    pub fn step(&self) -> u64 {
+        self.progress.step
+    }
+
+    /// Serializes the records (Burn's own encoding, then windows into it) and assembles the
+    /// checkpoint writer: model entries deferred, progress as scalars.
+    ///
+    /// # Errors
+    /// Burn refused to serialize a record.
+    pub fn into_writer(self) -> Result<Writer, CheckpointError> {
+        let mut entries = self.entries;
         let mut scalars: BTreeMap<String, Scalar> = BTreeMap::new();
         let mut metadata: BTreeMap<String, String> = BTreeMap::new();
-        if let Some(optimizer) = self.optimizer {
-            let bytes = optimizer
+        if let Some(record) = self.optimizer {
+            let bytes = record
                 .into_bytes()
                 .map_err(|e| record_error("serialize the optimizer state", &e))?;
             absorb(
@@ -201,15 +252,6 @@ impl<'a, M: Module> TrainingState<'a, M> {
             scalars.insert(format!("{PROGRESS_PREFIX}{k}"), v);
         }
         Ok(assemble(&self.options, entries, scalars, metadata))
-    }
-
-    /// Saves the checkpoint to `path` (atomically unless the options say in place). Returns
-    /// the file size.
-    ///
-    /// # Errors
-    /// See [`into_writer`](Self::into_writer) and [`Writer::write_to_file`].
-    pub fn save(self, path: impl AsRef<Path>) -> Result<u64, CheckpointError> {
-        Ok(self.into_writer()?.write_to_file(path)?)
     }
 }
 

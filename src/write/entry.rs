@@ -87,6 +87,7 @@ impl Entry {
     }
 
     /// The same entry under `prefix` + its name (checkpoint namespaces).
+    #[cfg(feature = "optim")]
     pub(crate) fn prefixed(mut self, prefix: &str) -> Self {
         self.name.insert_str(0, prefix);
         self

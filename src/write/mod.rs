@@ -11,6 +11,7 @@ mod plan;
 mod slots;
 mod writer;
 
+#[cfg(feature = "optim")]
 pub(crate) use commit::SCRATCH_SUFFIX;
 pub use entry::{Entry, ProviderError};
 pub use error::WriteError;
