@@ -17,6 +17,26 @@ struct Big {
     layers: Vec<Param<Tensor<2>>>,
 }
 
+impl Big {
+    /// An uninitialized model: no parameter memory until loaded.
+    fn lazy(device: &Device) -> Self {
+        Self {
+            layers: (0..LAYERS)
+                .map(|_| {
+                    let init = |d: &Device, _| Tensor::zeros([ROWS, COLS], d);
+                    Param::uninitialized(
+                        ParamId::new(),
+                        init,
+                        device.clone(),
+                        false,
+                        [ROWS, COLS].into(),
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Anonymous resident memory of this process, in bytes.
 fn rss_anon() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -62,19 +82,7 @@ fn loading_256_mib_copies_no_tensor_bytes() {
     #[allow(deprecated)] // burn-ndarray is deprecated in Burn 0.22, still supported and tested
     let devices = [Device::flex(), Device::ndarray()];
     for device in devices {
-        let lazy = Big {
-            layers: (0..LAYERS)
-                .map(|_| {
-                    Param::uninitialized(
-                        ParamId::new(),
-                        |d, _| Tensor::zeros([ROWS, COLS], d),
-                        device.clone(),
-                        false,
-                        [ROWS, COLS].into(),
-                    )
-                })
-                .collect(),
-        };
+        let lazy = Big::lazy(&device);
         let before = rss_anon();
         let loaded = lazy.load_pack(&path).unwrap();
         // Force every parameter to exist as a backend tensor.
@@ -106,19 +114,7 @@ fn loading_256_mib_copies_no_tensor_bytes() {
 
     // The measurement sees copies: the buffered mode reads every tensor into owned memory.
     let device = Device::flex();
-    let lazy = Big {
-        layers: (0..LAYERS)
-            .map(|_| {
-                Param::uninitialized(
-                    ParamId::new(),
-                    |d, _| Tensor::zeros([ROWS, COLS], d),
-                    device.clone(),
-                    false,
-                    [ROWS, COLS].into(),
-                )
-            })
-            .collect(),
-    };
+    let lazy = Big::lazy(&device);
     let before = rss_anon();
     let loaded = lazy
         .load_pack_with(&path, &burnpack::LoadOptions::new().buffered(true))
