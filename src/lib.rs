@@ -36,6 +36,8 @@
 
 #[cfg(feature = "optim")]
 pub mod checkpoint;
+#[cfg(feature = "safetensors")]
+pub mod convert;
 pub mod format;
 pub mod module;
 pub mod read;

@@ -13,6 +13,8 @@ mod writer;
 
 #[cfg(feature = "optim")]
 pub(crate) use commit::SCRATCH_SUFFIX;
+#[cfg(feature = "safetensors")]
+pub(crate) use commit::Scratch;
 pub use entry::{Entry, ProviderError};
 pub use error::WriteError;
 pub use plan::{Plan, Slot};

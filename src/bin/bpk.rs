@@ -1,0 +1,574 @@
+//! `bpk`: inspect, verify, diff and convert burnpack files.
+//!
+//! Exit codes: 0 success; 1 verification failed or the files differ; 2 usage error;
+//! 3 a file is unreadable or not a valid pack.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use burn::tensor::{BoolStore, DType, bf16, f16};
+use burnpack::format::TensorInfo;
+use burnpack::read::Reader;
+use clap::{Parser, Subcommand, ValueEnum};
+use rayon::prelude::*;
+use regex::Regex;
+use serde_json::{Value, json};
+
+#[derive(Parser)]
+#[command(
+    name = "bpk",
+    version,
+    about = "Inspect, verify, diff and convert burnpack (.bpk) files"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show a file's header, totals, metadata, scalars and tensors (reads only the metadata).
+    #[command(after_help = "Example:\n  bpk inspect model.bpk --filter '^encoder\\.'")]
+    Inspect {
+        /// The burnpack file.
+        file: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Only list tensors whose name matches this regex.
+        #[arg(long, value_name = "REGEX")]
+        filter: Option<String>,
+    },
+    /// Check a file's structure and read every tensor; exit 0 only when sound.
+    #[command(after_help = "Example:\n  bpk verify model.bpk --nan")]
+    Verify {
+        /// The burnpack file.
+        file: PathBuf,
+        /// Also scan float tensors for NaN and infinite values.
+        #[arg(long)]
+        nan: bool,
+    },
+    /// Compare two files: tensors only in one, different dtype or shape, value differences,
+    /// metadata and scalars. Exit 0 when identical, 1 when they differ.
+    #[command(after_help = "Example:\n  bpk diff before.bpk after.bpk --json")]
+    Diff {
+        /// The first file.
+        a: PathBuf,
+        /// The second file.
+        b: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Convert between burnpack and safetensors (format chosen by the output's extension,
+    /// or --to).
+    #[command(
+        after_help = "Examples:\n  bpk convert model.safetensors model.bpk\n  bpk convert model.bpk model.safetensors"
+    )]
+    Convert {
+        /// The source file (burnpack or safetensors, recognised by its content).
+        input: PathBuf,
+        /// The destination file.
+        output: PathBuf,
+        /// The destination format (default: from the output's extension).
+        #[arg(long, value_enum)]
+        to: Option<Format>,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Burnpack,
+    Safetensors,
+}
+
+/// A failure, with the exit code it maps to.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn file(message: impl std::fmt::Display) -> Self {
+        Self {
+            code: 3,
+            message: message.to_string(),
+        }
+    }
+    fn usage(message: impl std::fmt::Display) -> Self {
+        Self {
+            code: 2,
+            message: message.to_string(),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    // Like other Unix filters, stop quietly when the reader of our output goes away
+    // (`bpk inspect big.bpk | head`) instead of failing to print.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect { file, json, filter } => inspect(&file, json, filter.as_deref()),
+        Command::Verify { file, nan } => verify(&file, nan),
+        Command::Diff { a, b, json } => diff(&a, &b, json),
+        Command::Convert { input, output, to } => convert(&input, &output, to),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("bpk: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+fn open(path: &Path) -> Result<Reader, Failure> {
+    Reader::open(path).map_err(Failure::file)
+}
+
+fn mib(bytes: u64) -> String {
+    if bytes >= 1 << 20 {
+        format!("{:.1} MiB", bytes as f64 / 1048576.0)
+    } else if bytes >= 1 << 10 {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+fn dtype_name(dtype: DType) -> String {
+    match dtype {
+        DType::QFloat(_) => "qfloat".to_string(),
+        other => other.name().to_string(),
+    }
+}
+
+fn tensor_json(t: &TensorInfo) -> Value {
+    json!({
+        "name": t.name(),
+        "dtype": dtype_name(t.dtype()),
+        "shape": t.shape(),
+        "bytes": t.len(),
+        "param_id": t.param_id(),
+        "offset": t.offset(),
+    })
+}
+
+fn inspect(path: &Path, as_json: bool, filter: Option<&str>) -> Result<u8, Failure> {
+    let filter = filter
+        .map(Regex::new)
+        .transpose()
+        .map_err(|e| Failure::usage(format!("--filter: {e}")))?;
+    let reader = open(path)?;
+    let layout = reader.layout();
+    let shown: Vec<&TensorInfo> = reader
+        .tensors_by_position()
+        .filter(|t| filter.as_ref().is_none_or(|re| re.is_match(t.name())))
+        .collect();
+    let mut by_dtype = std::collections::BTreeMap::<String, u64>::new();
+    for t in reader.tensors() {
+        *by_dtype.entry(dtype_name(t.dtype())).or_default() += t.len();
+    }
+    let elements: u64 = reader
+        .tensors()
+        .iter()
+        .map(|t| t.num_elements() as u64)
+        .sum();
+    let data_bytes: u64 = reader.tensors().iter().map(TensorInfo::len).sum();
+    if as_json {
+        let out = json!({
+            "file": path.display().to_string(),
+            "version": layout.header().version,
+            "file_size": layout.file_len(),
+            "metadata_size": layout.header().metadata_size,
+            "data_start": layout.data_start(),
+            "tensor_count": reader.tensors().len(),
+            "elements": elements,
+            "data_bytes": data_bytes,
+            "bytes_by_dtype": by_dtype,
+            "metadata": reader.metadata(),
+            "scalars": reader.scalars().iter().map(|(k, v)| (k.clone(), format!("{v:?}"))).collect::<std::collections::BTreeMap<_, _>>(),
+            "tensors": shown.iter().map(|t| tensor_json(t)).collect::<Vec<_>>(),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("JSON of plain values")
+        );
+        return Ok(0);
+    }
+    println!(
+        "{}: burnpack v{}, {} ({} bytes)",
+        path.display(),
+        layout.header().version,
+        mib(layout.file_len()),
+        layout.file_len()
+    );
+    println!(
+        "metadata: {} bytes of CBOR, data section at byte {}",
+        layout.header().metadata_size,
+        layout.data_start()
+    );
+    let dtypes: Vec<String> = by_dtype
+        .iter()
+        .map(|(d, b)| format!("{d} {}", mib(*b)))
+        .collect();
+    println!(
+        "tensors: {} ({elements} elements, {}; {})",
+        reader.tensors().len(),
+        mib(data_bytes),
+        if dtypes.is_empty() {
+            "none".into()
+        } else {
+            dtypes.join(", ")
+        }
+    );
+    if !reader.metadata().is_empty() {
+        println!("metadata:");
+        for (k, v) in reader.metadata() {
+            println!("  {k} = {v}");
+        }
+    }
+    if !reader.scalars().is_empty() {
+        println!("scalars:");
+        for (k, v) in reader.scalars() {
+            println!("  {k} = {v:?}");
+        }
+    }
+    let width = shown
+        .iter()
+        .map(|t| t.name().len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    println!(
+        "{:<width$}  {:>9}  {:>16}  {:>12}  {:>20}  {:>12}",
+        "name", "dtype", "shape", "bytes", "param id", "offset"
+    );
+    for t in &shown {
+        let id = t
+            .param_id()
+            .map_or_else(|| "-".to_string(), |id| id.to_string());
+        println!(
+            "{:<width$}  {:>9}  {:>16}  {:>12}  {:>20}  {:>12}",
+            t.name(),
+            dtype_name(t.dtype()),
+            format!("{:?}", t.shape()),
+            t.len(),
+            id,
+            t.offset()
+        );
+    }
+    if filter.is_some() {
+        println!(
+            "({} of {} tensors match the filter)",
+            shown.len(),
+            reader.tensors().len()
+        );
+    }
+    Ok(0)
+}
+
+/// Calls `f` with every element of a tensor as f64 (`None` for non-numeric dtypes).
+fn for_each_f64(dtype: DType, bytes: &[u8], mut f: impl FnMut(f64)) -> bool {
+    macro_rules! each {
+        ($n:literal, $conv:expr) => {
+            for c in bytes.chunks_exact($n) {
+                f($conv(c.try_into().expect("exact chunk")))
+            }
+        };
+    }
+    match dtype {
+        DType::F64 => each!(8, f64::from_le_bytes),
+        DType::F32 | DType::Flex32 => each!(4, |b| f64::from(f32::from_le_bytes(b))),
+        DType::F16 => each!(2, |b| f16::from_le_bytes(b).to_f64()),
+        DType::BF16 => each!(2, |b| bf16::from_le_bytes(b).to_f64()),
+        DType::I64 => each!(8, |b| i64::from_le_bytes(b) as f64),
+        DType::I32 => each!(4, |b| f64::from(i32::from_le_bytes(b))),
+        DType::I16 => each!(2, |b| f64::from(i16::from_le_bytes(b))),
+        DType::I8 => each!(1, |b: [u8; 1]| f64::from(b[0] as i8)),
+        DType::U64 => each!(8, |b| u64::from_le_bytes(b) as f64),
+        DType::U32 => each!(4, |b| f64::from(u32::from_le_bytes(b))),
+        DType::U16 => each!(2, |b| f64::from(u16::from_le_bytes(b))),
+        DType::U8 | DType::Bool(BoolStore::Native | BoolStore::U8) => {
+            each!(1, |b: [u8; 1]| f64::from(b[0]))
+        }
+        DType::Bool(BoolStore::U32) => each!(4, |b| f64::from(u32::from_le_bytes(b))),
+        DType::QFloat(_) => return false,
+    }
+    true
+}
+
+fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
+    let reader = open(path)?;
+    let total: u64 = reader.tensors().iter().map(TensorInfo::len).sum();
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {msg}")
+            .expect("valid template"),
+    );
+    if total < 256 << 20 {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let results: Vec<Result<(String, u64, u64), Failure>> = reader
+        .tensors()
+        .par_iter()
+        .map(|t| {
+            let bytes = reader.read(t).map_err(Failure::file)?;
+            let (mut nans, mut infs) = (0u64, 0u64);
+            if nan && t.dtype().is_float() {
+                for_each_f64(t.dtype(), &bytes, |v| {
+                    nans += u64::from(v.is_nan());
+                    infs += u64::from(v.is_infinite());
+                });
+            } else {
+                // Touch every page so a short or unreadable file is found.
+                std::hint::black_box(bytes.iter().step_by(4096).fold(0u8, |a, b| a ^ b));
+            }
+            bar.inc(t.len());
+            Ok((t.name().to_string(), nans, infs))
+        })
+        .collect();
+    bar.finish_and_clear();
+    let mut bad = 0;
+    for result in results {
+        let (name, nans, infs) = result?;
+        if nans + infs > 0 {
+            bad += 1;
+            println!(
+                "{}: tensor '{name}': {nans} NaN and {infs} infinite values",
+                path.display()
+            );
+        }
+    }
+    let checked = if nan {
+        ", float values scanned for NaN/Inf"
+    } else {
+        ""
+    };
+    if bad > 0 {
+        println!(
+            "{}: FAILED: {bad} tensors hold NaN or infinite values",
+            path.display()
+        );
+        return Ok(1);
+    }
+    println!(
+        "{}: OK: structure valid, {} tensors ({}) read{checked}; no checksums in this file (unverified contents)",
+        path.display(),
+        reader.tensors().len(),
+        mib(total)
+    );
+    Ok(0)
+}
+
+/// A tensor whose values differ: name, largest absolute and relative difference.
+type ValueDiff = (String, f64, f64);
+
+/// Largest absolute and relative difference between two tensors of one dtype and shape.
+fn max_diff(dtype: DType, a: &[u8], b: &[u8]) -> Option<(f64, f64)> {
+    let mut left = Vec::new();
+    if !for_each_f64(dtype, a, |v| left.push(v)) {
+        return (a != b)
+            .then_some((f64::NAN, f64::NAN))
+            .or(Some((0.0, 0.0)));
+    }
+    let (mut abs, mut rel, mut i) = (0.0f64, 0.0f64, 0);
+    for_each_f64(dtype, b, |y| {
+        let x = left[i];
+        i += 1;
+        let d = if x == y || (x.is_nan() && y.is_nan()) {
+            0.0
+        } else {
+            (x - y).abs()
+        };
+        abs = abs.max(d);
+        let scale = x.abs().max(y.abs());
+        if d > 0.0 {
+            rel = rel.max(if scale > 0.0 {
+                d / scale
+            } else {
+                f64::INFINITY
+            });
+        }
+    });
+    Some((abs, rel))
+}
+
+fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Failure> {
+    let (a, b) = (open(a_path)?, open(b_path)?);
+    let names_a: BTreeSet<&str> = a.tensors().iter().map(TensorInfo::name).collect();
+    let names_b: BTreeSet<&str> = b.tensors().iter().map(TensorInfo::name).collect();
+    let only_a: Vec<&str> = names_a.difference(&names_b).copied().collect();
+    let only_b: Vec<&str> = names_b.difference(&names_a).copied().collect();
+    let common: Vec<(&TensorInfo, &TensorInfo)> = names_a
+        .intersection(&names_b)
+        .map(|n| (a.tensor(n).expect("listed"), b.tensor(n).expect("listed")))
+        .collect();
+    let mut changed_kind = Vec::new();
+    let compared: Vec<Result<Option<ValueDiff>, Failure>> = common
+        .par_iter()
+        .filter(|(x, y)| x.dtype() == y.dtype() && x.shape() == y.shape())
+        .map(|(x, y)| {
+            let (bx, by) = (
+                a.read(x).map_err(Failure::file)?,
+                b.read(y).map_err(Failure::file)?,
+            );
+            if bx[..] == by[..] {
+                return Ok(None);
+            }
+            let (abs, rel) = max_diff(x.dtype(), &bx, &by).unwrap_or((f64::NAN, f64::NAN));
+            Ok(Some((x.name().to_string(), abs, rel)))
+        })
+        .collect();
+    for (x, y) in &common {
+        if x.dtype() != y.dtype() || x.shape() != y.shape() {
+            changed_kind.push(json!({
+                "name": x.name(),
+                "a": {"dtype": dtype_name(x.dtype()), "shape": x.shape()},
+                "b": {"dtype": dtype_name(y.dtype()), "shape": y.shape()},
+            }));
+        }
+    }
+    let mut values = Vec::new();
+    for r in compared {
+        if let Some(v) = r? {
+            values.push(v);
+        }
+    }
+    let map_diff = |x: Vec<(String, String)>, y: Vec<(String, String)>| {
+        let xs: std::collections::BTreeMap<_, _> = x.into_iter().collect();
+        let ys: std::collections::BTreeMap<_, _> = y.into_iter().collect();
+        let keys: BTreeSet<&String> = xs.keys().chain(ys.keys()).collect();
+        keys.into_iter()
+            .filter(|k| xs.get(*k) != ys.get(*k))
+            .map(|k| json!({"key": k, "a": xs.get(k), "b": ys.get(k)}))
+            .collect::<Vec<_>>()
+    };
+    let strings = |r: &Reader| {
+        r.metadata()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<Vec<_>>()
+    };
+    let scalars = |r: &Reader| {
+        r.scalars()
+            .iter()
+            .map(|(k, v)| (k.clone(), format!("{v:?}")))
+            .collect::<Vec<_>>()
+    };
+    let metadata = map_diff(strings(&a), strings(&b));
+    let scalar_diffs = map_diff(scalars(&a), scalars(&b));
+    let differ = !(only_a.is_empty()
+        && only_b.is_empty()
+        && changed_kind.is_empty()
+        && values.is_empty()
+        && metadata.is_empty()
+        && scalar_diffs.is_empty());
+    if as_json {
+        let out = json!({
+            "a": a_path.display().to_string(),
+            "b": b_path.display().to_string(),
+            "identical": !differ,
+            "only_in_a": only_a,
+            "only_in_b": only_b,
+            "dtype_or_shape": changed_kind,
+            "values": values.iter().map(|(n, abs, rel)| json!({"name": n, "max_abs": abs, "max_rel": rel})).collect::<Vec<_>>(),
+            "metadata": metadata,
+            "scalars": scalar_diffs,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("JSON of plain values")
+        );
+        return Ok(u8::from(differ));
+    }
+    for n in &only_a {
+        println!("only in {}: {n}", a_path.display());
+    }
+    for n in &only_b {
+        println!("only in {}: {n}", b_path.display());
+    }
+    for c in &changed_kind {
+        println!(
+            "{}: {} {} vs {} {}",
+            c["name"].as_str().unwrap_or(""),
+            c["a"]["dtype"],
+            c["a"]["shape"],
+            c["b"]["dtype"],
+            c["b"]["shape"]
+        );
+    }
+    for (n, abs, rel) in &values {
+        println!("{n}: values differ (max abs {abs:e}, max rel {rel:e})");
+    }
+    for m in &metadata {
+        println!(
+            "metadata {}: {} vs {}",
+            m["key"].as_str().unwrap_or(""),
+            m["a"],
+            m["b"]
+        );
+    }
+    for m in &scalar_diffs {
+        println!(
+            "scalar {}: {} vs {}",
+            m["key"].as_str().unwrap_or(""),
+            m["a"],
+            m["b"]
+        );
+    }
+    let same = common.len() - changed_kind.len() - values.len();
+    println!(
+        "{} tensors identical, {} differ in values, {} in dtype or shape, {} only in A, {} only in B",
+        same,
+        values.len(),
+        changed_kind.len(),
+        only_a.len(),
+        only_b.len()
+    );
+    Ok(u8::from(differ))
+}
+
+fn convert(input: &Path, output: &Path, to: Option<Format>) -> Result<u8, Failure> {
+    let to = match to {
+        Some(f) => f,
+        None => match output.extension().and_then(|e| e.to_str()) {
+            Some("bpk") => Format::Burnpack,
+            Some("safetensors") => Format::Safetensors,
+            _ => {
+                return Err(Failure::usage(format!(
+                    "{}: cannot tell the output format from its extension; use --to",
+                    output.display()
+                )));
+            }
+        },
+    };
+    let mut magic = [0u8; 4];
+    let from_burnpack = std::fs::File::open(input)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .map(|()| &magic == b"NRUB")
+        .map_err(|e| Failure::file(format!("{}: cannot read: {e}", input.display())))?;
+    let size = match (from_burnpack, to) {
+        (false, Format::Burnpack) => burnpack::convert::safetensors_to_burnpack(input, output),
+        (true, Format::Safetensors) => burnpack::convert::burnpack_to_safetensors(input, output),
+        (true, Format::Burnpack) | (false, Format::Safetensors) => {
+            return Err(Failure::usage(format!(
+                "{} is already in the requested format",
+                input.display()
+            )));
+        }
+    }
+    .map_err(Failure::file)?;
+    println!(
+        "{} -> {} ({})",
+        input.display(),
+        output.display(),
+        mib(size)
+    );
+    Ok(0)
+}

@@ -1,0 +1,269 @@
+//! Conversions between burnpack and safetensors (the `safetensors` crate reads and writes that
+//! format; nothing of it is re-implemented here).
+//!
+//! Both directions stream: the source is memory-mapped and each tensor goes from the mapping
+//! to the destination without the model being held in memory. safetensors → burnpack writes
+//! in parallel (this crate's writer); burnpack → safetensors writes sequentially (the
+//! `safetensors` crate's writer). Both destinations are written atomically.
+//!
+//! ```
+//! use burn::tensor::{Bytes, DType};
+//! use burnpack::{Entry, Writer, convert};
+//! let dir = tempfile::tempdir().unwrap();
+//! let (bpk, st, back) = (dir.path().join("m.bpk"), dir.path().join("m.safetensors"), dir.path().join("back.bpk"));
+//! Writer::new(vec![Entry::resident("w", DType::F32, vec![2], Bytes::from_elems(vec![1.0f32, 2.0]))])
+//!     .write_to_file(&bpk)
+//!     .unwrap();
+//! convert::burnpack_to_safetensors(&bpk, &st).unwrap();
+//! convert::safetensors_to_burnpack(&st, &back).unwrap();
+//! let reader = burnpack::Reader::open(&back).unwrap();
+//! assert_eq!(&reader.bytes("w").unwrap()[..], &[1.0f32, 2.0].map(f32::to_le_bytes).concat()[..]);
+//! ```
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use burn::tensor::{AllocationProperty, BoolStore, Bytes, DType};
+use safetensors::{Dtype, SafeTensors, View};
+
+use crate::read::Reader;
+use crate::write::{Entry, WriteError, Writer};
+
+/// Why a conversion failed. Every variant names the file and, where there is one, the tensor.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConvertError {
+    /// The burnpack source could not be read.
+    #[error(transparent)]
+    Read(#[from] crate::read::ReadError),
+    /// The burnpack destination could not be written.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// A file operation failed.
+    #[error("{}: cannot {action}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The safetensors file is invalid, or could not be written.
+    #[error("{}: {message}", path.display())]
+    Safetensors {
+        /// The file.
+        path: PathBuf,
+        /// The safetensors crate's error.
+        message: String,
+    },
+    /// A tensor's dtype has no equivalent in the other format.
+    #[error("{}: tensor '{tensor}': {dtype} has no {target} equivalent", path.display())]
+    Dtype {
+        /// The source file.
+        path: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// Its dtype.
+        dtype: String,
+        /// The destination format.
+        target: &'static str,
+    },
+}
+
+fn to_burn(dtype: Dtype) -> Option<DType> {
+    Some(match dtype {
+        Dtype::BOOL => DType::Bool(BoolStore::Native),
+        Dtype::U8 => DType::U8,
+        Dtype::I8 => DType::I8,
+        Dtype::I16 => DType::I16,
+        Dtype::U16 => DType::U16,
+        Dtype::F16 => DType::F16,
+        Dtype::BF16 => DType::BF16,
+        Dtype::I32 => DType::I32,
+        Dtype::U32 => DType::U32,
+        Dtype::F32 => DType::F32,
+        Dtype::F64 => DType::F64,
+        Dtype::I64 => DType::I64,
+        Dtype::U64 => DType::U64,
+        _ => return None,
+    })
+}
+
+/// The safetensors dtype of a burnpack dtype. `Flex32` is stored as f32 bytes, so it becomes
+/// `F32`; quantized tensors and non-native boolean stores have no equivalent.
+fn to_safetensors(dtype: DType) -> Option<Dtype> {
+    Some(match dtype {
+        DType::Bool(BoolStore::Native) => Dtype::BOOL,
+        DType::U8 => Dtype::U8,
+        DType::I8 => Dtype::I8,
+        DType::I16 => Dtype::I16,
+        DType::U16 => Dtype::U16,
+        DType::F16 => Dtype::F16,
+        DType::BF16 => Dtype::BF16,
+        DType::I32 => Dtype::I32,
+        DType::U32 => Dtype::U32,
+        DType::F32 | DType::Flex32 => Dtype::F32,
+        DType::F64 => Dtype::F64,
+        DType::I64 => Dtype::I64,
+        DType::U64 => Dtype::U64,
+        DType::Bool(_) | DType::QFloat(_) => return None,
+    })
+}
+
+fn map_file(path: &Path) -> Result<Bytes, ConvertError> {
+    let io = |action| {
+        move |source| ConvertError::Io {
+            path: path.to_path_buf(),
+            action,
+            source,
+        }
+    };
+    let file = File::open(path).map_err(io("open"))?;
+    // SAFETY: read-only private mapping; as for `Reader::open`, the file must not be truncated
+    // while the conversion runs.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io("map"))?;
+    Ok(Bytes::from_shared(
+        bytes::Bytes::from_owner(map),
+        AllocationProperty::File,
+    ))
+}
+
+/// Converts a safetensors file to burnpack: names, dtypes, shapes and string metadata are kept;
+/// tensors are written in the source's file order, in parallel, each copied from the mapped
+/// source into its aligned slot (so unaligned safetensors tensors come out aligned). Returns
+/// the size written.
+///
+/// # Errors
+/// An invalid source, an unsupported dtype (FP8 and other types Burn does not have), or a
+/// failed write (the destination is then untouched).
+pub fn safetensors_to_burnpack(
+    input: impl AsRef<Path>,
+    output: impl AsRef<Path>,
+) -> Result<u64, ConvertError> {
+    let input = input.as_ref();
+    let all = map_file(input)?;
+    let invalid = |e: safetensors::SafeTensorError| ConvertError::Safetensors {
+        path: input.to_path_buf(),
+        message: e.to_string(),
+    };
+    // `deserialize` validates every range against the buffer; the metadata gives the offsets.
+    SafeTensors::deserialize(&all).map_err(invalid)?;
+    let (header_len, metadata) = SafeTensors::read_metadata(&all).map_err(invalid)?;
+    let data_start = 8 + header_len;
+    let infos = metadata.tensors();
+    let mut names: Vec<&String> = infos.keys().collect();
+    names.sort_by_key(|name| infos[*name].data_offsets.0);
+    let mut entries = Vec::with_capacity(names.len());
+    for name in names {
+        let info = infos[name];
+        let dtype = to_burn(info.dtype).ok_or_else(|| ConvertError::Dtype {
+            path: input.to_path_buf(),
+            tensor: name.clone(),
+            dtype: format!("{:?}", info.dtype),
+            target: "burnpack",
+        })?;
+        let (start, end) = (
+            data_start + info.data_offsets.0,
+            data_start + info.data_offsets.1,
+        );
+        let view = all
+            .view(start, end)
+            .map_err(|e| ConvertError::Safetensors {
+                path: input.to_path_buf(),
+                message: format!("tensor '{name}': cannot view bytes {start}..{end}: {e:?}"),
+            })?;
+        entries.push(Entry::resident(
+            name.clone(),
+            dtype,
+            info.shape.clone(),
+            view,
+        ));
+    }
+    let mut writer = Writer::new(entries);
+    if let Some(meta) = metadata.metadata() {
+        for (k, v) in meta {
+            writer = writer.with_metadata(k.clone(), v.clone());
+        }
+    }
+    Ok(writer.write_to_file(output)?)
+}
+
+/// A burnpack tensor seen through the `safetensors` crate's `View`.
+struct Tensor {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    bytes: Bytes,
+}
+
+impl View for &Tensor {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.bytes)
+    }
+    fn data_len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+/// Converts a burnpack file to safetensors with the `safetensors` crate: names, dtypes, shapes
+/// and string metadata are kept (parameter ids and scalars have no place in safetensors and
+/// are dropped). Each tensor is read from the mapped source as it is written. The destination
+/// is written to a scratch sibling, fsynced and renamed. Returns the size written.
+///
+/// # Errors
+/// An invalid source, a dtype safetensors cannot hold (quantized, non-native booleans), or a
+/// failed write (the destination is then untouched).
+pub fn burnpack_to_safetensors(
+    input: impl AsRef<Path>,
+    output: impl AsRef<Path>,
+) -> Result<u64, ConvertError> {
+    let input = input.as_ref();
+    let output = output.as_ref();
+    let reader = Reader::open(input)?;
+    let mut tensors = Vec::with_capacity(reader.tensors().len());
+    for info in reader.tensors() {
+        let dtype = to_safetensors(info.dtype()).ok_or_else(|| ConvertError::Dtype {
+            path: input.to_path_buf(),
+            tensor: info.name().to_string(),
+            dtype: format!("{:?}", info.dtype()),
+            target: "safetensors",
+        })?;
+        tensors.push((
+            info.name().to_string(),
+            Tensor {
+                dtype,
+                shape: info.shape().to_vec(),
+                bytes: reader.read(info)?,
+            },
+        ));
+    }
+    let metadata: HashMap<String, String> = reader.metadata().clone().into_iter().collect();
+    let metadata = (!metadata.is_empty()).then_some(metadata);
+    let scratch = crate::write::Scratch::create(output)?;
+    safetensors::serialize_to_file(
+        tensors.iter().map(|(n, t)| (n.as_str(), t)),
+        metadata,
+        scratch.path(),
+    )
+    .map_err(|e| ConvertError::Safetensors {
+        path: output.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let size = std::fs::metadata(scratch.path())
+        .map_err(|source| ConvertError::Io {
+            path: scratch.path().to_path_buf(),
+            action: "stat",
+            source,
+        })?
+        .len();
+    scratch.commit(output, true)?;
+    Ok(size)
+}

@@ -1,0 +1,339 @@
+//! The real `bpk` binary on files made by this crate, by Burn 0.22 and by the `safetensors`
+//! crate.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use assert_cmd::Command;
+use burn::tensor::{Bytes, DType};
+use burnpack::{Entry, Writer, read::Reader};
+use common::{Spec, every_dtype};
+use safetensors::{Dtype, SafeTensors};
+
+fn bpk() -> Command {
+    Command::cargo_bin("bpk").unwrap()
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = bpk().args(args).output().unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn f32_entry(name: &str, values: &[f32]) -> Entry {
+    Entry::resident(
+        name,
+        DType::F32,
+        vec![values.len()],
+        Bytes::from_elems(values.to_vec()),
+    )
+    .with_param_id(9)
+}
+
+#[test]
+fn inspect_lists_everything_and_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.bpk");
+    Writer::new(every_dtype().iter().map(Spec::entry).collect())
+        .with_metadata("producer", "test")
+        .with_scalar("epoch", 4u32)
+        .write_to_file(&path)
+        .unwrap();
+
+    let (code, out, _) = run(&["inspect", s(&path)]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("burnpack v1")
+            && out.contains("producer = test")
+            && out.contains("epoch = UInt(4)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("quant.weight") && out.contains("qfloat") && out.contains("ünïcødé.层.🔥"),
+        "{out}"
+    );
+    assert!(out.contains("1000"), "param ids are listed: {out}");
+
+    let (code, out, _) = run(&["inspect", s(&path), "--json", "--filter", "^dtypes\\.f"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["tensor_count"], every_dtype().len());
+    let names: Vec<&str> = v["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        !names.is_empty() && names.iter().all(|n| n.starts_with("dtypes.f")),
+        "{names:?}"
+    );
+    assert_eq!(v["metadata"]["producer"], "test");
+
+    let (code, _, err) = run(&["inspect", s(&path), "--filter", "("]);
+    assert_eq!(code, 2, "a bad regex is a usage error: {err}");
+}
+
+#[test]
+fn verify_passes_sound_files_and_fails_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.bpk");
+    Writer::new(vec![f32_entry("w", &[1.0, 2.0])])
+        .write_to_file(&good)
+        .unwrap();
+    let (code, out, _) = run(&["verify", s(&good), "--nan"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("OK") && out.contains("no checksums"), "{out}");
+
+    let nan = dir.path().join("nan.bpk");
+    Writer::new(vec![f32_entry("w", &[1.0, f32::NAN, f32::INFINITY])])
+        .write_to_file(&nan)
+        .unwrap();
+    assert_eq!(
+        run(&["verify", s(&nan)]).0,
+        0,
+        "without --nan values are not judged"
+    );
+    let (code, out, _) = run(&["verify", s(&nan), "--nan"]);
+    assert_eq!(code, 1);
+    assert!(out.contains("tensor 'w': 1 NaN and 1 infinite"), "{out}");
+
+    let truncated = dir.path().join("truncated.bpk");
+    let bytes = std::fs::read(&good).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() - 1]).unwrap();
+    let (code, _, err) = run(&["verify", s(&truncated)]);
+    assert_eq!(code, 3);
+    assert!(
+        err.starts_with("bpk: ")
+            && err.contains("truncated.bpk")
+            && err.contains("'w'")
+            && err.lines().count() == 1,
+        "{err}"
+    );
+
+    let (code, _, err) = run(&["verify", "/no/such.bpk"]);
+    assert_eq!(code, 3);
+    assert!(err.contains("/no/such.bpk"), "{err}");
+}
+
+#[test]
+fn diff_reports_every_kind_of_difference() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.bpk"), dir.path().join("b.bpk"));
+    Writer::new(vec![
+        f32_entry("same", &[1.0]),
+        f32_entry("moved", &[1.0, 2.0]),
+        f32_entry("gone", &[0.0]),
+        f32_entry("reshaped", &[1.0, 2.0]),
+    ])
+    .with_metadata("k", "1")
+    .write_to_file(&a)
+    .unwrap();
+    Writer::new(vec![
+        f32_entry("same", &[1.0]),
+        f32_entry("moved", &[1.0, 2.5]),
+        f32_entry("new", &[0.0]),
+        Entry::resident(
+            "reshaped",
+            DType::F64,
+            vec![2],
+            Bytes::from_elems(vec![1.0f64, 2.0]),
+        ),
+    ])
+    .with_metadata("k", "2")
+    .with_scalar("lr", 0.1)
+    .write_to_file(&b)
+    .unwrap();
+
+    let (code, out, _) = run(&["diff", s(&a), s(&b)]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("only in") && out.contains("gone") && out.contains("new"),
+        "{out}"
+    );
+    assert!(
+        out.contains("moved: values differ (max abs 5e-1, max rel 2e-1)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("reshaped: \"f32\" [2] vs \"f64\" [2]"),
+        "{out}"
+    );
+    assert!(
+        out.contains("metadata k") && out.contains("scalar lr"),
+        "{out}"
+    );
+
+    let (code, out, _) = run(&["diff", s(&a), s(&b), "--json"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["identical"], false);
+    assert_eq!(v["only_in_a"][0], "gone");
+    assert_eq!(v["values"][0]["name"], "moved");
+    assert_eq!(v["values"][0]["max_abs"], 0.5);
+
+    let (code, out, _) = run(&["diff", s(&a), s(&a)]);
+    assert_eq!(code, 0, "{out}");
+}
+
+/// A safetensors file written by the `safetensors` crate.
+fn safetensors_file(path: &Path) -> Vec<(String, Dtype, Vec<usize>, Vec<u8>)> {
+    let tensors = vec![
+        (
+            "embed.weight".to_string(),
+            Dtype::F32,
+            vec![3, 4],
+            common::pattern(1, 48),
+        ),
+        (
+            "norm.scale".to_string(),
+            Dtype::F16,
+            vec![5],
+            common::pattern(2, 10),
+        ),
+        (
+            "ids".to_string(),
+            Dtype::I64,
+            vec![2],
+            common::pattern(3, 16),
+        ),
+        ("mask".to_string(), Dtype::BOOL, vec![3], vec![1, 0, 1]),
+        (
+            "bytes".to_string(),
+            Dtype::U8,
+            vec![7],
+            common::pattern(4, 7),
+        ),
+        (
+            "half.b".to_string(),
+            Dtype::BF16,
+            vec![3],
+            common::pattern(5, 6),
+        ),
+    ];
+    let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
+        .iter()
+        .map(|(n, d, s, b)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap(),
+            )
+        })
+        .collect();
+    let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+    safetensors::serialize_to_file(views, Some(meta), path).unwrap();
+    tensors
+}
+
+#[test]
+fn convert_round_trips_safetensors_made_by_the_safetensors_crate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (st, bp, back) = (
+        dir.path().join("m.safetensors"),
+        dir.path().join("m.bpk"),
+        dir.path().join("back.safetensors"),
+    );
+    let tensors = safetensors_file(&st);
+    assert_eq!(run(&["convert", s(&st), s(&bp)]).0, 0);
+    let reader = Reader::open(&bp).unwrap();
+    assert_eq!(reader.metadata()["format"], "pt");
+    for (name, _, shape, data) in &tensors {
+        let info = reader.tensor(name).unwrap();
+        assert_eq!(info.shape(), &shape[..]);
+        assert_eq!(&reader.read(info).unwrap()[..], &data[..], "{name}");
+        assert_eq!(info.offset() % 256, 0);
+    }
+    assert_eq!(
+        reader.tensor("mask").unwrap().dtype(),
+        DType::Bool(burn::tensor::BoolStore::Native)
+    );
+
+    let (code, out, _) = run(&["convert", s(&bp), s(&back)]);
+    assert_eq!(code, 0, "{out}");
+    let bytes = std::fs::read(&back).unwrap();
+    let parsed = SafeTensors::deserialize(&bytes).unwrap();
+    for (name, dtype, shape, data) in &tensors {
+        let t = parsed.tensor(name).unwrap();
+        assert_eq!(
+            (t.dtype(), t.shape(), t.data()),
+            (*dtype, &shape[..], &data[..]),
+            "{name}"
+        );
+    }
+    let (_, meta) = SafeTensors::read_metadata(&bytes).unwrap();
+    assert_eq!(meta.metadata().as_ref().unwrap()["format"], "pt");
+}
+
+#[test]
+fn convert_handles_unaligned_safetensors_tensors() {
+    // Hand-made but valid: an f32 tensor starting at data byte 1, an f64 at byte 9.
+    let header = r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"F32","shape":[2],"data_offsets":[1,9]},"c":{"dtype":"F64","shape":[1],"data_offsets":[9,17]}}"#;
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(header.as_bytes());
+    file.push(7);
+    file.extend_from_slice(&[1.5f32, -2.25].map(f32::to_le_bytes).concat());
+    file.extend_from_slice(&3.125f64.to_le_bytes());
+    SafeTensors::deserialize(&file).expect("the safetensors crate accepts it");
+    let dir = tempfile::tempdir().unwrap();
+    let (st, bp) = (dir.path().join("u.safetensors"), dir.path().join("u.bpk"));
+    std::fs::write(&st, &file).unwrap();
+    let (code, _, err) = run(&["convert", s(&st), s(&bp)]);
+    assert_eq!(code, 0, "{err}");
+    let reader = Reader::open(&bp).unwrap();
+    assert!(reader.unaligned().next().is_none());
+    let b: &[f32] = bytemuck::cast_slice(&reader.bytes("b").unwrap()[..])
+        .to_vec()
+        .leak();
+    assert_eq!(b, [1.5, -2.25]);
+    assert_eq!(&reader.bytes("c").unwrap()[..], &3.125f64.to_le_bytes());
+}
+
+#[test]
+fn works_on_files_written_by_burn() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("burn.bpk");
+    burn_pack::Writer::new(every_dtype().iter().map(Spec::burn_tensor).collect())
+        .write_to_file(&path)
+        .unwrap();
+    assert_eq!(run(&["inspect", s(&path)]).0, 0);
+    assert_eq!(run(&["verify", s(&path)]).0, 0);
+    // Random bit patterns in the float tensors include NaNs, which --nan reports.
+    assert_eq!(run(&["verify", s(&path), "--nan"]).0, 1);
+    assert_eq!(run(&["diff", s(&path), s(&path)]).0, 0);
+    // Non-native booleans and quantized tensors have no safetensors equivalent: one clear line.
+    let (code, _, err) = run(&["convert", s(&path), s(&dir.path().join("x.safetensors"))]);
+    assert_eq!(code, 3);
+    assert!(
+        err.contains("tensor 'dtypes.bool(u32).15'")
+            && err.contains("no safetensors equivalent")
+            && err.lines().count() == 1,
+        "{err}"
+    );
+    assert!(!dir.path().join("x.safetensors").exists());
+}
+
+#[test]
+fn usage_errors_exit_2_and_every_command_has_help_with_an_example() {
+    assert_eq!(run(&[]).0, 2);
+    assert_eq!(run(&["inspect"]).0, 2);
+    assert_eq!(run(&["frobnicate"]).0, 2);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.bpk");
+    Writer::new(vec![]).write_to_file(&p).unwrap();
+    let (code, _, err) = run(&["convert", s(&p), s(&dir.path().join("out.weird"))]);
+    assert_eq!(code, 2, "{err}");
+    for cmd in ["inspect", "verify", "diff", "convert"] {
+        let (code, out, _) = run(&[cmd, "--help"]);
+        assert_eq!(code, 0);
+        assert!(out.contains("Example"), "{cmd} --help has no example");
+    }
+}
