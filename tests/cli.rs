@@ -183,6 +183,24 @@ fn diff_reports_every_kind_of_difference() {
 
     let (code, out, _) = run(&["diff", s(&a), s(&a)]);
     assert_eq!(code, 0, "{out}");
+
+    // Same values, different parameter ids.
+    let c = dir.path().join("c.bpk");
+    Writer::new(vec![Entry::resident(
+        "same",
+        DType::F32,
+        vec![1],
+        Bytes::from_elems(vec![1.0f32]),
+    )])
+    .write_to_file(&c)
+    .unwrap();
+    let d = dir.path().join("d.bpk");
+    Writer::new(vec![f32_entry("same", &[1.0])])
+        .write_to_file(&d)
+        .unwrap();
+    let (code, out, _) = run(&["diff", s(&c), s(&d)]);
+    assert_eq!(code, 1);
+    assert!(out.contains("same: param id null vs 9"), "{out}");
 }
 
 /// A safetensors file written by the `safetensors` crate.

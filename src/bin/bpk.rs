@@ -434,6 +434,11 @@ fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Failure> {
             }));
         }
     }
+    let ids: Vec<Value> = common
+        .iter()
+        .filter(|(x, y)| x.param_id() != y.param_id())
+        .map(|(x, y)| json!({"name": x.name(), "a": x.param_id(), "b": y.param_id()}))
+        .collect();
     let mut values = Vec::new();
     for r in compared {
         if let Some(v) = r? {
@@ -466,6 +471,7 @@ fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Failure> {
     let differ = !(only_a.is_empty()
         && only_b.is_empty()
         && changed_kind.is_empty()
+        && ids.is_empty()
         && values.is_empty()
         && metadata.is_empty()
         && scalar_diffs.is_empty());
@@ -477,6 +483,7 @@ fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Failure> {
             "only_in_a": only_a,
             "only_in_b": only_b,
             "dtype_or_shape": changed_kind,
+            "param_ids": ids,
             "values": values.iter().map(|(n, abs, rel)| json!({"name": n, "max_abs": abs, "max_rel": rel})).collect::<Vec<_>>(),
             "metadata": metadata,
             "scalars": scalar_diffs,
@@ -503,6 +510,14 @@ fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Failure> {
             c["b"]["shape"]
         );
     }
+    for d in &ids {
+        println!(
+            "{}: param id {} vs {}",
+            d["name"].as_str().unwrap_or(""),
+            d["a"],
+            d["b"]
+        );
+    }
     for (n, abs, rel) in &values {
         println!("{n}: values differ (max abs {abs:e}, max rel {rel:e})");
     }
@@ -524,7 +539,7 @@ fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Failure> {
     }
     let same = common.len() - changed_kind.len() - values.len();
     println!(
-        "{} tensors identical, {} differ in values, {} in dtype or shape, {} only in A, {} only in B",
+        "{} tensors with identical values, {} differ in values, {} in dtype or shape, {} only in A, {} only in B",
         same,
         values.len(),
         changed_kind.len(),
