@@ -8,7 +8,7 @@ use std::path::Path;
 
 use burn::tensor::{Bytes, DType};
 use burnpack::{Entry, WriteError, WriteMode, Writer, read::Reader};
-use common::{Spec, every_dtype, ours};
+use common::{Spec, every_dtype, ours_checked as ours};
 
 fn dir_listing(dir: &Path) -> Vec<String> {
     let mut names: Vec<_> = std::fs::read_dir(dir)

@@ -92,7 +92,22 @@ fn verify_passes_sound_files_and_fails_the_rest() {
         .unwrap();
     let (code, out, _) = run(&["verify", s(&good), "--nan"]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("OK") && out.contains("no checksums"), "{out}");
+    assert!(
+        out.contains("OK") && out.contains("all 1 checksums match"),
+        "{out}"
+    );
+
+    // A flipped data byte: the structure is sound, the checksum names the tensor.
+    let corrupt = dir.path().join("corrupt.bpk");
+    let mut bytes = std::fs::read(&good).unwrap();
+    *bytes.last_mut().unwrap() ^= 0x40;
+    std::fs::write(&corrupt, &bytes).unwrap();
+    let (code, out, _) = run(&["verify", s(&corrupt)]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("tensor 'w': checksum mismatch") && out.contains("FAILED"),
+        "{out}"
+    );
 
     let nan = dir.path().join("nan.bpk");
     Writer::new(vec![f32_entry("w", &[1.0, f32::NAN, f32::INFINITY])])
@@ -323,7 +338,12 @@ fn works_on_files_written_by_burn() {
         .write_to_file(&path)
         .unwrap();
     assert_eq!(run(&["inspect", s(&path)]).0, 0);
-    assert_eq!(run(&["verify", s(&path)]).0, 0);
+    let (code, out, _) = run(&["verify", s(&path)]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("no checksums in this file (contents unverified)"),
+        "{out}"
+    );
     // Random bit patterns in the float tensors include NaNs, which --nan reports.
     assert_eq!(run(&["verify", s(&path), "--nan"]).0, 1);
     assert_eq!(run(&["diff", s(&path), s(&path)]).0, 0);

@@ -106,6 +106,11 @@ fn killing_a_saving_process_never_loses_the_previous_checkpoint() {
         );
         assert_eq!(step, manager.list().unwrap().last().unwrap().step);
         latest.load_model(model(&device)).unwrap();
+        assert_eq!(
+            latest.reader().verify_all().unwrap(),
+            2,
+            "the surviving checkpoint verifies (weight and bias)"
+        );
         last_step = step;
     }
     assert!(

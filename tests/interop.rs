@@ -9,6 +9,7 @@ use common::{Spec, burns, every_dtype, ours};
 
 fn with_extras(specs: &[Spec]) -> (Vec<u8>, Vec<u8>) {
     let mine = Writer::new(specs.iter().map(Spec::entry).collect())
+        .checksums(false)
         .with_metadata("producer", "burnpack tests")
         .with_metadata("ключ", "значение")
         .with_scalar("epoch", 12u64)
@@ -57,6 +58,7 @@ fn deferred_parallel_file_write_is_byte_identical_to_burn() {
     let path = dir.path().join("deferred.bpk");
     Writer::new(specs.iter().map(Spec::deferred_entry).collect())
         .threads(4)
+        .checksums(false)
         .write_to_file(&path)
         .unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), burns(&specs));
@@ -83,6 +85,20 @@ fn burn_reads_files_written_here() {
     let specs = every_dtype();
     let (mine, _) = with_extras(&specs);
     assert_burn_reads(mine, &specs);
+    // With checksums (the default): Burn ignores the extra metadata key.
+    let checked = Writer::new(specs.iter().map(Spec::entry).collect())
+        .with_metadata("producer", "burnpack tests")
+        .with_scalar("epoch", 12u64)
+        .with_scalar("loss", 0.25)
+        .into_bytes()
+        .unwrap();
+    assert!(
+        Reader::from_bytes(checked.clone())
+            .unwrap()
+            .layout()
+            .has_checksums()
+    );
+    assert_burn_reads(checked.to_vec(), &specs);
 
     // Through a real file, written in parallel from deferred entries.
     let dir = tempfile::tempdir().unwrap();

@@ -6,7 +6,7 @@ use burn::tensor::{AllocationProperty, Bytes, DType};
 use burnpack::format::TENSOR_ALIGNMENT;
 use burnpack::read::{ReadMode, ReadOptions, Reader};
 use burnpack::{Entry, Scalar, WriteMode, Writer};
-use common::{Spec, every_dtype, ours};
+use common::{Spec, every_dtype, ours_checked as ours};
 
 fn check(reader: &Reader, specs: &[Spec]) {
     assert_eq!(reader.tensors().len(), specs.len());

@@ -40,3 +40,13 @@ pub fn element_align(dtype: DType) -> usize {
         other => other.size().max(1),
     }
 }
+
+/// The checksum burnpack stores per tensor: xxh3-64 of its bytes.
+///
+/// ```
+/// assert_eq!(burnpack::format::checksum(b""), 0x2d06_8005_38d3_94c2);
+/// ```
+#[must_use]
+pub fn checksum(bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(bytes)
+}

@@ -116,6 +116,14 @@ pub enum FormatError {
         /// Declared shape.
         shape: Vec<u64>,
     },
+    /// The `checksums` byte string does not hold 8 bytes per tensor.
+    #[error("checksums hold {found} bytes, 8 per tensor are needed for {tensors} tensors")]
+    Checksums {
+        /// Bytes found.
+        found: u64,
+        /// Tensors in the file.
+        tensors: u64,
+    },
     /// Two tensors' byte ranges overlap.
     #[error("tensor '{tensor}': its bytes overlap those of tensor '{other}'")]
     Overlap {

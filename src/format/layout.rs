@@ -34,6 +34,7 @@ pub struct TensorInfo {
     param_id: Option<u64>,
     start: u64,
     len: u64,
+    checksum: Option<u64>,
 }
 
 impl TensorInfo {
@@ -108,6 +109,7 @@ impl TensorInfo {
             param_id: d.param_id,
             start,
             len,
+            checksum: None,
         })
     }
 
@@ -157,6 +159,12 @@ impl TensorInfo {
     #[must_use]
     pub fn num_elements(&self) -> usize {
         self.shape.iter().product()
+    }
+
+    /// The stored xxh3-64 checksum of the tensor's bytes, if the file has checksums.
+    #[must_use]
+    pub fn checksum(&self) -> Option<u64> {
+        self.checksum
     }
 
     /// Whether the tensor's file offset is a multiple of its element size, so a view into a
@@ -256,11 +264,23 @@ impl Layout {
     ) -> Result<Self, FormatError> {
         let decoded = Metadata::decode(metadata, limits)?;
         let data_start = header.data_start();
+        let checksums = match decoded.checksums {
+            Some(bytes) if bytes.len() == decoded.tensors.len() * 8 => Some(bytes),
+            Some(bytes) => {
+                return Err(FormatError::Checksums {
+                    found: bytes.len() as u64,
+                    tensors: decoded.tensors.len() as u64,
+                });
+            }
+            None => None,
+        };
         let mut tensors = Vec::with_capacity(decoded.tensors.len());
-        for (name, descriptor) in decoded.tensors {
-            tensors.push(TensorInfo::validate(
-                name, descriptor, data_start, file_len, limits,
-            )?);
+        for (i, (name, descriptor)) in decoded.tensors.into_iter().enumerate() {
+            let mut info = TensorInfo::validate(name, descriptor, data_start, file_len, limits)?;
+            info.checksum = checksums
+                .as_ref()
+                .map(|c| u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().expect("8 bytes")));
+            tensors.push(info);
         }
 
         tensors.sort_by(|a, b| a.name.cmp(&b.name));
@@ -349,5 +369,11 @@ impl Layout {
     #[must_use]
     pub fn scalars(&self) -> &BTreeMap<String, Scalar> {
         &self.scalars
+    }
+
+    /// Whether the file stores a checksum for every tensor.
+    #[must_use]
+    pub fn has_checksums(&self) -> bool {
+        self.tensors.first().is_some_and(|t| t.checksum.is_some())
     }
 }

@@ -165,6 +165,42 @@ pub struct Metadata {
     pub metadata: Vec<(String, String)>,
     /// Typed scalars (omitted from the encoding when empty).
     pub scalars: Vec<(String, Scalar)>,
+    /// Per-tensor checksums (xxh3-64, little-endian, 8 bytes per tensor in the order of
+    /// `tensors`), as one CBOR byte string under the top-level key `checksums`: the last entry
+    /// of the map, so its bytes end the metadata blob and can be filled in after the data is
+    /// written. Burn's reader ignores the key. Omitted when `None`.
+    pub checksums: Option<Vec<u8>>,
+}
+
+/// Serializes bytes as one CBOR byte string.
+struct ByteString<'a>(&'a [u8]);
+
+impl Serialize for ByteString<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(self.0)
+    }
+}
+
+/// Decodes one CBOR byte string.
+struct ByteBuf(Vec<u8>);
+
+impl<'de> Deserialize<'de> for ByteBuf {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ByteBuf;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a byte string")
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<ByteBuf, E> {
+                Ok(ByteBuf(v.to_vec()))
+            }
+            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<ByteBuf, E> {
+                Ok(ByteBuf(v))
+            }
+        }
+        deserializer.deserialize_byte_buf(V)
+    }
 }
 
 /// Serializes a list of pairs as a definite-length CBOR map, in list order.
@@ -182,8 +218,10 @@ impl<V: Serialize> Serialize for PairsRef<'_, V> {
 
 impl Serialize for Metadata {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let len =
-            1 + usize::from(!self.metadata.is_empty()) + usize::from(!self.scalars.is_empty());
+        let len = 1
+            + usize::from(!self.metadata.is_empty())
+            + usize::from(!self.scalars.is_empty())
+            + usize::from(self.checksums.is_some());
         let mut map = serializer.serialize_map(Some(len))?;
         map.serialize_entry("tensors", &PairsRef(&self.tensors))?;
         if !self.metadata.is_empty() {
@@ -191,6 +229,9 @@ impl Serialize for Metadata {
         }
         if !self.scalars.is_empty() {
             map.serialize_entry("scalars", &PairsRef(&self.scalars))?;
+        }
+        if let Some(checksums) = &self.checksums {
+            map.serialize_entry("checksums", &ByteString(checksums))?;
         }
         map.end()
     }
@@ -281,6 +322,7 @@ impl<'de> Visitor<'de> for MetadataVisitor {
                 "tensors" => tensors = Some(map.next_value::<Pairs<Descriptor>>()?.0),
                 "metadata" => meta.metadata = map.next_value::<Pairs<String>>()?.0,
                 "scalars" => meta.scalars = map.next_value::<Pairs<Scalar>>()?.0,
+                "checksums" => meta.checksums = Some(map.next_value::<ByteBuf>()?.0),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }

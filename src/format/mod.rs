@@ -11,7 +11,7 @@ mod layout;
 mod limits;
 mod metadata;
 
-pub use dtype::{byte_len, element_align};
+pub use dtype::{byte_len, checksum, element_align};
 pub use error::FormatError;
 pub use header::{
     FORMAT_VERSION, HEADER_SIZE, Header, MAGIC, TENSOR_ALIGNMENT, align_up, data_start,

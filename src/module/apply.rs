@@ -104,7 +104,13 @@ impl<'a> Applier<'a> {
             DTypePolicy::CastFloatsTo(dtype) if float => dtype,
             DTypePolicy::AsStored | DTypePolicy::CastFloatsTo(_) => stored,
         };
-        let bytes = match self.reader.read(info) {
+        let read = self.reader.read(info).and_then(|bytes| {
+            if self.options.verify {
+                self.reader.check(info, &bytes)?;
+            }
+            Ok(bytes)
+        });
+        let bytes = match read {
             Ok(bytes) => bytes,
             Err(e) => {
                 self.mismatch.failed.push((path, e.to_string()));

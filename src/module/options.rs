@@ -159,6 +159,7 @@ pub struct LoadOptions {
     pub(crate) renames: Vec<(Regex, String)>,
     pub(crate) dtype: DTypePolicy,
     pub(crate) read: ReadOptions,
+    pub(crate) verify: bool,
 }
 
 impl LoadOptions {
@@ -229,6 +230,15 @@ impl LoadOptions {
         } else {
             ReadMode::Mmap
         });
+        self
+    }
+
+    /// Checks every loaded parameter's bytes against the file's checksums (reads them all once
+    /// more; default off). A mismatch is reported with the other problems. Files without
+    /// checksums load unverified.
+    #[must_use]
+    pub fn verify_checksums(mut self, verify: bool) -> Self {
+        self.verify = verify;
         self
     }
 

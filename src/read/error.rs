@@ -31,6 +31,20 @@ pub enum ReadError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A tensor's bytes do not match its stored checksum.
+    #[error(
+        "{file}: tensor '{tensor}': checksum mismatch (stored {expected:#018x}, computed {actual:#018x}): the data is corrupt"
+    )]
+    Checksum {
+        /// The file.
+        file: String,
+        /// The tensor.
+        tensor: String,
+        /// The stored checksum.
+        expected: u64,
+        /// The checksum of the bytes read.
+        actual: u64,
+    },
     /// No tensor of that name.
     #[error("{file}: no tensor named '{tensor}'")]
     NotFound {

@@ -303,6 +303,61 @@ impl Reader {
             })
     }
 
+    /// Checks `bytes` (as read for `info`) against the stored checksum. Returns `false` when
+    /// the file stores none (files written by Burn: their contents are unverified).
+    ///
+    /// # Errors
+    /// [`ReadError::Checksum`] naming the tensor.
+    pub fn check(&self, info: &TensorInfo, bytes: &[u8]) -> Result<bool, ReadError> {
+        let Some(expected) = info.checksum() else {
+            return Ok(false);
+        };
+        let actual = crate::format::checksum(bytes);
+        if actual == expected {
+            Ok(true)
+        } else {
+            Err(ReadError::Checksum {
+                file: self.file.clone(),
+                tensor: info.name().to_string(),
+                expected,
+                actual,
+            })
+        }
+    }
+
+    /// Reads `info` and checks it against its checksum (see [`check`](Self::check)).
+    ///
+    /// # Errors
+    /// [`ReadError::Checksum`] or a read error.
+    pub fn verify(&self, info: &TensorInfo) -> Result<bool, ReadError> {
+        self.check(info, &self.read(info)?)
+    }
+
+    /// Verifies every tensor, in parallel. Returns how many had a checksum.
+    ///
+    /// ```
+    /// use burn::tensor::{Bytes, DType};
+    /// use burnpack::{Entry, Writer, read::Reader};
+    /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![2], Bytes::from_bytes_vec(vec![1, 2]))])
+    ///     .into_bytes()
+    ///     .unwrap();
+    /// let mut corrupt = pack.to_vec();
+    /// *corrupt.last_mut().unwrap() ^= 1;
+    /// assert_eq!(Reader::from_bytes(pack).unwrap().verify_all().unwrap(), 1);
+    /// let err = Reader::from_bytes(Bytes::from_bytes_vec(corrupt)).unwrap().verify_all().unwrap_err();
+    /// assert!(err.to_string().contains("tensor 'w': checksum mismatch"));
+    /// ```
+    ///
+    /// # Errors
+    /// The first [`ReadError::Checksum`] (or read error) found.
+    pub fn verify_all(&self) -> Result<usize, ReadError> {
+        use rayon::prelude::*;
+        self.tensors()
+            .par_iter()
+            .map(|t| self.verify(t).map(usize::from))
+            .try_reduce(|| 0, |a, b| Ok(a + b))
+    }
+
     /// Whether [`read`](Self::read) hands `info` out without copying.
     #[must_use]
     pub fn is_zero_copy(&self, info: &TensorInfo) -> bool {

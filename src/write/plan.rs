@@ -43,10 +43,14 @@ pub struct Plan {
     data_start: u64,
     slots: Vec<Slot>,
     total_size: u64,
+    /// Entry index → position in the (name-sorted) tensors map, where its checksum goes.
+    ranks: Vec<usize>,
+    checksums: bool,
 }
 
 impl Plan {
-    /// Lays out `entries` with the given string metadata and scalars.
+    /// Lays out `entries` with the given string metadata and scalars, reserving room for
+    /// per-tensor checksums when `checksums` is set (filled in by [`Plan::seal`]).
     ///
     /// # Errors
     /// [`WriteError::DuplicateName`], [`WriteError::LengthMismatch`] (a non-quantized entry
@@ -55,6 +59,7 @@ impl Plan {
         entries: &[Entry],
         metadata: &BTreeMap<String, String>,
         scalars: &BTreeMap<String, Scalar>,
+        checksums: bool,
     ) -> Result<Self, WriteError> {
         let mut slots = Vec::with_capacity(entries.len());
         let mut descriptors = Vec::with_capacity(entries.len());
@@ -78,12 +83,26 @@ impl Plan {
             slots.push(Slot { offset: start, len });
             next = end;
         }
-        descriptors.sort_by(|a, b| a.0.cmp(&b.0));
-        if let Some(pair) = descriptors.windows(2).find(|w| w[0].0 == w[1].0) {
+        let mut order: Vec<usize> = (0..descriptors.len()).collect();
+        order.sort_by(|&a, &b| descriptors[a].0.cmp(&descriptors[b].0));
+        if let Some(pair) = order
+            .windows(2)
+            .find(|w| descriptors[w[0]].0 == descriptors[w[1]].0)
+        {
             return Err(WriteError::DuplicateName {
-                tensor: pair[0].0.clone(),
+                tensor: descriptors[pair[0]].0.clone(),
             });
         }
+        let mut ranks = vec![0; order.len()];
+        for (rank, &entry) in order.iter().enumerate() {
+            ranks[entry] = rank;
+        }
+        let mut sorted: Vec<Option<(String, Descriptor)>> =
+            descriptors.into_iter().map(Some).collect();
+        let descriptors: Vec<(String, Descriptor)> = order
+            .iter()
+            .map(|&i| sorted[i].take().expect("each index once"))
+            .collect();
 
         let meta = Metadata {
             tensors: descriptors,
@@ -92,6 +111,7 @@ impl Plan {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             scalars: scalars.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            checksums: checksums.then(|| vec![0; entries.len() * 8]),
         };
         let encoded = meta.encode()?;
         let metadata_size = u32::try_from(encoded.len()).map_err(|_| {
@@ -117,7 +137,33 @@ impl Plan {
             data_start,
             slots,
             total_size,
+            ranks,
+            checksums,
         })
+    }
+
+    /// Whether the plan stores checksums.
+    #[must_use]
+    pub fn has_checksums(&self) -> bool {
+        self.checksums
+    }
+
+    /// Where entry `index`'s checksum goes among the stored checksums.
+    pub(crate) fn rank(&self, index: usize) -> usize {
+        self.ranks[index]
+    }
+
+    /// The final head: header and metadata with the checksums (in tensor-map order) written
+    /// into the bytes reserved for them; they end the metadata blob.
+    pub(crate) fn seal(&self, checksums: &[u64]) -> Vec<u8> {
+        let mut head = self.head.clone();
+        if self.checksums {
+            let start = head.len() - checksums.len() * 8;
+            for (slot, sum) in head[start..].chunks_exact_mut(8).zip(checksums) {
+                slot.copy_from_slice(&sum.to_le_bytes());
+            }
+        }
+        head
     }
 
     /// Header plus CBOR metadata: the first bytes of the file.

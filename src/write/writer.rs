@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use burn::tensor::Bytes;
 
@@ -59,6 +60,7 @@ pub struct Writer {
     overwrite: bool,
     threads: Option<usize>,
     mapped: bool,
+    checksums: bool,
 }
 
 impl Writer {
@@ -73,6 +75,7 @@ impl Writer {
             overwrite: true,
             threads: None,
             mapped: false,
+            checksums: true,
         }
     }
 
@@ -123,12 +126,21 @@ impl Writer {
         self
     }
 
+    /// Whether to store a checksum (xxh3-64) of every tensor, computed in the same parallel
+    /// pass that writes it (default `true`). Burn 0.22's reader ignores them; with `false` the
+    /// bytes are exactly those of Burn's `burn_pack::Writer`.
+    #[must_use]
+    pub fn checksums(mut self, checksums: bool) -> Self {
+        self.checksums = checksums;
+        self
+    }
+
     /// The layout this writer will produce.
     ///
     /// # Errors
     /// See [`Plan::new`].
     pub fn plan(&self) -> Result<Plan, WriteError> {
-        Plan::new(&self.entries, &self.metadata, &self.scalars)
+        Plan::new(&self.entries, &self.metadata, &self.scalars, self.checksums)
     }
 
     /// Total size of the pack in bytes.
@@ -165,7 +177,6 @@ impl Writer {
     /// each entry gets the sub-slice of its slot, everything in between is zeroed.
     fn fill(self, plan: &Plan, buffer: &mut [u8]) -> Result<(), WriteError> {
         let (head, mut rest) = buffer.split_at_mut(plan.head().len());
-        head.copy_from_slice(plan.head());
         let mut position = plan.head().len() as u64;
         let mut targets = Vec::with_capacity(self.entries.len());
         for slot in plan.slots() {
@@ -178,17 +189,28 @@ impl Writer {
         }
         rest.fill(0);
         let threads = self.threads;
-        let jobs: Vec<_> = self.entries.into_iter().zip(targets).collect();
+        let sums = Checksums::new(plan);
+        let jobs: Vec<_> = self
+            .entries
+            .into_iter()
+            .zip(targets)
+            .enumerate()
+            .map(|(i, (entry, target))| (entry, target, plan.rank(i)))
+            .collect();
         run(threads, || {
             fill(
                 jobs,
                 threads.unwrap_or_else(rayon::current_num_threads),
-                |(entry, target)| {
-                    target.copy_from_slice(&materialize(entry)?);
+                |(entry, target, rank)| {
+                    let bytes = materialize(entry)?;
+                    sums.record(rank, &bytes);
+                    target.copy_from_slice(&bytes);
                     Ok(())
                 },
             )
-        })
+        })?;
+        head.copy_from_slice(&plan.seal(&sums.values()));
+        Ok(())
     }
 
     /// Writes the pack to a new buffer.
@@ -264,10 +286,9 @@ impl Writer {
             self.fill(plan, &mut map)?;
             return map.flush().map_err(|e| WriteError::io("flush", path, e));
         }
-        file.write_all_at(plan.head(), 0)
-            .map_err(|e| WriteError::io("write", path, e))?;
         let threads = self.threads;
-        let jobs = batches(self.entries, plan.slots());
+        let sums = Checksums::new(plan);
+        let jobs = batches(self.entries, plan);
         let io = |tensor: &str, source| WriteError::Io {
             action: "write",
             path: path.to_path_buf(),
@@ -278,28 +299,67 @@ impl Writer {
             fill(
                 jobs,
                 threads.unwrap_or_else(rayon::current_num_threads),
-                |batch: Vec<(Entry, Slot)>| {
-                    if let [(_, slot)] = batch[..] {
-                        let (entry, _) = batch.into_iter().next().expect("one entry");
+                |batch: Vec<(Entry, Slot, usize)>| {
+                    if let [(_, slot, rank)] = batch[..] {
+                        let (entry, _, _) = batch.into_iter().next().expect("one entry");
                         let name = entry.name.clone();
                         let bytes = materialize(entry)?;
+                        sums.record(rank, &bytes);
                         return file
                             .write_all_at(&bytes, slot.offset)
                             .map_err(|e| io(&name, e));
                     }
                     // Small neighbours: assembled in one buffer (gaps zero) and written at once.
                     let start = batch[0].1.offset;
-                    let end = batch.last().map_or(start, |(_, s)| s.offset + s.len);
+                    let end = batch.last().map_or(start, |(_, s, _)| s.offset + s.len);
                     let mut span = vec![0u8; (end - start) as usize];
                     let first = batch[0].0.name.clone();
-                    for (entry, slot) in batch {
+                    for (entry, slot, rank) in batch {
                         let at = (slot.offset - start) as usize;
-                        span[at..at + slot.len as usize].copy_from_slice(&materialize(entry)?);
+                        let bytes = materialize(entry)?;
+                        sums.record(rank, &bytes);
+                        span[at..at + slot.len as usize].copy_from_slice(&bytes);
                     }
                     file.write_all_at(&span, start).map_err(|e| io(&first, e))
                 },
             )
-        })
+        })?;
+        // The head goes last: it carries the checksums of what was just written.
+        file.write_all_at(&plan.seal(&sums.values()), 0)
+            .map_err(|e| WriteError::io("write", path, e))
+    }
+}
+
+/// Checksums computed in the data pass, by position in the tensors map.
+struct Checksums {
+    sums: Vec<AtomicU64>,
+    enabled: bool,
+}
+
+impl Checksums {
+    fn new(plan: &Plan) -> Self {
+        let n = if plan.has_checksums() {
+            plan.slots().len()
+        } else {
+            0
+        };
+        Self {
+            sums: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            enabled: plan.has_checksums(),
+        }
+    }
+
+    fn record(&self, rank: usize, bytes: &[u8]) {
+        if self.enabled {
+            self.sums[rank].store(crate::format::checksum(bytes), Ordering::Relaxed);
+        }
+    }
+
+    fn values(&self) -> Vec<u64> {
+        self.sums
+            .iter()
+            .map(|s| s.load(Ordering::Relaxed))
+            .collect()
     }
 }
 
@@ -310,9 +370,9 @@ const BATCH_BYTES: u64 = 1 << 20;
 /// smaller neighbours together while their span stays under it. Thousands of small tensors
 /// then cost tens of system calls instead of thousands, and a job still holds at most about
 /// `max(BATCH_BYTES, largest entry)` bytes.
-fn batches(entries: Vec<Entry>, slots: &[Slot]) -> Vec<Vec<(Entry, Slot)>> {
-    let mut jobs: Vec<Vec<(Entry, Slot)>> = Vec::new();
-    for (entry, &slot) in entries.into_iter().zip(slots) {
+fn batches(entries: Vec<Entry>, plan: &Plan) -> Vec<Vec<(Entry, Slot, usize)>> {
+    let mut jobs: Vec<Vec<(Entry, Slot, usize)>> = Vec::new();
+    for (i, (entry, &slot)) in entries.into_iter().zip(plan.slots()).enumerate() {
         let joins = jobs.last().is_some_and(|job| {
             let start = job[0].1.offset;
             slot.len < BATCH_BYTES
@@ -320,8 +380,8 @@ fn batches(entries: Vec<Entry>, slots: &[Slot]) -> Vec<Vec<(Entry, Slot)>> {
                 && slot.offset + slot.len - start <= BATCH_BYTES
         });
         match jobs.last_mut() {
-            Some(job) if joins => job.push((entry, slot)),
-            _ => jobs.push(vec![(entry, slot)]),
+            Some(job) if joins => job.push((entry, slot, plan.rank(i))),
+            _ => jobs.push(vec![(entry, slot, plan.rank(i))]),
         }
     }
     jobs

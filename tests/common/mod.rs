@@ -162,8 +162,17 @@ pub fn every_dtype() -> Vec<Spec> {
     specs
 }
 
-/// Writes `specs` with this crate into memory.
+/// Writes `specs` with this crate into memory, without checksums: Burn's exact bytes.
 pub fn ours(specs: &[Spec]) -> Vec<u8> {
+    burnpack::Writer::new(specs.iter().map(Spec::entry).collect())
+        .checksums(false)
+        .into_bytes()
+        .unwrap()
+        .to_vec()
+}
+
+/// Writes `specs` with this crate's defaults (checksums on) into memory.
+pub fn ours_checked(specs: &[Spec]) -> Vec<u8> {
     burnpack::Writer::new(specs.iter().map(Spec::entry).collect())
         .into_bytes()
         .unwrap()
