@@ -264,8 +264,13 @@ impl Layout {
     ) -> Result<Self, FormatError> {
         let decoded = Metadata::decode(metadata, limits)?;
         let data_start = header.data_start();
-        let checksums = match decoded.checksums {
-            Some(bytes) if bytes.len() == decoded.tensors.len() * 8 => Some(bytes),
+        let checksums: Option<Vec<u64>> = match decoded.checksums {
+            Some(bytes) if bytes.len() == decoded.tensors.len() * 8 => Some(
+                bytes
+                    .chunks_exact(8)
+                    .map(|w| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]))
+                    .collect(),
+            ),
             Some(bytes) => {
                 return Err(FormatError::Checksums {
                     found: bytes.len() as u64,
@@ -277,9 +282,7 @@ impl Layout {
         let mut tensors = Vec::with_capacity(decoded.tensors.len());
         for (i, (name, descriptor)) in decoded.tensors.into_iter().enumerate() {
             let mut info = TensorInfo::validate(name, descriptor, data_start, file_len, limits)?;
-            info.checksum = checksums
-                .as_ref()
-                .map(|c| u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().expect("8 bytes")));
+            info.checksum = checksums.as_ref().map(|c| c[i]);
             tensors.push(info);
         }
 

@@ -97,12 +97,8 @@ impl Plan {
         for (rank, &entry) in order.iter().enumerate() {
             ranks[entry] = rank;
         }
-        let mut sorted: Vec<Option<(String, Descriptor)>> =
-            descriptors.into_iter().map(Some).collect();
-        let descriptors: Vec<(String, Descriptor)> = order
-            .iter()
-            .map(|&i| sorted[i].take().expect("each index once"))
-            .collect();
+        // Names are unique now, so sorting the descriptors gives the order of `order`.
+        descriptors.sort_by(|a, b| a.0.cmp(&b.0));
 
         let meta = Metadata {
             tensors: descriptors,
