@@ -118,3 +118,86 @@ fn killing_a_saving_process_never_loses_the_previous_checkpoint() {
         "only {killed_mid_save} kills landed mid-save"
     );
 }
+
+/// Writes version `version` of the test pack: 8 tensors of 4 MiB, each filled with
+/// `version * 100 + index`.
+fn write_version(path: &Path, version: u64) {
+    let entries = (0..8u64)
+        .map(|i| {
+            burnpack::Entry::deferred(
+                format!("t{i}"),
+                burn::tensor::DType::U64,
+                vec![1 << 19],
+                4 << 20,
+                move || {
+                    Ok(burn::tensor::Bytes::from_elems(vec![
+                        version * 100 + i;
+                        1 << 19
+                    ]))
+                },
+            )
+        })
+        .collect();
+    burnpack::Writer::new(entries)
+        .with_scalar("version", version)
+        .write_to_file(path)
+        .unwrap();
+}
+
+/// Child side: rewrites one 32 MiB pack forever, each version tagged with its number.
+#[test]
+fn pack_child() {
+    let Ok(path) = std::env::var("BURNPACK_PACK_PATH") else {
+        return;
+    };
+    let path = std::path::PathBuf::from(path);
+    let start =
+        burnpack::Reader::open(&path).map_or(0, |r| u64::try_from(r.scalars()["version"]).unwrap());
+    for version in start + 1.. {
+        write_version(&path, version);
+    }
+}
+
+#[test]
+fn killing_a_process_rewriting_a_pack_leaves_a_complete_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.bpk");
+    let mut last = 0u64;
+    for round in 0..6u64 {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["pack_child", "--exact", "--test-threads=1"])
+            .env("BURNPACK_PACK_PATH", &path)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !(path.exists() && scratch_files(dir.path()) > 0) {
+            assert!(Instant::now() < deadline, "the child made no progress");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(round * 5));
+        child.kill().unwrap();
+        child.wait().unwrap();
+
+        // The destination is a complete version: it opens, verifies and is self-consistent.
+        let reader = burnpack::Reader::open(&path).unwrap();
+        assert_eq!(reader.verify_all().unwrap(), 8);
+        let version = u64::try_from(reader.scalars()["version"]).unwrap();
+        for i in 0..8u64 {
+            let bytes = reader.bytes(&format!("t{i}")).unwrap();
+            assert!(
+                bytes
+                    .chunks_exact(8)
+                    .all(|w| u64::from_le_bytes(w.try_into().unwrap()) == version * 100 + i)
+            );
+        }
+        assert!(
+            version >= last,
+            "went back from version {last} to {version}"
+        );
+        last = version;
+
+        // The next save recognises the killed process's scratch file and removes it.
+        write_version(&path, version);
+        assert_eq!(scratch_files(dir.path()), 0);
+    }
+}

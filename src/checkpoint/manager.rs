@@ -7,7 +7,7 @@ use burn::module::Module;
 
 use super::error::CheckpointError;
 use super::{Checkpoint, TrainingState};
-use crate::write::SCRATCH_SUFFIX;
+use crate::write::is_stale_scratch;
 
 const PREFIX: &str = "ckpt-";
 const SUFFIX: &str = ".bpk";
@@ -203,10 +203,7 @@ impl CheckpointManager {
         let mut removed = 0;
         for entry in self.read_dir()? {
             let name = entry.file_name();
-            let Some(pid) = name.to_str().and_then(scratch_pid) else {
-                continue;
-            };
-            if process_alive(pid) {
+            if !name.to_str().is_some_and(is_stale_scratch) {
                 continue;
             }
             fs::remove_file(entry.path()).map_err(|source| CheckpointError::Io {
@@ -230,22 +227,4 @@ impl CheckpointManager {
             .collect::<Result<Vec<_>, _>>()
             .map_err(io)
     }
-}
-
-/// The pid in a scratch file name `.<name>.<pid>-<n>.bpk-tmp`.
-fn scratch_pid(name: &str) -> Option<i32> {
-    let stem = name.strip_prefix('.')?.strip_suffix(SCRATCH_SUFFIX)?;
-    let (_, tail) = stem.rsplit_once('.')?;
-    let (pid, counter) = tail.split_once('-')?;
-    counter.parse::<u64>().ok()?;
-    pid.parse().ok()
-}
-
-fn process_alive(pid: i32) -> bool {
-    if pid == i32::try_from(std::process::id()).unwrap_or(-1) {
-        return true;
-    }
-    // SAFETY: signal 0 only checks whether the process exists; nothing is sent.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }

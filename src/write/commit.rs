@@ -36,6 +36,7 @@ impl Scratch {
             })?
             .to_string_lossy()
             .into_owned();
+        remove_stale(&dir, &file_name);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let path = dir.join(format!(
             ".{file_name}.{}-{n}{SCRATCH_SUFFIX}",
@@ -96,6 +97,47 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         if !self.committed {
             let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// The pid in a scratch file name `.<name>.<pid>-<n>.bpk-tmp`.
+fn scratch_pid(name: &str) -> Option<i32> {
+    let stem = name.strip_prefix('.')?.strip_suffix(SCRATCH_SUFFIX)?;
+    let (_, tail) = stem.rsplit_once('.')?;
+    let (pid, counter) = tail.split_once('-')?;
+    counter.parse::<u64>().ok()?;
+    pid.parse().ok()
+}
+
+fn process_alive(pid: i32) -> bool {
+    if pid == i32::try_from(std::process::id()).unwrap_or(-1) {
+        return true;
+    }
+    // SAFETY: signal 0 only checks whether the process exists; nothing is sent.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Whether `name` is a scratch file of a process that no longer runs (a killed save).
+pub(crate) fn is_stale_scratch(name: &str) -> bool {
+    scratch_pid(name).is_some_and(|pid| !process_alive(pid))
+}
+
+/// Removes the stale scratch files of `file_name` in `dir` (best effort: a save does not fail
+/// because an old leftover could not be removed).
+fn remove_stale(dir: &Path, file_name: &str) {
+    let prefix = format!(".{file_name}.");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if let Some(name) = name.to_str()
+            && name.starts_with(&prefix)
+            && is_stale_scratch(name)
+        {
+            let _ = fs::remove_file(entry.path());
         }
     }
 }

@@ -11,10 +11,10 @@ mod plan;
 mod slots;
 mod writer;
 
-#[cfg(feature = "optim")]
-pub(crate) use commit::SCRATCH_SUFFIX;
 #[cfg(feature = "safetensors")]
 pub(crate) use commit::Scratch;
+#[cfg(feature = "optim")]
+pub(crate) use commit::is_stale_scratch;
 pub use entry::{Entry, ProviderError};
 pub use error::WriteError;
 pub use plan::{Plan, Slot};
