@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use burn::module::{ModuleMapper, Param, ParamId, Parameter};
-use burn::tensor::{Bool, Float, Int, Tensor, TensorData, kind::Basic};
+use burn::tensor::{Bool, BoolStore, DType, Float, Int, Tensor, TensorData, kind::Basic};
 
 use super::error::{Mismatch, ShapeMismatch};
 use super::options::{DTypePolicy, LoadOptions};
@@ -118,12 +118,27 @@ impl<'a> Applier<'a> {
             }
         };
         let device = param.lazy_device();
+        // Booleans are stored natively (one byte), as u8 or as u32 depending on the backend:
+        // the values are the same, so a backend without the file's storage gets its own.
+        let dtype = match dtype {
+            DType::Bool(_) if !device.supports_dtype(dtype) => {
+                [BoolStore::Native, BoolStore::U8, BoolStore::U32]
+                    .into_iter()
+                    .map(DType::Bool)
+                    .find(|d| device.supports_dtype(*d))
+                    .unwrap_or(dtype)
+            }
+            other => other,
+        };
         if !device.supports_dtype(dtype) {
+            let hint = if float {
+                "DTypePolicy::CastFloatsTo"
+            } else {
+                "DTypePolicy::CastToModule"
+            };
             self.mismatch.failed.push((
                 path,
-                format!(
-                    "{dtype:?} is not supported on {device:?}; load with DTypePolicy::CastFloatsTo"
-                ),
+                format!("{dtype:?} is not supported on {device:?}; load with {hint}"),
             ));
             return param;
         }
