@@ -142,6 +142,14 @@ impl<'a> Applier<'a> {
             ));
             return param;
         }
+        // Host copies, by backend, of the window handed over here (read from Burn 0.22.1 /
+        // cubecl 0.11.3 sources; the CPU cases are measured by tests/zero_copy.rs):
+        // - flex keeps the `Bytes` as it is: none; ndarray borrows a non-`Native`, aligned
+        //   window: none (the page cache is the tensor's memory).
+        // - wgpu/CUDA: the mapping has `AllocationProperty::File`, which cubecl's
+        //   `ComputeClient::staging` treats as a staging candidate: the pages are copied once
+        //   into a (pinned, where the backend has it) staging buffer that the device reads by
+        //   DMA. That one copy is the minimum Burn allows; no intermediate `Vec` is made here.
         let data = TensorData::from_bytes(bytes, info.shape().to_vec(), stored);
         // A backend that cannot hold the dtype panics; report it with the others instead.
         let built = catch_unwind(AssertUnwindSafe(|| {
