@@ -130,12 +130,12 @@ impl<'a> Applier<'a> {
             }
             other => other,
         };
+        let hint = if float {
+            "DTypePolicy::CastFloatsTo"
+        } else {
+            "DTypePolicy::CastToModule"
+        };
         if !device.supports_dtype(dtype) {
-            let hint = if float {
-                "DTypePolicy::CastFloatsTo"
-            } else {
-                "DTypePolicy::CastToModule"
-            };
             self.mismatch.failed.push((
                 path,
                 format!("{dtype:?} is not supported on {device:?}; load with {hint}"),
@@ -151,7 +151,9 @@ impl<'a> Applier<'a> {
         //   into a (pinned, where the backend has it) staging buffer that the device reads by
         //   DMA. That one copy is the minimum Burn allows; no intermediate `Vec` is made here.
         let data = TensorData::from_bytes(bytes, info.shape().to_vec(), stored);
-        // A backend that cannot hold the dtype panics; report it with the others instead.
+        // A backend that cannot take the dtype from data panics, even where `supports_dtype`
+        // says yes (Burn 0.22's cubecl backends, wgpu and CUDA, for Flex32): report it with the
+        // others instead.
         let built = catch_unwind(AssertUnwindSafe(|| {
             Tensor::<D, K>::from_data(data, (&device, dtype))
         }));
@@ -165,10 +167,14 @@ impl<'a> Applier<'a> {
                     .downcast_ref::<String>()
                     .cloned()
                     .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
-                    .unwrap_or_else(|| "the backend refused the tensor".to_string());
-                self.mismatch
-                    .failed
-                    .push((path, format!("{dtype:?} on {device:?}: {why}")));
+                    .unwrap_or_else(|| "no message".to_string());
+                self.mismatch.failed.push((
+                    path,
+                    format!(
+                        "{dtype:?} is not supported on {device:?} (the backend refused it: \
+                         {why}); load with {hint}"
+                    ),
+                ));
                 param
             }
         }

@@ -99,6 +99,20 @@ impl SaveOptions {
 }
 
 /// Which dtype a loaded parameter gets.
+///
+/// A dtype the target device cannot hold is never changed silently: under `AsStored` it is
+/// an error naming the parameter (in [`ModuleError::Mismatch`](crate::module::ModuleError)),
+/// which one of the casts resolves. Booleans are the exception that is not a change: native,
+/// u8 and u32 stores hold the same values, and each device gets the store it has.
+///
+/// ```
+/// use burn::tensor::DType;
+/// use burnpack::module::{DTypePolicy, LoadOptions};
+///
+/// // BF16 or F64 checkpoints onto a device that only computes in f32:
+/// let options = LoadOptions::new().dtype(DTypePolicy::CastFloatsTo(DType::F32));
+/// # let _ = options;
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DTypePolicy {
     /// The dtype stored in the file, loaded verbatim (zero copy where the backend allows).
