@@ -199,6 +199,8 @@ pub struct Layout {
     by_position: Vec<usize>,
     metadata: BTreeMap<String, String>,
     scalars: BTreeMap<String, Scalar>,
+    /// The metadata carries the `checksums` string (one per tensor, possibly none).
+    checksums: bool,
 }
 
 impl Layout {
@@ -264,6 +266,7 @@ impl Layout {
     ) -> Result<Self, FormatError> {
         let decoded = Metadata::decode(metadata, limits)?;
         let data_start = header.data_start();
+        let has_checksums = decoded.checksums.is_some();
         let checksums: Option<Vec<u64>> = match decoded.checksums {
             Some(bytes) if bytes.len() == decoded.tensors.len() * 8 => Some(
                 bytes
@@ -320,6 +323,7 @@ impl Layout {
             by_position,
             metadata: into_map("metadata", decoded.metadata)?,
             scalars: into_map("scalars", decoded.scalars)?,
+            checksums: has_checksums,
         })
     }
 
@@ -374,9 +378,10 @@ impl Layout {
         &self.scalars
     }
 
-    /// Whether the file stores a checksum for every tensor.
+    /// Whether the file stores a checksum for every tensor (true for an empty pack written
+    /// with checksums: its checksum string is empty).
     #[must_use]
     pub fn has_checksums(&self) -> bool {
-        self.tensors.first().is_some_and(|t| t.checksum.is_some())
+        self.checksums
     }
 }

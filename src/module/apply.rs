@@ -1,6 +1,8 @@
 //! Load side: map a module's parameters to zero-copy views of a reader's tensors.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use burn::module::{ModuleMapper, Param, ParamId, Parameter};
@@ -18,7 +20,7 @@ pub(crate) struct Applier<'a> {
     options: &'a LoadOptions,
     path: Vec<String>,
     /// File tensors by (renamed) path, only those the filter accepts; removed when used.
-    pending: HashMap<String, &'a TensorInfo>,
+    pending: HashMap<Cow<'a, str>, &'a TensorInfo>,
     pub(crate) mismatch: Mismatch,
 }
 
@@ -45,8 +47,14 @@ impl<'a> Applier<'a> {
             if !options.accepts(&path) {
                 continue;
             }
-            if pending.insert(path.clone(), info).is_some() {
-                mismatch.collisions.push(path);
+            match pending.entry(path) {
+                Entry::Occupied(mut taken) => {
+                    mismatch.collisions.push(taken.key().to_string());
+                    taken.insert(info);
+                }
+                Entry::Vacant(free) => {
+                    free.insert(info);
+                }
             }
         }
         Self {
@@ -61,7 +69,7 @@ impl<'a> Applier<'a> {
     /// Finishes the walk: what the file held that nothing used.
     pub(crate) fn finish(mut self) -> Mismatch {
         if !self.options.allow_unused {
-            let mut unused: Vec<String> = self.pending.into_keys().collect();
+            let mut unused: Vec<String> = self.pending.into_keys().map(Cow::into_owned).collect();
             unused.sort();
             self.mismatch.unused = unused;
         }
@@ -83,7 +91,7 @@ impl<'a> Applier<'a> {
         if !self.options.accepts(&path) {
             return param;
         }
-        let Some(info) = self.pending.remove(&path) else {
+        let Some(info) = self.pending.remove(path.as_str()) else {
             self.mismatch.missing.push(path);
             return param;
         };

@@ -263,10 +263,17 @@ impl LoadOptions {
         self
     }
 
-    pub(crate) fn renamed(&self, name: &str) -> String {
-        self.renames.iter().fold(name.to_string(), |acc, (re, to)| {
-            re.replace_all(&acc, to.as_str()).into_owned()
-        })
+    /// `name` after every rename rule, in order; borrowed when no rule changes it.
+    pub(crate) fn renamed<'a>(&self, name: &'a str) -> std::borrow::Cow<'a, str> {
+        use std::borrow::Cow;
+        self.renames
+            .iter()
+            .fold(Cow::Borrowed(name), |acc, (re, to)| {
+                match re.replace_all(&acc, to.as_str()) {
+                    Cow::Borrowed(_) => acc,
+                    Cow::Owned(changed) => Cow::Owned(changed),
+                }
+            })
     }
 
     pub(crate) fn accepts(&self, path: &str) -> bool {
