@@ -103,7 +103,10 @@ fn checksums_of_the_wrong_length_are_refused() {
 #[test]
 fn an_empty_pack_says_whether_it_was_written_with_checksums() {
     for checked in [true, false] {
-        let bytes = Writer::new(Vec::new()).checksums(checked).into_bytes().unwrap();
+        let bytes = Writer::new(Vec::new())
+            .checksums(checked)
+            .into_bytes()
+            .unwrap();
         let reader = Reader::from_bytes(bytes).unwrap();
         assert_eq!(reader.layout().has_checksums(), checked);
         assert_eq!(reader.verify_all().unwrap(), 0);
