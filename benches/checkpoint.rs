@@ -11,6 +11,8 @@
 //!
 //! `cargo bench --bench checkpoint` (env `BURNPACK_BENCH_RUNS`, default 5; `BURNPACK_BENCH_DIR`).
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use burn::lr_scheduler::linear::LinearLrSchedulerConfig;
@@ -25,18 +27,9 @@ struct Stack {
     layers: Vec<Linear>,
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
 fn main() {
-    let runs: usize = std::env::var("BURNPACK_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
-    let root = std::env::var("BURNPACK_BENCH_DIR").unwrap_or_else(|_| ".".into());
-    let dir = tempfile::tempdir_in(root).unwrap();
+    let runs = common::env_or("BURNPACK_BENCH_RUNS", 5);
+    let dir = common::bench_dir();
     let device = Device::flex().autodiff();
 
     // 64 layers of 1024x1024 f32 = 256 MiB; one Adam step creates two moments per parameter.
@@ -66,7 +59,7 @@ fn main() {
             stalls.push(f(run as u64));
             totals.push(start.elapsed());
         }
-        rows.push((who, median(stalls), median(totals)));
+        rows.push((who, common::median(stalls), common::median(totals)));
     };
 
     measure("burnpack, synchronous (one file)", &mut |run| {

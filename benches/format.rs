@@ -5,6 +5,8 @@
 //! default 5). Prints a markdown table of medians. Cold reads drop the page cache first, which
 //! needs root; without it they are reported as warm.
 
+mod common;
+
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
@@ -15,13 +17,6 @@ use burnpack::read::{ReadMode, ReadOptions};
 use burnpack::{Entry, Writer};
 
 const TENSOR_MIB: usize = 16;
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn drop_caches() -> bool {
     let synced = std::process::Command::new("sync")
@@ -40,11 +35,6 @@ fn touch(bytes: &[u8]) -> u64 {
         })
 }
 
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
 struct Row {
     op: &'static str,
     who: &'static str,
@@ -61,17 +51,15 @@ fn time_runs(runs: usize, mut setup: impl FnMut(), mut f: impl FnMut() -> u64) -
         out = f();
         samples.push(start.elapsed());
     }
-    (median(samples), out)
+    (common::median(samples), out)
 }
 
 fn main() {
-    let total_mib = env_or("BURNPACK_BENCH_MIB", 1024);
-    let runs = env_or("BURNPACK_BENCH_RUNS", 5);
+    let total_mib = common::env_or("BURNPACK_BENCH_MIB", 1024);
+    let runs = common::env_or("BURNPACK_BENCH_RUNS", 5);
     let count = (total_mib / TENSOR_MIB).max(1);
     let elems = TENSOR_MIB * 1024 * 1024 / 4;
-    let dir =
-        tempfile::tempdir_in(std::env::var("BURNPACK_BENCH_DIR").unwrap_or_else(|_| ".".into()))
-            .unwrap();
+    let dir = common::bench_dir();
     let path = dir.path().join("bench.bpk");
 
     // The tensors, shared so each contender gets a zero-cost clone of the same bytes.
@@ -173,7 +161,7 @@ fn main() {
         rows.push(Row {
             op: "write + fsync",
             who,
-            time: median(s),
+            time: common::median(s),
             bytes: size,
         });
     }

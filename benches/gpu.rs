@@ -12,8 +12,9 @@
 //! in 64 MiB tensors: lavapipe refuses buffers above 128 MiB), `BURNPACK_BENCH_GPU`
 //! (`default`, `discrete` or `integrated`), `BURNPACK_BENCH_DIR` (default `.`).
 
+mod common;
+
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use burn::module::{Module, Param, ParamId};
@@ -43,11 +44,7 @@ fn layer_data(layer: usize) -> TensorData {
 }
 
 fn layers() -> usize {
-    let mib: usize = std::env::var("BURNPACK_BENCH_GPU_MIB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256);
-    (mib / 64).max(1)
+    (common::env_or("BURNPACK_BENCH_GPU_MIB", 256) / 64).max(1)
 }
 
 fn device() -> Device {
@@ -78,12 +75,6 @@ fn lazy(device: &Device) -> Big {
     }
 }
 
-fn peak_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
 /// Checks the last two rows of every layer against the values written.
 fn check(model: &Big) {
     for (l, p) in model.layers.iter().enumerate() {
@@ -100,7 +91,7 @@ fn check(model: &Big) {
     }
 }
 
-/// One load in this process; prints `RESULT <nanos> <peak KiB>`.
+/// One load in this process, reported with `common::report`.
 fn child(who: &str, path: &Path) {
     let device = device();
     // Adapter creation and shader compilation are not upload time.
@@ -137,25 +128,10 @@ fn child(who: &str, path: &Path) {
             (model, start.elapsed())
         }
     };
-    let peak = peak_kib();
+    // Reported before the check, whose read-back is not part of the load; a failed check
+    // still fails the child, and so the benchmark.
+    common::report(time);
     check(&loaded);
-    println!("RESULT {} {peak}", time.as_nanos());
-}
-
-fn run_child(who: &str, path: &Path) -> (Duration, u64) {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--child", who, path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("RESULT"))
-        .unwrap_or_else(|| panic!("{who} failed: {}", String::from_utf8_lossy(&out.stderr)));
-    let mut parts = line.split_whitespace().skip(1);
-    let nanos: u64 = parts.next().unwrap().parse().unwrap();
-    let peak: u64 = parts.next().unwrap().parse().unwrap();
-    (Duration::from_nanos(nanos), peak)
 }
 
 fn main() {
@@ -167,12 +143,8 @@ fn main() {
     if args.iter().any(|a| a == "--list") {
         return; // `cargo bench -- --list` probes harness=false benches
     }
-    let runs: usize = std::env::var("BURNPACK_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
-    let root = std::env::var("BURNPACK_BENCH_DIR").unwrap_or_else(|_| ".".into());
-    let dir = tempfile::tempdir_in(root).unwrap();
+    let runs = common::env_or("BURNPACK_BENCH_RUNS", 3);
+    let dir = common::bench_dir();
     let path = dir.path().join("gpu.bpk");
     // One file for every contender, written on the CPU: burnpack files are Burn's format.
     let flex = Device::flex();
@@ -198,7 +170,7 @@ fn main() {
     // Round robin, so drift in the machine's state spreads over every contender.
     for _ in 0..runs {
         for (who, out) in contenders.iter().zip(&mut results) {
-            out.push(run_child(who, &path));
+            out.push(common::run_child(&[who, path.to_str().unwrap()]));
         }
     }
     for (who, mut out) in contenders.iter().zip(results) {

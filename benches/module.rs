@@ -6,8 +6,9 @@
 //! `BurnpackStore` and `SafetensorsStore`. Env: `BURNPACK_BENCH_RUNS` (default 3),
 //! `BURNPACK_BENCH_SIZES` (default `256m,1g,10k`), `BURNPACK_BENCH_DIR` (default `.`).
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use burn::module::{Module, ModuleVisitor, Param};
@@ -62,17 +63,11 @@ fn materialize(module: Stack) -> Stack {
     module
 }
 
-fn peak_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
 fn file(dir: &Path, size: &str, format: &str) -> PathBuf {
     dir.join(format!("{size}-{format}"))
 }
 
-/// One operation in this process; prints `RESULT <nanos> <peak KiB>`.
+/// One operation in this process, reported with `common::report`.
 fn child(op: &str, who: &str, size: &str, dir: &Path) {
     let device = Device::flex();
     let ext = if who == "safetensors-store" {
@@ -106,7 +101,7 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                     let mut f = std::fs::File::create(&out).unwrap();
                     std::io::Write::write_all(&mut f, &bytes).unwrap();
                     f.sync_all().unwrap();
-                    println!("RESULT {} {}", start.elapsed().as_nanos(), peak_kib());
+                    common::report(start.elapsed());
                     return;
                 }
                 _ => panic!("{who}"),
@@ -144,7 +139,7 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                 std::hint::black_box(sum);
                 if who == "in-memory" {
                     // Reading the parameters of a model already in memory: the reference.
-                    println!("RESULT {} {}", start.elapsed().as_nanos(), peak_kib());
+                    common::report(start.elapsed());
                     return;
                 }
             }
@@ -152,28 +147,7 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
         }
         _ => panic!("{op}"),
     };
-    println!("RESULT {} {}", time.as_nanos(), peak_kib());
-}
-
-fn run_child(op: &str, who: &str, size: &str, dir: &Path) -> (Duration, u64) {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--child", op, who, size, dir.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("RESULT"))
-        .unwrap_or_else(|| {
-            panic!(
-                "{op} {who} {size} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-    let mut parts = line.split_whitespace().skip(1);
-    let nanos: u64 = parts.next().unwrap().parse().unwrap();
-    let peak: u64 = parts.next().unwrap().parse().unwrap();
-    (Duration::from_nanos(nanos), peak)
+    common::report(time);
 }
 
 fn main() {
@@ -182,13 +156,9 @@ fn main() {
         child(&args[2], &args[3], &args[4], Path::new(&args[5]));
         return;
     }
-    let runs: usize = std::env::var("BURNPACK_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let runs = common::env_or("BURNPACK_BENCH_RUNS", 3);
     let sizes = std::env::var("BURNPACK_BENCH_SIZES").unwrap_or_else(|_| "256m,1g,10k".into());
-    let root = std::env::var("BURNPACK_BENCH_DIR").unwrap_or_else(|_| ".".into());
-    let dir = tempfile::tempdir_in(root).unwrap();
+    let dir = common::bench_dir();
     let device = Device::flex();
 
     println!("| model | operation | contender | median time | peak RSS |");
@@ -254,7 +224,7 @@ fn main() {
                     runs
                 };
                 let mut samples: Vec<(Duration, u64)> = (0..runs)
-                    .map(|_| run_child(op, who, size, dir.path()))
+                    .map(|_| common::run_child(&[op, who, size, dir.path().to_str().unwrap()]))
                     .collect();
                 samples.sort();
                 let (time, _) = samples[samples.len() / 2];
