@@ -343,17 +343,26 @@ fn every_dtype_the_device_holds_loads_with_the_files_bytes() {
     }
 }
 
-#[test]
-fn every_dtype_the_device_cannot_hold_is_named_in_one_error() {
-    let Some(gpu) = gpu() else { return };
-    let (_, not) = split_by_support(&gpu);
+/// A pack of the tensors `device` cannot hold (`split_by_support`), in a temporary
+/// directory; `None`, with a line saying so, if it holds them all.
+fn refused_pack(device: &Device) -> Option<(tempfile::TempDir, std::path::PathBuf, Vec<Spec>)> {
+    let (_, not) = split_by_support(device);
     if not.is_empty() {
-        eprintln!("{gpu:?} holds every dtype: nothing to refuse");
-        return;
+        eprintln!("{device:?} holds every dtype: nothing is refused");
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("refused.bpk");
     write(&not, &path);
+    Some((dir, path, not))
+}
+
+#[test]
+fn every_dtype_the_device_cannot_hold_is_named_in_one_error() {
+    let Some(gpu) = gpu() else { return };
+    let Some((_dir, path, not)) = refused_pack(&gpu) else {
+        return;
+    };
     let err = kinds(&not, &gpu).load_pack(&path).unwrap_err();
     let ModuleError::Mismatch { mismatch, .. } = &err else {
         panic!("{err}")
@@ -378,14 +387,9 @@ fn every_dtype_the_device_cannot_hold_is_named_in_one_error() {
 #[test]
 fn refused_dtypes_load_under_the_documented_cast_policies() {
     let Some(gpu) = gpu() else { return };
-    let (_, not) = split_by_support(&gpu);
-    if not.is_empty() {
-        eprintln!("{gpu:?} holds every dtype: nothing to cast");
+    let Some((_dir, path, not)) = refused_pack(&gpu) else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("cast.bpk");
-    write(&not, &path);
+    };
     // Floats go to F32 (`CastFloatsTo`), integers to the module's own dtype (`CastToModule`
     // casts floats too: the module's floats are F32 here).
     for (policy, with_ints) in [
