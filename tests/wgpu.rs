@@ -179,6 +179,11 @@ struct Kinds {
     bools: Vec<Param<Tensor<2, Bool>>>,
 }
 
+/// Whether `dtype` belongs in a float tensor (quantized ones included).
+fn is_float(dtype: DType) -> bool {
+    dtype.is_float() || matches!(dtype, DType::QFloat(_))
+}
+
 /// Renames every spec after the `Kinds` field its tensor kind belongs to.
 fn by_kind(specs: Vec<Spec>) -> Vec<Spec> {
     let mut counts = [0usize; 3];
@@ -187,7 +192,7 @@ fn by_kind(specs: Vec<Spec>) -> Vec<Spec> {
         .map(|mut spec| {
             let (k, field) = match spec.dtype {
                 DType::Bool(_) => (2, "bools"),
-                d if d.is_float() || matches!(d, DType::QFloat(_)) => (0, "floats"),
+                d if is_float(d) => (0, "floats"),
                 _ => (1, "ints"),
             };
             spec.name = format!("{field}.{}", counts[k]);
@@ -255,10 +260,10 @@ fn burn_takes(spec: &Spec, device: &Device) -> bool {
     let options = (device, spec.dtype);
     device.supports_dtype(spec.dtype)
         && std::panic::catch_unwind(|| {
-            if spec.name.starts_with("ints.") {
-                Tensor::<2, Int>::from_data(data(), options).into_data();
-            } else {
+            if is_float(spec.dtype) {
                 read_back(&Tensor::<2>::from_data(data(), options));
+            } else {
+                Tensor::<2, Int>::from_data(data(), options).into_data();
             }
         })
         .is_ok()
@@ -283,7 +288,7 @@ fn split_by_support(device: &Device) -> (Vec<Spec>, Vec<Spec>) {
         .into_iter()
         .filter(|s| s.shape.len() == 2)
         .collect::<Vec<_>>();
-    let (held, not): (Vec<_>, Vec<_>) = by_kind(specs)
+    let (held, not): (Vec<_>, Vec<_>) = specs
         .into_iter()
         .partition(|s| s.dtype.is_bool() || burn_takes(s, device));
     (by_kind(held), by_kind(not))
