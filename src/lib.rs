@@ -40,6 +40,8 @@ pub mod checkpoint;
 pub mod convert;
 pub mod format;
 pub mod module;
+mod panic;
+mod platform;
 pub mod read;
 pub mod write;
 

@@ -315,19 +315,24 @@ fn latest_skips_a_damaged_newer_file_and_retention_keeps_the_last_good_one() {
 #[test]
 fn stray_scratch_files_of_dead_processes_are_removed() {
     let dir = tempfile::tempdir().unwrap();
-    // A pid that cannot be running: above the kernel's pid_max.
+    // Nobody holds the lock of a dead writer's file; a live writer holds its file's lock.
     let dead = dir
         .path()
-        .join(".ckpt-00000000000000000007.bpk.99999999-0.bpk-tmp");
+        .join(".ckpt-00000000000000000007.bpk.99999999-0-0.bpk-tmp");
     let mine = dir
         .path()
-        .join(format!(".ckpt-1.bpk.{}-5.bpk-tmp", std::process::id()));
+        .join(format!(".ckpt-1.bpk.{}-5-0.bpk-tmp", std::process::id()));
     std::fs::write(&dead, b"partial").unwrap();
     std::fs::write(&mine, b"in flight").unwrap();
+    let held = std::fs::File::open(&mine).unwrap();
+    held.lock().unwrap();
     let manager = CheckpointManager::new(dir.path()).unwrap();
     assert!(!dead.exists());
-    assert!(mine.exists(), "a live process's scratch file is left alone");
+    assert!(mine.exists(), "a live writer's scratch file is left alone");
     assert_eq!(manager.clean_scratch().unwrap(), 0);
+    drop(held);
+    assert_eq!(manager.clean_scratch().unwrap(), 1, "its writer is gone now");
+    assert!(!mine.exists());
 }
 
 #[test]

@@ -215,7 +215,7 @@ fn diff_reports_every_kind_of_difference() {
         .unwrap();
     let (code, out, _) = run(&["diff", s(&c), s(&d)]);
     assert_eq!(code, 1);
-    assert!(out.contains("same: param id null vs 9"), "{out}");
+    assert!(out.contains("same: param id none vs 9"), "{out}");
 }
 
 /// A safetensors file written by the `safetensors` crate.

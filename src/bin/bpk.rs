@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use burn::tensor::{BoolStore, DType, bf16, f16};
-use burnpack::format::TensorInfo;
-use burnpack::read::Reader;
+use burnpack::format::{FormatError, TensorInfo};
+use burnpack::read::{ReadError, Reader};
 use clap::{Parser, Subcommand, ValueEnum};
 use rayon::prelude::*;
 use regex::Regex;
@@ -108,6 +108,7 @@ fn main() -> ExitCode {
     // Like other Unix filters, stop quietly when the reader of our output goes away
     // (`bpk inspect big.bpk | head`) instead of failing to print.
     // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    #[cfg(unix)]
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
@@ -154,16 +155,27 @@ fn tensor_json(t: &TensorInfo) -> Value {
         "dtype": dtype_name(t.dtype()),
         "shape": t.shape(),
         "bytes": t.len(),
-        "param_id": t.param_id(),
+        // A string: 64-bit ids do not survive JSON tools that read numbers as doubles (jq).
+        "param_id": t.param_id().map(|id| id.to_string()),
         "offset": t.offset(),
     })
 }
 
 fn inspect(path: &Path, as_json: bool, filter: Option<&str>) -> Result<u8, Failure> {
     let filter = filter
-        .map(Regex::new)
-        .transpose()
-        .map_err(|e| Failure::usage(format!("--filter: {e}")))?;
+        .map(|pattern| {
+            Regex::new(pattern).map_err(|e| {
+                // regex's own message spans several lines (the pattern, a caret, the error).
+                let why = e
+                    .to_string()
+                    .lines()
+                    .rev()
+                    .find_map(|l| l.trim().strip_prefix("error: ").map(str::to_string))
+                    .unwrap_or_else(|| e.to_string().replace('\n', " "));
+                Failure::usage(format!("--filter '{pattern}' is not a valid regex: {why}"))
+            })
+        })
+        .transpose()?;
     let reader = open(path)?;
     let layout = reader.layout();
     let shown: Vec<&TensorInfo> = reader
@@ -304,7 +316,29 @@ fn for_each_f64(dtype: DType, bytes: &[u8], mut f: impl FnMut(f64)) -> bool {
 }
 
 fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
-    let reader = open(path)?;
+    // Ordinary reads, never a mapping: a damaged file (a hole on a full tmpfs, a file
+    // truncated meanwhile) is then an error to report, not a `SIGBUS`.
+    let failed = |e: &ReadError| {
+        println!("{e}");
+        println!("{}: FAILED: 1 problem", path.display());
+        Ok(1)
+    };
+    let reader = match Reader::open_buffered(path) {
+        Ok(reader) => reader,
+        // Damage that the checksums caught is a failed verification, like a tensor's.
+        Err(
+            e @ ReadError::Invalid {
+                source: FormatError::MetadataChecksum { .. },
+                ..
+            },
+        ) => return failed(&e),
+        Err(e) => return Err(Failure::file(e)),
+    };
+    match reader.verify_structure() {
+        Ok(()) => {}
+        Err(e @ ReadError::Invalid { .. }) => return failed(&e),
+        Err(e) => return Err(Failure::file(e)),
+    }
     let total: u64 = reader.tensors().iter().map(TensorInfo::len).sum();
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
@@ -446,7 +480,10 @@ fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Failure> {
     let ids: Vec<Value> = common
         .iter()
         .filter(|(x, y)| x.param_id() != y.param_id())
-        .map(|(x, y)| json!({"name": x.name(), "a": x.param_id(), "b": y.param_id()}))
+        .map(|(x, y)| {
+            let id = |t: &TensorInfo| t.param_id().map(|id| id.to_string());
+            json!({"name": x.name(), "a": id(x), "b": id(y)})
+        })
         .collect();
     let mut values = Vec::new();
     for r in compared {
@@ -523,8 +560,8 @@ fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Failure> {
         println!(
             "{}: param id {} vs {}",
             d["name"].as_str().unwrap_or(""),
-            d["a"],
-            d["b"]
+            d["a"].as_str().unwrap_or("none"),
+            d["b"].as_str().unwrap_or("none")
         );
     }
     for (n, abs, rel) in &values {
@@ -575,7 +612,7 @@ fn convert(input: &Path, output: &Path, to: Option<Format>) -> Result<u8, Failur
     let mut magic = [0u8; 4];
     let from_burnpack = std::fs::File::open(input)
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
-        .map(|()| &magic == b"NRUB")
+        .map(|()| u32::from_le_bytes(magic) == burnpack::format::MAGIC)
         .map_err(|e| Failure::file(format!("{}: cannot read: {e}", input.display())))?;
     let size = match (from_burnpack, to) {
         (false, Format::Burnpack) => burnpack::convert::safetensors_to_burnpack(input, output),

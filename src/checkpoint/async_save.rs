@@ -81,13 +81,14 @@ impl AsyncSaver {
             return Err(CheckpointError::Busy);
         }
         self.wait()?;
-        let path = self.manager.path_for(state.progress.step);
+        let step = state.progress.step;
+        self.manager.check_newer(step)?;
         let prepared = state.prepare()?;
         let manager = self.manager.clone();
+        let guard = manager.begin_background();
         self.in_flight = Some(std::thread::spawn(move || {
-            prepared.into_writer()?.write_to_file(&path)?;
-            manager.retain()?;
-            Ok(path)
+            let _guard = guard;
+            manager.commit(step, |path| Ok(prepared.into_writer()?.write_to_file(path)?))
         }));
         Ok(())
     }
@@ -102,13 +103,9 @@ impl AsyncSaver {
         };
         match handle.join() {
             Ok(result) => result.map(Some),
-            Err(panic) => Err(CheckpointError::Panicked(
-                panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
-                    .unwrap_or_default(),
-            )),
+            Err(panic) => Err(CheckpointError::Panicked(crate::panic::message(
+                panic.as_ref(),
+            ))),
         }
     }
 }

@@ -62,6 +62,24 @@ pub enum CheckpointError {
     /// An asynchronous save is still running and the saver refuses to queue another.
     #[error("a checkpoint save is already in flight")]
     Busy,
+    /// The directory holds a valid checkpoint of a later step (another run, or a run rolled
+    /// back): retention keeps the newest steps, so the new file would be deleted at once.
+    #[error(
+        "{}: holds a checkpoint of step {newer_step} ({}), newer than step {step} being saved; \
+         use another directory or remove the newer ones (CheckpointManager::discard_after)",
+        dir.display(),
+        newer.display()
+    )]
+    NewerExists {
+        /// The managed directory.
+        dir: PathBuf,
+        /// The step being saved.
+        step: u64,
+        /// The step of the newer checkpoint.
+        newer_step: u64,
+        /// Its path.
+        newer: PathBuf,
+    },
     /// The background save thread panicked.
     #[error("the background checkpoint save panicked: {0}")]
     Panicked(String),

@@ -2,12 +2,13 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use burn::module::Module;
 
 use super::error::CheckpointError;
 use super::{Checkpoint, TrainingState};
-use crate::write::is_stale_scratch;
+use crate::write::{is_scratch_name, is_stale_scratch};
 
 const PREFIX: &str = "ckpt-";
 const SUFFIX: &str = ".bpk";
@@ -28,7 +29,7 @@ pub struct CheckpointEntry {
 /// file that does not open as a checkpoint. After each successful save, retention keeps the last
 /// `keep_last` checkpoints and, optionally, the best by a progress metric; a failed save deletes
 /// nothing, so the last good checkpoint always survives. Scratch files left by a killed process
-/// are removed when the manager is created.
+/// are removed when the manager is created (a live writer's, locked, never are).
 ///
 /// ```
 /// use burn::module::{Module, Param};
@@ -54,6 +55,26 @@ pub struct CheckpointManager {
     dir: PathBuf,
     keep_last: usize,
     best: Option<(String, bool)>,
+    /// Saves of this manager (and its clones) still being written in the background.
+    in_flight: Arc<InFlight>,
+}
+
+/// A count of background saves, and a way to wait for it to reach zero.
+#[derive(Debug, Default)]
+struct InFlight {
+    count: Mutex<usize>,
+    done: Condvar,
+}
+
+/// Counts one background save as in flight until dropped (also when the save panics).
+pub(crate) struct InFlightGuard(Arc<InFlight>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        let mut count = self.0.count.lock().unwrap_or_else(PoisonError::into_inner);
+        *count = count.saturating_sub(1);
+        self.0.done.notify_all();
+    }
 }
 
 impl CheckpointManager {
@@ -73,6 +94,7 @@ impl CheckpointManager {
             dir,
             keep_last: 3,
             best: None,
+            in_flight: Arc::default(),
         };
         manager.clean_scratch()?;
         Ok(manager)
@@ -108,12 +130,91 @@ impl CheckpointManager {
     /// Saves `state` as the checkpoint of its progress step, then applies retention.
     ///
     /// # Errors
-    /// The save failed (nothing is deleted then) or retention could not delete a file.
+    /// [`CheckpointError::NewerExists`] when the directory holds a valid checkpoint of a later
+    /// step (retention would delete the new file at once; nothing is written then), the save
+    /// failed (nothing is deleted then) or retention could not delete a file.
     pub fn save<M: Module>(&self, state: TrainingState<'_, M>) -> Result<PathBuf, CheckpointError> {
-        let path = self.path_for(state.progress.step);
-        state.save(&path)?;
+        let step = state.progress.step;
+        self.commit(step, |path| Ok(state.save(path)?))
+    }
+
+    /// The one way a checkpoint enters the directory (synchronous and background saves):
+    /// refuse when a newer valid checkpoint exists, write the file for `step` with `write`,
+    /// then apply retention.
+    pub(crate) fn commit(
+        &self,
+        step: u64,
+        write: impl FnOnce(&Path) -> Result<u64, CheckpointError>,
+    ) -> Result<PathBuf, CheckpointError> {
+        self.check_newer(step)?;
+        let path = self.path_for(step);
+        write(&path)?;
         self.retain()?;
         Ok(path)
+    }
+
+    /// Refuses `step` when a valid checkpoint of a later step is in the directory.
+    pub(crate) fn check_newer(&self, step: u64) -> Result<(), CheckpointError> {
+        let all = self.list()?;
+        let newer = all
+            .iter()
+            .rev()
+            .take_while(|c| c.step > step)
+            .find(|c| Checkpoint::open(&c.path).is_ok());
+        match newer {
+            Some(c) => Err(CheckpointError::NewerExists {
+                dir: self.dir.clone(),
+                step,
+                newer_step: c.step,
+                newer: c.path.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Deletes every checkpoint of a step after `step` (to roll a run back and train on from
+    /// `step`). Returns how many were deleted.
+    ///
+    /// # Errors
+    /// The directory cannot be listed or a file cannot be deleted.
+    pub fn discard_after(&self, step: u64) -> Result<usize, CheckpointError> {
+        let mut removed = 0;
+        for c in self.list()?.into_iter().filter(|c| c.step > step) {
+            fs::remove_file(&c.path).map_err(|source| CheckpointError::Io {
+                action: "delete",
+                path: c.path.clone(),
+                source,
+            })?;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// Counts a background save as in flight until the guard is dropped; [`latest`](Self::latest)
+    /// waits for it.
+    pub(crate) fn begin_background(&self) -> InFlightGuard {
+        *self
+            .in_flight
+            .count
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) += 1;
+        InFlightGuard(Arc::clone(&self.in_flight))
+    }
+
+    /// Waits until no background save of this manager (or a clone) is being written.
+    fn wait_for_background(&self) {
+        let mut count = self
+            .in_flight
+            .count
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        while *count > 0 {
+            count = self
+                .in_flight
+                .done
+                .wait(count)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
     }
 
     /// Checkpoint files in the directory, oldest step first.
@@ -142,11 +243,14 @@ impl CheckpointManager {
     }
 
     /// The newest checkpoint that opens and validates, if any (a damaged newer file is
-    /// skipped, not fatal).
+    /// skipped, not fatal). A save that an [`AsyncSaver`](super::AsyncSaver) of this manager
+    /// (or of a clone) is still writing is waited for first, so the checkpoint just handed
+    /// over is the one returned.
     ///
     /// # Errors
     /// The directory cannot be listed.
     pub fn latest(&self) -> Result<Option<Checkpoint>, CheckpointError> {
+        self.wait_for_background();
         Ok(self
             .list()?
             .iter()
@@ -194,8 +298,10 @@ impl CheckpointManager {
         Ok(())
     }
 
-    /// Removes scratch files (`.<name>.<pid>-<n>.bpk-tmp`) whose process is gone. Returns how
-    /// many were removed.
+    /// Removes scratch files (`.<name>.<pid>-<n>-<nanos>.bpk-tmp`) whose writer is gone:
+    /// nobody holds their lock (see [`Writer::write_to_file`](crate::Writer::write_to_file)).
+    /// A live writer's file is left alone, whatever process namespace, container or host it
+    /// writes from. Returns how many were removed.
     ///
     /// # Errors
     /// The directory cannot be listed or a file cannot be removed.
@@ -203,7 +309,7 @@ impl CheckpointManager {
         let mut removed = 0;
         for entry in self.read_dir()? {
             let name = entry.file_name();
-            if !name.to_str().is_some_and(is_stale_scratch) {
+            if !name.to_str().is_some_and(is_scratch_name) || !is_stale_scratch(&entry.path()) {
                 continue;
             }
             fs::remove_file(entry.path()).map_err(|source| CheckpointError::Io {

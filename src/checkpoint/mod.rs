@@ -67,6 +67,10 @@ pub use crate::module::{
     CHECKPOINT_MODEL_PREFIX as MODEL_PREFIX,
 };
 const OPTIM_PREFIX: &str = "optim.";
+/// Metadata key listing the optional parts a checkpoint holds (`optim`, `scheduler`), so a
+/// part that is present but empty (a fresh optimizer that has not stepped yet) is told from
+/// one that is absent.
+pub const PARTS_KEY: &str = "burnpack.parts";
 const SCHEDULER_PREFIX: &str = "scheduler.";
 const PROGRESS_PREFIX: &str = "progress.";
 
@@ -216,6 +220,14 @@ impl PreparedState {
         let mut entries = self.entries;
         let mut scalars: BTreeMap<String, Scalar> = BTreeMap::new();
         let mut metadata: BTreeMap<String, String> = BTreeMap::new();
+        let parts: Vec<&str> = [
+            self.optimizer.is_some().then_some("optim"),
+            self.scheduler.is_some().then_some("scheduler"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        metadata.insert(PARTS_KEY.to_string(), parts.join(","));
         if let Some(record) = self.optimizer {
             let bytes = record
                 .into_bytes()
@@ -363,18 +375,33 @@ impl Checkpoint {
         progress
     }
 
-    /// Whether the checkpoint holds optimizer state.
+    /// Whether the checkpoint holds optimizer state (possibly empty: an optimizer saved
+    /// before its first step).
     #[must_use]
     pub fn has_optimizer(&self) -> bool {
-        self.reader
-            .scalars()
-            .keys()
-            .any(|k| k.starts_with(OPTIM_PREFIX))
-            || self
-                .reader
-                .tensors()
-                .iter()
-                .any(|t| t.name().starts_with(OPTIM_PREFIX))
+        self.has_part("optim", OPTIM_PREFIX)
+    }
+
+    /// Whether the checkpoint holds an LR scheduler record.
+    #[must_use]
+    pub fn has_scheduler(&self) -> bool {
+        self.has_part("scheduler", SCHEDULER_PREFIX)
+    }
+
+    /// Whether part `name` was saved: listed under [`PARTS_KEY`], or (checkpoints written
+    /// before that key) some entry lives under `prefix`.
+    fn has_part(&self, name: &str, prefix: &str) -> bool {
+        match self.reader.metadata().get(PARTS_KEY) {
+            Some(parts) => parts.split(',').any(|p| p == name),
+            None => {
+                self.reader.scalars().keys().any(|k| k.starts_with(prefix))
+                    || self
+                        .reader
+                        .tensors()
+                        .iter()
+                        .any(|t| t.name().starts_with(prefix))
+            }
+        }
     }
 
     /// Loads the model part into `model` (strict, dtypes as stored, zero-copy).
@@ -491,12 +518,7 @@ impl Checkpoint {
             self.part(OPTIM_PREFIX)?
                 .write_to_file(dir.join(format!("optim-{epoch}.bpk")))?;
         }
-        if self
-            .reader
-            .scalars()
-            .keys()
-            .any(|k| k.starts_with(SCHEDULER_PREFIX))
-        {
+        if self.has_scheduler() {
             self.part(SCHEDULER_PREFIX)?
                 .write_to_file(dir.join(format!("scheduler-{epoch}.bpk")))?;
         }
@@ -528,9 +550,11 @@ pub fn import_burn_train(
         &mut scalars,
         &mut metadata,
     )?;
+    let mut parts = Vec::new();
     for (name, prefix) in [("optim", OPTIM_PREFIX), ("scheduler", SCHEDULER_PREFIX)] {
         let path = dir.join(format!("{name}-{epoch}.bpk"));
         if path.exists() {
+            parts.push(name);
             absorb_reader(
                 &Reader::open(&path)?,
                 prefix,
@@ -542,6 +566,7 @@ pub fn import_burn_train(
     }
     // The model file's own metadata (burn-store's `producer`...) is not the checkpoint's.
     metadata.retain(|k, _| !k.starts_with(MODEL_PREFIX));
+    metadata.insert(PARTS_KEY.to_string(), parts.join(","));
     scalars.insert(format!("{PROGRESS_PREFIX}epoch"), Scalar::UInt(epoch));
     scalars.insert(format!("{PROGRESS_PREFIX}step"), Scalar::UInt(0));
     Ok(assemble(&SaveOptions::new(), entries, scalars, metadata).write_to_file(out)?)

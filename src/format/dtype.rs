@@ -50,3 +50,21 @@ pub fn element_align(dtype: DType) -> usize {
 pub fn checksum(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(bytes)
 }
+
+/// The checksum of a file's header and metadata that burnpack stores in the last 8 bytes of the
+/// metadata: xxh3-64 of the 10 header bytes followed by the metadata blob without those last
+/// 8 bytes (so it covers every name, parameter id, dtype, shape, offset, metadata entry,
+/// scalar and tensor checksum).
+///
+/// ```
+/// let header = burnpack::format::Header::new(20).to_bytes();
+/// let a = burnpack::format::metadata_checksum(&header, &[1; 12]);
+/// assert_ne!(a, burnpack::format::metadata_checksum(&header, &[1; 11]));
+/// ```
+#[must_use]
+pub fn metadata_checksum(header: &[u8], covered_metadata: &[u8]) -> u64 {
+    let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
+    hasher.update(header);
+    hasher.update(covered_metadata);
+    hasher.digest()
+}

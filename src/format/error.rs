@@ -26,11 +26,18 @@ pub enum FormatError {
         /// Bytes present.
         available: u64,
     },
-    /// The first four bytes are not `NRUB`.
-    #[error("bad magic number {found:#010x}: not a burnpack file (expected 0x4255524e)")]
+    /// The first four bytes are not `NRUB`. `looks_like` says what the bytes resemble when
+    /// they are recognisable (a safetensors file, a PyTorch archive, a file of zeros...) and
+    /// what to do instead.
+    #[error(
+        "bad magic number {found:#010x}: not a burnpack file (expected 0x4255524e){}",
+        looks_like.map(|hint| format!("; {hint}")).unwrap_or_default()
+    )]
     BadMagic {
         /// The magic number found.
         found: u32,
+        /// What the file looks like instead, with a hint, when recognisable.
+        looks_like: Option<&'static str>,
     },
     /// A format version this crate does not know (newer files are refused).
     #[error("unsupported format version {found} (this reader knows version 1)")]
@@ -116,13 +123,46 @@ pub enum FormatError {
         /// Declared shape.
         shape: Vec<u64>,
     },
-    /// The `checksums` byte string does not hold 8 bytes per tensor.
-    #[error("checksums hold {found} bytes, 8 per tensor are needed for {tensors} tensors")]
+    /// The `checksums` byte string does not hold 8 bytes per tensor plus 8 for the header and
+    /// metadata.
+    #[error(
+        "checksums hold {found} bytes, 8 per tensor and 8 for the metadata are needed for {tensors} tensors"
+    )]
     Checksums {
         /// Bytes found.
         found: u64,
         /// Tensors in the file.
         tensors: u64,
+    },
+    /// The header and metadata do not match their stored checksum: a name, parameter id,
+    /// dtype, shape, offset, metadata entry or scalar was changed after the file was written.
+    #[error(
+        "header or metadata corrupt: checksum mismatch (stored {expected:#018x}, computed {actual:#018x})"
+    )]
+    MetadataChecksum {
+        /// The stored checksum.
+        expected: u64,
+        /// The checksum of the bytes read.
+        actual: u64,
+    },
+    /// The file says this crate wrote it (`producer`) but carries no checksums, which every
+    /// file this crate writes with checksums has: its metadata was probably damaged (a flipped
+    /// bit in the `checksums` key turns checking off). Refused where checksums are required.
+    #[error(
+        "the producer '{producer}' writes checksums but this file has none: its metadata may be damaged"
+    )]
+    MissingChecksums {
+        /// The `producer` metadata value.
+        producer: String,
+    },
+    /// Bytes that must be zero (the padding after the metadata, the gaps between tensors) are
+    /// not, in a file that carries checksums.
+    #[error("non-zero byte at offset {offset} in the padding before {before}")]
+    Padding {
+        /// Absolute offset of the first non-zero byte.
+        offset: u64,
+        /// What follows the padding (`"the data section"` or a tensor name).
+        before: String,
     },
     /// Two tensors' byte ranges overlap.
     #[error("tensor '{tensor}': its bytes overlap those of tensor '{other}'")]

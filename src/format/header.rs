@@ -96,7 +96,10 @@ impl Header {
         };
         let magic = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
         if magic != MAGIC {
-            return Err(FormatError::BadMagic { found: magic });
+            return Err(FormatError::BadMagic {
+                found: magic,
+                looks_like: looks_like(bytes),
+            });
         }
         let version = u16::from_le_bytes([raw[4], raw[5]]);
         if version == 0 || version > FORMAT_VERSION {
@@ -114,4 +117,55 @@ impl Header {
     pub const fn data_start(&self) -> u64 {
         data_start(self.metadata_size)
     }
+}
+
+/// What a file that is not a burnpack resembles, with what to do instead; `None` when the
+/// first bytes are not recognisable. Used in [`FormatError::BadMagic`].
+///
+/// ```
+/// let mut st = 2u64.to_le_bytes().to_vec();
+/// st.extend_from_slice(b"{}");
+/// assert!(burnpack::format::looks_like(&st).unwrap().contains("safetensors"));
+/// assert!(burnpack::format::looks_like(b"PK\x03\x04rest").unwrap().contains("PyTorch"));
+/// assert_eq!(burnpack::format::looks_like(b"\x01\x02\x03\x04\x05\x06"), None);
+/// ```
+#[must_use]
+pub fn looks_like(bytes: &[u8]) -> Option<&'static str> {
+    // safetensors: an 8-byte little-endian header length, then a JSON object.
+    if let (Some(len), Some(b'{')) = (bytes.get(..8), bytes.get(8)) {
+        let len = u64::from_le_bytes(len.try_into().unwrap_or([0; 8]));
+        if len >= 2 && len < 1 << 32 {
+            return Some(
+                "this looks like a safetensors file: convert it with `bpk convert IN.safetensors OUT.bpk` \
+                 or `burnpack::convert::safetensors_to_burnpack`",
+            );
+        }
+    }
+    let starts = |prefix: &[u8]| bytes.starts_with(prefix);
+    if starts(b"PK\x03\x04") {
+        return Some(
+            "this looks like a zip archive (a PyTorch .pt/.pth checkpoint?): export its weights \
+             as safetensors in Python, then `bpk convert`",
+        );
+    }
+    if starts(&[0x80]) && bytes.get(1).is_some_and(|v| (2..=5).contains(v)) {
+        return Some("this looks like a Python pickle (a PyTorch checkpoint?): export its weights as safetensors");
+    }
+    if starts(b"GGUF") {
+        return Some("this looks like a GGUF file, which burnpack does not read");
+    }
+    if starts(b"\x89HDF") {
+        return Some("this looks like an HDF5 (Keras) file, which burnpack does not read");
+    }
+    if bytes.len() >= HEADER_SIZE && bytes[..HEADER_SIZE].iter().all(|&b| b == 0) {
+        return Some(
+            "the file starts with zero bytes: an unfinished or failed write (an in-place save \
+             that was interrupted?)",
+        );
+    }
+    let text = bytes.iter().take(64);
+    if bytes.first().is_some_and(|b| matches!(b, b'{' | b'[')) && text.clone().all(|b| b.is_ascii()) {
+        return Some("this looks like a JSON file (a sharded safetensors index?), not a burnpack file");
+    }
+    None
 }

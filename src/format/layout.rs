@@ -4,11 +4,14 @@ use std::collections::BTreeMap;
 
 use burn::tensor::DType;
 
-use super::dtype::{byte_len, element_align};
+use super::dtype::{byte_len, element_align, metadata_checksum};
 use super::error::FormatError;
 use super::header::{HEADER_SIZE, Header};
 use super::limits::Limits;
 use super::metadata::{Descriptor, Metadata, Scalar, into_map};
+
+/// The first word of the `producer` metadata value this crate writes.
+pub const PRODUCER_NAME: &str = "burnpack";
 
 /// One tensor of a validated file: what it is and where its bytes are.
 ///
@@ -268,12 +271,20 @@ impl Layout {
         let data_start = header.data_start();
         let has_checksums = decoded.checksums.is_some();
         let checksums: Option<Vec<u64>> = match decoded.checksums {
-            Some(bytes) if bytes.len() == decoded.tensors.len() * 8 => Some(
-                bytes
+            Some(bytes) if bytes.len() == (decoded.tensors.len() + 1) * 8 => {
+                let mut sums: Vec<u64> = bytes
                     .chunks_exact(8)
                     .map(|w| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]))
-                    .collect(),
-            ),
+                    .collect();
+                // The last one covers the header and the metadata before it.
+                let expected = sums.pop().unwrap_or_default();
+                let covered = metadata.len().saturating_sub(8);
+                let actual = metadata_checksum(&header.to_bytes(), &metadata[..covered]);
+                if expected != actual {
+                    return Err(FormatError::MetadataChecksum { expected, actual });
+                }
+                Some(sums)
+            }
             Some(bytes) => {
                 return Err(FormatError::Checksums {
                     found: bytes.len() as u64,
@@ -378,10 +389,58 @@ impl Layout {
         &self.scalars
     }
 
-    /// Whether the file stores a checksum for every tensor (true for an empty pack written
-    /// with checksums: its checksum string is empty).
+    /// Whether the file stores checksums: one for every tensor and one for the header and
+    /// metadata, which opening it has already checked (true for an empty pack written with
+    /// checksums).
     #[must_use]
     pub fn has_checksums(&self) -> bool {
         self.checksums
+    }
+
+    /// Refuses a file whose `producer` says this crate wrote it but which carries no checksums
+    /// (every file this crate writes with its default options has them, and a flipped bit in
+    /// the `checksums` key would otherwise turn checking off). Files of other producers (Burn
+    /// writes none) pass: their contents are simply unverified.
+    ///
+    /// ```
+    /// use burnpack::format::{FormatError, Layout, Limits};
+    /// let bytes = burnpack::Writer::new(vec![])
+    ///     .with_metadata("producer", "burnpack 0.1.0")
+    ///     .checksums(false)
+    ///     .into_bytes()
+    ///     .unwrap();
+    /// let layout = Layout::from_bytes(&bytes, &Limits::default()).unwrap();
+    /// assert!(matches!(layout.require_checksums(), Err(FormatError::MissingChecksums { .. })));
+    /// ```
+    ///
+    /// # Errors
+    /// [`FormatError::MissingChecksums`].
+    pub fn require_checksums(&self) -> Result<(), FormatError> {
+        match self.metadata.get("producer") {
+            Some(producer) if !self.checksums && producer.starts_with(PRODUCER_NAME) => {
+                Err(FormatError::MissingChecksums {
+                    producer: producer.clone(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The ranges between the end of the metadata and the data section, and between
+    /// consecutive tensors, that the format fills with zeros: `(start, end, what follows)`.
+    pub(crate) fn padding(&self) -> Vec<(u64, u64, &str)> {
+        let mut out = Vec::new();
+        let metadata_end = HEADER_SIZE as u64 + u64::from(self.header.metadata_size);
+        let mut end = self.data_start();
+        if metadata_end < end {
+            out.push((metadata_end, end, "the data section"));
+        }
+        for t in self.tensors_by_position().filter(|t| t.len > 0) {
+            if end < t.start {
+                out.push((end, t.start, t.name.as_str()));
+            }
+            end = end.max(t.start + t.len);
+        }
+        out
     }
 }

@@ -11,11 +11,11 @@ mod layout;
 mod limits;
 mod metadata;
 
-pub use dtype::{byte_len, checksum, element_align};
+pub use dtype::{byte_len, checksum, element_align, metadata_checksum};
 pub use error::FormatError;
 pub use header::{
-    FORMAT_VERSION, HEADER_SIZE, Header, MAGIC, TENSOR_ALIGNMENT, align_up, data_start,
+    FORMAT_VERSION, HEADER_SIZE, Header, MAGIC, TENSOR_ALIGNMENT, align_up, data_start, looks_like,
 };
-pub use layout::{Layout, TensorInfo};
+pub use layout::{Layout, PRODUCER_NAME, TensorInfo};
 pub use limits::Limits;
 pub use metadata::{Descriptor, Metadata, Scalar, ScalarConversionError};

@@ -3,14 +3,15 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use burn::module::{ModuleMapper, Param, ParamId, Parameter};
+use burn::tensor::quantization::quantizable;
 use burn::tensor::{Bool, BoolStore, DType, Float, Int, Tensor, TensorData, kind::Basic};
 
-use super::error::{Mismatch, ShapeMismatch};
+use super::error::{KindMismatch, Mismatch, ShapeMismatch, TensorKind};
 use super::options::{DTypePolicy, LoadOptions};
 use crate::format::TensorInfo;
+use crate::panic::catch_quiet;
 use crate::read::Reader;
 
 /// Replaces each parameter found in the reader with a tensor built from its bytes on the
@@ -82,7 +83,7 @@ impl<'a> Applier<'a> {
     fn load<const D: usize, K: Basic>(
         &mut self,
         param: Param<Tensor<D, K>>,
-        float: bool,
+        kind: TensorKind,
     ) -> Param<Tensor<D, K>>
     where
         Tensor<D, K>: Parameter,
@@ -106,12 +107,32 @@ impl<'a> Applier<'a> {
             });
             return param;
         }
+        // A tensor of another kind (integers into a float parameter, floats into a bool one)
+        // is not a dtype question that a cast answers: refused before any backend sees it.
         let stored = info.dtype();
+        if TensorKind::of(stored) != kind {
+            self.mismatch.kinds.push(KindMismatch {
+                path,
+                expected: kind,
+                found: stored,
+            });
+            return param;
+        }
         let dtype = match self.options.dtype {
             DTypePolicy::CastToModule => param.val().dtype(),
-            DTypePolicy::CastFloatsTo(dtype) if float => dtype,
+            DTypePolicy::CastFloatsTo(dtype) if kind == TensorKind::Float => dtype,
             DTypePolicy::AsStored | DTypePolicy::CastFloatsTo(_) => stored,
         };
+        if TensorKind::of(dtype) != kind || (dtype != stored && matches!(dtype, DType::QFloat(_))) {
+            self.mismatch.failed.push((
+                path,
+                format!(
+                    "the dtype policy asks for {dtype:?}, which a {kind} parameter holding \
+                     {stored:?} cannot be cast to"
+                ),
+            ));
+            return param;
+        }
         let read = self.reader.read(info).and_then(|bytes| {
             if self.options.verify {
                 self.reader.check(info, &bytes)?;
@@ -126,9 +147,10 @@ impl<'a> Applier<'a> {
             }
         };
         let device = param.lazy_device();
-        // Booleans are stored natively (one byte), as u8 or as u32 depending on the backend:
-        // the values are the same, so a backend without the file's storage gets its own.
         let dtype = match dtype {
+            // Booleans are stored natively (one byte), as u8 or as u32 depending on the
+            // backend: the values are the same, so a backend without the file's store gets
+            // its own.
             DType::Bool(_) if !device.supports_dtype(dtype) => {
                 [BoolStore::Native, BoolStore::U8, BoolStore::U32]
                     .into_iter()
@@ -138,12 +160,17 @@ impl<'a> Applier<'a> {
             }
             other => other,
         };
-        let hint = if float {
+        let hint = if kind == TensorKind::Float {
             "DTypePolicy::CastFloatsTo"
         } else {
             "DTypePolicy::CastToModule"
         };
-        if !device.supports_dtype(dtype) {
+        // `supports_dtype` asks for storage *and* arithmetic; quantized tensors only need
+        // storage, which backends such as flex have for every scheme Burn can quantize with
+        // (they answer `false` here all the same).
+        let holds = device.supports_dtype(dtype)
+            || matches!(dtype, DType::QFloat(scheme) if quantizable(&scheme));
+        if !holds {
             self.mismatch.failed.push((
                 path,
                 format!("{dtype:?} is not supported on {device:?}; load with {hint}"),
@@ -159,23 +186,15 @@ impl<'a> Applier<'a> {
         //   into a (pinned, where the backend has it) staging buffer that the device reads by
         //   DMA. That one copy is the minimum Burn allows; no intermediate `Vec` is made here.
         let data = TensorData::from_bytes(bytes, info.shape().to_vec(), stored);
-        // A backend that cannot take the dtype from data panics, even where `supports_dtype`
-        // says yes (Burn 0.22's cubecl backends, wgpu and CUDA, for Flex32): report it with the
-        // others instead.
-        let built = catch_unwind(AssertUnwindSafe(|| {
-            Tensor::<D, K>::from_data(data, (&device, dtype))
-        }));
-        match built {
+        // Kinds, shapes and lengths were checked above. A backend can still refuse a dtype it
+        // says it supports (Burn 0.22's cubecl backends, wgpu and CUDA, for Flex32): that
+        // panic is caught without reaching the user's stderr and reported with the others.
+        match catch_quiet(|| Tensor::<D, K>::from_data(data, (&device, dtype))) {
             Ok(tensor) => {
                 let id = info.param_id().map_or(param.id, ParamId::from);
                 param.transform_for_load(tensor, id)
             }
-            Err(panic) => {
-                let why = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
-                    .unwrap_or_else(|| "no message".to_string());
+            Err(why) => {
                 self.mismatch.failed.push((
                     path,
                     format!(
@@ -202,17 +221,17 @@ impl ModuleMapper for Applier<'_> {
         &mut self,
         param: Param<Tensor<D, Float>>,
     ) -> Param<Tensor<D, Float>> {
-        self.load(param, true)
+        self.load(param, TensorKind::Float)
     }
 
     fn map_int<const D: usize>(&mut self, param: Param<Tensor<D, Int>>) -> Param<Tensor<D, Int>> {
-        self.load(param, false)
+        self.load(param, TensorKind::Int)
     }
 
     fn map_bool<const D: usize>(
         &mut self,
         param: Param<Tensor<D, Bool>>,
     ) -> Param<Tensor<D, Bool>> {
-        self.load(param, false)
+        self.load(param, TensorKind::Bool)
     }
 }

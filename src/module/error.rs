@@ -14,6 +14,72 @@ pub struct ShapeMismatch {
     pub found: Vec<usize>,
 }
 
+/// The kind of a tensor: what a parameter holds, or what a file's dtype is.
+///
+/// ```
+/// use burn::tensor::DType;
+/// use burnpack::module::TensorKind;
+/// assert_eq!(TensorKind::of(DType::BF16), TensorKind::Float);
+/// assert_eq!(TensorKind::of(DType::U8), TensorKind::Int);
+/// assert_eq!(TensorKind::Float.to_string(), "float");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorKind {
+    /// Floating point, quantized included (`Param<Tensor<D>>`).
+    Float,
+    /// Signed or unsigned integers (`Param<Tensor<D, Int>>`).
+    Int,
+    /// Booleans, in any store (`Param<Tensor<D, Bool>>`).
+    Bool,
+}
+
+impl TensorKind {
+    /// The kind of tensor a dtype belongs to.
+    #[must_use]
+    pub fn of(dtype: burn::tensor::DType) -> Self {
+        use burn::tensor::DType;
+        match dtype {
+            DType::F64
+            | DType::F32
+            | DType::Flex32
+            | DType::F16
+            | DType::BF16
+            | DType::QFloat(_) => Self::Float,
+            DType::Bool(_) => Self::Bool,
+            DType::I64
+            | DType::I32
+            | DType::I16
+            | DType::I8
+            | DType::U64
+            | DType::U32
+            | DType::U16
+            | DType::U8 => Self::Int,
+        }
+    }
+}
+
+impl std::fmt::Display for TensorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Float => "float",
+            Self::Int => "int",
+            Self::Bool => "bool",
+        })
+    }
+}
+
+/// A parameter whose file tensor is of another kind (an integer tensor for a float
+/// parameter, say). No dtype policy changes a kind, so no cast is suggested.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindMismatch {
+    /// The parameter's path.
+    pub path: String,
+    /// The parameter's kind.
+    pub expected: TensorKind,
+    /// The file tensor's dtype.
+    pub found: burn::tensor::DType,
+}
+
 /// Everything that kept a file from matching a module, collected over the whole module.
 ///
 /// ```
@@ -29,6 +95,8 @@ pub struct Mismatch {
     pub unused: Vec<String>,
     /// Parameters whose shape differs.
     pub shapes: Vec<ShapeMismatch>,
+    /// Parameters whose file tensor is of another kind (int for float, float for bool...).
+    pub kinds: Vec<KindMismatch>,
     /// Parameters whose tensor could not be read or built on the device, with the reason.
     pub failed: Vec<(String, String)>,
     /// Names that several file tensors were renamed to.
@@ -42,6 +110,7 @@ impl Mismatch {
         self.missing.is_empty()
             && self.unused.is_empty()
             && self.shapes.is_empty()
+            && self.kinds.is_empty()
             && self.failed.is_empty()
             && self.collisions.is_empty()
     }
@@ -72,6 +141,26 @@ impl std::fmt::Display for Mismatch {
                 .collect();
             parts.push(format!(
                 "{} shape mismatches: {}",
+                list.len(),
+                list.join(", ")
+            ));
+        }
+        if !self.kinds.is_empty() {
+            let list: Vec<String> = self
+                .kinds
+                .iter()
+                .map(|k| {
+                    format!(
+                        "{} (the module has a {} parameter, the file a {} tensor of {:?})",
+                        k.path,
+                        k.expected,
+                        TensorKind::of(k.found),
+                        k.found
+                    )
+                })
+                .collect();
+            parts.push(format!(
+                "{} of the wrong kind: {}",
                 list.len(),
                 list.join(", ")
             ));

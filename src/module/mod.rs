@@ -38,7 +38,7 @@ use std::path::Path;
 use burn::module::Module;
 use burn::tensor::Bytes;
 
-pub use error::{Mismatch, ModuleError, ShapeMismatch};
+pub use error::{KindMismatch, Mismatch, ModuleError, ShapeMismatch, TensorKind};
 pub use options::{DTypePolicy, LoadOptions, SaveOptions};
 
 use crate::read::Reader;
@@ -160,6 +160,9 @@ pub trait PackModule: Module + Sized {
     /// # Errors
     /// [`ModuleError::Mismatch`], listing every problem.
     fn load_pack_reader(self, reader: &Reader, options: &LoadOptions) -> Result<Self, ModuleError> {
+        if options.verify {
+            reader.verify_structure()?;
+        }
         let mut applier = apply::Applier::new(reader, options);
         let module = self.map(&mut applier);
         let mismatch = applier.finish();

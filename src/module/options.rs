@@ -248,8 +248,11 @@ impl LoadOptions {
     }
 
     /// Checks every loaded parameter's bytes against the file's checksums (reads them all once
-    /// more; default off). A mismatch is reported with the other problems. Files without
-    /// checksums load unverified.
+    /// more; default off). A mismatch is reported with the other problems. Files of other
+    /// producers without checksums (Burn's) load unverified; a file whose `producer` names
+    /// this crate but which carries no checksums is refused as damaged
+    /// ([`FormatError::MissingChecksums`](crate::format::FormatError)), as is non-zero padding.
+    /// The header and metadata checksum is checked on every open, with or without this.
     #[must_use]
     pub fn verify_checksums(mut self, verify: bool) -> Self {
         self.verify = verify;

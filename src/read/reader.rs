@@ -2,13 +2,13 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use burn::tensor::{AllocationProperty, Bytes};
 
 use super::error::ReadError;
 use super::source::Source;
+use crate::platform::read_exact_at;
 use crate::format::{
     FormatError, HEADER_SIZE, Header, Layout, Limits, Scalar, TensorInfo, element_align,
 };
@@ -72,6 +72,14 @@ impl ReadOptions {
     /// reads of the lost pages fault (`SIGBUS`). Use [`ReadMode::Buffered`] for files that may
     /// change under you.
     ///
+    /// The header and metadata are always read with ordinary reads, never through the
+    /// mapping, so opening (and listing, `bpk inspect`) never faults. What a mapping can still
+    /// meet when tensor bytes are touched: a file truncated or rewritten in place by another
+    /// process, an I/O error of the device or network filesystem, and on tmpfs a hole (left by
+    /// an in-place write that failed on a full filesystem) that needs a page the filesystem
+    /// cannot give. Each of these is a `SIGBUS`, which no library can turn into an error; the
+    /// buffered mode turns each into [`ReadError::Io`] (`bpk verify` reads that way).
+    ///
     /// # Errors
     /// [`ReadError::Io`] if the file cannot be opened or read, [`ReadError::Invalid`] if it is
     /// not a valid pack within the limits.
@@ -91,7 +99,14 @@ impl ReadOptions {
             source,
         };
         let file = File::open(path).map_err(io("open"))?;
-        let file_len = file.metadata().map_err(io("stat"))?.len();
+        let stat = file.metadata().map_err(io("stat"))?;
+        if stat.is_dir() {
+            return Err(io("open")(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "is a directory, not a burnpack file",
+            )));
+        }
+        let file_len = stat.len();
         if file_len > self.limits.max_file_size {
             return Err(invalid(FormatError::LimitExceeded {
                 what: "file size",
@@ -99,30 +114,30 @@ impl ReadOptions {
                 limit: self.limits.max_file_size,
             }));
         }
-        let (layout, source) = match self.mode {
+        // Header and metadata are read with ordinary reads in both modes, never through the
+        // mapping: a file that a failed write left with holes on a full tmpfs (where faulting
+        // in a hole needs a page that cannot be had) is then an error, not `SIGBUS`.
+        let mut raw = [0u8; HEADER_SIZE];
+        let got = usize::try_from(file_len).map_or(HEADER_SIZE, |l| l.min(HEADER_SIZE));
+        read_exact_at(&file, &mut raw[..got], 0).map_err(io("read"))?;
+        let header = Header::parse(&raw[..got]).map_err(invalid)?;
+        Layout::check_header(&header, file_len, &self.limits).map_err(invalid)?;
+        let mut metadata = vec![0u8; header.metadata_size as usize];
+        read_exact_at(&file, &mut metadata, HEADER_SIZE as u64).map_err(io("read"))?;
+        let layout = Layout::parse(header, &metadata, file_len, &self.limits).map_err(invalid)?;
+        drop(metadata);
+        let source = match self.mode {
             ReadMode::Mmap => {
                 // SAFETY: the mapping is read-only and private to this reader; the caller's
-                // side of the contract (no in-place truncation while mapped) is documented on
-                // this function and on `Reader::open`.
+                // side of the contract (no in-place truncation or rewrite while mapped) is
+                // documented on this function and on `Reader::open`.
                 let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io("map"))?;
-                let all =
-                    Bytes::from_shared(bytes::Bytes::from_owner(map), AllocationProperty::File);
-                let layout = Layout::from_bytes(&all, &self.limits).map_err(invalid)?;
-                (layout, Source::Memory(all))
+                Source::Memory(Bytes::from_shared(
+                    bytes::Bytes::from_owner(map),
+                    AllocationProperty::File,
+                ))
             }
-            ReadMode::Buffered => {
-                let mut raw = [0u8; HEADER_SIZE];
-                let got = usize::try_from(file_len).map_or(HEADER_SIZE, |l| l.min(HEADER_SIZE));
-                file.read_exact_at(&mut raw[..got], 0).map_err(io("read"))?;
-                let header = Header::parse(&raw[..got]).map_err(invalid)?;
-                Layout::check_header(&header, file_len, &self.limits).map_err(invalid)?;
-                let mut metadata = vec![0u8; header.metadata_size as usize];
-                file.read_exact_at(&mut metadata, HEADER_SIZE as u64)
-                    .map_err(io("read"))?;
-                let layout =
-                    Layout::parse(header, &metadata, file_len, &self.limits).map_err(invalid)?;
-                (layout, Source::Buffered(file))
-            }
+            ReadMode::Buffered => Source::Buffered(file),
         };
         Ok(Reader {
             file: name,
@@ -349,13 +364,52 @@ impl Reader {
     /// ```
     ///
     /// # Errors
-    /// The first [`ReadError::Checksum`] (or read error) found.
+    /// [`verify_structure`](Self::verify_structure)'s errors, then the first
+    /// [`ReadError::Checksum`] (or read error) found.
     pub fn verify_all(&self) -> Result<usize, ReadError> {
         use rayon::prelude::*;
+        self.verify_structure()?;
         self.tensors()
             .par_iter()
             .map(|t| self.verify(t).map(usize::from))
             .try_reduce(|| 0, |a, b| Ok(a + b))
+    }
+
+    /// The checks beyond the tensors' own checksums that [`verify_all`](Self::verify_all)
+    /// and `LoadOptions::verify_checksums` make: a file whose `producer` names this crate must
+    /// carry checksums ([`FormatError::MissingChecksums`]), and in a file with checksums the
+    /// padding after the metadata and between tensors must be zero
+    /// ([`FormatError::Padding`]). The header and metadata checksum itself is checked on
+    /// every open.
+    ///
+    /// # Errors
+    /// [`ReadError::Invalid`] as above, or a read error.
+    pub fn verify_structure(&self) -> Result<(), ReadError> {
+        let invalid = |source| ReadError::Invalid {
+            file: self.file.clone(),
+            source,
+        };
+        self.layout.require_checksums().map_err(invalid)?;
+        if !self.layout.has_checksums() {
+            return Ok(());
+        }
+        for (start, end, before) in self.layout.padding() {
+            let bytes = self
+                .source
+                .read(start, end - start, 1)
+                .map_err(|source| ReadError::Io {
+                    file: self.file.clone(),
+                    action: "read padding",
+                    source,
+                })?;
+            if let Some(i) = bytes.iter().position(|&b| b != 0) {
+                return Err(invalid(FormatError::Padding {
+                    offset: start + i as u64,
+                    before: before.to_string(),
+                }));
+            }
+        }
+        Ok(())
     }
 
     /// Whether [`read`](Self::read) hands `info` out without copying.

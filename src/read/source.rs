@@ -1,7 +1,6 @@
 //! Where a reader's bytes come from: a memory map, bytes in memory, or a file read on demand.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 
 use burn::tensor::{AllocationProperty, Bytes};
 
@@ -61,7 +60,7 @@ impl Source {
                     })
                 }
             }
-            Source::Buffered(file) => aligned_bytes(len, |out| file.read_exact_at(out, start)),
+            Source::Buffered(file) => aligned_bytes(len, |out| crate::platform::read_exact_at(file, out, start)),
         }
     }
 

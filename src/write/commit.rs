@@ -3,18 +3,29 @@
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::fs::TryLockError;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::error::WriteError;
 
-/// Suffix of scratch files; with the leading dot and the pid in the name, leftovers of a killed
-/// process are recognisable (`.<file name>.<pid>-<n>.bpk-tmp`).
+/// Suffix of scratch files (`.<file name>.<pid>-<n>-<nanos>.bpk-tmp`).
 pub(crate) const SCRATCH_SUFFIX: &str = ".bpk-tmp";
+
+/// A scratch file that nobody holds locked is a dead writer's only where locks work; where the
+/// filesystem cannot lock, only files untouched for this long are taken for dead.
+pub(crate) const STALE_AFTER: Duration = Duration::from_secs(60 * 60);
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A scratch file beside the destination, removed on drop unless committed: an error or a
 /// panic anywhere before the commit leaves no trace.
+///
+/// While it exists its writer holds an exclusive advisory lock on it (`flock` on Unix,
+/// `LockFileEx` on Windows). The kernel drops the lock when the writer dies, however it dies,
+/// so a scratch file nobody holds locked is a dead writer's, whatever PID namespace, container
+/// or host (over NFS) the writer ran in: that is how stale files are told from live ones,
+/// never by process id.
 pub(crate) struct Scratch {
     path: PathBuf,
     file: File,
@@ -22,7 +33,8 @@ pub(crate) struct Scratch {
 }
 
 impl Scratch {
-    /// Creates a new, empty scratch sibling of `dest`.
+    /// Creates a new, empty, locked scratch sibling of `dest`, after removing dead writers'
+    /// scratch files of the same destination.
     pub(crate) fn create(dest: &Path) -> Result<Self, WriteError> {
         let dir = parent_dir(dest);
         let file_name = dest
@@ -36,23 +48,67 @@ impl Scratch {
             })?
             .to_string_lossy()
             .into_owned();
+        match fs::metadata(&dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(WriteError::io(
+                    "create",
+                    dest,
+                    io::Error::new(
+                        io::ErrorKind::NotADirectory,
+                        format!("{} is not a directory", dir.display()),
+                    ),
+                ));
+            }
+            Err(e) => {
+                return Err(WriteError::io(
+                    "create",
+                    dest,
+                    io::Error::new(
+                        e.kind(),
+                        format!("its directory {} is not there: {e}", dir.display()),
+                    ),
+                ));
+            }
+        }
         remove_stale(&dir, &file_name);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = dir.join(format!(
-            ".{file_name}.{}-{n}{SCRATCH_SUFFIX}",
-            std::process::id()
-        ));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| WriteError::io("create scratch file", &path, e))?;
-        Ok(Self {
-            path,
-            file,
-            committed: false,
-        })
+        // A cleaner in another process may take a file between its creation and its lock:
+        // then the name no longer leads to it (or the lock is taken), and another name is
+        // tried.
+        for _ in 0..16 {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let path = dir.join(format!(
+                ".{file_name}.{}-{n}-{nanos:x}{SCRATCH_SUFFIX}",
+                std::process::id()
+            ));
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(|e| WriteError::io("create a scratch file for", dest, e))?;
+            let owned = match file.try_lock() {
+                Ok(()) => crate::platform::names(&path, &file),
+                Err(TryLockError::WouldBlock) => false,
+                // No locks on this filesystem: the age limit protects the file instead.
+                Err(TryLockError::Error(_)) => true,
+            };
+            if owned {
+                return Ok(Self {
+                    path,
+                    file,
+                    committed: false,
+                });
+            }
+        }
+        Err(WriteError::io(
+            "create a scratch file for",
+            dest,
+            io::Error::other("other processes kept removing the new scratch files"),
+        ))
     }
 
     pub(crate) fn file(&self) -> &File {
@@ -101,27 +157,28 @@ impl Drop for Scratch {
     }
 }
 
-/// The pid in a scratch file name `.<name>.<pid>-<n>.bpk-tmp`.
-fn scratch_pid(name: &str) -> Option<i32> {
-    let stem = name.strip_prefix('.')?.strip_suffix(SCRATCH_SUFFIX)?;
-    let (_, tail) = stem.rsplit_once('.')?;
-    let (pid, counter) = tail.split_once('-')?;
-    counter.parse::<u64>().ok()?;
-    pid.parse().ok()
+/// Whether `name` is the name of a scratch file (of any destination).
+pub(crate) fn is_scratch_name(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(SCRATCH_SUFFIX)
 }
 
-fn process_alive(pid: i32) -> bool {
-    if pid == i32::try_from(std::process::id()).unwrap_or(-1) {
-        return true;
+/// Whether the scratch file at `path` was left by a writer that is gone: nobody holds its
+/// lock (a live writer always does), or, on a filesystem without locks, it has not been
+/// touched for [`STALE_AFTER`]. A file that cannot be opened is not taken for stale.
+pub(crate) fn is_stale_scratch(path: &Path) -> bool {
+    let Ok(file) = File::open(path) else {
+        return false;
+    };
+    match file.try_lock() {
+        Ok(()) => true,
+        Err(TryLockError::WouldBlock) => false,
+        Err(TryLockError::Error(_)) => file
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > STALE_AFTER),
     }
-    // SAFETY: signal 0 only checks whether the process exists; nothing is sent.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
-
-/// Whether `name` is a scratch file of a process that no longer runs (a killed save).
-pub(crate) fn is_stale_scratch(name: &str) -> bool {
-    scratch_pid(name).is_some_and(|pid| !process_alive(pid))
 }
 
 /// Removes the stale scratch files of `file_name` in `dir` (best effort: a save does not fail
@@ -135,7 +192,8 @@ fn remove_stale(dir: &Path, file_name: &str) {
         let name = entry.file_name();
         if let Some(name) = name.to_str()
             && name.starts_with(&prefix)
-            && is_stale_scratch(name)
+            && is_scratch_name(name)
+            && is_stale_scratch(&entry.path())
         {
             let _ = fs::remove_file(entry.path());
         }

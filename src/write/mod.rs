@@ -14,7 +14,7 @@ mod writer;
 #[cfg(feature = "safetensors")]
 pub(crate) use commit::Scratch;
 #[cfg(feature = "optim")]
-pub(crate) use commit::is_stale_scratch;
+pub(crate) use commit::{is_scratch_name, is_stale_scratch};
 pub use entry::{Entry, ProviderError};
 pub use error::WriteError;
 pub use plan::{Plan, Slot};

@@ -6,7 +6,9 @@ use burn::tensor::DType;
 
 use super::entry::Entry;
 use super::error::WriteError;
-use crate::format::{Descriptor, HEADER_SIZE, Header, Metadata, Scalar, align_up, byte_len};
+use crate::format::{
+    Descriptor, HEADER_SIZE, Header, Metadata, Scalar, align_up, byte_len, metadata_checksum,
+};
 
 /// Where one entry's bytes go: absolute file offset and length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,7 +109,7 @@ impl Plan {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             scalars: scalars.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-            checksums: checksums.then(|| vec![0; entries.len() * 8]),
+            checksums: checksums.then(|| vec![0; (entries.len() + 1) * 8]),
         };
         let encoded = meta.encode()?;
         let metadata_size = u32::try_from(encoded.len()).map_err(|_| {
@@ -150,14 +152,18 @@ impl Plan {
     }
 
     /// The final head: header and metadata with the checksums (in tensor-map order) written
-    /// into the bytes reserved for them; they end the metadata blob.
+    /// into the bytes reserved for them, then the checksum of everything before it (header
+    /// and metadata); together they end the metadata blob.
     pub(crate) fn seal(&self, checksums: &[u64]) -> Vec<u8> {
         let mut head = self.head.clone();
         if self.checksums {
-            let start = head.len() - checksums.len() * 8;
-            for (slot, sum) in head[start..].chunks_exact_mut(8).zip(checksums) {
+            let end = head.len() - 8;
+            let start = end - checksums.len() * 8;
+            for (slot, sum) in head[start..end].chunks_exact_mut(8).zip(checksums) {
                 slot.copy_from_slice(&sum.to_le_bytes());
             }
+            let sum = metadata_checksum(&head[..HEADER_SIZE], &head[HEADER_SIZE..end]);
+            head[end..].copy_from_slice(&sum.to_le_bytes());
         }
         head
     }

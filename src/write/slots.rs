@@ -1,7 +1,6 @@
 //! The parallel slot writer: workers on rayon threads take entries in file order, produce
 //! their bytes and write them into their slots.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
@@ -57,7 +56,7 @@ pub(crate) fn materialize(entry: Entry) -> Result<Bytes, WriteError> {
     let Entry { name, source, .. } = entry;
     match source {
         Source::Resident(bytes) => Ok(bytes),
-        Source::Deferred { len, provider } => match catch_unwind(AssertUnwindSafe(provider)) {
+        Source::Deferred { len, provider } => match crate::panic::catch_quiet(provider) {
             Ok(Ok(bytes)) if bytes.len() as u64 == len => Ok(bytes),
             Ok(Ok(bytes)) => Err(WriteError::ProviderLength {
                 tensor: name,
@@ -68,20 +67,10 @@ pub(crate) fn materialize(entry: Entry) -> Result<Bytes, WriteError> {
                 tensor: name,
                 source,
             }),
-            Err(panic) => Err(WriteError::ProviderPanicked {
+            Err(message) => Err(WriteError::ProviderPanicked {
                 tensor: name,
-                message: panic_message(panic.as_ref()),
+                message,
             }),
         },
-    }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
     }
 }

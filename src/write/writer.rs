@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -14,6 +13,7 @@ use super::error::WriteError;
 use super::plan::{Plan, Slot};
 use super::slots::{fill, materialize};
 use crate::format::Scalar;
+use crate::platform::write_all_at;
 
 /// How [`Writer::write_to_file`] treats the destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -277,7 +277,10 @@ impl Writer {
     fn write_file(self, plan: &Plan, file: &File, path: &Path) -> Result<(), WriteError> {
         file.set_len(plan.total_size())
             .map_err(|e| WriteError::io("size", path, e))?;
-        if self.mapped && reserve(file, plan.total_size(), path)? {
+        if self.mapped
+            && crate::platform::reserve(file, plan.total_size())
+                .map_err(|e| WriteError::io("reserve space for", path, e))?
+        {
             // SAFETY: the file was created (or truncated) by this writer and is not shared
             // with anyone until it is committed; the mapping is dropped before that. Its blocks
             // are reserved, so filling the mapping cannot fault on a full disk.
@@ -305,9 +308,7 @@ impl Writer {
                         let name = entry.name.clone();
                         let bytes = materialize(entry)?;
                         sums.record(rank, &bytes);
-                        return file
-                            .write_all_at(&bytes, slot.offset)
-                            .map_err(|e| io(&name, e));
+                        return write_all_at(file, &bytes, slot.offset).map_err(|e| io(&name, e));
                     }
                     // Small neighbours: assembled in one buffer (gaps zero) and written at once.
                     let start = batch[0].1.offset;
@@ -320,12 +321,12 @@ impl Writer {
                         sums.record(rank, &bytes);
                         span[at..at + slot.len as usize].copy_from_slice(&bytes);
                     }
-                    file.write_all_at(&span, start).map_err(|e| io(&first, e))
+                    write_all_at(file, &span, start).map_err(|e| io(&first, e))
                 },
             )
         })?;
         // The head goes last: it carries the checksums of what was just written.
-        file.write_all_at(&plan.seal(&sums.values()), 0)
+        write_all_at(file, &plan.seal(&sums.values()), 0)
             .map_err(|e| WriteError::io("write", path, e))
     }
 }
@@ -385,28 +386,6 @@ fn batches(entries: Vec<Entry>, plan: &Plan) -> Vec<Vec<(Entry, Slot, usize)>> {
         }
     }
     jobs
-}
-
-/// Reserves `len` bytes of disk for `file` (`fallocate`), so writes through a mapping cannot
-/// hit a full disk. Returns `false` where the filesystem cannot reserve space.
-fn reserve(file: &File, len: u64, path: &Path) -> Result<bool, WriteError> {
-    use std::os::fd::AsRawFd;
-    let Ok(len) = libc::off_t::try_from(len) else {
-        return Ok(false);
-    };
-    if len == 0 {
-        return Ok(true);
-    }
-    // SAFETY: plain system call on a file descriptor this function borrows for its duration.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
-    if rc == 0 {
-        return Ok(true);
-    }
-    let err = std::io::Error::last_os_error();
-    match err.raw_os_error() {
-        Some(libc::EOPNOTSUPP | libc::ENOSYS) => Ok(false),
-        _ => Err(WriteError::io("reserve space for", path, err)),
-    }
 }
 
 /// Runs `f` on a dedicated pool of `threads` threads, or on rayon's global pool.

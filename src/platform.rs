@@ -1,0 +1,103 @@
+//! The few operating-system calls that differ between platforms: positional reads and writes
+//! (Unix `pread`/`pwrite`, Windows `ReadFile`/`WriteFile` at an offset) and reserving disk
+//! space (Linux `fallocate`). Everything else in the crate is portable `std`.
+
+use std::fs::File;
+use std::io;
+
+/// Reads exactly `buf.len()` bytes at `offset`, without moving a shared cursor on Unix.
+#[cfg(unix)]
+pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+/// Writes all of `buf` at `offset`, without moving a shared cursor on Unix.
+#[cfg(unix)]
+pub(crate) fn write_all_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::write_all_at(file, buf, offset)
+}
+
+/// Reads exactly `buf.len()` bytes at `offset` (`seek_read` loops; each call names its offset,
+/// so concurrent callers do not disturb each other).
+#[cfg(windows)]
+pub(crate) fn read_exact_at(file: &File, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !buf.is_empty() {
+        match file.seek_read(buf, offset) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `buf` at `offset` (`seek_write` loops).
+#[cfg(windows)]
+pub(crate) fn write_all_at(file: &File, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !buf.is_empty() {
+        match file.seek_write(buf, offset) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                buf = &buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reserves `len` bytes of disk for `file`, so writes through a mapping cannot hit a full
+/// disk. Returns `false` where the filesystem or platform cannot reserve space.
+#[cfg(target_os = "linux")]
+pub(crate) fn reserve(file: &File, len: u64) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let Ok(len) = libc::off_t::try_from(len) else {
+        return Ok(false);
+    };
+    if len == 0 {
+        return Ok(true);
+    }
+    // SAFETY: plain system call on a file descriptor this function borrows for its duration.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EOPNOTSUPP | libc::ENOSYS) => Ok(false),
+        _ => Err(err),
+    }
+}
+
+/// Reserving space is a Linux call; elsewhere the mapped writer is not used.
+#[cfg(not(target_os = "linux"))]
+#[allow(clippy::unnecessary_wraps)]
+pub(crate) fn reserve(_file: &File, _len: u64) -> io::Result<bool> {
+    Ok(false)
+}
+
+/// Whether `path` still names the open `file` (same device and inode): false once another
+/// process removed or replaced it.
+#[cfg(unix)]
+pub(crate) fn names(path: &std::path::Path, file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(path), file.metadata()) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Whether `path` still names the open `file`. Windows does not remove a file that is open
+/// without delete sharing, so the name still existing is enough there.
+#[cfg(not(unix))]
+pub(crate) fn names(path: &std::path::Path, _file: &File) -> bool {
+    path.exists()
+}
