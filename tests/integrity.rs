@@ -246,3 +246,236 @@ fn a_destination_in_a_missing_or_non_directory_parent_fails_cleanly() {
         .collect();
     assert_eq!(names, ["file"]);
 }
+
+/// A pack with parameter ids, string metadata (this crate's `producer`) and scalars.
+fn pack_of_ours() -> Vec<u8> {
+    Writer::new(every_dtype().iter().map(Spec::entry).collect())
+        .with_metadata("producer", burnpack::module::PRODUCER)
+        .with_metadata("model", "mlp")
+        .with_scalar("epoch", 3u32)
+        .with_scalar("lr", 0.001f64)
+        .into_bytes()
+        .unwrap()
+        .to_vec()
+}
+
+/// Whether damaged `bytes` are noticed: refused on open, or failing `verify_all`.
+fn noticed(bytes: Vec<u8>) -> bool {
+    match Reader::from_bytes(Bytes::from_bytes_vec(bytes)) {
+        Err(_) => true,
+        Ok(reader) => reader.verify_all().is_err(),
+    }
+}
+
+#[test]
+fn every_single_bit_flip_in_header_and_metadata_is_detected() {
+    let clean = pack_of_ours();
+    assert!(!noticed(clean.clone()), "the clean file verifies");
+    let reader = Reader::from_bytes(Bytes::from_bytes_vec(clean.clone())).unwrap();
+    // Header, metadata and the padding up to the data section.
+    let end = reader.layout().data_start() as usize;
+    let mut missed = Vec::new();
+    for byte in 0..end {
+        for bit in 0..8 {
+            let mut flipped = clean.clone();
+            flipped[byte] ^= 1 << bit;
+            if !noticed(flipped) {
+                missed.push((byte, bit));
+            }
+        }
+    }
+    println!(
+        "{} single-bit flips in bytes 0..{end}, metadata size {}",
+        end * 8,
+        reader.layout().header().metadata_size
+    );
+    assert!(
+        missed.is_empty(),
+        "{} of {} flips went unnoticed: {missed:?}",
+        missed.len(),
+        end * 8
+    );
+}
+
+/// The offset of the first occurrence of `needle` in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> usize {
+    haystack
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap_or_else(|| panic!("{needle:?} not found"))
+}
+
+#[test]
+fn a_flipped_parameter_id_is_refused_on_open() {
+    let mut bytes = pack_of_ours();
+    // The parameter id 1000 (CBOR: 0x19 0x03 0xE8) of the first dtype tensor.
+    let at = find(&bytes, &[0x19, 0x03, 0xE8]);
+    bytes[at + 2] ^= 1;
+    let err = Reader::from_bytes(Bytes::from_bytes_vec(bytes)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReadError::Invalid {
+                source: FormatError::MetadataChecksum { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("metadata corrupt"), "{err}");
+}
+
+#[test]
+fn a_damaged_checksums_key_does_not_turn_checking_off() {
+    use burn::module::{Module, Param};
+    use burn::tensor::Tensor;
+    #[derive(Module, Debug)]
+    struct M {
+        w: Param<Tensor<1>>,
+    }
+    let device = Device::flex();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.bpk");
+    M {
+        w: Param::from_data([1.0, 2.0, 3.0], &device),
+    }
+    .save_pack(&path)
+    .unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    // "checksums" -> "checksumr": an unknown key, ignored as Burn ignores it.
+    let key = find(&bytes, b"checksums");
+    bytes[key + 8] ^= 1;
+    // And a corrupt tensor byte, which the lost checksums would have caught.
+    *bytes.last_mut().unwrap() ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+
+    let reader = Reader::open(&path).unwrap();
+    assert!(!reader.layout().has_checksums());
+    let err = reader.verify_all().unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            ReadError::Invalid {
+                source: FormatError::MissingChecksums { producer },
+                ..
+            } if producer == burnpack::module::PRODUCER
+        ),
+        "{err}"
+    );
+    let fresh = || M {
+        w: Param::from_data([0.0; 3], &device),
+    };
+    let err = fresh()
+        .load_pack_with(&path, &LoadOptions::new().verify_checksums(true))
+        .unwrap_err();
+    assert!(
+        matches!(err, ModuleError::Read(ReadError::Invalid { .. })),
+        "{err}"
+    );
+    assert!(err.to_string().contains("has none"), "{err}");
+    // Files of other producers without checksums (Burn's) still load verified-as-far-as-possible.
+    let burn_file = burns(&every_dtype());
+    let reader = Reader::from_bytes(Bytes::from_bytes_vec(burn_file)).unwrap();
+    assert_eq!(reader.verify_all().unwrap(), 0);
+}
+
+#[test]
+fn burn_reads_files_with_metadata_checksums() {
+    let specs = every_dtype();
+    let reader = burn_pack::Reader::from_bytes(Bytes::from_bytes_vec(ours_checked(&specs))).unwrap();
+    let tensors = reader.into_tensors().unwrap();
+    assert_eq!(tensors.len(), specs.len());
+    for spec in &specs {
+        let t = tensors.iter().find(|t| t.name == spec.name).unwrap();
+        assert_eq!(t.param_id, spec.param_id, "{}", spec.name);
+        assert_eq!(&t.to_bytes().unwrap()[..], &spec.data[..], "{}", spec.name);
+    }
+}
+
+/// Child side: opens the file named by `BURNPACK_OPEN_PATH` (mapped, then buffered) and
+/// prints each result; dies with SIGBUS if opening touches an unbacked page of the mapping.
+#[test]
+fn open_child() {
+    let Ok(path) = std::env::var("BURNPACK_OPEN_PATH") else {
+        return;
+    };
+    println!("MAPPED: {}", Reader::open(&path).unwrap_err());
+    println!("BUFFERED: {}", Reader::open_buffered(&path).unwrap_err());
+}
+
+/// Mounts a tmpfs of `size` bytes at a new directory; `None` where mounting is not allowed
+/// (not root): the caller then skips, except in CI, which runs as root.
+fn tmpfs(size: usize) -> Option<(tempfile::TempDir, TmpfsGuard)> {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(dir.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root and must be able to mount a tmpfs"
+        );
+        println!("skipped: cannot mount a tmpfs here");
+        return None;
+    }
+    let guard = TmpfsGuard(dir.path().to_path_buf());
+    Some((dir, guard))
+}
+
+struct TmpfsGuard(std::path::PathBuf);
+
+impl Drop for TmpfsGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_file_left_by_an_in_place_write_on_a_full_tmpfs_is_an_error_not_sigbus() {
+    let Some((dir, _mounted)) = tmpfs(1 << 20) else {
+        return;
+    };
+    let path = dir.path().join("model.bpk");
+    // 8 MiB into a 1 MiB filesystem, in place: the head is written last and never lands,
+    // leaving the first page an unallocated hole.
+    let entries = (0..8)
+        .map(|i| {
+            Entry::resident(
+                format!("t{i}"),
+                DType::U8,
+                vec![1 << 20],
+                Bytes::from_bytes_vec(vec![i as u8; 1 << 20]),
+            )
+        })
+        .collect();
+    let err = Writer::new(entries)
+        .mode(burnpack::WriteMode::InPlace)
+        .write_to_file(&path)
+        .unwrap_err();
+    assert!(err.to_string().contains("No space left"), "{err}");
+    assert!(path.exists(), "the in-place write left its partial file");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["open_child", "--exact", "--test-threads=1", "--nocapture"])
+        .env("BURNPACK_OPEN_PATH", &path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the reader died ({:?}): {stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for mode in ["MAPPED", "BUFFERED"] {
+        let line = stdout
+            .lines()
+            .find_map(|l| l.find(&format!("{mode}: ")).map(|at| &l[at..]))
+            .unwrap_or_else(|| panic!("no {mode} line: {stdout}"));
+        assert!(
+            line.contains("model.bpk") && line.contains("zero bytes"),
+            "{line}"
+        );
+    }
+}

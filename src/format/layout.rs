@@ -10,8 +10,17 @@ use super::header::{HEADER_SIZE, Header};
 use super::limits::Limits;
 use super::metadata::{Descriptor, Metadata, Scalar, into_map};
 
-/// The first word of the `producer` metadata value this crate writes.
+/// The first word of the `producer` metadata value this crate writes (`burnpack <version>`).
 pub const PRODUCER_NAME: &str = "burnpack";
+
+/// Whether a `producer` value is this crate's: `burnpack` alone or followed by a version.
+fn is_ours(producer: &str) -> bool {
+    producer == PRODUCER_NAME
+        || producer
+            .strip_prefix(PRODUCER_NAME)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
+}
 
 /// One tensor of a validated file: what it is and where its bytes are.
 ///
@@ -417,7 +426,7 @@ impl Layout {
     /// [`FormatError::MissingChecksums`].
     pub fn require_checksums(&self) -> Result<(), FormatError> {
         match self.metadata.get("producer") {
-            Some(producer) if !self.checksums && producer.starts_with(PRODUCER_NAME) => {
+            Some(producer) if !self.checksums && is_ours(producer) => {
                 Err(FormatError::MissingChecksums {
                     producer: producer.clone(),
                 })

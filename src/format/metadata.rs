@@ -165,10 +165,11 @@ pub struct Metadata {
     pub metadata: Vec<(String, String)>,
     /// Typed scalars (omitted from the encoding when empty).
     pub scalars: Vec<(String, Scalar)>,
-    /// Per-tensor checksums (xxh3-64, little-endian, 8 bytes per tensor in the order of
-    /// `tensors`), as one CBOR byte string under the top-level key `checksums`: the last entry
-    /// of the map, so its bytes end the metadata blob and can be filled in after the data is
-    /// written. Burn's reader ignores the key. Omitted when `None`.
+    /// Checksums (xxh3-64, little-endian): 8 bytes per tensor in the order of `tensors`, then
+    /// 8 bytes for the header and metadata ([`metadata_checksum`](super::metadata_checksum) of
+    /// everything before them), as one CBOR byte string under the top-level key `checksums`:
+    /// the last entry of the map, so its bytes end the metadata blob and can be filled in after
+    /// the data is written. Burn's reader ignores the key. Omitted when `None`.
     pub checksums: Option<Vec<u8>>,
 }
 
@@ -255,7 +256,8 @@ impl Metadata {
     /// every map are checked while decoding, before those entries are stored.
     ///
     /// # Errors
-    /// [`FormatError::Metadata`] for malformed CBOR or a missing `tensors` map,
+    /// [`FormatError::Metadata`] for malformed CBOR, a missing `tensors` map or bytes after
+    /// the end of the map,
     /// [`FormatError::LimitExceeded`] for a map with too many entries.
     pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Self, FormatError> {
         // ciborium only exposes `DeserializeOwned` entry points, so the entry limit reaches the
@@ -266,12 +268,21 @@ impl Metadata {
                 exceeded: None,
             });
         });
+        let mut rest = bytes;
         let result = ciborium::de::from_reader_with_recursion_limit::<Decoded, _>(
-            bytes,
+            &mut rest,
             limits.max_cbor_depth,
         );
         let exceeded = DECODE.with(|state| state.replace(DecodeState::default()).exceeded);
         match (result, exceeded) {
+            // Burn writes exactly the map: bytes after it mean a damaged length somewhere (a
+            // map or string that now ends early), not a longer file.
+            (Ok(_), _) if !rest.is_empty() => Err(FormatError::Metadata {
+                reason: format!(
+                    "{} bytes follow the end of the metadata map (a damaged length?)",
+                    rest.len()
+                ),
+            }),
             (Ok(Decoded(meta)), _) => Ok(meta),
             (Err(_), Some(count)) => Err(FormatError::LimitExceeded {
                 what: "tensor count",
