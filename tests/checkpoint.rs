@@ -459,3 +459,203 @@ fn contents_plain(path: &Path) -> Vec<(String, Vec<u8>)> {
         .map(|t| (t.name().to_string(), reader.read(t).unwrap().to_vec()))
         .collect()
 }
+
+#[test]
+fn a_fresh_optimizer_that_has_not_stepped_saves_and_restores() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = device();
+    let model = Mlp::new(&device);
+    let path = dir.path().join("fresh.bpk");
+    let optim = optimizer();
+    TrainingState::new(&model, Progress::new(0, 0))
+        .optimizer(&optim)
+        .scheduler(scheduler().to_record())
+        .save(&path)
+        .unwrap();
+    let ckpt = Checkpoint::open(&path).unwrap();
+    assert!(ckpt.has_optimizer() && ckpt.has_scheduler());
+    let mut restored = ckpt.load_optimizer(optimizer()).unwrap();
+    let mut sched = scheduler().load_record(ckpt.scheduler_record().unwrap());
+    // The restored (empty) optimizer trains exactly like a fresh one.
+    let model = ckpt.load_model(Mlp::new(&device)).unwrap();
+    let a = train(model.clone(), &mut restored, &mut sched, 0..3);
+    let b = train(model, &mut optimizer(), &mut scheduler(), 0..3);
+    assert_eq!(
+        a.b.weight.val().into_data(),
+        b.b.weight.val().into_data()
+    );
+    // A checkpoint saved without an optimizer still says so.
+    let bare = dir.path().join("bare.bpk");
+    TrainingState::new(&Mlp::new(&device), Progress::new(0, 0))
+        .save(&bare)
+        .unwrap();
+    let bare = Checkpoint::open(&bare).unwrap();
+    assert!(!bare.has_optimizer() && !bare.has_scheduler());
+    let Err(err) = bare.load_optimizer(optimizer()) else {
+        panic!("a checkpoint without an optimizer restored one")
+    };
+    assert!(err.to_string().contains("no optimizer state"), "{err}");
+}
+
+#[test]
+fn saving_below_a_newer_run_is_refused_instead_of_deleted_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = Mlp::new(&Device::flex());
+    let manager = CheckpointManager::new(dir.path()).unwrap().keep_last(2);
+    for step in [1000, 2000] {
+        tiny_state_save(&manager, &model, step, 0.5);
+    }
+    // A new run in the same directory, synchronous and asynchronous.
+    let err = manager
+        .save(TrainingState::new(&model, Progress::new(0, 10)))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            burnpack::checkpoint::CheckpointError::NewerExists {
+                step: 10,
+                newer_step: 2000,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let mut saver = AsyncSaver::new(manager.clone(), WhenBusy::Wait);
+    let err = saver
+        .save(TrainingState::new(&model, Progress::new(0, 20)))
+        .unwrap_err();
+    assert!(err.to_string().contains("newer than step 20"), "{err}");
+    let steps: Vec<u64> = manager.list().unwrap().iter().map(|c| c.step).collect();
+    assert_eq!(steps, [1000, 2000], "nothing written, nothing deleted");
+    // Rolling back is explicit.
+    assert_eq!(manager.discard_after(10).unwrap(), 2);
+    let path = manager
+        .save(TrainingState::new(&model, Progress::new(0, 10)))
+        .unwrap();
+    assert!(path.exists(), "the returned file is there");
+    // A damaged newer file does not block (latest() skips it too).
+    std::fs::write(manager.path_for(5000), b"damaged").unwrap();
+    let path = manager
+        .save(TrainingState::new(&model, Progress::new(0, 20)))
+        .unwrap();
+    assert!(path.exists());
+}
+
+#[test]
+fn latest_right_after_an_async_save_is_that_checkpoint() {
+    // The README's snippet, as written: no wait() between save and latest().
+    let dir = tempfile::tempdir().unwrap();
+    let device = Device::flex();
+    let model = Mlp::new(&device);
+    let manager = CheckpointManager::new(dir.path())
+        .unwrap()
+        .keep_last(3)
+        .keep_best("val_loss", true);
+    let mut saver = AsyncSaver::new(manager.clone(), WhenBusy::Wait);
+    for step in 1..=3u64 {
+        saver
+            .save(TrainingState::new(
+                &model,
+                Progress::new(0, step).with("val_loss", 1.0 / step as f64),
+            ))
+            .unwrap();
+        let ckpt = manager.latest().unwrap().expect("a checkpoint");
+        assert_eq!(ckpt.progress().step, step);
+    }
+}
+
+/// Child side of the namespace test: saves into `BURNPACK_NS_DIR` with a provider that holds
+/// the save open until the file `release` appears, and prints the outcome.
+#[test]
+fn namespace_child() {
+    let Ok(dir) = std::env::var("BURNPACK_NS_DIR") else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let release = dir.join("release");
+    let entry = burnpack::Entry::deferred(
+        "w",
+        burn::tensor::DType::U8,
+        vec![4],
+        4,
+        move || {
+            while !release.exists() {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Ok(burn::tensor::Bytes::from_bytes_vec(vec![1, 2, 3, 4]))
+        },
+    );
+    match burnpack::Writer::new(vec![entry]).write_to_file(dir.join("ckpt-00000000000000000001.bpk")) {
+        Ok(_) => println!("CHILD SAVED"),
+        Err(e) => println!("CHILD FAILED: {e}"),
+    }
+}
+
+#[test]
+fn a_live_writer_in_another_pid_namespace_keeps_its_scratch_file() {
+    let dir = tempfile::tempdir().unwrap();
+    // The writer runs in a new PID namespace, as pid 77777 where the namespace lets us pick
+    // it: its pid names no process out here (a pid check would take the file for dead).
+    let child = Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c"])
+        .arg(r#"echo 77776 > /proc/sys/kernel/ns_last_pid 2>/dev/null; "$@""#)
+        .arg("sh")
+        .arg(std::env::current_exe().unwrap())
+        .args(["namespace_child", "--exact", "--test-threads=1", "--nocapture"])
+        .env("BURNPACK_NS_DIR", dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let Ok(child) = child else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root and must be able to create a PID namespace"
+        );
+        println!("skipped: cannot create a PID namespace here");
+        return;
+    };
+    let scratch = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".bpk-tmp")
+            })
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while scratch() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the child never started its save");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    println!("scratch of the namespaced writer: {names:?}");
+    // Another process's manager and a save to the same file both clean up stale scratch.
+    CheckpointManager::new(dir.path()).unwrap();
+    burnpack::Writer::new(vec![])
+        .write_to_file(dir.path().join("ckpt-00000000000000000001.bpk"))
+        .unwrap();
+    assert_eq!(scratch(), 1, "the live writer's scratch file is still there");
+    std::fs::write(dir.path().join("release"), b"").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if stdout.contains("unshare failed") || !out.status.success() && !stdout.contains("CHILD") {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        panic!("the namespaced child did not run: {stdout}{stderr}");
+    }
+    assert!(stdout.contains("CHILD SAVED"), "{stdout}");
+    assert_eq!(
+        Reader::open(dir.path().join("ckpt-00000000000000000001.bpk"))
+            .unwrap()
+            .bytes("w")
+            .unwrap()
+            .to_vec(),
+        [1, 2, 3, 4]
+    );
+}

@@ -445,3 +445,44 @@ fn refused_dtypes_load_under_the_documented_cast_policies() {
         eprintln!("{policy:?}: {checked} refused tensors loaded by cast");
     }
 }
+
+#[derive(Module, Debug)]
+struct QuantLinear {
+    linear: burn::nn::Linear,
+}
+
+#[test]
+fn a_quantized_linear_saved_on_flex_loads_onto_the_device() {
+    use burn::module::Quantizer;
+    use burn::tensor::quantization::{Calibration, QuantValue};
+    let Some(gpu) = gpu() else { return };
+    let cpu = Device::flex();
+    let scheme = cpu.settings().quantization.scheme.with_value(QuantValue::Q8S);
+    let model = QuantLinear {
+        linear: burn::nn::LinearConfig::new(16, 8).with_bias(false).init(&cpu),
+    }
+    .quantize_weights(&mut Quantizer::new(Calibration::MinMax, scheme));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.bpk");
+    model.save_pack(&path).unwrap();
+    // Host-side dequantization of the file's bytes: 128 i8 values, then one f32 scale.
+    let reader = Reader::open(&path).unwrap();
+    let stored = reader.bytes("linear.weight").unwrap();
+    assert!(matches!(
+        reader.tensor("linear.weight").unwrap().dtype(),
+        DType::QFloat(_)
+    ));
+    let (values, scale) = stored.split_at(16 * 8);
+    let scale = f32::from_le_bytes(scale[..4].try_into().unwrap());
+    let expected: Vec<f32> = values.iter().map(|&q| f32::from(q as i8) * scale).collect();
+
+    let loaded = QuantLinear {
+        linear: burn::nn::LinearConfig::new(16, 8).with_bias(false).init(&gpu),
+    }
+    .load_pack(&path)
+    .unwrap();
+    let weight = loaded.linear.weight.val();
+    assert!(matches!(weight.dtype(), DType::QFloat(_)), "{:?}", weight.dtype());
+    assert_eq!(read_back(&weight).try_to_vec::<f32>().unwrap(), expected);
+    assert_eq!(loaded.linear.weight.id, model.linear.weight.id);
+}
