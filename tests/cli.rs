@@ -375,3 +375,60 @@ fn usage_errors_exit_2_and_every_command_has_help_with_an_example() {
         assert!(out.contains("Example"), "{cmd} --help has no example");
     }
 }
+
+#[test]
+fn a_bad_filter_is_one_line_and_json_param_ids_are_exact_strings() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ids.bpk");
+    let id = u64::MAX - 1; // not representable as an f64
+    Writer::new(vec![f32_entry("w", &[1.0]).with_param_id(id)])
+        .write_to_file(&path)
+        .unwrap();
+    let (code, _, err) = run(&["inspect", s(&path), "--filter", "a(b"]);
+    assert_eq!(code, 2);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("--filter 'a(b' is not a valid regex"), "{err}");
+
+    let (code, out, _) = run(&["inspect", s(&path), "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["tensors"][0]["param_id"], id.to_string());
+
+    let other = dir.path().join("other.bpk");
+    Writer::new(vec![f32_entry("w", &[1.0]).with_param_id(id - 1)])
+        .write_to_file(&other)
+        .unwrap();
+    let (code, out, _) = run(&["diff", s(&path), s(&other), "--json"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["param_ids"][0]["a"], id.to_string());
+    assert_eq!(v["param_ids"][0]["b"], (id - 1).to_string());
+}
+
+#[test]
+fn verify_fails_files_whose_metadata_was_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.bpk");
+    Writer::new(vec![f32_entry("w", &[1.0, 2.0])])
+        .with_metadata("producer", burnpack::module::PRODUCER)
+        .write_to_file(&path)
+        .unwrap();
+    let clean = std::fs::read(&path).unwrap();
+    let find = |needle: &[u8]| clean.windows(needle.len()).position(|w| w == needle).unwrap();
+    // A flipped bit in the parameter id (9 is stored as the byte 0x09).
+    let mut id_flip = clean.clone();
+    let at = find(b"param_id") + b"param_id".len();
+    id_flip[at] ^= 0x02;
+    // A flipped bit in the key `checksums`: checking would be off.
+    let mut key_flip = clean.clone();
+    key_flip[find(b"checksums") + 8] ^= 1;
+    for (what, bytes, says) in [
+        ("param id", id_flip, "metadata corrupt"),
+        ("checksums key", key_flip, "has none"),
+    ] {
+        std::fs::write(&path, &bytes).unwrap();
+        let (code, out, err) = run(&["verify", s(&path)]);
+        assert_eq!(code, 1, "{what}: {out}{err}");
+        assert!(out.contains(says) && out.contains("FAILED"), "{what}: {out}");
+    }
+}

@@ -597,3 +597,57 @@ fn random_byte_flips_never_panic() {
         "only {rejected} of 4000 corruptions were detected"
     );
 }
+
+#[test]
+fn errors_a_newcomer_meets_say_what_to_do() {
+    use burn::module::{Module, Param};
+    use burn::tensor::{Device, Tensor};
+    use burnpack::module::PackModule;
+    #[derive(Module, Debug)]
+    struct M {
+        w: Param<Tensor<1>>,
+    }
+    let device = Device::flex();
+    let model = || M {
+        w: Param::from_data([1.0, 2.0], &device),
+    };
+    let dir = tempfile::tempdir().unwrap();
+
+    // A directory, in both read modes.
+    for mode in [ReadMode::Mmap, ReadMode::Buffered] {
+        let err = ReadOptions::new().mode(mode).open(dir.path()).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("is a directory"), "{message}");
+        assert!(!message.contains("No such device"), "{message}");
+    }
+    let err = model().load_pack(dir.path()).unwrap_err();
+    assert!(err.to_string().contains("is a directory"), "{err}");
+
+    // A missing parent directory: the error names the user's path, not a scratch file.
+    let path = dir.path().join("missing/model.bpk");
+    let err = model().save_pack(&path).unwrap_err().to_string();
+    assert!(err.contains(path.to_str().unwrap()), "{err}");
+    assert!(!err.contains(".bpk-tmp"), "{err}");
+    assert!(err.contains("is not there"), "{err}");
+
+    // A safetensors file given to the pack loader.
+    let st = dir.path().join("model.safetensors");
+    let data: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &data).unwrap();
+    safetensors::serialize_to_file([("w", view)], None, &st).unwrap();
+    let err = model().load_pack(&st).unwrap_err().to_string();
+    assert!(err.contains(st.to_str().unwrap()), "{err}");
+    assert!(err.contains("looks like a safetensors file"), "{err}");
+    assert!(err.contains("bpk convert"), "{err}");
+
+    // A PyTorch zip archive and a JSON index.
+    for (name, bytes, hint) in [
+        ("model.pt", b"PK\x03\x04\x14\x00\x00\x00".to_vec(), "PyTorch"),
+        ("index.json", br#"{"weight_map": {}}"#.to_vec(), "JSON"),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let err = Reader::open(&path).unwrap_err().to_string();
+        assert!(err.contains(hint), "{err}");
+    }
+}

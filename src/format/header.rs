@@ -87,6 +87,16 @@ impl Header {
     /// # Errors
     /// [`FormatError::Truncated`], [`FormatError::BadMagic`] or [`FormatError::UnsupportedVersion`].
     pub fn parse(bytes: &[u8]) -> Result<Self, FormatError> {
+        // The magic first: a short file of another kind is "not a burnpack", not "truncated".
+        if let Some(magic) = bytes.get(..4) {
+            let magic = u32::from_le_bytes([magic[0], magic[1], magic[2], magic[3]]);
+            if magic != MAGIC {
+                return Err(FormatError::BadMagic {
+                    found: magic,
+                    looks_like: looks_like(bytes),
+                });
+            }
+        }
         let Some(raw) = bytes.get(..HEADER_SIZE) else {
             return Err(FormatError::Truncated {
                 what: "header",
@@ -94,13 +104,6 @@ impl Header {
                 available: bytes.len() as u64,
             });
         };
-        let magic = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
-        if magic != MAGIC {
-            return Err(FormatError::BadMagic {
-                found: magic,
-                looks_like: looks_like(bytes),
-            });
-        }
         let version = u16::from_le_bytes([raw[4], raw[5]]);
         if version == 0 || version > FORMAT_VERSION {
             return Err(FormatError::UnsupportedVersion { found: version });
