@@ -331,7 +331,11 @@ fn stray_scratch_files_of_dead_processes_are_removed() {
     assert!(mine.exists(), "a live writer's scratch file is left alone");
     assert_eq!(manager.clean_scratch().unwrap(), 0);
     drop(held);
-    assert_eq!(manager.clean_scratch().unwrap(), 1, "its writer is gone now");
+    assert_eq!(
+        manager.clean_scratch().unwrap(),
+        1,
+        "its writer is gone now"
+    );
     assert!(!mine.exists());
 }
 
@@ -480,10 +484,7 @@ fn a_fresh_optimizer_that_has_not_stepped_saves_and_restores() {
     let model = ckpt.load_model(Mlp::new(&device)).unwrap();
     let a = train(model.clone(), &mut restored, &mut sched, 0..3);
     let b = train(model, &mut optimizer(), &mut scheduler(), 0..3);
-    assert_eq!(
-        a.b.weight.val().into_data(),
-        b.b.weight.val().into_data()
-    );
+    assert_eq!(a.b.weight.val().into_data(), b.b.weight.val().into_data());
     // A checkpoint saved without an optimizer still says so.
     let bare = dir.path().join("bare.bpk");
     TrainingState::new(&Mlp::new(&device), Progress::new(0, 0))
@@ -573,19 +574,15 @@ fn namespace_child() {
     };
     let dir = PathBuf::from(dir);
     let release = dir.join("release");
-    let entry = burnpack::Entry::deferred(
-        "w",
-        burn::tensor::DType::U8,
-        vec![4],
-        4,
-        move || {
-            while !release.exists() {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            Ok(burn::tensor::Bytes::from_bytes_vec(vec![1, 2, 3, 4]))
-        },
-    );
-    match burnpack::Writer::new(vec![entry]).write_to_file(dir.join("ckpt-00000000000000000001.bpk")) {
+    let entry = burnpack::Entry::deferred("w", burn::tensor::DType::U8, vec![4], 4, move || {
+        while !release.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        Ok(burn::tensor::Bytes::from_bytes_vec(vec![1, 2, 3, 4]))
+    });
+    match burnpack::Writer::new(vec![entry])
+        .write_to_file(dir.join("ckpt-00000000000000000001.bpk"))
+    {
         Ok(_) => println!("CHILD SAVED"),
         Err(e) => println!("CHILD FAILED: {e}"),
     }
@@ -597,11 +594,23 @@ fn a_live_writer_in_another_pid_namespace_keeps_its_scratch_file() {
     // The writer runs in a new PID namespace, as pid 77777 where the namespace lets us pick
     // it: its pid names no process out here (a pid check would take the file for dead).
     let child = Command::new("unshare")
-        .args(["--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c"])
+        .args([
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "sh",
+            "-c",
+        ])
         .arg(r#"echo 77776 > /proc/sys/kernel/ns_last_pid 2>/dev/null; "$@""#)
         .arg("sh")
         .arg(std::env::current_exe().unwrap())
-        .args(["namespace_child", "--exact", "--test-threads=1", "--nocapture"])
+        .args([
+            "namespace_child",
+            "--exact",
+            "--test-threads=1",
+            "--nocapture",
+        ])
         .env("BURNPACK_NS_DIR", dir.path())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -628,7 +637,10 @@ fn a_live_writer_in_another_pid_namespace_keeps_its_scratch_file() {
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while scratch() == 0 {
-        assert!(std::time::Instant::now() < deadline, "the child never started its save");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child never started its save"
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let names: Vec<String> = std::fs::read_dir(dir.path())
@@ -641,7 +653,11 @@ fn a_live_writer_in_another_pid_namespace_keeps_its_scratch_file() {
     burnpack::Writer::new(vec![])
         .write_to_file(dir.path().join("ckpt-00000000000000000001.bpk"))
         .unwrap();
-    assert_eq!(scratch(), 1, "the live writer's scratch file is still there");
+    assert_eq!(
+        scratch(),
+        1,
+        "the live writer's scratch file is still there"
+    );
     std::fs::write(dir.path().join("release"), b"").unwrap();
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -93,7 +93,7 @@ fn verify_passes_sound_files_and_fails_the_rest() {
     let (code, out, _) = run(&["verify", s(&good), "--nan"]);
     assert_eq!(code, 0, "{out}");
     assert!(
-        out.contains("OK") && out.contains("all 1 checksums match"),
+        out.contains("OK") && out.contains("all 1 tensor checksums match"),
         "{out}"
     );
 
@@ -414,7 +414,12 @@ fn verify_fails_files_whose_metadata_was_damaged() {
         .write_to_file(&path)
         .unwrap();
     let clean = std::fs::read(&path).unwrap();
-    let find = |needle: &[u8]| clean.windows(needle.len()).position(|w| w == needle).unwrap();
+    let find = |needle: &[u8]| {
+        clean
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .unwrap()
+    };
     // A flipped bit in the parameter id (9 is stored as the byte 0x09).
     let mut id_flip = clean.clone();
     let at = find(b"param_id") + b"param_id".len();
@@ -429,6 +434,9 @@ fn verify_fails_files_whose_metadata_was_damaged() {
         std::fs::write(&path, &bytes).unwrap();
         let (code, out, err) = run(&["verify", s(&path)]);
         assert_eq!(code, 1, "{what}: {out}{err}");
-        assert!(out.contains(says) && out.contains("FAILED"), "{what}: {out}");
+        assert!(
+            out.contains(says) && out.contains("FAILED"),
+            "{what}: {out}"
+        );
     }
 }

@@ -633,7 +633,8 @@ fn errors_a_newcomer_meets_say_what_to_do() {
     // A safetensors file given to the pack loader.
     let st = dir.path().join("model.safetensors");
     let data: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
-    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &data).unwrap();
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &data).unwrap();
     safetensors::serialize_to_file([("w", view)], None, &st).unwrap();
     let err = model().load_pack(&st).unwrap_err().to_string();
     assert!(err.contains(st.to_str().unwrap()), "{err}");
@@ -642,7 +643,11 @@ fn errors_a_newcomer_meets_say_what_to_do() {
 
     // A PyTorch zip archive and a JSON index.
     for (name, bytes, hint) in [
-        ("model.pt", b"PK\x03\x04\x14\x00\x00\x00".to_vec(), "PyTorch"),
+        (
+            "model.pt",
+            b"PK\x03\x04\x14\x00\x00\x00".to_vec(),
+            "PyTorch",
+        ),
         ("index.json", br#"{"weight_map": {}}"#.to_vec(), "JSON"),
     ] {
         let path = dir.path().join(name);

@@ -382,7 +382,8 @@ fn a_damaged_checksums_key_does_not_turn_checking_off() {
 #[test]
 fn burn_reads_files_with_metadata_checksums() {
     let specs = every_dtype();
-    let reader = burn_pack::Reader::from_bytes(Bytes::from_bytes_vec(ours_checked(&specs))).unwrap();
+    let reader =
+        burn_pack::Reader::from_bytes(Bytes::from_bytes_vec(ours_checked(&specs))).unwrap();
     let tensors = reader.into_tensors().unwrap();
     assert_eq!(tensors.len(), specs.len());
     for spec in &specs {

@@ -24,7 +24,10 @@ impl Kinds {
         Self {
             f: Param::from_data([0.5f32, 1.5, 2.5], device),
             i: Param::initialized(ParamId::new(), Tensor::from_data([1i32, 2, 3], device)),
-            b: Param::initialized(ParamId::new(), Tensor::from_data([true, false, true], device)),
+            b: Param::initialized(
+                ParamId::new(),
+                Tensor::from_data([true, false, true], device),
+            ),
         }
     }
 }
@@ -85,10 +88,14 @@ fn a_tensor_of_another_kind_is_a_mismatch_naming_both_kinds_without_a_cast_hint(
             assert!(mismatch.failed.is_empty(), "{err}");
             let message = err.to_string();
             assert!(
-                message.contains("f (the module has a float parameter, the file a int tensor of I32)"),
+                message
+                    .contains("f (the module has a float parameter, the file a int tensor of I32)"),
                 "{message}"
             );
-            assert!(!message.contains("Cast"), "no cast resolves a kind: {message}");
+            assert!(
+                !message.contains("Cast"),
+                "no cast resolves a kind: {message}"
+            );
         }
     }
 }
@@ -98,7 +105,10 @@ fn a_cast_policy_to_another_kind_is_refused_before_the_backend() {
     let device = Device::flex();
     let pack = Kinds::new(&device).to_pack_bytes().unwrap();
     let err = Kinds::new(&device)
-        .load_pack_bytes(pack, &LoadOptions::new().dtype(DTypePolicy::CastFloatsTo(DType::I64)))
+        .load_pack_bytes(
+            pack,
+            &LoadOptions::new().dtype(DTypePolicy::CastFloatsTo(DType::I64)),
+        )
         .unwrap_err();
     let ModuleError::Mismatch { mismatch, .. } = &err else {
         panic!("{err}")
@@ -164,7 +174,10 @@ fn quantized(device: &Device) -> Quant {
 fn values(model: &Quant) -> Vec<(DType, Vec<u8>)> {
     let pair = |data: burn::tensor::TensorData| (data.dtype(), data.as_bytes().to_vec());
     let bias = model.linear.bias.as_ref().unwrap().val();
-    vec![pair(model.linear.weight.val().into_data()), pair(bias.into_data())]
+    vec![
+        pair(model.linear.weight.val().into_data()),
+        pair(bias.into_data()),
+    ]
 }
 
 #[allow(deprecated)] // burn-ndarray is deprecated in Burn 0.22, still supported and tested
@@ -175,7 +188,11 @@ fn quantized_parameters_round_trip_on_flex_and_ndarray_and_with_burns_store() {
     for device in devices() {
         let model = quantized(&device);
         let expected = values(&model);
-        assert!(matches!(expected[0].0, DType::QFloat(_)), "{:?}", expected[0].0);
+        assert!(
+            matches!(expected[0].0, DType::QFloat(_)),
+            "{:?}",
+            expected[0].0
+        );
 
         let ours = dir.path().join("ours.bpk");
         model.save_pack(&ours).unwrap();
@@ -190,7 +207,12 @@ fn quantized_parameters_round_trip_on_flex_and_ndarray_and_with_burns_store() {
             let loaded = fresh()
                 .load_pack(file)
                 .unwrap_or_else(|e| panic!("{} on {device:?}: {e}", file.display()));
-            assert_eq!(values(&loaded), expected, "{} on {device:?}", file.display());
+            assert_eq!(
+                values(&loaded),
+                expected,
+                "{} on {device:?}",
+                file.display()
+            );
             assert_eq!(loaded.linear.weight.id, model.linear.weight.id);
         }
         // Burn loads what this crate wrote.

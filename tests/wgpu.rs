@@ -465,7 +465,9 @@ fn a_quantized_linear_loads_onto_the_device_as_a_module_parameter() {
     write(std::slice::from_ref(&spec), &path);
 
     let loaded = QuantLinear {
-        linear: burn::nn::LinearConfig::new(3, 4).with_bias(false).init(&gpu),
+        linear: burn::nn::LinearConfig::new(3, 4)
+            .with_bias(false)
+            .init(&gpu),
     }
     .load_pack(&path)
     .unwrap();

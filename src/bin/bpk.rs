@@ -396,7 +396,7 @@ fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
         ""
     };
     let sums = if reader.layout().has_checksums() {
-        format!("all {verified} checksums match")
+        format!("header and metadata checksum and all {verified} tensor checksums match")
     } else {
         "no checksums in this file (contents unverified)".to_string()
     };

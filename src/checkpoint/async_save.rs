@@ -88,7 +88,9 @@ impl AsyncSaver {
         let guard = manager.begin_background();
         self.in_flight = Some(std::thread::spawn(move || {
             let _guard = guard;
-            manager.commit(step, |path| Ok(prepared.into_writer()?.write_to_file(path)?))
+            manager.commit(step, |path| {
+                Ok(prepared.into_writer()?.write_to_file(path)?)
+            })
         }));
         Ok(())
     }

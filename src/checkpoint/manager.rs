@@ -135,7 +135,7 @@ impl CheckpointManager {
     /// failed (nothing is deleted then) or retention could not delete a file.
     pub fn save<M: Module>(&self, state: TrainingState<'_, M>) -> Result<PathBuf, CheckpointError> {
         let step = state.progress.step;
-        self.commit(step, |path| Ok(state.save(path)?))
+        self.commit(step, |path| state.save(path))
     }
 
     /// The one way a checkpoint enters the directory (synchronous and background saves):

@@ -27,7 +27,7 @@ pub enum FormatError {
         available: u64,
     },
     /// The first four bytes are not `NRUB`. `looks_like` says what the bytes resemble when
-    /// they are recognisable (a safetensors file, a PyTorch archive, a file of zeros...) and
+    /// they are recognisable (a `safetensors` file, a `PyTorch` archive, a file of zeros...) and
     /// what to do instead.
     #[error(
         "bad magic number {found:#010x}: not a burnpack file (expected 0x4255524e){}",

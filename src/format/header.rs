@@ -137,7 +137,7 @@ pub fn looks_like(bytes: &[u8]) -> Option<&'static str> {
     // safetensors: an 8-byte little-endian header length, then a JSON object.
     if let (Some(len), Some(b'{')) = (bytes.get(..8), bytes.get(8)) {
         let len = u64::from_le_bytes(len.try_into().unwrap_or([0; 8]));
-        if len >= 2 && len < 1 << 32 {
+        if (2..1 << 32).contains(&len) {
             return Some(
                 "this looks like a safetensors file: convert it with `bpk convert IN.safetensors OUT.bpk` \
                  or `burnpack::convert::safetensors_to_burnpack`",
@@ -152,7 +152,9 @@ pub fn looks_like(bytes: &[u8]) -> Option<&'static str> {
         );
     }
     if starts(&[0x80]) && bytes.get(1).is_some_and(|v| (2..=5).contains(v)) {
-        return Some("this looks like a Python pickle (a PyTorch checkpoint?): export its weights as safetensors");
+        return Some(
+            "this looks like a Python pickle (a PyTorch checkpoint?): export its weights as safetensors",
+        );
     }
     if starts(b"GGUF") {
         return Some("this looks like a GGUF file, which burnpack does not read");
@@ -167,8 +169,10 @@ pub fn looks_like(bytes: &[u8]) -> Option<&'static str> {
         );
     }
     let text = bytes.iter().take(64);
-    if bytes.first().is_some_and(|b| matches!(b, b'{' | b'[')) && text.clone().all(|b| b.is_ascii()) {
-        return Some("this looks like a JSON file (a sharded safetensors index?), not a burnpack file");
+    if bytes.first().is_some_and(|b| matches!(b, b'{' | b'[')) && text.clone().all(u8::is_ascii) {
+        return Some(
+            "this looks like a JSON file (a sharded safetensors index?), not a burnpack file",
+        );
     }
     None
 }

@@ -8,10 +8,10 @@ use burn::tensor::{AllocationProperty, Bytes};
 
 use super::error::ReadError;
 use super::source::Source;
-use crate::platform::read_exact_at;
 use crate::format::{
     FormatError, HEADER_SIZE, Header, Layout, Limits, Scalar, TensorInfo, element_align,
 };
+use crate::platform::read_exact_at;
 
 /// How a file's tensor data is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -394,14 +394,14 @@ impl Reader {
             return Ok(());
         }
         for (start, end, before) in self.layout.padding() {
-            let bytes = self
-                .source
-                .read(start, end - start, 1)
-                .map_err(|source| ReadError::Io {
-                    file: self.file.clone(),
-                    action: "read padding",
-                    source,
-                })?;
+            let bytes =
+                self.source
+                    .read(start, end - start, 1)
+                    .map_err(|source| ReadError::Io {
+                        file: self.file.clone(),
+                        action: "read padding",
+                        source,
+                    })?;
             if let Some(i) = bytes.iter().position(|&b| b != 0) {
                 return Err(invalid(FormatError::Padding {
                     offset: start + i as u64,

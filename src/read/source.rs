@@ -60,7 +60,9 @@ impl Source {
                     })
                 }
             }
-            Source::Buffered(file) => aligned_bytes(len, |out| crate::platform::read_exact_at(file, out, start)),
+            Source::Buffered(file) => {
+                aligned_bytes(len, |out| crate::platform::read_exact_at(file, out, start))
+            }
         }
     }
 

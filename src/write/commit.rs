@@ -1,9 +1,9 @@
 //! Atomic commit: a scratch sibling, fsync, rename (or link), directory fsync.
 
+use std::fs::TryLockError;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::fs::TryLockError;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -14,7 +14,7 @@ pub(crate) const SCRATCH_SUFFIX: &str = ".bpk-tmp";
 
 /// A scratch file that nobody holds locked is a dead writer's only where locks work; where the
 /// filesystem cannot lock, only files untouched for this long are taken for dead.
-pub(crate) const STALE_AFTER: Duration = Duration::from_secs(60 * 60);
+pub(crate) const STALE_AFTER: Duration = Duration::from_hours(1);
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
