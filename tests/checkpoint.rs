@@ -1,6 +1,8 @@
 //! Checkpoints: exact resume in a new process, the layout, the manager's retention and crash
 //! safety, asynchronous saves, and Burn's own checkpoint files.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -623,18 +625,7 @@ fn a_live_writer_in_another_pid_namespace_keeps_its_scratch_file() {
         println!("skipped: cannot create a PID namespace here");
         return;
     };
-    let scratch = || {
-        std::fs::read_dir(dir.path())
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .ends_with(".bpk-tmp")
-            })
-            .count()
-    };
+    let scratch = || common::scratch_files(dir.path());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while scratch() == 0 {
         assert!(

@@ -2,6 +2,8 @@
 //! SIGKILL in the middle of a save, again and again; every time, the previous checkpoint is
 //! intact, `latest()` is correct, and the next manager removes the stray scratch file.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -48,19 +50,6 @@ fn spawn(dir: &Path) -> Child {
         .unwrap()
 }
 
-fn scratch_files(dir: &Path) -> usize {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".bpk-tmp")
-        })
-        .count()
-}
-
 #[test]
 fn killing_a_saving_process_never_loses_the_previous_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
@@ -75,21 +64,21 @@ fn killing_a_saving_process_never_loses_the_previous_checkpoint() {
             assert!(Instant::now() < deadline, "the child made no progress");
             let listed = CheckpointManager::new(dir.path()).unwrap().list().unwrap();
             let newest = listed.last().map_or(0, |c| c.step);
-            if newest > last_step && scratch_files(dir.path()) > 0 {
+            if newest > last_step && common::scratch_files(dir.path()) > 0 {
                 break;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
         // Vary the moment within the save.
         std::thread::sleep(Duration::from_millis(round * 7));
-        let mid_save = scratch_files(dir.path()) > 0;
+        let mid_save = common::scratch_files(dir.path()) > 0;
         child.kill().unwrap();
         child.wait().unwrap();
         killed_mid_save += usize::from(mid_save);
 
         let manager = CheckpointManager::new(dir.path()).unwrap();
         assert_eq!(
-            scratch_files(dir.path()),
+            common::scratch_files(dir.path()),
             0,
             "the stray scratch file is removed"
         );
@@ -170,7 +159,7 @@ fn killing_a_process_rewriting_a_pack_leaves_a_complete_file() {
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !(path.exists() && scratch_files(dir.path()) > 0) {
+        while !(path.exists() && common::scratch_files(dir.path()) > 0) {
             assert!(Instant::now() < deadline, "the child made no progress");
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -198,6 +187,6 @@ fn killing_a_process_rewriting_a_pack_leaves_a_complete_file() {
 
         // The next save recognises the killed process's scratch file and removes it.
         write_version(&path, version);
-        assert_eq!(scratch_files(dir.path()), 0);
+        assert_eq!(common::scratch_files(dir.path()), 0);
     }
 }

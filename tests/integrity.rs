@@ -125,28 +125,36 @@ fn files_without_checksums_load_unverified() {
     );
 }
 
+/// A one-parameter model.
+#[derive(burn::module::Module, Debug)]
+struct M {
+    w: burn::module::Param<burn::tensor::Tensor<1>>,
+}
+
+impl M {
+    fn new(values: [f32; 3], device: &Device) -> Self {
+        Self {
+            w: burn::module::Param::from_data(values, device),
+        }
+    }
+}
+
+/// Saves an `M` to `m.bpk` in `dir` and returns the path and the file's bytes.
+fn saved_m(dir: &std::path::Path, device: &Device) -> (std::path::PathBuf, Vec<u8>) {
+    let path = dir.join("m.bpk");
+    M::new([1.0, 2.0, 3.0], device).save_pack(&path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    (path, bytes)
+}
+
 #[test]
 fn loading_can_verify_checksums() {
-    use burn::module::{Module, Param};
-    use burn::tensor::Tensor;
-    #[derive(Module, Debug)]
-    struct M {
-        w: Param<Tensor<1>>,
-    }
     let device = Device::flex();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("m.bpk");
-    M {
-        w: Param::from_data([1.0, 2.0, 3.0], &device),
-    }
-    .save_pack(&path)
-    .unwrap();
-    let mut bytes = std::fs::read(&path).unwrap();
+    let (path, mut bytes) = saved_m(dir.path(), &device);
     *bytes.last_mut().unwrap() ^= 1;
     std::fs::write(&path, &bytes).unwrap();
-    let fresh = || M {
-        w: Param::from_data([0.0; 3], &device),
-    };
+    let fresh = || M::new([0.0; 3], &device);
     assert!(
         fresh().load_pack(&path).is_ok(),
         "without verification the corruption is not seen"
@@ -327,21 +335,9 @@ fn a_flipped_parameter_id_is_refused_on_open() {
 
 #[test]
 fn a_damaged_checksums_key_does_not_turn_checking_off() {
-    use burn::module::{Module, Param};
-    use burn::tensor::Tensor;
-    #[derive(Module, Debug)]
-    struct M {
-        w: Param<Tensor<1>>,
-    }
     let device = Device::flex();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("m.bpk");
-    M {
-        w: Param::from_data([1.0, 2.0, 3.0], &device),
-    }
-    .save_pack(&path)
-    .unwrap();
-    let mut bytes = std::fs::read(&path).unwrap();
+    let (path, mut bytes) = saved_m(dir.path(), &device);
     // "checksums" -> "checksumr": an unknown key, ignored as Burn ignores it.
     let key = find(&bytes, b"checksums");
     bytes[key + 8] ^= 1;
@@ -362,10 +358,7 @@ fn a_damaged_checksums_key_does_not_turn_checking_off() {
         ),
         "{err}"
     );
-    let fresh = || M {
-        w: Param::from_data([0.0; 3], &device),
-    };
-    let err = fresh()
+    let err = M::new([0.0; 3], &device)
         .load_pack_with(&path, &LoadOptions::new().verify_checksums(true))
         .unwrap_err();
     assert!(

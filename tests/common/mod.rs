@@ -186,3 +186,17 @@ pub fn burns(specs: &[Spec]) -> Vec<u8> {
         .unwrap()
         .to_vec()
 }
+
+/// How many scratch files (`*.bpk-tmp`) are in `dir`.
+pub fn scratch_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".bpk-tmp")
+        })
+        .count()
+}
