@@ -13,6 +13,8 @@
 //! (`default`, `discrete` or `integrated`), `BURNPACK_BENCH_DIR` (default `.`).
 
 mod common;
+#[path = "../tests/common/lazy.rs"]
+mod lazy;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -60,18 +62,7 @@ fn device() -> Device {
 /// initializer, so the timed work is the load alone.
 fn lazy(device: &Device) -> Big {
     Big {
-        layers: (0..layers())
-            .map(|_| {
-                let init = |d: &Device, _| Tensor::zeros([ROWS, COLS], d);
-                Param::uninitialized(
-                    ParamId::new(),
-                    init,
-                    device.clone(),
-                    false,
-                    [ROWS, COLS].into(),
-                )
-            })
-            .collect(),
+        layers: lazy::lazy_matrices(layers(), ROWS, COLS, device),
     }
 }
 

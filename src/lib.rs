@@ -3,11 +3,14 @@
 //! Fast, safe storage for [Burn](https://burn.dev) 0.22 in the burnpack v1 format, byte-
 //! compatible with Burn's own `burn_pack` files.
 //!
-//! - [`format`]: the container as pure data (header, CBOR metadata, dtypes, limits, validation).
+//! - [`format`](mod@format): the container as pure data (header, CBOR metadata, dtypes, limits, validation).
 //! - [`read`]: open a file (memory-mapped or buffered) or bytes, list its tensors without
 //!   touching their data, and take each tensor as a zero-copy Burn [`Bytes`](burn::tensor::Bytes).
-//! - [`write`]: plan a layout from lengths, then write resident or deferred entries in
+//! - [`write`](mod@write): plan a layout from lengths, then write resident or deferred entries in
 //!   parallel into their 256-byte aligned slots, atomically or in place.
+//! - [`module`]: the Burn adapter (save a module, load a pack or any
+//!   [`TensorSource`](read::TensorSource) into one); [`checkpoint`]: training checkpoints.
+//! - [`interop`]: other containers (safetensors).
 //!
 //! ```
 //! use burn::tensor::{Bytes, DType};
@@ -36,14 +39,17 @@
 
 #[cfg(feature = "optim")]
 pub mod checkpoint;
-#[cfg(feature = "safetensors")]
-pub mod convert;
 pub mod format;
+pub mod interop;
 pub mod module;
 mod panic;
 mod platform;
 pub mod read;
 pub mod write;
+
+/// The safetensors conversions under their earlier name ([`interop::safetensors`]).
+#[cfg(feature = "safetensors")]
+pub use interop::safetensors as convert;
 
 pub use format::{Limits, Scalar};
 pub use module::{LoadOptions, ModuleError, PackModule, SaveOptions};

@@ -169,6 +169,20 @@ fn loading_can_verify_checksums() {
     assert!(err.to_string().contains("checksum mismatch"), "{err}");
 }
 
+/// Eight tensors of 1 MiB, too much for the 1 MiB limits of the disk-full tests.
+fn eight_mib() -> Vec<Entry> {
+    (0..8)
+        .map(|i| {
+            Entry::resident(
+                format!("t{i}"),
+                DType::U8,
+                vec![1 << 20],
+                Bytes::from_bytes_vec(vec![i as u8; 1 << 20]),
+            )
+        })
+        .collect()
+}
+
 /// Child side: writes an 8 MiB pack over `path` with the file-size limit at 1 MiB.
 #[test]
 fn fsize_child() {
@@ -184,16 +198,7 @@ fn fsize_child() {
         };
         assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0);
     }
-    let entries = (0..8)
-        .map(|i| {
-            Entry::resident(
-                format!("t{i}"),
-                DType::U8,
-                vec![1 << 20],
-                Bytes::from_bytes_vec(vec![i as u8; 1 << 20]),
-            )
-        })
-        .collect();
+    let entries = eight_mib();
     let err = Writer::new(entries).write_to_file(&path).unwrap_err();
     println!("ERROR: {err}");
 }
@@ -434,16 +439,7 @@ fn a_file_left_by_an_in_place_write_on_a_full_tmpfs_is_an_error_not_sigbus() {
     let path = dir.path().join("model.bpk");
     // 8 MiB into a 1 MiB filesystem, in place: the head is written last and never lands,
     // leaving the first page an unallocated hole.
-    let entries = (0..8)
-        .map(|i| {
-            Entry::resident(
-                format!("t{i}"),
-                DType::U8,
-                vec![1 << 20],
-                Bytes::from_bytes_vec(vec![i as u8; 1 << 20]),
-            )
-        })
-        .collect();
+    let entries = eight_mib();
     let err = Writer::new(entries)
         .mode(burnpack::WriteMode::InPlace)
         .write_to_file(&path)

@@ -3,6 +3,8 @@
 //!
 //! One test in its own binary, so no other test allocates while memory is measured.
 
+mod common;
+
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{Bytes, DType, Device, Tensor};
 use burnpack::module::PackModule;
@@ -21,18 +23,7 @@ impl Big {
     /// An uninitialized model: no parameter memory until loaded.
     fn lazy(device: &Device) -> Self {
         Self {
-            layers: (0..LAYERS)
-                .map(|_| {
-                    let init = |d: &Device, _| Tensor::zeros([ROWS, COLS], d);
-                    Param::uninitialized(
-                        ParamId::new(),
-                        init,
-                        device.clone(),
-                        false,
-                        [ROWS, COLS].into(),
-                    )
-                })
-                .collect(),
+            layers: common::lazy::lazy_matrices(LAYERS, ROWS, COLS, device),
         }
     }
 }

@@ -615,8 +615,12 @@ fn convert(input: &Path, output: &Path, to: Option<Format>) -> Result<u8, Failur
         .map(|()| u32::from_le_bytes(magic) == burnpack::format::MAGIC)
         .map_err(|e| Failure::file(format!("{}: cannot read: {e}", input.display())))?;
     let size = match (from_burnpack, to) {
-        (false, Format::Burnpack) => burnpack::convert::safetensors_to_burnpack(input, output),
-        (true, Format::Safetensors) => burnpack::convert::burnpack_to_safetensors(input, output),
+        (false, Format::Burnpack) => {
+            burnpack::interop::safetensors::safetensors_to_burnpack(input, output)
+        }
+        (true, Format::Safetensors) => {
+            burnpack::interop::safetensors::burnpack_to_safetensors(input, output)
+        }
         (true, Format::Burnpack) | (false, Format::Safetensors) => {
             return Err(Failure::usage(format!(
                 "{} is already in the requested format",

@@ -5,9 +5,9 @@ use std::thread::JoinHandle;
 
 use burn::module::Module;
 
-use super::TrainingState;
 use super::error::CheckpointError;
 use super::manager::CheckpointManager;
+use super::state::TrainingState;
 
 /// What [`AsyncSaver`] does when a save is requested while one is still running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

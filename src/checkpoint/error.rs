@@ -84,3 +84,13 @@ pub enum CheckpointError {
     #[error("the background checkpoint save panicked: {0}")]
     Panicked(String),
 }
+
+impl CheckpointError {
+    /// A Burn record refused to serialize or restore, in `context`.
+    pub(crate) fn record(context: &str, e: &impl std::fmt::Display) -> Self {
+        Self::Record {
+            context: context.to_string(),
+            message: e.to_string(),
+        }
+    }
+}

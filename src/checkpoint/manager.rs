@@ -7,7 +7,8 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use burn::module::Module;
 
 use super::error::CheckpointError;
-use super::{Checkpoint, TrainingState};
+use super::file::Checkpoint;
+use super::state::TrainingState;
 use crate::write::{is_scratch_name, is_stale_scratch};
 
 const PREFIX: &str = "ckpt-";

@@ -68,3 +68,37 @@ pub fn metadata_checksum(header: &[u8], covered_metadata: &[u8]) -> u64 {
     hasher.update(covered_metadata);
     hasher.digest()
 }
+
+/// The accessors of a tensor's description (`name`, `dtype`, `shape`, `param_id`), for every
+/// record of a tensor that has those fields ([`TensorInfo`](super::TensorInfo), read; and the
+/// writer's `Entry`): written once.
+macro_rules! tensor_description {
+    ($record:ty) => {
+        impl $record {
+            /// The tensor's name (for module parameters, the dotted field path).
+            #[must_use]
+            pub fn name(&self) -> &str {
+                &self.name
+            }
+
+            /// Element type.
+            #[must_use]
+            pub fn dtype(&self) -> burn::tensor::DType {
+                self.dtype
+            }
+
+            /// Dimensions; empty for a scalar tensor.
+            #[must_use]
+            pub fn shape(&self) -> &[usize] {
+                &self.shape
+            }
+
+            /// The parameter id (a module parameter's `ParamId`), if the tensor has one.
+            #[must_use]
+            pub fn param_id(&self) -> Option<u64> {
+                self.param_id
+            }
+        }
+    };
+}
+pub(crate) use tensor_description;

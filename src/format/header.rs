@@ -140,7 +140,7 @@ pub fn looks_like(bytes: &[u8]) -> Option<&'static str> {
         if (2..1 << 32).contains(&len) {
             return Some(
                 "this looks like a safetensors file: convert it with `bpk convert IN.safetensors OUT.bpk` \
-                 or `burnpack::convert::safetensors_to_burnpack`",
+                 or `burnpack::interop::safetensors::safetensors_to_burnpack`",
             );
         }
     }

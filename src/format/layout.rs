@@ -10,6 +10,11 @@ use super::header::{HEADER_SIZE, Header};
 use super::limits::Limits;
 use super::metadata::{Descriptor, Metadata, Scalar, into_map};
 
+/// Metadata key by which a pack declares the namespace (a name prefix such as `model.`) its
+/// module parameters live under: module loaders read only the tensors under it, prefix
+/// removed. Checkpoints declare `model.`; any other pack may.
+pub const NAMESPACE_KEY: &str = "burnpack.namespace";
+
 /// The first word of the `producer` metadata value this crate writes (`burnpack <version>`).
 pub const PRODUCER_NAME: &str = "burnpack";
 
@@ -48,6 +53,8 @@ pub struct TensorInfo {
     len: u64,
     checksum: Option<u64>,
 }
+
+super::dtype::tensor_description!(TensorInfo);
 
 impl TensorInfo {
     /// Checks one descriptor against the data section start, the file length and the limits.
@@ -123,30 +130,6 @@ impl TensorInfo {
             len,
             checksum: None,
         })
-    }
-
-    /// The tensor's name (for module parameters, the dotted field path).
-    #[must_use]
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Element type as stored.
-    #[must_use]
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    /// Dimensions; empty for a scalar tensor.
-    #[must_use]
-    pub fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-
-    /// The parameter id, if the tensor has one.
-    #[must_use]
-    pub fn param_id(&self) -> Option<u64> {
-        self.param_id
     }
 
     /// Absolute offset of the first byte in the file.
@@ -294,6 +277,13 @@ impl Layout {
                 }
                 Some(sums)
             }
+            // Files of earlier versions of this crate: tensor checksums only.
+            Some(bytes) if bytes.len() == decoded.tensors.len() * 8 => Some(
+                bytes
+                    .chunks_exact(8)
+                    .map(|w| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]))
+                    .collect(),
+            ),
             Some(bytes) => {
                 return Err(FormatError::Checksums {
                     found: bytes.len() as u64,
@@ -404,6 +394,24 @@ impl Layout {
     #[must_use]
     pub fn has_checksums(&self) -> bool {
         self.checksums
+    }
+
+    /// The namespace the file declares for module parameters ([`NAMESPACE_KEY`]), if any.
+    /// Checkpoints written before that key (metadata `burnpack.kind` = `checkpoint`) keep
+    /// their parameters under `model.`.
+    ///
+    /// ```
+    /// use burnpack::format::{Layout, Limits, NAMESPACE_KEY};
+    /// let bytes = burnpack::Writer::new(vec![]).with_metadata(NAMESPACE_KEY, "model.").into_bytes().unwrap();
+    /// assert_eq!(Layout::from_bytes(&bytes, &Limits::default()).unwrap().namespace(), Some("model."));
+    /// ```
+    #[must_use]
+    pub fn namespace(&self) -> Option<&str> {
+        if let Some(namespace) = self.metadata.get(NAMESPACE_KEY) {
+            return Some(namespace);
+        }
+        (self.metadata.get("burnpack.kind").map(String::as_str) == Some("checkpoint"))
+            .then_some("model.")
     }
 
     /// Refuses a file whose `producer` says this crate wrote it but which carries no checksums

@@ -158,6 +158,7 @@ impl TryFrom<Scalar> for bool {
 /// assert_eq!(Metadata::decode(&bytes, &Limits::default()).unwrap(), meta);
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
+#[allow(clippy::struct_field_names)] // `metadata` is the CBOR key's name, as in Burn
 pub struct Metadata {
     /// Tensor descriptors by name.
     pub tensors: Vec<(String, Descriptor)>,

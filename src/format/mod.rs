@@ -11,11 +11,17 @@ mod layout;
 mod limits;
 mod metadata;
 
+pub(crate) use dtype::tensor_description;
 pub use dtype::{byte_len, checksum, element_align, metadata_checksum};
 pub use error::FormatError;
 pub use header::{
     FORMAT_VERSION, HEADER_SIZE, Header, MAGIC, TENSOR_ALIGNMENT, align_up, data_start, looks_like,
 };
-pub use layout::{Layout, PRODUCER_NAME, TensorInfo};
+pub use layout::{Layout, NAMESPACE_KEY, PRODUCER_NAME, TensorInfo};
 pub use limits::Limits;
-pub use metadata::{Descriptor, Metadata, Scalar, ScalarConversionError};
+#[cfg(not(feature = "internals"))]
+pub(crate) use metadata::{Descriptor, Metadata};
+/// The raw metadata records, for tests that build malformed files (feature `internals`).
+#[cfg(feature = "internals")]
+pub use metadata::{Descriptor, Metadata};
+pub use metadata::{Scalar, ScalarConversionError};

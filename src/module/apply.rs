@@ -12,12 +12,12 @@ use super::error::{KindMismatch, Mismatch, ShapeMismatch, TensorKind};
 use super::options::{DTypePolicy, LoadOptions};
 use crate::format::TensorInfo;
 use crate::panic::catch_quiet;
-use crate::read::Reader;
+use crate::read::TensorSource;
 
 /// Replaces each parameter found in the reader with a tensor built from its bytes on the
 /// parameter's own device, and records everything that did not match.
 pub(crate) struct Applier<'a> {
-    reader: &'a Reader,
+    source: &'a dyn TensorSource,
     options: &'a LoadOptions,
     path: Vec<String>,
     /// File tensors by (renamed) path, only those the filter accepts; removed when used.
@@ -26,17 +26,13 @@ pub(crate) struct Applier<'a> {
 }
 
 impl<'a> Applier<'a> {
-    pub(crate) fn new(reader: &'a Reader, options: &'a LoadOptions) -> Self {
-        let mut pending = HashMap::with_capacity(reader.tensors().len());
+    pub(crate) fn new(source: &'a dyn TensorSource, options: &'a LoadOptions) -> Self {
+        let mut pending = HashMap::with_capacity(source.tensors().len());
         let mut mismatch = Mismatch::default();
-        // A checkpoint holds more than the model: its parameters are the `model.` namespace.
-        let namespace = (reader
-            .metadata()
-            .get(super::CHECKPOINT_KIND_KEY)
-            .map(String::as_str)
-            == Some(super::CHECKPOINT_KIND))
-        .then_some(super::CHECKPOINT_MODEL_PREFIX);
-        for info in reader.tensors() {
+        // A source that holds more than a module (a checkpoint) declares the namespace of its
+        // parameters.
+        let namespace = source.namespace();
+        for info in source.tensors() {
             let name = match namespace {
                 Some(prefix) => match info.name().strip_prefix(prefix) {
                     Some(name) => name,
@@ -59,7 +55,7 @@ impl<'a> Applier<'a> {
             }
         }
         Self {
-            reader,
+            source,
             options,
             path: Vec::new(),
             pending,
@@ -133,9 +129,9 @@ impl<'a> Applier<'a> {
             ));
             return param;
         }
-        let read = self.reader.read(info).and_then(|bytes| {
+        let read = self.source.read(info).and_then(|bytes| {
             if self.options.verify {
-                self.reader.check(info, &bytes)?;
+                self.source.check(info, &bytes)?;
             }
             Ok(bytes)
         });

@@ -41,16 +41,8 @@ use burn::tensor::Bytes;
 pub use error::{KindMismatch, Mismatch, ModuleError, ShapeMismatch, TensorKind};
 pub use options::{DTypePolicy, LoadOptions, SaveOptions};
 
-use crate::read::Reader;
+use crate::read::{Reader, TensorSource};
 use crate::write::{Entry, Writer};
-
-/// Metadata key marking a training checkpoint ([`crate`]'s `checkpoint` module); the module
-/// loader then reads only the [`CHECKPOINT_MODEL_PREFIX`] namespace of the file.
-pub const CHECKPOINT_KIND_KEY: &str = "burnpack.kind";
-/// Value of [`CHECKPOINT_KIND_KEY`] in checkpoints.
-pub const CHECKPOINT_KIND: &str = "checkpoint";
-/// Namespace of the model's parameters in a checkpoint.
-pub const CHECKPOINT_MODEL_PREFIX: &str = "model.";
 
 /// The `producer` metadata value this crate writes.
 pub const PRODUCER: &str = concat!("burnpack ", env!("CARGO_PKG_VERSION"));
@@ -160,17 +152,49 @@ pub trait PackModule: Module + Sized {
     /// # Errors
     /// [`ModuleError::Mismatch`], listing every problem.
     fn load_pack_reader(self, reader: &Reader, options: &LoadOptions) -> Result<Self, ModuleError> {
+        self.load_from_source(reader, options)
+    }
+
+    /// Loads the module from any [`TensorSource`] (a pack [`Reader`], or another container
+    /// that builds the same table of tensors), with `options`: the source's namespace, the
+    /// filters, renames, dtype policy and strictness apply alike.
+    ///
+    /// ```
+    /// use burn::module::{Module, Param};
+    /// use burn::tensor::{Device, Tensor};
+    /// use burnpack::module::{LoadOptions, PackModule};
+    /// use burnpack::read::Reader;
+    ///
+    /// #[derive(Module, Debug)]
+    /// struct Tiny { w: Param<Tensor<1>> }
+    /// let device = Device::flex();
+    /// let bytes = Tiny { w: Param::from_data([1.0, 2.0], &device) }.to_pack_bytes().unwrap();
+    /// let reader = Reader::from_bytes(bytes).unwrap();
+    /// let tiny = Tiny { w: Param::from_data([0.0, 0.0], &device) }
+    ///     .load_from_source(&reader, &LoadOptions::new())
+    ///     .unwrap();
+    /// assert_eq!(tiny.w.val().into_data().to_vec::<f32>().unwrap(), [1.0, 2.0]);
+    /// ```
+    ///
+    /// # Errors
+    /// [`ModuleError::Read`] when a verified load finds the source damaged,
+    /// [`ModuleError::Mismatch`] listing every problem.
+    fn load_from_source(
+        self,
+        source: &dyn TensorSource,
+        options: &LoadOptions,
+    ) -> Result<Self, ModuleError> {
         if options.verify {
-            reader.verify_structure()?;
+            source.verify_structure()?;
         }
-        let mut applier = apply::Applier::new(reader, options);
+        let mut applier = apply::Applier::new(source, options);
         let module = self.map(&mut applier);
         let mismatch = applier.finish();
         if mismatch.is_empty() {
             Ok(module)
         } else {
             Err(ModuleError::Mismatch {
-                file: reader.file().to_string(),
+                file: source.file().to_string(),
                 mismatch: Box::new(mismatch),
             })
         }

@@ -8,38 +8,41 @@ use regex::Regex;
 
 use crate::format::{Limits, Scalar};
 use crate::read::{ReadMode, ReadOptions};
-use crate::write::WriteMode;
+use crate::write::{WriteMode, WriteOptions};
 
-/// How a module is saved: extra metadata and scalars, durability, parallelism.
+/// How a module is saved: extra metadata and scalars around the [`WriteOptions`] of the
+/// writer (durability, overwrite, parallelism, checksums), as [`LoadOptions`] holds
+/// [`ReadOptions`].
 ///
 /// ```
 /// use burnpack::module::SaveOptions;
+/// use burnpack::write::WriteOptions;
 /// use burnpack::WriteMode;
 /// let options = SaveOptions::new()
 ///     .metadata("model", "mlp")
 ///     .scalar("epoch", 3u32)
 ///     .mode(WriteMode::InPlace)
 ///     .threads(4);
-/// # let _ = options;
+/// // Burn's exact bytes (no checksums, no `producer` entry of this crate):
+/// let burn_bytes = SaveOptions::new().write(WriteOptions::new().checksums(false));
+/// # let _ = (options, burn_bytes);
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct SaveOptions {
     pub(crate) metadata: BTreeMap<String, String>,
     pub(crate) scalars: BTreeMap<String, Scalar>,
-    pub(crate) mode: WriteMode,
-    pub(crate) overwrite: Option<bool>,
-    pub(crate) threads: Option<usize>,
+    pub(crate) write: WriteOptions,
 }
 
 impl SaveOptions {
-    /// Atomic writes, a `producer` metadata entry, rayon's default thread count.
+    /// Atomic writes with checksums, a `producer` metadata entry, rayon's default thread count.
     #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Adds a string metadata entry (a `producer` entry naming this crate is always added
-    /// unless set here).
+    /// Adds a string metadata entry (a `producer` entry naming this crate is added when
+    /// checksums are on, unless set here).
     #[must_use]
     pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.metadata.insert(key.into(), value.into());
@@ -53,33 +56,53 @@ impl SaveOptions {
         self
     }
 
-    /// Atomic (default) or in-place writes; see [`WriteMode`].
+    /// Sets the writer's options at once.
+    #[must_use]
+    pub fn write(mut self, options: WriteOptions) -> Self {
+        self.write = options;
+        self
+    }
+
+    /// The writer's options.
+    #[must_use]
+    pub fn write_options(&self) -> &WriteOptions {
+        &self.write
+    }
+
+    /// Atomic (default) or in-place writes; see [`WriteOptions::mode`].
     #[must_use]
     pub fn mode(mut self, mode: WriteMode) -> Self {
-        self.mode = mode;
+        self.write = self.write.mode(mode);
         self
     }
 
-    /// Whether an existing file may be replaced (default `true`).
+    /// Whether an existing file may be replaced; see [`WriteOptions::overwrite`].
     #[must_use]
     pub fn overwrite(mut self, overwrite: bool) -> Self {
-        self.overwrite = Some(overwrite);
+        self.write = self.write.overwrite(overwrite);
         self
     }
 
-    /// Number of parallel writers; each holds one parameter's bytes at a time.
+    /// Number of parallel writers; see [`WriteOptions::threads`].
     #[must_use]
     pub fn threads(mut self, threads: usize) -> Self {
-        self.threads = Some(threads);
+        self.write = self.write.threads(threads);
         self
     }
-}
 
-impl SaveOptions {
-    /// Applies these options (and the `producer` entry) to `writer`.
+    /// Whether to store checksums; see [`WriteOptions::checksums`].
+    #[must_use]
+    pub fn checksums(mut self, checksums: bool) -> Self {
+        self.write = self.write.checksums(checksums);
+        self
+    }
+
+    /// Applies these options (and the `producer` entry) to `writer`. Without checksums no
+    /// `producer` of this crate is added: a file of ours without checksums is taken for a
+    /// damaged one by verification.
     pub(crate) fn configure(&self, mut writer: crate::write::Writer) -> crate::write::Writer {
-        writer = writer.mode(self.mode);
-        if !self.metadata.contains_key("producer") {
+        writer = writer.options(self.write);
+        if self.write.has_checksums() && !self.metadata.contains_key("producer") {
             writer = writer.with_metadata("producer", crate::module::PRODUCER);
         }
         for (k, v) in &self.metadata {
@@ -87,12 +110,6 @@ impl SaveOptions {
         }
         for (k, v) in &self.scalars {
             writer = writer.with_scalar(k.clone(), *v);
-        }
-        if let Some(overwrite) = self.overwrite {
-            writer = writer.overwrite(overwrite);
-        }
-        if let Some(threads) = self.threads {
-            writer = writer.threads(threads);
         }
         writer
     }

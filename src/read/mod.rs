@@ -8,6 +8,8 @@
 mod error;
 mod reader;
 mod source;
+mod tensor_source;
 
 pub use error::ReadError;
 pub use reader::{ReadMode, ReadOptions, Reader};
+pub use tensor_source::TensorSource;

@@ -8,6 +8,7 @@ use burn::tensor::{AllocationProperty, Bytes};
 
 use super::error::ReadError;
 use super::source::Source;
+use super::tensor_source::TensorSource;
 use crate::format::{
     FormatError, HEADER_SIZE, Header, Layout, Limits, Scalar, TensorInfo, element_align,
 };
@@ -107,13 +108,6 @@ impl ReadOptions {
             )));
         }
         let file_len = stat.len();
-        if file_len > self.limits.max_file_size {
-            return Err(invalid(FormatError::LimitExceeded {
-                what: "file size",
-                size: file_len,
-                limit: self.limits.max_file_size,
-            }));
-        }
         // Header and metadata are read with ordinary reads in both modes, never through the
         // mapping: a file that a failed write left with holes on a full tmpfs (where faulting
         // in a hole needs a page that cannot be had) is then an error, not `SIGBUS`.
@@ -324,20 +318,7 @@ impl Reader {
     /// # Errors
     /// [`ReadError::Checksum`] naming the tensor.
     pub fn check(&self, info: &TensorInfo, bytes: &[u8]) -> Result<bool, ReadError> {
-        let Some(expected) = info.checksum() else {
-            return Ok(false);
-        };
-        let actual = crate::format::checksum(bytes);
-        if actual == expected {
-            Ok(true)
-        } else {
-            Err(ReadError::Checksum {
-                file: self.file.clone(),
-                tensor: info.name().to_string(),
-                expected,
-                actual,
-            })
-        }
+        TensorSource::check(self, info, bytes)
     }
 
     /// Reads `info` and checks it against its checksum (see [`check`](Self::check)).
@@ -425,6 +406,28 @@ impl Reader {
         self.tensors()
             .iter()
             .filter(|t| matches!(self.source, Source::Memory(_)) && !self.is_zero_copy(t))
+    }
+}
+
+impl TensorSource for Reader {
+    fn file(&self) -> &str {
+        &self.file
+    }
+
+    fn tensors(&self) -> &[TensorInfo] {
+        self.layout.tensors()
+    }
+
+    fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
+        Reader::read(self, info)
+    }
+
+    fn namespace(&self) -> Option<&str> {
+        self.layout.namespace()
+    }
+
+    fn verify_structure(&self) -> Result<(), ReadError> {
+        Reader::verify_structure(self)
     }
 }
 

@@ -2,6 +2,8 @@
 
 use burn::tensor::{Bytes, DType};
 
+use crate::format::TensorInfo;
+
 /// The error a deferred provider returns.
 pub type ProviderError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -38,6 +40,8 @@ pub struct Entry {
     pub(crate) source: Source,
 }
 
+crate::format::tensor_description!(Entry);
+
 impl Entry {
     /// An entry whose bytes are already in hand (they may still be lazy, e.g. file-backed).
     pub fn resident(
@@ -46,13 +50,7 @@ impl Entry {
         shape: Vec<usize>,
         bytes: Bytes,
     ) -> Self {
-        Self {
-            name: name.into(),
-            dtype,
-            shape,
-            param_id: None,
-            source: Source::Resident(bytes),
-        }
+        Self::new(name.into(), dtype, shape, Source::Resident(bytes))
     }
 
     /// An entry of `len` bytes produced by `provider` when the writer reaches it.
@@ -67,16 +65,54 @@ impl Entry {
         len: u64,
         provider: impl FnOnce() -> Result<Bytes, ProviderError> + Send + 'static,
     ) -> Self {
+        let provider = Box::new(provider);
+        Self::new(
+            name.into(),
+            dtype,
+            shape,
+            Source::Deferred { len, provider },
+        )
+    }
+
+    fn new(name: String, dtype: DType, shape: Vec<usize>, source: Source) -> Self {
         Self {
-            name: name.into(),
+            name,
             dtype,
             shape,
             param_id: None,
-            source: Source::Deferred {
-                len,
-                provider: Box::new(provider),
-            },
+            source,
         }
+    }
+
+    /// The entry that writes a stored tensor again: `info`'s name, dtype, shape and parameter
+    /// id, with `bytes` (as a reader hands them out: windows into a mapping are not copied
+    /// until written). The one conversion from a read tensor to a written one.
+    ///
+    /// ```
+    /// use burn::tensor::{Bytes, DType};
+    /// use burnpack::{Entry, Writer, read::Reader};
+    /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7])).with_param_id(3)])
+    ///     .into_bytes()
+    ///     .unwrap();
+    /// let reader = Reader::from_bytes(pack).unwrap();
+    /// let info = reader.tensor("w").unwrap();
+    /// let again = Entry::from_stored(info, reader.read(info).unwrap()).renamed("model.w");
+    /// assert_eq!((again.name(), again.param_id(), again.len()), ("model.w", Some(3), 1));
+    /// ```
+    #[must_use]
+    pub fn from_stored(info: &TensorInfo, bytes: Bytes) -> Self {
+        let entry = Self::resident(info.name(), info.dtype(), info.shape().to_vec(), bytes);
+        match info.param_id() {
+            Some(id) => entry.with_param_id(id),
+            None => entry,
+        }
+    }
+
+    /// The same entry under another name.
+    #[must_use]
+    pub fn renamed(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
     }
 
     /// Attaches a parameter id (a module parameter's `ParamId`).
@@ -91,30 +127,6 @@ impl Entry {
     pub(crate) fn prefixed(mut self, prefix: &str) -> Self {
         self.name.insert_str(0, prefix);
         self
-    }
-
-    /// The entry's name.
-    #[must_use]
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The entry's dtype.
-    #[must_use]
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    /// The entry's shape.
-    #[must_use]
-    pub fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-
-    /// The parameter id, if any.
-    #[must_use]
-    pub fn param_id(&self) -> Option<u64> {
-        self.param_id
     }
 
     /// Byte length (declared, for a deferred entry).

@@ -1,12 +1,13 @@
 //! Writing burnpack files: entries, layout planning, the parallel slot writer, atomic commit.
 //!
-//! Data flows one way: [`Entry`]s (resident or deferred bytes) → a [`Plan`] computed from
+//! Data flows one way: [`Entry`]s (resident or deferred bytes) → a plan computed from
 //! their lengths alone → a pre-sized destination → every entry written in parallel straight
 //! into its 256-byte-aligned slot → (atomic mode) fsync, rename, directory fsync.
 
 mod commit;
 mod entry;
 mod error;
+mod options;
 mod plan;
 mod slots;
 mod writer;
@@ -17,5 +18,8 @@ pub(crate) use commit::Scratch;
 pub(crate) use commit::{is_scratch_name, is_stale_scratch};
 pub use entry::{Entry, ProviderError};
 pub use error::WriteError;
+pub use options::{WriteMode, WriteOptions};
+/// The planned layout, for tests and benchmarks (feature `internals`).
+#[cfg(feature = "internals")]
 pub use plan::{Plan, Slot};
-pub use writer::{WriteMode, Writer};
+pub use writer::Writer;

@@ -176,6 +176,7 @@ impl Plan {
 
     /// Absolute offset of the data section.
     #[must_use]
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn data_start(&self) -> u64 {
         self.data_start
     }

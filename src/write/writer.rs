@@ -10,29 +10,15 @@ use burn::tensor::Bytes;
 use super::commit::Scratch;
 use super::entry::Entry;
 use super::error::WriteError;
+use super::options::{WriteMode, WriteOptions};
 use super::plan::{Plan, Slot};
 use super::slots::{fill, materialize};
 use crate::format::Scalar;
 use crate::platform::write_all_at;
 
-/// How [`Writer::write_to_file`] treats the destination.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WriteMode {
-    /// Write a scratch sibling, fsync it, rename it over the destination, fsync the directory.
-    /// The destination is either left exactly as it was or replaced whole, even if the process
-    /// dies midway; readers that mapped the old file keep seeing it. Needs room for a second
-    /// copy while writing.
-    #[default]
-    Atomic,
-    /// Truncate and write the destination itself: no second copy and no fsync, but a failure
-    /// midway leaves a partial file, and processes that mapped the old file see it change
-    /// (or receive `SIGBUS`). Use only for files nobody else reads meanwhile.
-    InPlace,
-}
-
 /// Writes entries, string metadata and scalars as a burnpack file or buffer.
 ///
-/// The writer plans the whole layout from lengths ([`Plan`]), sizes the destination once,
+/// The writer plans the whole layout from lengths, sizes the destination once,
 /// writes header and metadata, then fills every entry's 256-byte aligned slot in parallel with
 /// positional writes. At most [`threads`](Self::threads) deferred entries are materialized at
 /// once, so peak memory is about threads × the largest tensor.
@@ -56,11 +42,7 @@ pub struct Writer {
     entries: Vec<Entry>,
     metadata: BTreeMap<String, String>,
     scalars: BTreeMap<String, Scalar>,
-    mode: WriteMode,
-    overwrite: bool,
-    threads: Option<usize>,
-    mapped: bool,
-    checksums: bool,
+    options: WriteOptions,
 }
 
 impl Writer {
@@ -71,11 +53,7 @@ impl Writer {
             entries,
             metadata: BTreeMap::new(),
             scalars: BTreeMap::new(),
-            mode: WriteMode::Atomic,
-            overwrite: true,
-            threads: None,
-            mapped: false,
-            checksums: true,
+            options: WriteOptions::default(),
         }
     }
 
@@ -93,62 +71,74 @@ impl Writer {
         self
     }
 
-    /// Atomic (default) or in-place file writes.
+    /// Sets all write options at once (see [`WriteOptions`]).
+    #[must_use]
+    pub fn options(mut self, options: WriteOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Atomic (default) or in-place file writes. See [`WriteOptions::mode`].
     #[must_use]
     pub fn mode(mut self, mode: WriteMode) -> Self {
-        self.mode = mode;
+        self.options = self.options.mode(mode);
         self
     }
 
-    /// Whether an existing destination may be replaced (default `true`). With `false`, an
-    /// existing file is refused with [`WriteError::AlreadyExists`] and left untouched.
+    /// Whether an existing destination may be replaced. See [`WriteOptions::overwrite`].
     #[must_use]
     pub fn overwrite(mut self, overwrite: bool) -> Self {
-        self.overwrite = overwrite;
+        self.options = self.options.overwrite(overwrite);
         self
     }
 
-    /// Number of parallel writers (default: rayon's global pool size). Each holds at most one
-    /// entry's bytes at a time.
+    /// Number of parallel writers. See [`WriteOptions::threads`].
     #[must_use]
     pub fn threads(mut self, threads: usize) -> Self {
-        self.threads = Some(threads.max(1));
+        self.options = self.options.threads(threads);
         self
     }
 
-    /// Fill file slots through a writable shared mapping of the pre-sized file instead of
-    /// positional writes. Kept for the benchmark that compares the two; positional writes are
-    /// the default because a mapping turns a full disk into `SIGBUS` instead of an error.
-    #[doc(hidden)]
-    #[must_use]
-    pub fn mapped_io(mut self, mapped: bool) -> Self {
-        self.mapped = mapped;
-        self
-    }
-
-    /// Whether to store a checksum (xxh3-64) of every tensor, computed in the same parallel
-    /// pass that writes it (default `true`). Burn 0.22's reader ignores them; with `false` the
-    /// bytes are exactly those of Burn's `burn_pack::Writer`.
+    /// Whether to store checksums. See [`WriteOptions::checksums`].
     #[must_use]
     pub fn checksums(mut self, checksums: bool) -> Self {
-        self.checksums = checksums;
+        self.options = self.options.checksums(checksums);
         self
+    }
+
+    /// Fill file slots through a writable shared mapping. See `WriteOptions::mapped_io`.
+    #[cfg(feature = "internals")]
+    #[must_use]
+    pub fn mapped_io(mut self, mapped: bool) -> Self {
+        self.options = self.options.mapped_io(mapped);
+        self
+    }
+
+    /// The layout this writer will produce (feature `internals`: tests and benchmarks).
+    ///
+    /// # Errors
+    /// See `Plan::new`.
+    #[cfg(feature = "internals")]
+    pub fn plan(&self) -> Result<Plan, WriteError> {
+        self.layout()
     }
 
     /// The layout this writer will produce.
-    ///
-    /// # Errors
-    /// See [`Plan::new`].
-    pub fn plan(&self) -> Result<Plan, WriteError> {
-        Plan::new(&self.entries, &self.metadata, &self.scalars, self.checksums)
+    fn layout(&self) -> Result<Plan, WriteError> {
+        Plan::new(
+            &self.entries,
+            &self.metadata,
+            &self.scalars,
+            self.options.checksums,
+        )
     }
 
     /// Total size of the pack in bytes.
     ///
     /// # Errors
-    /// See [`Plan::new`].
+    /// [`WriteError::DuplicateName`], [`WriteError::LengthMismatch`] or [`WriteError::Layout`].
     pub fn size(&self) -> Result<u64, WriteError> {
-        Ok(self.plan()?.total_size())
+        Ok(self.layout()?.total_size())
     }
 
     /// Writes the pack into the start of `buffer`, which must hold at least
@@ -158,7 +148,7 @@ impl Writer {
     /// [`WriteError::BufferTooSmall`], planning errors, or a failing deferred entry (the
     /// buffer's contents are then unspecified).
     pub fn write_into(self, buffer: &mut [u8]) -> Result<u64, WriteError> {
-        let plan = self.plan()?;
+        let plan = self.layout()?;
         let needed = plan.total_size();
         let Some(buffer) = usize::try_from(needed)
             .ok()
@@ -188,7 +178,7 @@ impl Writer {
             position = slot.offset + slot.len;
         }
         rest.fill(0);
-        let threads = self.threads;
+        let threads = self.options.threads;
         let sums = Checksums::new(plan);
         let jobs: Vec<_> = self
             .entries
@@ -219,7 +209,7 @@ impl Writer {
     /// Planning errors, a failing deferred entry, or a pack larger than this platform's
     /// address space.
     pub fn into_bytes(self) -> Result<Bytes, WriteError> {
-        let plan = self.plan()?;
+        let plan = self.layout()?;
         let size = plan.total_size();
         let size = usize::try_from(size)
             .map_err(|_| WriteError::Layout(format!("{size} bytes do not fit in memory")))?;
@@ -240,14 +230,14 @@ impl Writer {
     /// the tensor being written), planning and provider errors.
     pub fn write_to_file(self, path: impl AsRef<Path>) -> Result<u64, WriteError> {
         let path = path.as_ref();
-        let plan = self.plan()?;
-        if !self.overwrite && path.symlink_metadata().is_ok() {
+        let plan = self.layout()?;
+        if !self.options.overwrite && path.symlink_metadata().is_ok() {
             return Err(WriteError::AlreadyExists {
                 path: path.to_path_buf(),
             });
         }
-        let overwrite = self.overwrite;
-        match self.mode {
+        let overwrite = self.options.overwrite;
+        match self.options.mode {
             WriteMode::Atomic => {
                 let scratch = Scratch::create(path)?;
                 self.write_file(&plan, scratch.file(), scratch.path())?;
@@ -277,7 +267,7 @@ impl Writer {
     fn write_file(self, plan: &Plan, file: &File, path: &Path) -> Result<(), WriteError> {
         file.set_len(plan.total_size())
             .map_err(|e| WriteError::io("size", path, e))?;
-        if self.mapped
+        if self.options.mapped
             && crate::platform::reserve(file, plan.total_size())
                 .map_err(|e| WriteError::io("reserve space for", path, e))?
         {
@@ -289,7 +279,7 @@ impl Writer {
             self.fill(plan, &mut map)?;
             return map.flush().map_err(|e| WriteError::io("flush", path, e));
         }
-        let threads = self.threads;
+        let threads = self.options.threads;
         let sums = Checksums::new(plan);
         let jobs = batches(self.entries, plan);
         let io = |tensor: &str, source| WriteError::Io {

@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use burn::tensor::{Bytes, DType};
-//! use burnpack::{Entry, Writer, convert};
+//! use burnpack::{Entry, Writer, interop::safetensors as convert};
 //! let dir = tempfile::tempdir().unwrap();
 //! let (bpk, st, back) = (dir.path().join("m.bpk"), dir.path().join("m.safetensors"), dir.path().join("back.bpk"));
 //! Writer::new(vec![Entry::resident("w", DType::F32, vec![2], Bytes::from_elems(vec![1.0f32, 2.0]))])

@@ -1,0 +1,87 @@
+//! burn-train's checkpoint layout (`model-<epoch>.bpk`, `optim-<epoch>.bpk`,
+//! `scheduler-<epoch>.bpk`) into one checkpoint and back.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::error::CheckpointError;
+use super::file::Checkpoint;
+use super::namespace::{
+    MODEL_PREFIX, OPTIM_PREFIX, PARTS_KEY, PROGRESS_PREFIX, SCHEDULER_PREFIX, absorb_reader,
+    assemble, part,
+};
+use crate::format::Scalar;
+use crate::module::SaveOptions;
+use crate::read::Reader;
+
+impl Checkpoint {
+    /// Writes the checkpoint in burn-train's layout: `<dir>/model-<epoch>.bpk` (as
+    /// `Module::save_file` writes it), `optim-<epoch>.bpk` and `scheduler-<epoch>.bpk` (as
+    /// Burn's records write them, when the checkpoint has them), each atomically.
+    ///
+    /// # Errors
+    /// A file could not be written.
+    pub fn export_burn_train(
+        &self,
+        dir: impl AsRef<Path>,
+        epoch: u64,
+    ) -> Result<(), CheckpointError> {
+        let dir = dir.as_ref();
+        part(self.reader(), MODEL_PREFIX)?.write_to_file(dir.join(format!("model-{epoch}.bpk")))?;
+        if self.has_optimizer() {
+            part(self.reader(), OPTIM_PREFIX)?
+                .write_to_file(dir.join(format!("optim-{epoch}.bpk")))?;
+        }
+        if self.has_scheduler() {
+            part(self.reader(), SCHEDULER_PREFIX)?
+                .write_to_file(dir.join(format!("scheduler-{epoch}.bpk")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Builds one checkpoint at `out` from burn-train's files for `epoch` in `dir`:
+/// `model-<epoch>.bpk` (required), `optim-<epoch>.bpk` and `scheduler-<epoch>.bpk` (when
+/// present). Tensors are copied from the mapped files straight into the new one; the progress
+/// is `epoch` (burn-train's files carry no step: it is 0). Returns the size written.
+///
+/// # Errors
+/// A file is missing or invalid, or the checkpoint could not be written.
+pub fn import_burn_train(
+    dir: impl AsRef<Path>,
+    epoch: u64,
+    out: impl AsRef<Path>,
+) -> Result<u64, CheckpointError> {
+    let dir = dir.as_ref();
+    let mut entries = Vec::new();
+    let mut scalars = BTreeMap::new();
+    let mut metadata = BTreeMap::new();
+    let model = Reader::open(dir.join(format!("model-{epoch}.bpk")))?;
+    absorb_reader(
+        &model,
+        MODEL_PREFIX,
+        &mut entries,
+        &mut scalars,
+        &mut metadata,
+    )?;
+    let mut parts = Vec::new();
+    for (name, prefix) in [("optim", OPTIM_PREFIX), ("scheduler", SCHEDULER_PREFIX)] {
+        let path = dir.join(format!("{name}-{epoch}.bpk"));
+        if path.exists() {
+            parts.push(name);
+            absorb_reader(
+                &Reader::open(&path)?,
+                prefix,
+                &mut entries,
+                &mut scalars,
+                &mut metadata,
+            )?;
+        }
+    }
+    // The model file's own metadata (burn-store's `producer`...) is not the checkpoint's.
+    metadata.retain(|k, _| !k.starts_with(MODEL_PREFIX));
+    metadata.insert(PARTS_KEY.to_string(), parts.join(","));
+    scalars.insert(format!("{PROGRESS_PREFIX}epoch"), Scalar::UInt(epoch));
+    scalars.insert(format!("{PROGRESS_PREFIX}step"), Scalar::UInt(0));
+    Ok(assemble(&SaveOptions::new(), entries, scalars, metadata).write_to_file(out)?)
+}

@@ -1,0 +1,163 @@
+//! An open checkpoint: its progress, and each part to restore.
+
+use std::path::Path;
+
+use burn::lr_scheduler::LrSchedulerRecord;
+use burn::module::Module;
+use burn::optim::ModuleOptimizer;
+use burn::tensor::Bytes;
+
+use super::error::CheckpointError;
+use super::namespace::{
+    KIND, KIND_KEY, OPTIM_PREFIX, PARTS_KEY, PROGRESS_PREFIX, SCHEDULER_PREFIX, part,
+};
+use super::progress::Progress;
+use crate::module::{LoadOptions, PackModule};
+use crate::read::Reader;
+
+/// An open checkpoint: progress, and the parts to restore.
+#[derive(Debug)]
+pub struct Checkpoint {
+    reader: Reader,
+}
+
+impl Checkpoint {
+    /// Opens (maps) a checkpoint file and checks that it is one.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Read`] or [`CheckpointError::NotACheckpoint`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, CheckpointError> {
+        Self::from_reader(Reader::open(path)?)
+    }
+
+    /// Wraps an open reader.
+    ///
+    /// # Errors
+    /// [`CheckpointError::NotACheckpoint`].
+    pub fn from_reader(reader: Reader) -> Result<Self, CheckpointError> {
+        match reader.metadata().get(KIND_KEY) {
+            Some(kind) if kind == KIND => Ok(Self { reader }),
+            found => Err(CheckpointError::NotACheckpoint {
+                file: reader.file().to_string(),
+                found: found.cloned(),
+            }),
+        }
+    }
+
+    /// The underlying reader.
+    #[must_use]
+    pub fn reader(&self) -> &Reader {
+        &self.reader
+    }
+
+    /// The progress saved with the checkpoint.
+    #[must_use]
+    pub fn progress(&self) -> Progress {
+        let mut progress = Progress::default();
+        for (k, v) in self.reader.scalars() {
+            let Some(name) = k.strip_prefix(PROGRESS_PREFIX) else {
+                continue;
+            };
+            match (name, u64::try_from(*v)) {
+                ("epoch", Ok(n)) => progress.epoch = n,
+                ("step", Ok(n)) => progress.step = n,
+                _ => {
+                    progress.scalars.insert(name.to_string(), *v);
+                }
+            }
+        }
+        progress
+    }
+
+    /// Whether the checkpoint holds optimizer state (possibly empty: an optimizer saved
+    /// before its first step).
+    #[must_use]
+    pub fn has_optimizer(&self) -> bool {
+        self.has_part("optim", OPTIM_PREFIX)
+    }
+
+    /// Whether the checkpoint holds an LR scheduler record.
+    #[must_use]
+    pub fn has_scheduler(&self) -> bool {
+        self.has_part("scheduler", SCHEDULER_PREFIX)
+    }
+
+    /// Whether part `name` was saved: listed under [`PARTS_KEY`], or (checkpoints written
+    /// before that key) some entry lives under `prefix`.
+    fn has_part(&self, name: &str, prefix: &str) -> bool {
+        match self.reader.metadata().get(PARTS_KEY) {
+            Some(parts) => parts.split(',').any(|p| p == name),
+            None => {
+                self.reader.scalars().keys().any(|k| k.starts_with(prefix))
+                    || self
+                        .reader
+                        .tensors()
+                        .iter()
+                        .any(|t| t.name().starts_with(prefix))
+            }
+        }
+    }
+
+    /// Loads the model part into `model` (strict, dtypes as stored, zero-copy).
+    ///
+    /// # Errors
+    /// [`CheckpointError::Module`] listing every mismatch.
+    pub fn load_model<M: Module>(&self, model: M) -> Result<M, CheckpointError> {
+        self.load_model_with(model, &LoadOptions::new())
+    }
+
+    /// Loads the model part with `options`.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Module`] listing every mismatch.
+    pub fn load_model_with<M: Module>(
+        &self,
+        model: M,
+        options: &LoadOptions,
+    ) -> Result<M, CheckpointError> {
+        Ok(model.load_pack_reader(&self.reader, options)?)
+    }
+
+    /// Restores the optimizer state into `optimizer` (built with the same configuration).
+    ///
+    /// # Errors
+    /// [`CheckpointError::Invalid`] when the checkpoint has no optimizer state,
+    /// [`CheckpointError::Record`] when Burn refuses it.
+    pub fn load_optimizer(
+        &self,
+        optimizer: ModuleOptimizer,
+    ) -> Result<ModuleOptimizer, CheckpointError> {
+        if !self.has_optimizer() {
+            return Err(CheckpointError::Invalid {
+                file: self.reader.file().to_string(),
+                what: "the checkpoint holds no optimizer state".into(),
+            });
+        }
+        optimizer
+            .from_bytes(self.extract(OPTIM_PREFIX)?)
+            .map_err(|e| {
+                CheckpointError::record(
+                    &format!("{}: restore the optimizer state", self.reader.file()),
+                    &e,
+                )
+            })
+    }
+
+    /// The LR scheduler record, for `LrScheduler::load_record`.
+    ///
+    /// # Errors
+    /// [`CheckpointError::Record`] when Burn refuses it.
+    pub fn scheduler_record(&self) -> Result<LrSchedulerRecord, CheckpointError> {
+        LrSchedulerRecord::from_bytes(self.extract(SCHEDULER_PREFIX)?).map_err(|e| {
+            CheckpointError::record(
+                &format!("{}: restore the scheduler record", self.reader.file()),
+                &e,
+            )
+        })
+    }
+
+    /// The part under `prefix` as a stand-alone pack, as Burn wrote it (prefix removed).
+    fn extract(&self, prefix: &str) -> Result<Bytes, CheckpointError> {
+        Ok(part(&self.reader, prefix)?.into_bytes()?)
+    }
+}

@@ -1,0 +1,109 @@
+//! How a checkpoint is laid out in one pack: each part under its own name prefix, and the
+//! moves of a stand-alone pack (Burn's records, burn-train's files) into and out of it.
+
+use std::collections::BTreeMap;
+
+use burn::tensor::Bytes;
+
+use super::error::CheckpointError;
+use crate::format::{NAMESPACE_KEY, Scalar};
+use crate::module::SaveOptions;
+use crate::read::Reader;
+use crate::write::{Entry, Writer};
+
+/// Metadata key marking a training checkpoint.
+pub const KIND_KEY: &str = "burnpack.kind";
+/// Value of [`KIND_KEY`] in checkpoints.
+pub const KIND: &str = "checkpoint";
+/// Namespace of the model's parameters in a checkpoint (declared under
+/// [`NAMESPACE_KEY`], so the module loader reads only it).
+pub const MODEL_PREFIX: &str = "model.";
+/// Metadata key listing the optional parts a checkpoint holds (`optim`, `scheduler`), so a
+/// part that is present but empty (a fresh optimizer that has not stepped yet) is told from
+/// one that is absent.
+pub const PARTS_KEY: &str = "burnpack.parts";
+pub(crate) const OPTIM_PREFIX: &str = "optim.";
+pub(crate) const SCHEDULER_PREFIX: &str = "scheduler.";
+pub(crate) const PROGRESS_PREFIX: &str = "progress.";
+
+/// Moves a pack Burn serialized (an optimizer or scheduler record) under `prefix`: its tensors
+/// become entries that are windows into `bytes`, its scalars and metadata prefixed keys.
+pub(crate) fn absorb(
+    bytes: Bytes,
+    prefix: &str,
+    entries: &mut Vec<Entry>,
+    scalars: &mut BTreeMap<String, Scalar>,
+    metadata: &mut BTreeMap<String, String>,
+) -> Result<(), CheckpointError> {
+    absorb_reader(
+        &Reader::from_bytes(bytes)?,
+        prefix,
+        entries,
+        scalars,
+        metadata,
+    )
+}
+
+/// [`absorb`] from an open reader.
+pub(crate) fn absorb_reader(
+    reader: &Reader,
+    prefix: &str,
+    entries: &mut Vec<Entry>,
+    scalars: &mut BTreeMap<String, Scalar>,
+    metadata: &mut BTreeMap<String, String>,
+) -> Result<(), CheckpointError> {
+    for info in reader.tensors_by_position() {
+        entries.push(Entry::from_stored(info, reader.read(info)?).prefixed(prefix));
+    }
+    for (k, v) in reader.scalars() {
+        scalars.insert(format!("{prefix}{k}"), *v);
+    }
+    for (k, v) in reader.metadata() {
+        metadata.insert(format!("{prefix}{k}"), v.clone());
+    }
+    Ok(())
+}
+
+/// A writer for the part of `reader` under `prefix` (prefix removed), as Burn wrote it;
+/// tensors are windows into the reader's source.
+pub(crate) fn part(reader: &Reader, prefix: &str) -> Result<Writer, CheckpointError> {
+    let mut entries = Vec::new();
+    for info in reader.tensors_by_position() {
+        let Some(name) = info.name().strip_prefix(prefix) else {
+            continue;
+        };
+        entries.push(Entry::from_stored(info, reader.read(info)?).renamed(name));
+    }
+    let mut writer = Writer::new(entries);
+    for (k, v) in reader.scalars() {
+        if let Some(name) = k.strip_prefix(prefix) {
+            writer = writer.with_scalar(name, *v);
+        }
+    }
+    for (k, v) in reader.metadata() {
+        if let Some(name) = k.strip_prefix(prefix) {
+            writer = writer.with_metadata(name, v.clone());
+        }
+    }
+    Ok(writer)
+}
+
+/// A checkpoint writer: `options` applied, namespaced scalars and metadata, the kind marker
+/// and the namespace of the model's parameters.
+pub(crate) fn assemble(
+    options: &SaveOptions,
+    entries: Vec<Entry>,
+    scalars: BTreeMap<String, Scalar>,
+    metadata: BTreeMap<String, String>,
+) -> Writer {
+    let mut writer = options.configure(Writer::new(entries));
+    for (k, v) in metadata {
+        writer = writer.with_metadata(k, v);
+    }
+    for (k, v) in scalars {
+        writer = writer.with_scalar(k, v);
+    }
+    writer
+        .with_metadata(KIND_KEY, KIND)
+        .with_metadata(NAMESPACE_KEY, MODEL_PREFIX)
+}

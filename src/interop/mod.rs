@@ -1,0 +1,16 @@
+//! Other containers of tensors, beside burnpack: each is an adapter over [`read`](mod@crate::read)
+//! and [`write`](mod@crate::write), like [`module`](crate::module) is for Burn modules.
+//!
+//! A container that tensors are *read* from becomes a [`TensorSource`](crate::read::TensorSource):
+//! it builds the table of [`TensorInfo`](crate::format::TensorInfo)s (validated as strictly as a
+//! pack's) and hands out each tensor's bytes, zero-copy where it can. The module loader, `bpk`
+//! and the conversions consume that table and never ask which container it came from, so a new
+//! source (a sharded index, an object in a bucket) is one file here plus its tests, never a copy
+//! of the pack path. A container that tensors are *written* to takes the writer's planned
+//! entries.
+//!
+//! - [`safetensors`]: conversions between burnpack and safetensors files (feature
+//!   `safetensors`, on by default), with the `safetensors` crate.
+
+#[cfg(feature = "safetensors")]
+pub mod safetensors;

@@ -1,0 +1,107 @@
+//! How a pack is written: durability, overwriting, parallelism, checksums.
+
+/// How [`Writer::write_to_file`](super::Writer::write_to_file) treats the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteMode {
+    /// Write a scratch sibling, fsync it, rename it over the destination, fsync the directory.
+    /// The destination is either left exactly as it was or replaced whole, even if the process
+    /// dies midway; readers that mapped the old file keep seeing it. Needs room for a second
+    /// copy while writing.
+    #[default]
+    Atomic,
+    /// Truncate and write the destination itself: no second copy and no fsync, but a failure
+    /// midway leaves a partial file, and processes that mapped the old file see it change
+    /// (or receive `SIGBUS`). Use only for files nobody else reads meanwhile.
+    InPlace,
+}
+
+/// The options of a write, apart from what is written: mode, overwrite, threads, checksums.
+/// [`Writer`](super::Writer) holds one, and so does the module layer's
+/// [`SaveOptions`](crate::module::SaveOptions), which adds metadata and scalars around it.
+///
+/// ```
+/// use burnpack::{Writer, write::WriteOptions, WriteMode};
+/// let options = WriteOptions::new().mode(WriteMode::InPlace).threads(2).checksums(false);
+/// assert!(!options.has_checksums());
+/// let writer = Writer::new(vec![]).options(options);
+/// # let _ = writer;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOptions {
+    pub(crate) mode: WriteMode,
+    pub(crate) overwrite: bool,
+    pub(crate) threads: Option<usize>,
+    pub(crate) checksums: bool,
+    pub(crate) mapped: bool,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        Self {
+            mode: WriteMode::Atomic,
+            overwrite: true,
+            threads: None,
+            checksums: true,
+            mapped: false,
+        }
+    }
+}
+
+impl WriteOptions {
+    /// Atomic, overwriting, rayon's thread count, with checksums.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Atomic (default) or in-place file writes.
+    #[must_use]
+    pub fn mode(mut self, mode: WriteMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Whether an existing destination may be replaced (default `true`). With `false`, an
+    /// existing file is refused with
+    /// [`WriteError::AlreadyExists`](super::WriteError::AlreadyExists) and left untouched.
+    #[must_use]
+    pub fn overwrite(mut self, overwrite: bool) -> Self {
+        self.overwrite = overwrite;
+        self
+    }
+
+    /// Number of parallel writers (default: rayon's global pool size). Each holds at most one
+    /// entry's bytes at a time.
+    #[must_use]
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = Some(threads.max(1));
+        self
+    }
+
+    /// Whether to store checksums (xxh3-64) of every tensor and of the header and metadata,
+    /// computed in the same parallel pass that writes the data (default `true`). Burn 0.22's
+    /// reader ignores them; with `false` the bytes are exactly those of Burn's
+    /// `burn_pack::Writer`.
+    #[must_use]
+    pub fn checksums(mut self, checksums: bool) -> Self {
+        self.checksums = checksums;
+        self
+    }
+
+    /// Whether checksums are stored.
+    #[must_use]
+    pub fn has_checksums(&self) -> bool {
+        self.checksums
+    }
+
+    /// Fill file slots through a writable shared mapping of the pre-sized file instead of
+    /// positional writes. For the benchmark that compares the two (feature `internals`);
+    /// positional writes are the default because a mapping turns a full disk into `SIGBUS`
+    /// instead of an error.
+    #[cfg(feature = "internals")]
+    #[must_use]
+    pub fn mapped_io(mut self, mapped: bool) -> Self {
+        self.mapped = mapped;
+        self
+    }
+}
