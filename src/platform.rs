@@ -55,8 +55,9 @@ pub(crate) fn write_all_at(file: &File, mut buf: &[u8], mut offset: u64) -> io::
 }
 
 /// Reserves `len` bytes of disk for `file`, so writes through a mapping cannot hit a full
-/// disk. Returns `false` where the filesystem or platform cannot reserve space.
-#[cfg(target_os = "linux")]
+/// disk. Returns `false` where the filesystem or platform cannot reserve space. Only the
+/// benchmark-only mapped writer (feature `internals`) uses it.
+#[cfg(all(feature = "internals", target_os = "linux"))]
 pub(crate) fn reserve(file: &File, len: u64) -> io::Result<bool> {
     use std::os::fd::AsRawFd;
     let Ok(len) = libc::off_t::try_from(len) else {
@@ -78,7 +79,7 @@ pub(crate) fn reserve(file: &File, len: u64) -> io::Result<bool> {
 }
 
 /// Reserving space is a Linux call; elsewhere the mapped writer is not used.
-#[cfg(not(target_os = "linux"))]
+#[cfg(all(feature = "internals", not(target_os = "linux")))]
 #[allow(clippy::unnecessary_wraps)]
 pub(crate) fn reserve(_file: &File, _len: u64) -> io::Result<bool> {
     Ok(false)

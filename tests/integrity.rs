@@ -469,3 +469,37 @@ fn a_file_left_by_an_in_place_write_on_a_full_tmpfs_is_an_error_not_sigbus() {
         );
     }
 }
+
+#[test]
+fn files_of_earlier_versions_with_tensor_checksums_only_still_verify() {
+    // Earlier versions stored 8 bytes per tensor and no header/metadata checksum.
+    let data = [5u8, 6, 7];
+    let mut meta = Metadata::default();
+    meta.tensors.push((
+        "w".into(),
+        burnpack::format::Descriptor {
+            dtype: DType::U8,
+            shape: vec![3],
+            data_offsets: (0, 3),
+            param_id: Some(1),
+        },
+    ));
+    meta.checksums = Some(burnpack::format::checksum(&data).to_le_bytes().to_vec());
+    let cbor = meta.encode().unwrap();
+    let mut file = burnpack::format::Header::new(cbor.len() as u32)
+        .to_bytes()
+        .to_vec();
+    file.extend_from_slice(&cbor);
+    file.resize(burnpack::format::data_start(cbor.len() as u32) as usize, 0);
+    file.extend_from_slice(&data);
+    let reader = Reader::from_bytes(Bytes::from_bytes_vec(file.clone())).unwrap();
+    assert!(reader.layout().has_checksums());
+    assert_eq!(reader.verify_all().unwrap(), 1);
+    let mut corrupt = file;
+    *corrupt.last_mut().unwrap() ^= 1;
+    let reader = Reader::from_bytes(Bytes::from_bytes_vec(corrupt)).unwrap();
+    assert!(matches!(
+        reader.verify_all().unwrap_err(),
+        ReadError::Checksum { .. }
+    ));
+}

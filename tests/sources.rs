@@ -149,3 +149,23 @@ fn save_options_reach_every_write_option_including_burns_exact_bytes() {
             == &WriteOptions::new().checksums(false)
     );
 }
+
+#[test]
+fn checkpoints_written_before_the_namespace_key_still_load_as_models() {
+    let device = Device::flex();
+    let entry = Entry::resident(
+        "model.w",
+        burn::tensor::DType::F32,
+        vec![2],
+        Bytes::from_elems(vec![4.0f32, 5.0]),
+    );
+    let bytes = Writer::new(vec![entry])
+        .with_metadata("burnpack.kind", "checkpoint")
+        .with_scalar("progress.step", 3u64)
+        .into_bytes()
+        .unwrap();
+    let loaded = Tiny::new([0.0; 2], &device)
+        .load_pack_bytes(bytes, &LoadOptions::new())
+        .unwrap();
+    assert_eq!(values(&loaded), [4.0, 5.0]);
+}

@@ -375,19 +375,25 @@ impl Reader {
             return Ok(());
         }
         for (start, end, before) in self.layout.padding() {
-            let bytes =
-                self.source
-                    .read(start, end - start, 1)
+            let mut at = start;
+            while at < end {
+                // In pieces of at most 1 MiB: a buffered read allocates what it reads.
+                let len = (end - at).min(1 << 20);
+                let bytes = self
+                    .source
+                    .read(at, len, 1)
                     .map_err(|source| ReadError::Io {
                         file: self.file.clone(),
                         action: "read padding",
                         source,
                     })?;
-            if let Some(i) = bytes.iter().position(|&b| b != 0) {
-                return Err(invalid(FormatError::Padding {
-                    offset: start + i as u64,
-                    before: before.to_string(),
-                }));
+                if let Some(i) = bytes.iter().position(|&b| b != 0) {
+                    return Err(invalid(FormatError::Padding {
+                        offset: at + i as u64,
+                        before: before.to_string(),
+                    }));
+                }
+                at += len;
             }
         }
         Ok(())

@@ -61,12 +61,17 @@ impl Scratch {
                 ));
             }
             Err(e) => {
+                let what = if e.kind() == io::ErrorKind::NotFound {
+                    "is not there"
+                } else {
+                    "cannot be used"
+                };
                 return Err(WriteError::io(
                     "create",
                     dest,
                     io::Error::new(
                         e.kind(),
-                        format!("its directory {} is not there: {e}", dir.display()),
+                        format!("its directory {} {what}: {e}", dir.display()),
                     ),
                 ));
             }

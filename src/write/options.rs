@@ -32,6 +32,7 @@ pub struct WriteOptions {
     pub(crate) overwrite: bool,
     pub(crate) threads: Option<usize>,
     pub(crate) checksums: bool,
+    #[cfg(feature = "internals")]
     pub(crate) mapped: bool,
 }
 
@@ -42,6 +43,7 @@ impl Default for WriteOptions {
             overwrite: true,
             threads: None,
             checksums: true,
+            #[cfg(feature = "internals")]
             mapped: false,
         }
     }

@@ -267,6 +267,7 @@ impl Writer {
     fn write_file(self, plan: &Plan, file: &File, path: &Path) -> Result<(), WriteError> {
         file.set_len(plan.total_size())
             .map_err(|e| WriteError::io("size", path, e))?;
+        #[cfg(feature = "internals")]
         if self.options.mapped
             && crate::platform::reserve(file, plan.total_size())
                 .map_err(|e| WriteError::io("reserve space for", path, e))?
