@@ -161,7 +161,8 @@ fn main() {
     // Round robin, so drift in the machine's state spreads over every contender.
     for _ in 0..runs {
         for (who, out) in contenders.iter().zip(&mut results) {
-            out.push(common::run_child(&[who, path.to_str().unwrap()]));
+            let sample = common::run_child(&[who, path.to_str().unwrap()]);
+            out.push((sample.time, sample.peak_kib));
         }
     }
     for (who, mut out) in contenders.iter().zip(results) {

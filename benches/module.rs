@@ -1,10 +1,17 @@
 //! Module save/load benchmark, side by side with Burn 0.22 in one run.
 //!
 //! `cargo bench --bench module` prints a markdown table. Every measurement runs in a child
-//! process of this binary (one operation per child), so peak resident memory (`VmHWM`) is that
-//! operation's own. Contenders: burnpack, Burn's `save_file` / `load_file`, burn-store's
-//! `BurnpackStore` and `SafetensorsStore`. Env: `BURNPACK_BENCH_RUNS` (default 3),
-//! `BURNPACK_BENCH_SIZES` (default `256m,1g,10k`), `BURNPACK_BENCH_DIR` (default `.`).
+//! process of this binary (one operation per child); the child resets its peak resident size
+//! just before the operation, so the peak is the operation's own, and reports wall time, CPU
+//! time (user + system, all threads) and resident size before the operation. Contenders run
+//! interleaved, one round after another, each round starting with the next contender, so
+//! drift in the machine (page cache, disk, thermal) spreads over all of them; a row gives
+//! the median with min-max and the median over rounds of the ratio to the operation's
+//! reference (the floor for saves, the first contender otherwise). Every save writes a fresh
+//! file (the destination is removed first), in-place included. Contenders: burnpack, Burn's
+//! `save_file` / `load_file`, burn-store's `BurnpackStore` and `SafetensorsStore`. Env:
+//! `BURNPACK_BENCH_RUNS` (default 5), `BURNPACK_BENCH_SIZES` (default `512m,1g,emb,10k`),
+//! `BURNPACK_BENCH_DIR` (default `.`).
 
 mod common;
 
@@ -12,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::nn::{Linear, LinearConfig};
+use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Device, Tensor};
 use burn_store::{BurnpackStore, ModuleSnapshot, SafetensorsStore};
 use burnpack::module::{PackModule, SaveOptions};
@@ -20,18 +27,23 @@ use burnpack::{WriteMode, Writer};
 
 #[derive(Module, Debug)]
 struct Stack {
+    embedding: Option<Embedding>,
     layers: Vec<Linear>,
 }
 
-/// `256m` and `1g`: square 1024x1024 f32 layers; `10k`: 5,000 tiny layers (10,000 tensors).
+/// `256m`, `512m` and `1g`: square 1024x1024 f32 layers; `emb`: a 50,257 x 512 embedding
+/// (98 MiB, a GPT-2 vocabulary) and 8 layers of 512; `10k`: 5,000 tiny layers (10,000 tensors).
 fn model(size: &str, device: &Device) -> Stack {
     let (count, width) = match size {
         "256m" => (64, 1024),
+        "512m" => (128, 1024),
         "1g" => (256, 1024),
+        "emb" => (8, 512),
         "10k" => (5000, 8),
         other => panic!("unknown size {other}"),
     };
     Stack {
+        embedding: (size == "emb").then(|| EmbeddingConfig::new(50_257, 512).init(device)),
         layers: (0..count)
             .map(|_| LinearConfig::new(width, width).init(device))
             .collect(),
@@ -80,6 +92,7 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
     let time = match op {
         "save" => {
             let m = materialize(model(size, &device));
+            let meter = common::Meter::start();
             let start = Instant::now();
             match who {
                 "burnpack" => drop(m.save_pack(&out).unwrap()),
@@ -92,24 +105,27 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                 "safetensors-store" => m.save_into(&mut SafetensorsStore::from_file(&out)).unwrap(),
                 "floor" => {
                     // One write(2) + fsync of a ready-made buffer of the same size.
+                    drop(meter);
                     let bytes = m
                         .pack_writer(&SaveOptions::new())
                         .unwrap()
                         .into_bytes()
                         .unwrap();
+                    let meter = common::Meter::start();
                     let start = Instant::now();
                     let mut f = std::fs::File::create(&out).unwrap();
                     std::io::Write::write_all(&mut f, &bytes).unwrap();
                     f.sync_all().unwrap();
-                    common::report(start.elapsed());
+                    meter.report(start.elapsed());
                     return;
                 }
                 _ => panic!("{who}"),
             }
-            start.elapsed()
+            (meter, start.elapsed())
         }
         "load" | "load-read" => {
             let target = model(size, &device);
+            let meter = common::Meter::start();
             let start = Instant::now();
             let loaded = match who {
                 "burnpack" => target.load_pack(file(dir, size, "burnpack.bpk")).unwrap(),
@@ -130,24 +146,27 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                     .unwrap();
                     t
                 }
-                "in-memory" => materialize(target),
-                _ => panic!("{who}"),
-            };
-            if op == "load-read" || who == "in-memory" {
-                let start = Instant::now();
-                let sum = read_all(&loaded);
-                std::hint::black_box(sum);
-                if who == "in-memory" {
+                "in-memory" => {
+                    drop(meter);
+                    let loaded = materialize(target);
                     // Reading the parameters of a model already in memory: the reference.
-                    common::report(start.elapsed());
+                    let meter = common::Meter::start();
+                    let start = Instant::now();
+                    std::hint::black_box(read_all(&loaded));
+                    meter.report(start.elapsed());
                     return;
                 }
+                _ => panic!("{who}"),
+            };
+            if op == "load-read" {
+                std::hint::black_box(read_all(&loaded));
             }
-            start.elapsed()
+            (meter, start.elapsed())
         }
         _ => panic!("{op}"),
     };
-    common::report(time);
+    let (meter, time) = time;
+    meter.report(time);
 }
 
 fn main() {
@@ -156,13 +175,19 @@ fn main() {
         child(&args[2], &args[3], &args[4], Path::new(&args[5]));
         return;
     }
-    let runs = common::env_or("BURNPACK_BENCH_RUNS", 3);
-    let sizes = std::env::var("BURNPACK_BENCH_SIZES").unwrap_or_else(|_| "256m,1g,10k".into());
+    if args.iter().any(|a| a == "--list") {
+        return; // `cargo bench -- --list` probes harness=false benches
+    }
+    let runs = common::env_or("BURNPACK_BENCH_RUNS", 5);
+    let sizes =
+        std::env::var("BURNPACK_BENCH_SIZES").unwrap_or_else(|_| "512m,1g,emb,10k".into());
     let dir = common::bench_dir();
     let device = Device::flex();
 
-    println!("| model | operation | contender | median time | peak RSS |");
-    println!("|---|---|---|---:|---:|");
+    println!(
+        "| model | operation | contender | time, ms: median (min-max) | x reference (median of rounds) | CPU, ms | peak RSS during the operation |"
+    );
+    println!("|---|---|---|---:|---:|---:|---:|");
     for size in sizes.split(',') {
         // Inputs for the loads, written once by each format's own writer.
         let m = materialize(model(size, &device));
@@ -178,10 +203,10 @@ fn main() {
         .unwrap();
         let bytes = Writer::new(m.pack_entries().unwrap()).size().unwrap();
         drop(m);
-        let label = if size == "10k" {
-            "10,000 tensors".to_string()
-        } else {
-            format!("{} MiB f32", bytes >> 20)
+        let label = match size {
+            "10k" => "10,000 tensors".to_string(),
+            "emb" => format!("{} MiB f32, one 98 MiB tensor", bytes >> 20),
+            _ => format!("{} MiB f32", bytes >> 20),
         };
         let plan: [(&str, &[&str]); 3] = [
             (
@@ -216,28 +241,46 @@ fn main() {
             ),
         ];
         for (op, contenders) in plan {
-            for who in contenders {
-                // burn-store's safetensors loader takes minutes on 10,000 tensors: measure it once.
-                let runs = if size == "10k" && *who == "safetensors-store" && op != "save" {
-                    1
-                } else {
-                    runs
-                };
-                let mut samples: Vec<(Duration, u64)> = (0..runs)
-                    .map(|_| common::run_child(&[op, who, size, dir.path().to_str().unwrap()]))
+            // burn-store's safetensors loader takes minutes on 10,000 tensors: measured once,
+            // outside the rounds.
+            let slow = |who: &str| size == "10k" && who == "safetensors-store" && op != "save";
+            let mut samples: Vec<Vec<common::Sample>> = vec![Vec::new(); contenders.len()];
+            for round in 0..runs {
+                for k in 0..contenders.len() {
+                    let i = (round + k) % contenders.len();
+                    if slow(contenders[i]) && round > 0 {
+                        continue;
+                    }
+                    let dir = dir.path().to_str().unwrap();
+                    samples[i].push(common::run_child(&[op, contenders[i], size, dir]));
+                }
+            }
+            for (who, own) in contenders.iter().zip(&samples) {
+                let ratios: Vec<f64> = own
+                    .iter()
+                    .zip(&samples[0])
+                    .map(|(s, r)| s.time.as_secs_f64() / r.time.as_secs_f64())
                     .collect();
-                samples.sort();
-                let (time, _) = samples[samples.len() / 2];
-                let peak = samples.iter().map(|s| s.1).max().unwrap();
+                let times: Vec<Duration> = own.iter().map(|s| s.time).collect();
+                let cpus: Vec<Duration> = own.iter().map(|s| s.cpu).collect();
+                let peak = own.iter().map(|s| s.peak_kib).max().unwrap();
+                let over = own
+                    .iter()
+                    .map(|s| s.peak_kib.saturating_sub(s.base_kib))
+                    .max()
+                    .unwrap();
                 let op_label = match (op, *who) {
                     ("load-read", "in-memory") => "read all params",
                     ("load-read", _) => "load + read all params",
                     (op, _) => op,
                 };
                 println!(
-                    "| {label} | {op_label} | {who} | {:.1} ms | {} MiB |",
-                    time.as_secs_f64() * 1e3,
-                    peak >> 10
+                    "| {label} | {op_label} | {who} | {} | {:.2} | {:.0} | {} MiB (+{} MiB) |",
+                    common::spread(&times),
+                    common::median_ratio(ratios),
+                    common::median(cpus).as_secs_f64() * 1e3,
+                    peak >> 10,
+                    over >> 10
                 );
             }
         }

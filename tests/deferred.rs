@@ -1,5 +1,6 @@
 //! The parallel writer's memory bound: deferred entries are produced only when written, each
-//! exactly once, and never more at once than there are writer threads.
+//! exactly once, and never more at once than the producer threads hold plus the chunk the
+//! writer thread is writing (small neighbours travel together, up to 1 MiB a chunk).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -64,42 +65,45 @@ fn tracked_entries(gauge: &Arc<Gauge>, count: usize, len: usize) -> Vec<Entry> {
 }
 
 #[test]
-fn at_most_one_materialized_entry_per_thread() {
+fn at_most_one_materialized_entry_per_thread_plus_the_one_written() {
     let dir = tempfile::tempdir().unwrap();
-    for threads in [1, 3] {
-        let gauge = Arc::new(Gauge::default());
-        let path = dir.path().join(format!("t{threads}.bpk"));
-        Writer::new(tracked_entries(&gauge, 40, 64 * 1024))
-            .threads(threads)
-            .write_to_file(&path)
-            .unwrap();
-        let peak = gauge.peak.load(Ordering::SeqCst);
-        assert!(
-            peak <= threads,
-            "{peak} entries were live at once with {threads} threads"
-        );
-        assert_eq!(
-            gauge.live.load(Ordering::SeqCst),
-            0,
-            "every entry was dropped"
-        );
-        assert_eq!(
-            gauge.produced.load(Ordering::SeqCst),
-            40,
-            "every provider ran once"
-        );
-        if threads > 1 {
-            assert!(peak >= 2, "entries were never written in parallel");
-        }
-        let reader = Reader::open(&path).unwrap();
-        for i in 0..40 {
+    // Entries of 1 MiB and more are chunks of their own; 64 KiB ones go 16 to a chunk.
+    for (len, per_chunk) in [(1 << 20, 1), (64 << 10, 16)] {
+        for threads in [1, 3] {
+            let gauge = Arc::new(Gauge::default());
+            let path = dir.path().join(format!("t{threads}.bpk"));
+            Writer::new(tracked_entries(&gauge, 40, len))
+                .threads(threads)
+                .write_to_file(&path)
+                .unwrap();
+            let peak = gauge.peak.load(Ordering::SeqCst);
             assert!(
-                reader
-                    .bytes(&format!("layer.{i}"))
-                    .unwrap()
-                    .iter()
-                    .all(|&b| b == i as u8)
+                peak <= (threads + 1) * per_chunk,
+                "{peak} entries of {len} bytes were live at once with {threads} threads"
             );
+            assert_eq!(
+                gauge.live.load(Ordering::SeqCst),
+                0,
+                "every entry was dropped"
+            );
+            assert_eq!(
+                gauge.produced.load(Ordering::SeqCst),
+                40,
+                "every provider ran once"
+            );
+            if threads > 1 {
+                assert!(peak >= 2, "entries were never written in parallel");
+            }
+            let reader = Reader::open(&path).unwrap();
+            for i in 0..40 {
+                assert!(
+                    reader
+                        .bytes(&format!("layer.{i}"))
+                        .unwrap()
+                        .iter()
+                        .all(|&b| b == i as u8)
+                );
+            }
         }
     }
 }

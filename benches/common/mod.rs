@@ -24,20 +24,81 @@ pub fn median(mut samples: Vec<Duration>) -> Duration {
     samples[samples.len() / 2]
 }
 
-/// This process's peak resident memory (`VmHWM`), in KiB.
-pub fn peak_kib() -> u64 {
+/// A line of `/proc/self/status` (`VmHWM`, `VmRSS`), in KiB.
+fn status_kib(key: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let line = status.lines().find(|l| l.starts_with(key)).unwrap();
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
-/// Reports a child's measurement to [`run_child`]: its time and this process's peak memory.
+/// This process's peak resident memory (`VmHWM`), in KiB.
+pub fn peak_kib() -> u64 {
+    status_kib("VmHWM:")
+}
+
+/// CPU time (user + system, every thread) this process has used so far.
+pub fn cpu_time() -> Duration {
+    // SAFETY: getrusage writes into the zeroed struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// One child's measurement: wall time, CPU time, the peak resident memory during the
+/// operation and the resident memory before it (the model, for a save).
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    pub time: Duration,
+    pub cpu: Duration,
+    pub peak_kib: u64,
+    pub base_kib: u64,
+}
+
+/// Meters one operation in a child: [`Meter::start`] resets the peak resident size (Linux
+/// `clear_refs` 5) and notes CPU time and resident size; [`Meter::report`] prints the sample
+/// for [`run_child`].
+pub struct Meter {
+    cpu: Duration,
+    base_kib: u64,
+}
+
+impl Meter {
+    pub fn start() -> Self {
+        // Resets VmHWM to the current VmRSS, so the peak is this operation's own.
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+        Self {
+            cpu: cpu_time(),
+            base_kib: status_kib("VmRSS:"),
+        }
+    }
+
+    pub fn report(self, time: Duration) {
+        println!(
+            "RESULT {} {} {} {}",
+            time.as_nanos(),
+            peak_kib(),
+            (cpu_time() - self.cpu).as_nanos(),
+            self.base_kib
+        );
+    }
+}
+
+/// Reports a child's measurement to [`run_child`]: its time and this process's peak memory
+/// over its whole life (CPU time likewise).
 pub fn report(time: Duration) {
-    println!("RESULT {} {}", time.as_nanos(), peak_kib());
+    Meter {
+        cpu: Duration::ZERO,
+        base_kib: 0,
+    }
+    .report(time);
 }
 
 /// Runs this benchmark binary again as `--child ARGS...` and returns what it [`report`]ed.
-pub fn run_child(args: &[&str]) -> (Duration, u64) {
+pub fn run_child(args: &[&str]) -> Sample {
     let out = Command::new(std::env::current_exe().unwrap())
         .arg("--child")
         .args(args)
@@ -60,8 +121,35 @@ pub fn run_child(args: &[&str]) -> (Duration, u64) {
                 String::from_utf8_lossy(&out.stderr)
             )
         });
-    let mut parts = line.split_whitespace().skip(1);
-    let nanos: u64 = parts.next().unwrap().parse().unwrap();
-    let peak: u64 = parts.next().unwrap().parse().unwrap();
-    (Duration::from_nanos(nanos), peak)
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|p| p.parse().unwrap())
+        .collect();
+    Sample {
+        time: Duration::from_nanos(v[0]),
+        peak_kib: v[1],
+        cpu: Duration::from_nanos(v[2]),
+        base_kib: v[3],
+    }
+}
+
+/// `median (min-max)` of durations, in milliseconds.
+pub fn spread(samples: &[Duration]) -> String {
+    let mut s = samples.to_vec();
+    s.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let prec = if ms(s[s.len() - 1]) < 100.0 { 1 } else { 0 };
+    format!(
+        "{:.prec$} ({:.prec$}-{:.prec$})",
+        ms(s[s.len() / 2]),
+        ms(s[0]),
+        ms(s[s.len() - 1])
+    )
+}
+
+/// The median of a list of ratios.
+pub fn median_ratio(mut ratios: Vec<f64>) -> f64 {
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
 }

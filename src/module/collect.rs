@@ -3,7 +3,8 @@
 use burn::module::{ModuleVisitor, Param, Parameter};
 use burn::tensor::{Bool, Int, Tensor, kind::Basic};
 
-use crate::write::{Entry, ProviderError, WriteError};
+use super::host;
+use crate::write::{Entry, WriteError};
 
 /// Collects a module's parameters as entries, with Burn's names (field path joined by `.`),
 /// `ParamId`s, dtypes and shapes. Nothing is read from the device here: each entry holds a
@@ -22,16 +23,24 @@ impl Collector {
         Tensor<D, K>: Parameter + Send,
     {
         let name = self.path.join(".");
-        // The save mapper's form is what Burn writes and what its loader un-maps.
-        let tensor = param.transform_for_save().val();
+        // What `param.transform_for_save().val()` gives (the save mapper applied to the
+        // effective value), without the temporary `Param` it builds: that costs an aligned
+        // allocation per parameter, most of a small tensor's save time.
+        let (_, _, mapper) = param.clone().consume();
+        let tensor = mapper.on_save(param.val());
         let dtype = tensor.dtype();
-        let shape = tensor.shape().to_vec();
+        let shape = tensor.dims().to_vec();
         let id = param.id.val();
-        let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+        let dims: [u64; D] = tensor.dims().map(|d| d as u64);
         let entry = match crate::format::byte_len(dtype, &dims) {
-            Some(len) => Entry::deferred(name, dtype, shape, len, move || read(tensor)),
+            // On flex and ndarray the bytes are borrowed now (an `Arc` of the parameter's own
+            // storage: nothing is copied, and no tensor handle is kept per entry).
+            Some(len) => match host::borrow(tensor, len) {
+                Ok(bytes) => Entry::resident(name, dtype, shape, bytes),
+                Err(tensor) => Entry::deferred(name, dtype, shape, len, move || host::read(tensor)),
+            },
             // Quantized data's packed length is only known once produced: read it now.
-            None => match read(tensor) {
+            None => match host::read(tensor) {
                 Ok(bytes) => Entry::resident(name, dtype, shape, bytes),
                 Err(source) => {
                     self.failure.get_or_insert(WriteError::Provider {
@@ -44,16 +53,6 @@ impl Collector {
         };
         self.entries.push(entry.with_param_id(id));
     }
-}
-
-/// Reads a tensor's bytes from its device.
-fn read<const D: usize, K: Basic>(
-    tensor: Tensor<D, K>,
-) -> Result<burn::tensor::Bytes, ProviderError> {
-    let data = tensor
-        .try_into_data()
-        .map_err(|e| format!("device read failed: {e:?}"))?;
-    Ok(data.into_bytes())
 }
 
 impl ModuleVisitor for Collector {

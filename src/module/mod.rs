@@ -31,6 +31,7 @@
 mod apply;
 mod collect;
 mod error;
+mod host;
 mod options;
 
 use std::path::Path;

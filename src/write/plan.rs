@@ -7,7 +7,7 @@ use burn::tensor::DType;
 use super::entry::Entry;
 use super::error::WriteError;
 use crate::format::{
-    Descriptor, HEADER_SIZE, Header, Metadata, Scalar, align_up, byte_len, metadata_checksum,
+    Blob, DescriptorRef, HEADER_SIZE, Header, Scalar, align_up, byte_len, metadata_checksum,
 };
 
 /// Where one entry's bytes go: absolute file offset and length.
@@ -64,7 +64,6 @@ impl Plan {
         checksums: bool,
     ) -> Result<Self, WriteError> {
         let mut slots = Vec::with_capacity(entries.len());
-        let mut descriptors = Vec::with_capacity(entries.len());
         let mut next = 0u64;
         for entry in entries {
             let len = entry.len();
@@ -73,57 +72,53 @@ impl Plan {
             let end = start
                 .checked_add(len)
                 .ok_or_else(|| overflow(&entry.name))?;
-            descriptors.push((
-                entry.name.clone(),
-                Descriptor {
-                    dtype: entry.dtype,
-                    shape: entry.shape.iter().map(|&d| d as u64).collect(),
-                    data_offsets: (start, end),
-                    param_id: entry.param_id,
-                },
-            ));
             slots.push(Slot { offset: start, len });
             next = end;
         }
-        let mut order: Vec<usize> = (0..descriptors.len()).collect();
-        order.sort_by(|&a, &b| descriptors[a].0.cmp(&descriptors[b].0));
+        let mut order: Vec<usize> = (0..entries.len()).collect();
+        order.sort_unstable_by(|&a, &b| entries[a].name.cmp(&entries[b].name));
         if let Some(pair) = order
             .windows(2)
-            .find(|w| descriptors[w[0]].0 == descriptors[w[1]].0)
+            .find(|w| entries[w[0]].name == entries[w[1]].name)
         {
             return Err(WriteError::DuplicateName {
-                tensor: descriptors[pair[0]].0.clone(),
+                tensor: entries[pair[0]].name.clone(),
             });
         }
         let mut ranks = vec![0; order.len()];
         for (rank, &entry) in order.iter().enumerate() {
             ranks[entry] = rank;
         }
-        // Names are unique now, so sorting the descriptors gives the order of `order`.
-        descriptors.sort_by(|a, b| a.0.cmp(&b.0));
-
-        let meta = Metadata {
-            tensors: descriptors,
-            metadata: metadata
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-            scalars: scalars.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-            checksums: checksums.then(|| vec![0; (entries.len() + 1) * 8]),
+        let zeros = checksums.then(|| vec![0; (entries.len() + 1) * 8]);
+        let blob = Blob {
+            tensors: Tensors {
+                entries,
+                order: &order,
+                slots: &slots,
+            },
+            metadata: (!metadata.is_empty()).then_some(metadata),
+            scalars: (!scalars.is_empty()).then_some(scalars),
+            checksums: zeros.as_deref(),
         };
-        let encoded = meta.encode()?;
-        let metadata_size = u32::try_from(encoded.len()).map_err(|_| {
+        // About 60 bytes per tensor besides its name.
+        let capacity = HEADER_SIZE
+            + entries
+                .iter()
+                .map(|e| e.name.len() + 72)
+                .sum::<usize>();
+        let mut head = Vec::with_capacity(capacity);
+        head.resize(HEADER_SIZE, 0);
+        blob.encode_into(&mut head)?;
+        let encoded = head.len() - HEADER_SIZE;
+        let metadata_size = u32::try_from(encoded).map_err(|_| {
             WriteError::Layout(format!(
-                "metadata is {} bytes; the format allows at most {}",
-                encoded.len(),
+                "metadata is {encoded} bytes; the format allows at most {}",
                 u32::MAX
             ))
         })?;
         let header = Header::new(metadata_size);
         let data_start = header.data_start();
-        let mut head = Vec::with_capacity(HEADER_SIZE + encoded.len());
-        head.extend_from_slice(&header.to_bytes());
-        head.extend_from_slice(&encoded);
+        head[..HEADER_SIZE].copy_from_slice(&header.to_bytes());
         for slot in &mut slots {
             slot.offset += data_start;
         }
@@ -191,6 +186,34 @@ impl Plan {
     #[must_use]
     pub fn total_size(&self) -> u64 {
         self.total_size
+    }
+}
+
+/// The tensors map, serialized straight from the entries in name order (slot offsets still
+/// relative to the data section).
+struct Tensors<'a> {
+    entries: &'a [Entry],
+    order: &'a [usize],
+    slots: &'a [Slot],
+}
+
+impl serde::Serialize for Tensors<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.order.len()))?;
+        for &i in self.order {
+            let (entry, slot) = (&self.entries[i], self.slots[i]);
+            map.serialize_entry(
+                &entry.name,
+                &DescriptorRef {
+                    dtype: entry.dtype,
+                    shape: &entry.shape,
+                    data_offsets: (slot.offset, slot.offset + slot.len),
+                    param_id: entry.param_id,
+                },
+            )?;
+        }
+        map.end()
     }
 }
 

@@ -13,7 +13,7 @@ use super::error::WriteError;
 use super::options::{WriteMode, WriteOptions};
 use super::plan::{Plan, Slot};
 use super::slots::{fill, materialize};
-use crate::format::Scalar;
+use crate::format::{Scalar, TENSOR_ALIGNMENT};
 use crate::platform::write_all_at;
 
 /// Writes entries, string metadata and scalars as a burnpack file or buffer.
@@ -281,44 +281,138 @@ impl Writer {
             return map.flush().map_err(|e| WriteError::io("flush", path, e));
         }
         let threads = self.options.threads;
+        let workers = threads.unwrap_or_else(rayon::current_num_threads);
         let sums = Checksums::new(plan);
         let jobs = batches(self.entries, plan);
-        let io = |tensor: &str, source| WriteError::Io {
-            action: "write",
-            path: path.to_path_buf(),
-            tensor: Some(tensor.to_string()),
-            source,
-        };
-        run(threads, || {
-            fill(
-                jobs,
-                threads.unwrap_or_else(rayon::current_num_threads),
-                |batch: Vec<(Entry, Slot, usize)>| {
-                    if let [(_, slot, rank)] = batch[..] {
-                        let (entry, _, _) = batch.into_iter().next().expect("one entry");
-                        let name = entry.name.clone();
-                        let bytes = materialize(entry)?;
-                        sums.record(rank, &bytes);
-                        return write_all_at(file, &bytes, slot.offset).map_err(|e| io(&name, e));
-                    }
-                    // Small neighbours: assembled in one buffer (gaps zero) and written at once.
-                    let start = batch[0].1.offset;
-                    let end = batch.last().map_or(start, |(_, s, _)| s.offset + s.len);
-                    let mut span = vec![0u8; (end - start) as usize];
-                    let first = batch[0].0.name.clone();
-                    for (entry, slot, rank) in batch {
-                        let at = (slot.offset - start) as usize;
-                        let bytes = materialize(entry)?;
-                        sums.record(rank, &bytes);
-                        span[at..at + slot.len as usize].copy_from_slice(&bytes);
-                    }
-                    write_all_at(file, &span, start).map_err(|e| io(&first, e))
-                },
-            )
-        })?;
+        // Producers (rayon) materialize entries and checksum them in parallel; one writer
+        // thread issues every write, in the order chunks are ready. Parallel positional writes
+        // to one file only queue on its inode lock. The rendezvous channel keeps at most
+        // `workers` produced chunks plus the one being written in memory.
+        let (chunks, ready) = std::sync::mpsc::sync_channel::<Chunk>(0);
+        let (written, produced) = std::thread::scope(|scope| {
+            let writer = scope.spawn(move || {
+                let mut writeback = Writeback::new(file);
+                for chunk in ready {
+                    chunk.write(file).map_err(|source| WriteError::Io {
+                        action: "write",
+                        path: path.to_path_buf(),
+                        tensor: Some(chunk.tensor.clone()),
+                        source,
+                    })?;
+                    writeback.wrote(chunk.len());
+                }
+                Ok(())
+            });
+            let produced = run(threads, || {
+                fill(jobs, workers, |batch: Vec<(Entry, Slot, usize)>| {
+                    let chunk = produce(batch, &sums)?;
+                    // A closed channel means the writer failed; its error is the one returned.
+                    chunks.send(chunk).map_err(|_| WriteError::Layout("writer stopped".into()))
+                })
+            });
+            drop(chunks);
+            let written = writer.join().unwrap_or_else(|panic| {
+                Err(WriteError::io(
+                    "write",
+                    path,
+                    std::io::Error::other(crate::panic::message(&*panic)),
+                ))
+            });
+            (written, produced)
+        });
+        written.and(produced)?;
         // The head goes last: it carries the checksums of what was just written.
         write_all_at(file, &plan.seal(&sums.values()), 0)
             .map_err(|e| WriteError::io("write", path, e))
+    }
+}
+
+/// Bytes ready to be written at `offset`: one or more neighbouring entries' own bytes (not
+/// copied), each followed by the zeros up to the next slot. `tensor` names the (first)
+/// entry, for errors.
+struct Chunk {
+    offset: u64,
+    parts: Vec<(Bytes, usize)>,
+    tensor: String,
+}
+
+/// Zeros for the gaps between slots (always shorter than the alignment).
+static ZEROS: [u8; TENSOR_ALIGNMENT as usize] = [0; TENSOR_ALIGNMENT as usize];
+
+impl Chunk {
+    fn len(&self) -> u64 {
+        self.parts.iter().map(|(b, pad)| (b.len() + pad) as u64).sum()
+    }
+
+    /// Writes the chunk at its offset with vectored writes: the entries' bytes go from where
+    /// they are (a parameter's storage, a read-back buffer) to the kernel, never through an
+    /// assembly buffer. Only the writer thread moves the file cursor.
+    fn write(&self, mut file: &File) -> std::io::Result<()> {
+        use std::io::{IoSlice, Seek, SeekFrom, Write};
+        let mut slices = Vec::with_capacity(self.parts.len() * 2);
+        for (bytes, pad) in &self.parts {
+            slices.push(IoSlice::new(bytes));
+            if *pad > 0 {
+                slices.push(IoSlice::new(&ZEROS[..*pad]));
+            }
+        }
+        file.seek(SeekFrom::Start(self.offset))?;
+        let mut rest = &mut slices[..];
+        while !rest.is_empty() {
+            match file.write_vectored(rest) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => IoSlice::advance_slices(&mut rest, n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Materializes a job's entries and records their checksums.
+fn produce(batch: Vec<(Entry, Slot, usize)>, sums: &Checksums) -> Result<Chunk, WriteError> {
+    let offset = batch[0].1.offset;
+    let tensor = batch[0].0.name.clone();
+    let count = batch.len();
+    let mut parts = Vec::with_capacity(count);
+    let next_offsets: Vec<u64> = batch.iter().skip(1).map(|(_, s, _)| s.offset).collect();
+    for (k, (entry, slot, rank)) in batch.into_iter().enumerate() {
+        let bytes = materialize(entry)?;
+        sums.record(rank, &bytes);
+        let pad = next_offsets.get(k).map_or(0, |next| next - slot.offset - slot.len);
+        parts.push((bytes, pad as usize));
+    }
+    Ok(Chunk {
+        offset,
+        parts,
+        tensor,
+    })
+}
+
+/// Starts the kernel's writeback of written ranges early (Linux `sync_file_range`), so the
+/// final fsync finds most of the file already on its way to the disk. Elsewhere a no-op; the
+/// commit's fsync is what makes the file durable either way.
+struct Writeback<'a> {
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    file: &'a File,
+    pending: u64,
+}
+
+/// Bytes written between two writeback requests.
+const WRITEBACK_BYTES: u64 = 32 << 20;
+
+impl<'a> Writeback<'a> {
+    fn new(file: &'a File) -> Self {
+        Self { file, pending: 0 }
+    }
+
+    fn wrote(&mut self, len: u64) {
+        self.pending += len;
+        if self.pending >= WRITEBACK_BYTES {
+            self.pending = 0;
+            crate::platform::start_writeback(self.file);
+        }
     }
 }
 

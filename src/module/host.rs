@@ -1,0 +1,140 @@
+//! A parameter's bytes on the host, for the writer: borrowed from the backend's own storage
+//! where Burn 0.22 allows it, read back otherwise.
+//!
+//! Copies per tensor between a parameter and the write system call (measured in
+//! `tests/save_copies.rs`, not read off the sources):
+//!
+//! | backend | route | copies |
+//! |---|---|---:|
+//! | flex (feature `flex`) | the storage's `Arc<Bytes>`, shared with the parameter | 0 |
+//! | ndarray (feature `ndarray`) | the storage's contiguous slice, shared with the parameter | 0 |
+//! | wgpu, CUDA, others | `Tensor::try_into_data` (the device read-back) | 1 |
+//! | flex/ndarray without this crate's feature, or a non-contiguous view | `try_into_data` | 1-2 |
+//!
+//! Burn's own `into_data` on a parameter copies twice on flex (its storage is shared with the
+//! parameter, so flex copies it into a `Vec<u8>`, then `Bytes::from_bytes_vec` copies that
+//! again into a 32-byte aligned allocation) and element by element on ndarray. The borrowed
+//! routes keep a reference to the storage (an `Arc`) inside the returned [`Bytes`] until the
+//! writer has written and dropped it, so nothing is copied and nothing extra is allocated; the
+//! parameter itself is never mutated through it (both backends copy on write while a second
+//! reference exists).
+
+use burn::tensor::{Bytes, Tensor, kind::Basic};
+
+use crate::write::ProviderError;
+
+/// The first `len` bytes of `tensor`'s storage, borrowed (no copy, no allocation of its
+/// size), or the tensor back where its backend or layout has no borrowed route.
+pub(crate) fn borrow<const D: usize, K: Basic>(
+    tensor: Tensor<D, K>,
+    len: u64,
+) -> Result<Bytes, Tensor<D, K>> {
+    let dispatch = tensor.into_dispatch();
+    match usize::try_from(len)
+        .ok()
+        .and_then(|len| borrowed::borrow(&dispatch.kind, len))
+    {
+        Some(bytes) => Ok(bytes),
+        None => Err(Tensor::from_dispatch(dispatch)),
+    }
+}
+
+/// The bytes of `tensor` read from its device (one copy on a GPU: the read-back).
+pub(crate) fn read<const D: usize, K: Basic>(tensor: Tensor<D, K>) -> Result<Bytes, ProviderError> {
+    let data = tensor
+        .try_into_data()
+        .map_err(|e| format!("device read failed: {e:?}"))?;
+    Ok(data.into_bytes())
+}
+
+#[allow(unused_imports, unreachable_patterns)]
+mod borrowed {
+    use burn::backend::{BackendTensor, DispatchTensorKind};
+    use burn::tensor::{AllocationProperty, Bytes};
+
+    /// `len` bytes of the tensor's storage, without copying, where the backend stores them
+    /// contiguously from the start of a buffer it shares.
+    pub(super) fn borrow(kind: &DispatchTensorKind, len: usize) -> Option<Bytes> {
+        match kind {
+            #[cfg(feature = "flex")]
+            DispatchTensorKind::Flex(tensor) => flex(tensor, len),
+            #[cfg(feature = "ndarray")]
+            DispatchTensorKind::NdArray(tensor) => ndarray(tensor, len),
+            #[cfg(feature = "autodiff")]
+            DispatchTensorKind::Autodiff(inner) => borrow(inner, len),
+            _ => None,
+        }
+    }
+
+    /// Wraps an owner of the bytes as Burn [`Bytes`] (the owner is dropped with them).
+    fn shared(owner: impl AsRef<[u8]> + Send + 'static) -> Bytes {
+        Bytes::from_shared(bytes::Bytes::from_owner(owner), AllocationProperty::Other)
+    }
+
+    #[cfg(feature = "flex")]
+    fn flex(tensor: &BackendTensor<burn::backend::Flex>, len: usize) -> Option<Bytes> {
+        use std::sync::Arc;
+
+        /// The first `.1` bytes of a flex storage buffer.
+        struct Prefix(Arc<Bytes>, usize);
+        impl AsRef<[u8]> for Prefix {
+            fn as_ref(&self) -> &[u8] {
+                &self.0[..self.1]
+            }
+        }
+
+        let tensor = match tensor {
+            BackendTensor::Float(t) | BackendTensor::Int(t) | BackendTensor::Bool(t) => t,
+            #[cfg(feature = "autodiff")]
+            BackendTensor::Autodiff(t) => t.primitive(),
+            _ => return None,
+        };
+        let layout = tensor.layout();
+        let data = tensor.data_arc();
+        (layout.is_contiguous() && layout.start_offset() == 0 && data.len() >= len)
+            .then(|| shared(Prefix(data, len)))
+    }
+
+    #[cfg(feature = "ndarray")]
+    #[allow(deprecated)] // burn-ndarray is deprecated in 0.22 but still a backend users run
+    fn ndarray(tensor: &BackendTensor<burn::backend::NdArray>, len: usize) -> Option<Bytes> {
+        use burn::backend::ndarray::NdArrayTensor;
+
+        /// A contiguous ndarray storage (checked before wrapping), viewed as bytes.
+        struct Contiguous(NdArrayTensor);
+        macro_rules! bytes_of {
+            ($tensor:expr, |$s:ident| $body:expr) => {
+                match $tensor {
+                    NdArrayTensor::F64($s) => $body,
+                    NdArrayTensor::F32($s) => $body,
+                    NdArrayTensor::I64($s) => $body,
+                    NdArrayTensor::I32($s) => $body,
+                    NdArrayTensor::I16($s) => $body,
+                    NdArrayTensor::I8($s) => $body,
+                    NdArrayTensor::U64($s) => $body,
+                    NdArrayTensor::U32($s) => $body,
+                    NdArrayTensor::U16($s) => $body,
+                    NdArrayTensor::U8($s) => $body,
+                    NdArrayTensor::Bool($s) => $body,
+                }
+            };
+        }
+        impl AsRef<[u8]> for Contiguous {
+            fn as_ref(&self) -> &[u8] {
+                bytes_of!(&self.0, |s| s
+                    .view()
+                    .to_slice()
+                    .map_or(&[][..], bytemuck::cast_slice))
+            }
+        }
+
+        let tensor = match tensor {
+            BackendTensor::Float(t) | BackendTensor::Int(t) | BackendTensor::Bool(t) => t,
+            #[cfg(feature = "autodiff")]
+            BackendTensor::Autodiff(t) => t.primitive(),
+            _ => return None,
+        };
+        let owner = Contiguous(tensor.clone());
+        (owner.as_ref().len() == len).then(|| shared(owner))
+    }
+}
