@@ -1,23 +1,23 @@
 //! A parameter's bytes on the host, for the writer: borrowed from the backend's own storage
 //! where Burn 0.22 allows it, read back otherwise.
 //!
-//! Copies per tensor between a parameter and the write system call (measured in
-//! `tests/save_copies.rs`, not read off the sources):
+//! Copies per tensor between a parameter and the write system call, as measured by the peak
+//! resident memory of saves of 16 MiB parameters (`tests/save_copies.rs`):
 //!
 //! | backend | route | copies |
 //! |---|---|---:|
-//! | flex (feature `flex`) | the storage's `Arc<Bytes>`, shared with the parameter | 0 |
+//! | flex (this crate's feature `flex`), autodiff too | the storage's `Arc<Bytes>`, shared with the parameter | 0 |
 //! | ndarray (feature `ndarray`) | the storage's contiguous slice, shared with the parameter | 0 |
-//! | wgpu, CUDA, others | `Tensor::try_into_data` (the device read-back) | 1 |
-//! | flex/ndarray without this crate's feature, or a non-contiguous view | `try_into_data` | 1-2 |
+//! | a non-contiguous view (e.g. a transposed parameter) | `Tensor::try_into_data` | 1 |
+//! | wgpu, CUDA (by design: the device read-back) | `Tensor::try_into_data` | 1 |
+//! | Burn's own `into_data` of a flex parameter (this crate without `flex`) | | 2 |
 //!
-//! Burn's own `into_data` on a parameter copies twice on flex (its storage is shared with the
-//! parameter, so flex copies it into a `Vec<u8>`, then `Bytes::from_bytes_vec` copies that
-//! again into a 32-byte aligned allocation) and element by element on ndarray. The borrowed
-//! routes keep a reference to the storage (an `Arc`) inside the returned [`Bytes`] until the
-//! writer has written and dropped it, so nothing is copied and nothing extra is allocated; the
-//! parameter itself is never mutated through it (both backends copy on write while a second
-//! reference exists).
+//! Burn's `into_data` copies twice on flex because the storage is shared with the parameter
+//! (flex copies it into a `Vec<u8>`, then `Bytes::from_bytes_vec` copies that into a 32-byte
+//! aligned allocation), and ndarray copies element by element. The borrowed routes keep a
+//! reference to the storage (an `Arc`) inside the returned [`Bytes`] until the writer has
+//! written and dropped it; the parameter is never mutated through it (both backends copy on
+//! write while a second reference exists).
 
 use burn::tensor::{Bytes, Tensor, kind::Basic};
 
