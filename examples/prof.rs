@@ -13,7 +13,7 @@ impl ModuleVisitor for ReadAll {
         self.0 += data.as_bytes().len() as u64;
     }
 }
-struct V(u8, u64, Vec<Box<dyn FnOnce() -> u64>>);
+struct V(u8, u64, Vec<Box<dyn FnOnce() -> u64>>, Vec<burn::tensor::Bytes>, Vec<String>);
 impl ModuleVisitor for V {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         match self.0 {
@@ -23,6 +23,9 @@ impl ModuleVisitor for V {
             3 => { let t = param.transform_for_save().val(); self.1 += t.shape().num_elements() as u64; }
             4 => { let (_, _, m) = param.clone().consume(); let t = m.on_save(param.val()); self.1 += t.dims()[0] as u64; }
             5 => { let p = param.clone(); self.1 += p.id.val(); }
+            7 => { let (_, _, m) = param.clone().consume(); let t = m.on_save(param.val()); let d = t.into_dispatch(); self.1 += matches!(d.kind, burn::backend::DispatchTensorKind::Flex(_)) as u64; }
+            8 => { let (_, _, m) = param.clone().consume(); let t = m.on_save(param.val()); let b = burn::tensor::Bytes::from_shared(bytes::Bytes::from_owner(vec![0u8; 4]), burn::tensor::AllocationProperty::Other); self.1 += t.dims()[0] as u64 + b.len() as u64; self.3.push(b); }
+            9 => { let (_, _, m) = param.clone().consume(); let t = m.on_save(param.val()); self.1 += t.dims()[0] as u64; self.4.push(format!("layers.{}.weight", self.1)); }
             _ => { let (_, _, m) = param.clone().consume(); let t = m.on_save(param.val()); self.1 += t.dims()[0] as u64; self.2.push(Box::new(move || t.dims()[0] as u64)); }
         }
     }
@@ -48,9 +51,33 @@ fn main() {
             "open" => { std::hint::black_box(burnpack::read::Reader::open(path).unwrap()); }
             "load" => { std::hint::black_box(m.clone().load_pack(path).unwrap()); }
             "loadread" => { let l = m.clone().load_pack(path).unwrap(); let mut r = ReadAll::default(); l.visit(&mut r); std::hint::black_box(r.0); }
-            "v0" | "v1" | "v2" | "v3" | "v4" | "v5" | "v6" => { let mut v = V(op.as_bytes()[1] - b'0', 0, Vec::new()); m.visit(&mut v); std::hint::black_box(v.1); }
+            "v0" | "v1" | "v2" | "v3" | "v4" | "v5" | "v6" | "v7" | "v8" | "v9" => { let mut v = V(op.as_bytes()[1] - b'0', 0, Vec::new(), Vec::new(), Vec::new()); m.visit(&mut v); std::hint::black_box(v.1); }
             "decode" => { std::hint::black_box(burnpack::format::Metadata::decode(meta, &Default::default()).unwrap()); }
             "layout" => { std::hint::black_box(burnpack::format::Layout::from_bytes(&file, &Default::default()).unwrap()); }
+            "stages" => {
+                let t = Instant::now();
+                let e = m.pack_entries().unwrap();
+                let a = t.elapsed();
+                let w = burnpack::Writer::new(e).checksums(true).with_metadata("producer", "burnpack 0.1.0");
+                let t = Instant::now();
+                let _ = w.size().unwrap();
+                let b = t.elapsed();
+                let t = Instant::now();
+                w.write_to_file(path).unwrap();
+                let c = t.elapsed();
+                let t = Instant::now();
+                let r = burnpack::read::Reader::open(path).unwrap();
+                let d = t.elapsed();
+                let t = Instant::now();
+                let l = m.clone().load_pack_reader(&r, &Default::default()).unwrap();
+                let e = t.elapsed();
+                let t = Instant::now();
+                let mut rr = ReadAll::default(); l.visit(&mut rr);
+                let f = t.elapsed();
+                println!("entries {:.1} plan {:.1} write {:.1} | open {:.1} apply {:.1} read {:.1}", a.as_secs_f64()*1e3, b.as_secs_f64()*1e3, c.as_secs_f64()*1e3, d.as_secs_f64()*1e3, e.as_secs_f64()*1e3, f.as_secs_f64()*1e3);
+            }
+            "supports" => { let mut k = 0; for _ in 0..10000 { k += device.supports_dtype(burn::tensor::DType::F32) as u64; } std::hint::black_box(k); }
+            "lazydev" => { let mut k = 0; for l in &m.layers { let d = l.weight.lazy_device(); let s = l.weight.lazy_shape(); k += s.num_dims() as u64 + (d == device) as u64; } std::hint::black_box(k); }
             "read" => { let mut r = ReadAll::default(); m.visit(&mut r); std::hint::black_box(r.0); }
             _ => panic!(),
         }

@@ -57,7 +57,9 @@ fn saving_64_mib_copies_no_tensor_bytes() {
     for (label, device) in devices {
         let m = model(&device, false);
         let path = dir.path().join("m.bpk");
-        let grown = peak_growth(|| drop(m.save_pack(&path).unwrap()));
+        let grown = peak_growth(|| {
+            m.save_pack(&path).unwrap();
+        });
         println!("{label}: save peak grew by {} KiB", grown >> 10);
         assert!(
             grown < 4 << 20,
@@ -93,7 +95,9 @@ fn saving_64_mib_copies_no_tensor_bytes() {
     // those are read back (a copy per tensor), and the measurement sees it.
     let m = model(&Device::flex(), true);
     let path = dir.path().join("t.bpk");
-    let grown = peak_growth(|| drop(m.save_pack(&path).unwrap()));
+    let grown = peak_growth(|| {
+        m.save_pack(&path).unwrap();
+    });
     println!(
         "flex, transposed views: save peak grew by {} KiB",
         grown >> 10

@@ -115,12 +115,15 @@ impl TensorInfo {
                 });
             }
         }
-        let Ok(shape) = d.shape.iter().map(|&dim| usize::try_from(dim)).collect() else {
+        if d.shape.iter().any(|&dim| usize::try_from(dim).is_err()) {
             return Err(FormatError::ShapeOverflow {
                 tensor: name,
                 shape: d.shape,
             });
-        };
+        }
+        // Collected in place where `usize` is 64 bits (no second allocation per tensor).
+        #[allow(clippy::cast_possible_truncation)] // every dimension fits, checked above
+        let shape = d.shape.into_iter().map(|dim| dim as usize).collect();
         Ok(Self {
             name,
             dtype: d.dtype,

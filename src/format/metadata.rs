@@ -318,9 +318,14 @@ impl Metadata {
         // Metadata as Burn and this crate write it takes the direct path; anything else
         // (other encodings of the same values, unknown keys, quantized dtypes, damage) is
         // decoded, or refused with its reason, by the general decoder below.
-        if let Some(meta) = canonical::decode(bytes, limits) {
-            return Ok(meta);
+        match canonical::decode(bytes, limits) {
+            Some(meta) => Ok(meta),
+            None => Self::decode_general(bytes, limits),
         }
+    }
+
+    /// The general decoder: serde over ciborium, for every encoding of the map.
+    fn decode_general(bytes: &[u8], limits: &Limits) -> Result<Self, FormatError> {
         // ciborium only exposes `DeserializeOwned` entry points, so the entry limit reaches the
         // visitors through this thread's decode state rather than a `DeserializeSeed`.
         DECODE.with(|state| {
@@ -655,5 +660,117 @@ mod canonical {
             ("Bool", Header::Simple(simple::TRUE)) => Scalar::Bool(true),
             _ => return None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::quantization::QuantScheme;
+    use burn::tensor::{BoolStore, DType};
+
+    use super::{Descriptor, Metadata, Scalar, canonical};
+    use crate::format::Limits;
+
+    fn sample() -> Metadata {
+        let dtypes = [
+            DType::F64,
+            DType::F32,
+            DType::Flex32,
+            DType::F16,
+            DType::BF16,
+            DType::I64,
+            DType::I32,
+            DType::I16,
+            DType::I8,
+            DType::U64,
+            DType::U32,
+            DType::U16,
+            DType::U8,
+            DType::Bool(BoolStore::Native),
+            DType::Bool(BoolStore::U8),
+            DType::Bool(BoolStore::U32),
+        ];
+        let tensors = dtypes
+            .iter()
+            .enumerate()
+            .map(|(i, &dtype)| {
+                let len = dtype.size() as u64 * 6;
+                (
+                    format!("t{i:02}"),
+                    Descriptor {
+                        dtype,
+                        shape: if i == 3 { vec![] } else { vec![2, 3] },
+                        data_offsets: (i as u64 * 256, i as u64 * 256 + len),
+                        param_id: (i % 2 == 0).then_some(u64::MAX - i as u64),
+                    },
+                )
+            })
+            .collect();
+        Metadata {
+            tensors,
+            metadata: vec![("a".into(), "b".into()), ("producer".into(), "x".into())],
+            scalars: vec![
+                ("f".into(), Scalar::Float(0.5)),
+                ("i".into(), Scalar::Int(-70_000)),
+                ("n".into(), Scalar::Bool(true)),
+                ("u".into(), Scalar::UInt(u64::MAX)),
+            ],
+            checksums: Some((0..136).collect()),
+        }
+    }
+
+    #[test]
+    fn direct_and_general_decoders_agree_on_canonical_metadata() {
+        let meta = sample();
+        let bytes = meta.encode().unwrap();
+        let limits = Limits::default();
+        assert_eq!(canonical::decode(&bytes, &limits), Some(meta.clone()));
+        assert_eq!(Metadata::decode_general(&bytes, &limits).unwrap(), meta);
+        // Quantized dtypes go the general way.
+        let mut quantized = meta;
+        quantized.tensors[0].1.dtype = DType::QFloat(QuantScheme::default());
+        let bytes = quantized.encode().unwrap();
+        assert_eq!(canonical::decode(&bytes, &limits), None);
+        assert_eq!(Metadata::decode(&bytes, &limits).unwrap(), quantized);
+    }
+
+    /// The direct decoder never accepts what the general one refuses, nor reads it otherwise:
+    /// every single-byte change of a canonical blob (each byte set to every value).
+    #[test]
+    fn direct_decoder_accepts_only_what_the_general_one_reads_the_same() {
+        let bytes = sample().encode().unwrap();
+        let limits = Limits::default();
+        let mut direct = 0;
+        for at in 0..bytes.len() {
+            for value in 0..=255u8 {
+                let mut changed = bytes.clone();
+                changed[at] = value;
+                if let Some(meta) = canonical::decode(&changed, &limits) {
+                    direct += 1;
+                    // Compared as text: a changed float may be NaN, which is not equal to itself.
+                    assert_eq!(
+                        format!("{:?}", Metadata::decode_general(&changed, &limits).ok()),
+                        format!("{:?}", Some(meta)),
+                        "byte {at} set to {value:#04x}"
+                    );
+                }
+            }
+        }
+        assert!(direct > bytes.len(), "the direct path was exercised");
+    }
+
+    #[test]
+    fn direct_decoder_leaves_limits_and_malformed_input_to_the_general_one() {
+        let limits = Limits {
+            max_tensor_count: 3,
+            ..Limits::default()
+        };
+        let bytes = sample().encode().unwrap();
+        assert_eq!(canonical::decode(&bytes, &limits), None);
+        assert!(Metadata::decode(&bytes, &limits).is_err());
+        let mut trailing = bytes;
+        trailing.push(0);
+        assert_eq!(canonical::decode(&trailing, &Limits::default()), None);
+        assert!(Metadata::decode(&trailing, &Limits::default()).is_err());
     }
 }

@@ -36,7 +36,7 @@ impl Collector {
             // On flex and ndarray the bytes are borrowed now (an `Arc` of the parameter's own
             // storage: nothing is copied, and no tensor handle is kept per entry).
             Some(len) => match host::borrow(tensor, len) {
-                Ok(bytes) => Entry::resident(name, dtype, shape, bytes),
+                Ok(lent) => Entry::lent(name, dtype, shape, lent),
                 Err(tensor) => Entry::deferred(name, dtype, shape, len, move || host::read(tensor)),
             },
             // Quantized data's packed length is only known once produced: read it now.

@@ -15,20 +15,21 @@
 //! Burn's `into_data` copies twice on flex because the storage is shared with the parameter
 //! (flex copies it into a `Vec<u8>`, then `Bytes::from_bytes_vec` copies that into a 32-byte
 //! aligned allocation), and ndarray copies element by element. The borrowed routes keep a
-//! reference to the storage (an `Arc`) inside the returned [`Bytes`] until the writer has
-//! written and dropped it; the parameter is never mutated through it (both backends copy on
+//! reference to the storage (an `Arc`) in the entry until the writer has written and dropped
+//! it; the parameter is never mutated through it (both backends copy on
 //! write while a second reference exists).
 
 use burn::tensor::{Bytes, Tensor, kind::Basic};
 
-use crate::write::ProviderError;
+use crate::write::{Lent, ProviderError};
 
-/// The first `len` bytes of `tensor`'s storage, borrowed (no copy, no allocation of its
-/// size), or the tensor back where its backend or layout has no borrowed route.
+/// The first `len` bytes of `tensor`'s storage, lent (no copy), or the tensor back where its
+/// backend or layout has no borrowed route.
+#[allow(clippy::result_large_err)] // the tensor handed back, as it came (no allocation)
 pub(crate) fn borrow<const D: usize, K: Basic>(
     tensor: Tensor<D, K>,
     len: u64,
-) -> Result<Bytes, Tensor<D, K>> {
+) -> Result<Lent, Tensor<D, K>> {
     let dispatch = tensor.into_dispatch();
     match usize::try_from(len)
         .ok()
@@ -50,11 +51,12 @@ pub(crate) fn read<const D: usize, K: Basic>(tensor: Tensor<D, K>) -> Result<Byt
 #[allow(unused_imports, unreachable_patterns)]
 mod borrowed {
     use burn::backend::{BackendTensor, DispatchTensorKind};
-    use burn::tensor::{AllocationProperty, Bytes};
+
+    use crate::write::Lent;
 
     /// `len` bytes of the tensor's storage, without copying, where the backend stores them
     /// contiguously from the start of a buffer it shares.
-    pub(super) fn borrow(kind: &DispatchTensorKind, len: usize) -> Option<Bytes> {
+    pub(super) fn borrow(kind: &DispatchTensorKind, len: usize) -> Option<Lent> {
         match kind {
             #[cfg(feature = "flex")]
             DispatchTensorKind::Flex(tensor) => flex(tensor, len),
@@ -66,23 +68,8 @@ mod borrowed {
         }
     }
 
-    /// Wraps an owner of the bytes as Burn [`Bytes`] (the owner is dropped with them).
-    fn shared(owner: impl AsRef<[u8]> + Send + 'static) -> Bytes {
-        Bytes::from_shared(bytes::Bytes::from_owner(owner), AllocationProperty::Other)
-    }
-
     #[cfg(feature = "flex")]
-    fn flex(tensor: &BackendTensor<burn::backend::Flex>, len: usize) -> Option<Bytes> {
-        use std::sync::Arc;
-
-        /// The first `.1` bytes of a flex storage buffer.
-        struct Prefix(Arc<Bytes>, usize);
-        impl AsRef<[u8]> for Prefix {
-            fn as_ref(&self) -> &[u8] {
-                &self.0[..self.1]
-            }
-        }
-
+    fn flex(tensor: &BackendTensor<burn::backend::Flex>, len: usize) -> Option<Lent> {
         let tensor = match tensor {
             BackendTensor::Float(t) | BackendTensor::Int(t) | BackendTensor::Bool(t) => t,
             #[cfg(feature = "autodiff")]
@@ -92,12 +79,12 @@ mod borrowed {
         let layout = tensor.layout();
         let data = tensor.data_arc();
         (layout.is_contiguous() && layout.start_offset() == 0 && data.len() >= len)
-            .then(|| shared(Prefix(data, len)))
+            .then(|| Lent::Prefix(data, len))
     }
 
     #[cfg(feature = "ndarray")]
     #[allow(deprecated)] // burn-ndarray is deprecated in 0.22 but still a backend users run
-    fn ndarray(tensor: &BackendTensor<burn::backend::NdArray>, len: usize) -> Option<Bytes> {
+    fn ndarray(tensor: &BackendTensor<burn::backend::NdArray>, len: usize) -> Option<Lent> {
         use burn::backend::ndarray::NdArrayTensor;
 
         /// A contiguous ndarray storage (checked before wrapping), viewed as bytes.
@@ -135,6 +122,6 @@ mod borrowed {
             _ => return None,
         };
         let owner = Contiguous(tensor.clone());
-        (owner.as_ref().len() == len).then(|| shared(owner))
+        (owner.as_ref().len() == len).then(|| Lent::Owner(Box::new(owner)))
     }
 }

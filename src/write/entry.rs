@@ -11,7 +11,43 @@ type Provider = Box<dyn FnOnce() -> Result<Bytes, ProviderError> + Send + 'stati
 
 pub(crate) enum Source {
     Resident(Bytes),
+    Lent(Lent),
     Deferred { len: u64, provider: Provider },
+}
+
+/// Bytes lent by their owner (a parameter's storage), held, not copied, until written.
+pub(crate) enum Lent {
+    /// The first `.1` bytes of a shared buffer (how flex keeps a tensor's storage): holding
+    /// it costs a reference count, no allocation.
+    Prefix(std::sync::Arc<Bytes>, usize),
+    /// Any other owner that can show its bytes.
+    Owner(Box<dyn AsRef<[u8]> + Send + Sync>),
+}
+
+impl std::ops::Deref for Lent {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Lent::Prefix(buffer, len) => &buffer[..*len],
+            Lent::Owner(owner) => owner.as_ref().as_ref(),
+        }
+    }
+}
+
+/// An entry's bytes once produced: Burn [`Bytes`] or a lent storage.
+pub(crate) enum Data {
+    Bytes(Bytes),
+    Lent(Lent),
+}
+
+impl std::ops::Deref for Data {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Data::Bytes(bytes) => bytes,
+            Data::Lent(lent) => lent,
+        }
+    }
 }
 
 /// One tensor to write: name, dtype, shape, optional parameter id, and its little-endian bytes,
@@ -51,6 +87,11 @@ impl Entry {
         bytes: Bytes,
     ) -> Self {
         Self::new(name.into(), dtype, shape, Source::Resident(bytes))
+    }
+
+    /// An entry whose bytes a parameter's storage lends (module saves on CPU backends).
+    pub(crate) fn lent(name: String, dtype: DType, shape: Vec<usize>, lent: Lent) -> Self {
+        Self::new(name, dtype, shape, Source::Lent(lent))
     }
 
     /// An entry of `len` bytes produced by `provider` when the writer reaches it.
@@ -134,6 +175,7 @@ impl Entry {
     pub fn len(&self) -> u64 {
         match &self.source {
             Source::Resident(bytes) => bytes.len() as u64,
+            Source::Lent(lent) => lent.len() as u64,
             Source::Deferred { len, .. } => *len,
         }
     }

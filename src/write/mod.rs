@@ -1,8 +1,9 @@
 //! Writing burnpack files: entries, layout planning, the parallel slot writer, atomic commit.
 //!
-//! Data flows one way: [`Entry`]s (resident or deferred bytes) → a plan computed from
-//! their lengths alone → a pre-sized destination → every entry written in parallel straight
-//! into its 256-byte-aligned slot → (atomic mode) fsync, rename, directory fsync.
+//! Data flows one way: [`Entry`]s (resident, lent or deferred bytes) → a plan computed from
+//! their lengths alone → a pre-sized destination → producers materialize and checksum
+//! entries in parallel, one writer thread writes them from where they are into their
+//! 256-byte-aligned slots → (atomic mode) fsync, rename, directory fsync.
 
 mod commit;
 mod entry;
@@ -16,6 +17,7 @@ mod writer;
 pub(crate) use commit::Scratch;
 #[cfg(feature = "optim")]
 pub(crate) use commit::{is_scratch_name, is_stale_scratch};
+pub(crate) use entry::Lent;
 pub use entry::{Entry, ProviderError};
 pub use error::WriteError;
 pub use options::{WriteMode, WriteOptions};

@@ -4,9 +4,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use burn::tensor::Bytes;
 
-use super::entry::{Entry, Source};
+use super::entry::{Data, Entry, Source};
 use super::error::WriteError;
 
 /// Runs every job with `run`, on at most `workers` rayon tasks at once, in the given order.
@@ -52,12 +51,13 @@ where
 
 /// Produces an entry's bytes, turning a failing, panicking or lying provider into an error
 /// that names the entry.
-pub(crate) fn materialize(entry: Entry) -> Result<Bytes, WriteError> {
+pub(crate) fn materialize(entry: Entry) -> Result<Data, WriteError> {
     let Entry { name, source, .. } = entry;
     match source {
-        Source::Resident(bytes) => Ok(bytes),
+        Source::Resident(bytes) => Ok(Data::Bytes(bytes)),
+        Source::Lent(lent) => Ok(Data::Lent(lent)),
         Source::Deferred { len, provider } => match crate::panic::catch_quiet(provider) {
-            Ok(Ok(bytes)) if bytes.len() as u64 == len => Ok(bytes),
+            Ok(Ok(bytes)) if bytes.len() as u64 == len => Ok(Data::Bytes(bytes)),
             Ok(Ok(bytes)) => Err(WriteError::ProviderLength {
                 tensor: name,
                 declared: len,

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use burn::tensor::Bytes;
 
 use super::commit::Scratch;
-use super::entry::Entry;
+use super::entry::{Data, Entry};
 use super::error::WriteError;
 use super::options::{WriteMode, WriteOptions};
 use super::plan::{Plan, Slot};
@@ -280,59 +280,86 @@ impl Writer {
             self.fill(plan, &mut map)?;
             return map.flush().map_err(|e| WriteError::io("flush", path, e));
         }
-        let threads = self.options.threads;
-        let workers = threads.unwrap_or_else(rayon::current_num_threads);
         let sums = Checksums::new(plan);
+        // Entries whose bytes are already in hand (borrowed from their parameters) cost only
+        // a checksum to produce: below this size threads and hand-offs cost more than they
+        // save, and the calling thread writes everything itself.
+        let sequential = plan.total_size() < PIPELINE_BYTES
+            && !self.entries.iter().any(Entry::is_deferred);
         let jobs = batches(self.entries, plan);
-        // Producers (rayon) materialize entries and checksum them in parallel; one writer
-        // thread issues every write, in the order chunks are ready. Parallel positional writes
-        // to one file only queue on its inode lock. The rendezvous channel keeps at most
-        // `workers` produced chunks plus the one being written in memory.
-        let (chunks, ready) = std::sync::mpsc::sync_channel::<Chunk>(0);
-        let (written, produced) = std::thread::scope(|scope| {
-            let writer = scope.spawn(move || {
-                let mut writeback = Writeback::new(file);
-                for chunk in ready {
-                    chunk.write(file).map_err(|source| WriteError::Io {
-                        action: "write",
-                        path: path.to_path_buf(),
-                        tensor: Some(chunk.tensor.clone()),
-                        source,
-                    })?;
-                    writeback.wrote(chunk.len());
-                }
-                Ok(())
-            });
-            let produced = run(threads, || {
-                fill(jobs, workers, |batch: Vec<(Entry, Slot, usize)>| {
-                    let chunk = produce(batch, &sums)?;
-                    // A closed channel means the writer failed; its error is the one returned.
-                    chunks.send(chunk).map_err(|_| WriteError::Layout("writer stopped".into()))
-                })
-            });
-            drop(chunks);
-            let written = writer.join().unwrap_or_else(|panic| {
-                Err(WriteError::io(
-                    "write",
-                    path,
-                    std::io::Error::other(crate::panic::message(&*panic)),
-                ))
-            });
-            (written, produced)
-        });
-        written.and(produced)?;
+        let write = |chunk: &Chunk| {
+            chunk.write(file).map_err(|source| WriteError::Io {
+                action: "write",
+                path: path.to_path_buf(),
+                tensor: Some(chunk.tensor.clone()),
+                source,
+            })
+        };
+        if sequential {
+            for batch in jobs {
+                write(&produce(batch, &sums)?)?;
+            }
+        } else {
+            self::pipeline(jobs, self.options.threads, file, &sums, write)?;
+        }
         // The head goes last: it carries the checksums of what was just written.
         write_all_at(file, &plan.seal(&sums.values()), 0)
             .map_err(|e| WriteError::io("write", path, e))
     }
 }
 
+/// Runs the write pass with producers (rayon) that materialize entries and checksum them in
+/// parallel, and one writer thread that issues every write, in the order chunks are ready:
+/// parallel writes to one file only queue on its inode lock. The rendezvous channel keeps at
+/// most one produced chunk per producer plus the one being written in memory.
+fn pipeline(
+    jobs: Vec<Vec<(Entry, Slot, usize)>>,
+    threads: Option<usize>,
+    file: &File,
+    sums: &Checksums,
+    write: impl Fn(&Chunk) -> Result<(), WriteError> + Send,
+) -> Result<(), WriteError> {
+    let workers = threads.unwrap_or_else(rayon::current_num_threads);
+    let (chunks, ready) = std::sync::mpsc::sync_channel::<Chunk>(0);
+    let (written, produced) = std::thread::scope(|scope| {
+        let writer = scope.spawn(move || {
+            let mut writeback = Writeback::new(file);
+            for chunk in ready {
+                write(&chunk)?;
+                writeback.wrote(chunk.len());
+            }
+            Ok(())
+        });
+        let produced = run(threads, || {
+            fill(jobs, workers, |batch: Vec<(Entry, Slot, usize)>| {
+                let chunk = produce(batch, sums)?;
+                // A closed channel means the writer failed; its error is the one returned.
+                chunks
+                    .send(chunk)
+                    .map_err(|_| WriteError::Layout("writer stopped".into()))
+            })
+        });
+        drop(chunks);
+        let written = writer.join().unwrap_or_else(|panic| {
+            Err(WriteError::Layout(format!(
+                "the writer thread panicked: {}",
+                crate::panic::message(&*panic)
+            )))
+        });
+        (written, produced)
+    });
+    written.and(produced)
+}
+
+/// Total size under which a pack of in-hand entries is written by the calling thread alone.
+const PIPELINE_BYTES: u64 = 64 << 20;
+
 /// Bytes ready to be written at `offset`: one or more neighbouring entries' own bytes (not
 /// copied), each followed by the zeros up to the next slot. `tensor` names the (first)
 /// entry, for errors.
 struct Chunk {
     offset: u64,
-    parts: Vec<(Bytes, usize)>,
+    parts: Vec<(Data, usize)>,
     tensor: String,
 }
 
