@@ -115,13 +115,13 @@ fn main() {
             Box::new(|p: &Path| burns().write_to_file(p).unwrap()),
         ),
         (
-            "burnpack Writer::write_to_file (atomic, positional writes)",
+            "burnpack Writer::write_to_file (atomic, one writer thread)",
             Box::new(|p: &Path| {
                 ours().write_to_file(p).unwrap();
             }),
         ),
         (
-            "burnpack without checksums (atomic, positional writes)",
+            "burnpack without checksums (atomic, one writer thread)",
             Box::new(|p: &Path| {
                 ours().checksums(false).write_to_file(p).unwrap();
             }),

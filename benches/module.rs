@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{DType, Device, Tensor};
 use burn_store::{BurnpackStore, ModuleSnapshot, SafetensorsStore};
 use burnpack::module::{PackModule, SaveOptions};
 use burnpack::{WriteMode, Writer};
@@ -64,6 +64,36 @@ impl ModuleVisitor for ReadAll {
     }
 }
 
+/// What any saver must do per parameter through Burn 0.22's API: the save mapper's value.
+#[derive(Default)]
+struct SaveWalk(Vec<Tensor<2>>, Vec<Tensor<1>>);
+
+impl ModuleVisitor for SaveWalk {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let t = param.transform_for_save().val();
+        match D {
+            1 => self.1.push(t.reshape([-1])),
+            _ => self.0.push(t.reshape([0, -1])),
+        }
+    }
+}
+
+/// What any loader must do per parameter through Burn 0.22's API, with the bytes already in
+/// memory (no file): `TensorData::from_bytes` over a shared buffer, `Tensor::from_data` with
+/// the dtype, `transform_for_load`.
+struct ApiLoad(burn::tensor::Bytes);
+
+impl burn::module::ModuleMapper for ApiLoad {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let shape = param.lazy_shape();
+        let bytes = self.0.view(0, shape.num_elements() * 4).unwrap();
+        let data = burn::tensor::TensorData::from_bytes(bytes, shape, DType::F32);
+        let tensor = Tensor::from_data(data, (&param.lazy_device(), DType::F32));
+        let id = param.id;
+        param.transform_for_load(tensor, id)
+    }
+}
+
 fn read_all(module: &Stack) -> u64 {
     let mut reader = ReadAll::default();
     module.visit(&mut reader);
@@ -103,8 +133,12 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                 "burn-save-file" => m.save_file(&out).unwrap(),
                 "burnpack-store" => m.save_into(&mut BurnpackStore::from_file(&out)).unwrap(),
                 "safetensors-store" => m.save_into(&mut SafetensorsStore::from_file(&out)).unwrap(),
-                "floor" => {
-                    // One write(2) + fsync of a ready-made buffer of the same size.
+                "floor" | "floor-atomic-api" => {
+                    // floor: one write(2) + fsync of a ready-made buffer of the same size.
+                    // floor-atomic-api: the least an atomic, durable save through Burn's API
+                    // can cost: the walk that reads every parameter's saved value, then the
+                    // buffer written to a scratch file, fsync, rename, directory fsync.
+                    let atomic = who == "floor-atomic-api";
                     let bytes = m
                         .pack_writer(&SaveOptions::new())
                         .unwrap()
@@ -112,10 +146,24 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                         .unwrap();
                     let meter = common::Meter::start();
                     let start = Instant::now();
-                    let mut f = std::fs::File::create(&out).unwrap();
+                    let mut walk = SaveWalk::default();
+                    if atomic {
+                        m.visit(&mut walk);
+                    }
+                    let target = if atomic {
+                        dir.join(format!(".scratch-{size}"))
+                    } else {
+                        out.clone()
+                    };
+                    let mut f = std::fs::File::create(&target).unwrap();
                     std::io::Write::write_all(&mut f, &bytes).unwrap();
                     f.sync_all().unwrap();
+                    if atomic {
+                        std::fs::rename(&target, &out).unwrap();
+                        std::fs::File::open(dir).unwrap().sync_all().unwrap();
+                    }
                     meter.report(start.elapsed());
+                    std::hint::black_box(walk);
                     return;
                 }
                 _ => panic!("{who}"),
@@ -144,6 +192,21 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                     )))
                     .unwrap();
                     t
+                }
+                "api-floor" => {
+                    let largest = 50_257 * 512 * 4;
+                    let buffer = burn::tensor::Bytes::from_shared(
+                        bytes::Bytes::from(vec![0u8; largest]),
+                        burn::tensor::AllocationProperty::Other,
+                    );
+                    let meter = common::Meter::start();
+                    let start = Instant::now();
+                    let loaded = target.map(&mut ApiLoad(buffer));
+                    if op == "load-read" {
+                        std::hint::black_box(read_all(&loaded));
+                    }
+                    meter.report(start.elapsed());
+                    return;
                 }
                 "in-memory" => {
                     let loaded = materialize(target);
@@ -210,6 +273,7 @@ fn main() {
                 "save",
                 &[
                     "floor",
+                    "floor-atomic-api",
                     "burnpack",
                     "burnpack-in-place",
                     "burn-save-file",
@@ -230,6 +294,7 @@ fn main() {
                 "load-read",
                 &[
                     "in-memory",
+                    "api-floor",
                     "burnpack",
                     "burn-load-file",
                     "burnpack-store",

@@ -13,12 +13,16 @@ use burn::tensor::DType;
 /// ```
 #[must_use]
 pub fn byte_len(dtype: DType, shape: &[u64]) -> Option<u64> {
+    byte_len_of(dtype, shape.iter().copied())
+}
+
+/// [`byte_len`] over any sequence of dimensions (no intermediate `Vec`).
+pub(crate) fn byte_len_of(dtype: DType, dims: impl IntoIterator<Item = u64>) -> Option<u64> {
     if matches!(dtype, DType::QFloat(_)) {
         return None;
     }
-    shape
-        .iter()
-        .try_fold(1u64, |acc, &dim| acc.checked_mul(dim))?
+    dims.into_iter()
+        .try_fold(1u64, u64::checked_mul)?
         .checked_mul(dtype.size() as u64)
 }
 

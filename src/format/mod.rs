@@ -11,6 +11,7 @@ mod layout;
 mod limits;
 mod metadata;
 
+pub(crate) use dtype::byte_len_of;
 pub(crate) use dtype::tensor_description;
 pub use dtype::{byte_len, checksum, element_align, metadata_checksum};
 pub use error::FormatError;

@@ -31,8 +31,7 @@ impl Collector {
         let dtype = tensor.dtype();
         let shape = tensor.dims().to_vec();
         let id = param.id.val();
-        let dims: [u64; D] = tensor.dims().map(|d| d as u64);
-        let entry = match crate::format::byte_len(dtype, &dims) {
+        let entry = match crate::format::byte_len_of(dtype, shape.iter().map(|&d| d as u64)) {
             // On flex and ndarray the bytes are borrowed now (an `Arc` of the parameter's own
             // storage: nothing is copied, and no tensor handle is kept per entry).
             Some(len) => match host::borrow(tensor, len) {

@@ -80,9 +80,11 @@ pub trait PackModule: Module + Sized {
         self.save_pack_with(path, &SaveOptions::new())
     }
 
-    /// Saves the module to `path` with `options`. Parameters are read from their device one
-    /// at a time per writer thread, as the writer reaches them; peak host memory is about
-    /// threads × the largest parameter on top of the model itself.
+    /// Saves the module to `path` with `options`. On flex and ndarray (this crate's features of
+    /// the same names) each parameter's storage is written where it is, without a copy; on
+    /// other backends parameters are read from their device one at a time per producer
+    /// thread, as the writer reaches them, so peak host memory is at most about
+    /// (threads + 1) × the largest parameter on top of the model itself.
     ///
     /// # Errors
     /// [`ModuleError::Write`] naming the file and the parameter; in atomic mode `path` is then

@@ -72,8 +72,9 @@ impl WriteOptions {
         self
     }
 
-    /// Number of parallel writers (default: rayon's global pool size). Each holds at most one
-    /// entry's bytes at a time.
+    /// Number of producer threads (default: rayon's global pool size), which materialize and
+    /// checksum entries for the one writer thread. Each holds at most one chunk (an entry, or
+    /// neighbouring entries under 1 MiB together) at a time.
     #[must_use]
     pub fn threads(mut self, threads: usize) -> Self {
         self.threads = Some(threads.max(1));

@@ -7,7 +7,7 @@ use burn::tensor::DType;
 use super::entry::Entry;
 use super::error::WriteError;
 use crate::format::{
-    Blob, DescriptorRef, HEADER_SIZE, Header, Scalar, align_up, byte_len, metadata_checksum,
+    Blob, DescriptorRef, HEADER_SIZE, Header, Scalar, align_up, byte_len_of, metadata_checksum,
 };
 
 /// Where one entry's bytes go: absolute file offset and length.
@@ -101,11 +101,7 @@ impl Plan {
             checksums: zeros.as_deref(),
         };
         // About 60 bytes per tensor besides its name.
-        let capacity = HEADER_SIZE
-            + entries
-                .iter()
-                .map(|e| e.name.len() + 72)
-                .sum::<usize>();
+        let capacity = HEADER_SIZE + entries.iter().map(|e| e.name.len() + 72).sum::<usize>();
         let mut head = Vec::with_capacity(capacity);
         head.resize(HEADER_SIZE, 0);
         blob.encode_into(&mut head)?;
@@ -225,13 +221,13 @@ fn check_len(entry: &Entry, len: u64) -> Result<(), WriteError> {
     if matches!(entry.dtype, DType::QFloat(_)) {
         return Ok(());
     }
-    let shape: Vec<u64> = entry.shape.iter().map(|&d| d as u64).collect();
-    let expected = byte_len(entry.dtype, &shape).ok_or_else(|| {
-        WriteError::Layout(format!(
-            "tensor '{}': shape {:?} overflows u64 bytes",
-            entry.name, entry.shape
-        ))
-    })?;
+    let expected =
+        byte_len_of(entry.dtype, entry.shape.iter().map(|&d| d as u64)).ok_or_else(|| {
+            WriteError::Layout(format!(
+                "tensor '{}': shape {:?} overflows u64 bytes",
+                entry.name, entry.shape
+            ))
+        })?;
     if expected == len {
         Ok(())
     } else {

@@ -4,7 +4,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-
 use super::entry::{Data, Entry, Source};
 use super::error::WriteError;
 

@@ -18,10 +18,14 @@ use crate::platform::write_all_at;
 
 /// Writes entries, string metadata and scalars as a burnpack file or buffer.
 ///
-/// The writer plans the whole layout from lengths, sizes the destination once,
-/// writes header and metadata, then fills every entry's 256-byte aligned slot in parallel with
-/// positional writes. At most [`threads`](Self::threads) deferred entries are materialized at
-/// once, so peak memory is about threads × the largest tensor.
+/// The writer plans the whole layout from lengths, sizes the destination once, then fills
+/// every entry's 256-byte aligned slot: producer threads materialize entries and checksum them
+/// in parallel, and one writer thread hands each chunk (an entry, or neighbouring small ones)
+/// to the kernel with a vectored write, from where the bytes are (no assembly copy). The
+/// head, which carries the checksums, goes last. At most [`threads`](Self::threads) produced
+/// chunks plus the one being written exist at once, so peak memory is about (threads + 1) ×
+/// the largest deferred tensor, and nothing for entries whose bytes are in hand. Small packs
+/// (under 64 MiB, nothing deferred) are written by the calling thread alone.
 ///
 /// Given the same entries, metadata and scalars in the same order, the bytes are identical
 /// to Burn 0.22's `burn_pack::Writer`.
@@ -284,8 +288,8 @@ impl Writer {
         // Entries whose bytes are already in hand (borrowed from their parameters) cost only
         // a checksum to produce: below this size threads and hand-offs cost more than they
         // save, and the calling thread writes everything itself.
-        let sequential = plan.total_size() < PIPELINE_BYTES
-            && !self.entries.iter().any(Entry::is_deferred);
+        let sequential =
+            plan.total_size() < PIPELINE_BYTES && !self.entries.iter().any(Entry::is_deferred);
         let jobs = batches(self.entries, plan);
         let write = |chunk: &Chunk| {
             chunk.write(file).map_err(|source| WriteError::Io {
@@ -368,7 +372,10 @@ static ZEROS: [u8; TENSOR_ALIGNMENT as usize] = [0; TENSOR_ALIGNMENT as usize];
 
 impl Chunk {
     fn len(&self) -> u64 {
-        self.parts.iter().map(|(b, pad)| (b.len() + pad) as u64).sum()
+        self.parts
+            .iter()
+            .map(|(b, pad)| (b.len() + pad) as u64)
+            .sum()
     }
 
     /// Writes the chunk at its offset with vectored writes: the entries' bytes go from where
@@ -407,7 +414,9 @@ fn produce(batch: Vec<(Entry, Slot, usize)>, sums: &Checksums) -> Result<Chunk, 
     for (k, (entry, slot, rank)) in batch.into_iter().enumerate() {
         let bytes = materialize(entry)?;
         sums.record(rank, &bytes);
-        let pad = next_offsets.get(k).map_or(0, |next| next - slot.offset - slot.len);
+        let pad = next_offsets
+            .get(k)
+            .map_or(0, |next| next - slot.offset - slot.len);
         parts.push((bytes, pad as usize));
     }
     Ok(Chunk {
