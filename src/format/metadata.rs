@@ -294,7 +294,9 @@ impl Serialize for DescriptorRef<'_> {
 }
 
 impl Metadata {
-    /// Encodes the blob as Burn 0.22 does (definite lengths, shortest integers).
+    /// Encodes the blob as Burn 0.22 does (definite lengths, shortest integers). The writer
+    /// encodes its plan without building a `Metadata`; this is for tests that build files.
+    #[cfg_attr(not(any(test, feature = "internals")), allow(dead_code))]
     ///
     /// # Errors
     /// [`FormatError::Metadata`] if the encoder fails (it cannot for in-memory output, but the

@@ -21,8 +21,6 @@ pub use header::{
 pub use layout::{Layout, NAMESPACE_KEY, PRODUCER_NAME, TensorInfo};
 pub use limits::Limits;
 pub(crate) use metadata::{Blob, DescriptorRef};
-#[cfg(not(feature = "internals"))]
-pub(crate) use metadata::{Descriptor, Metadata};
 /// The raw metadata records, for tests that build malformed files (feature `internals`).
 #[cfg(feature = "internals")]
 pub use metadata::{Descriptor, Metadata};

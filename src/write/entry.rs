@@ -16,6 +16,8 @@ pub(crate) enum Source {
 }
 
 /// Bytes lent by their owner (a parameter's storage), held, not copied, until written.
+/// Only the `flex` / `ndarray` features lend (see `module::host`).
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
 pub(crate) enum Lent {
     /// The first `.1` bytes of a shared buffer (how flex keeps a tensor's storage): holding
     /// it costs a reference count, no allocation.
