@@ -16,6 +16,28 @@ pub fn byte_len(dtype: DType, shape: &[u64]) -> Option<u64> {
     byte_len_of(dtype, shape.iter().copied())
 }
 
+/// Every dtype of Burn 0.22 but the quantized ones: what test data is generated over
+/// (feature `internals`).
+#[cfg(any(test, feature = "internals"))]
+pub const PLAIN_DTYPES: [DType; 16] = [
+    DType::F64,
+    DType::F32,
+    DType::Flex32,
+    DType::F16,
+    DType::BF16,
+    DType::I64,
+    DType::I32,
+    DType::I16,
+    DType::I8,
+    DType::U64,
+    DType::U32,
+    DType::U16,
+    DType::U8,
+    DType::Bool(burn::tensor::BoolStore::Native),
+    DType::Bool(burn::tensor::BoolStore::U8),
+    DType::Bool(burn::tensor::BoolStore::U32),
+];
+
 /// [`byte_len`] over any sequence of dimensions (no intermediate `Vec`).
 pub(crate) fn byte_len_of(dtype: DType, dims: impl IntoIterator<Item = u64>) -> Option<u64> {
     if matches!(dtype, DType::QFloat(_)) {

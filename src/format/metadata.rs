@@ -667,31 +667,14 @@ mod canonical {
 
 #[cfg(test)]
 mod tests {
+    use burn::tensor::DType;
     use burn::tensor::quantization::QuantScheme;
-    use burn::tensor::{BoolStore, DType};
 
     use super::{Descriptor, Metadata, Scalar, canonical};
     use crate::format::Limits;
 
     fn sample() -> Metadata {
-        let dtypes = [
-            DType::F64,
-            DType::F32,
-            DType::Flex32,
-            DType::F16,
-            DType::BF16,
-            DType::I64,
-            DType::I32,
-            DType::I16,
-            DType::I8,
-            DType::U64,
-            DType::U32,
-            DType::U16,
-            DType::U8,
-            DType::Bool(BoolStore::Native),
-            DType::Bool(BoolStore::U8),
-            DType::Bool(BoolStore::U32),
-        ];
+        let dtypes = crate::format::PLAIN_DTYPES;
         let tensors = dtypes
             .iter()
             .enumerate()

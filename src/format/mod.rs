@@ -11,6 +11,8 @@ mod layout;
 mod limits;
 mod metadata;
 
+#[cfg(any(test, feature = "internals"))]
+pub use dtype::PLAIN_DTYPES;
 pub(crate) use dtype::byte_len_of;
 pub(crate) use dtype::tensor_description;
 pub use dtype::{byte_len, checksum, element_align, metadata_checksum};

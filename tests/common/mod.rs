@@ -6,7 +6,7 @@ pub mod lazy;
 pub mod model;
 
 use burn::tensor::quantization::QuantScheme;
-use burn::tensor::{BoolStore, Bytes, DType};
+use burn::tensor::{Bytes, DType};
 use burnpack::Entry;
 
 /// Deterministic pseudo-random bytes (xorshift64*), so tests need no data files.
@@ -107,24 +107,7 @@ pub fn qfloat() -> DType {
 
 /// One tensor of every dtype Burn has, plus zero-size, scalar and unicode-named tensors.
 pub fn every_dtype() -> Vec<Spec> {
-    let dtypes = [
-        DType::F64,
-        DType::F32,
-        DType::Flex32,
-        DType::F16,
-        DType::BF16,
-        DType::I64,
-        DType::I32,
-        DType::I16,
-        DType::I8,
-        DType::U64,
-        DType::U32,
-        DType::U16,
-        DType::U8,
-        DType::Bool(BoolStore::Native),
-        DType::Bool(BoolStore::U8),
-        DType::Bool(BoolStore::U32),
-    ];
+    let dtypes = burnpack::format::PLAIN_DTYPES;
     let mut specs: Vec<Spec> = dtypes
         .iter()
         .enumerate()
