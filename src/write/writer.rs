@@ -408,15 +408,14 @@ impl Chunk {
 fn produce(batch: Vec<(Entry, Slot, usize)>, sums: &Checksums) -> Result<Chunk, WriteError> {
     let offset = batch[0].1.offset;
     let tensor = batch[0].0.name.clone();
-    let count = batch.len();
-    let mut parts = Vec::with_capacity(count);
-    let next_offsets: Vec<u64> = batch.iter().skip(1).map(|(_, s, _)| s.offset).collect();
-    for (k, (entry, slot, rank)) in batch.into_iter().enumerate() {
+    let mut parts = Vec::with_capacity(batch.len());
+    let mut batch = batch.into_iter().peekable();
+    while let Some((entry, slot, rank)) = batch.next() {
         let bytes = materialize(entry)?;
         sums.record(rank, &bytes);
-        let pad = next_offsets
-            .get(k)
-            .map_or(0, |next| next - slot.offset - slot.len);
+        let pad = batch
+            .peek()
+            .map_or(0, |(_, next, _)| next.offset - slot.offset - slot.len);
         parts.push((bytes, pad as usize));
     }
     Ok(Chunk {
