@@ -11,6 +11,8 @@
 //! - [`module`]: the Burn adapter (save a module, load a pack or any
 //!   [`TensorSource`](read::TensorSource) into one); [`checkpoint`]: training checkpoints.
 //! - [`interop`]: other containers (safetensors).
+//! - Burn's plug-in points: `train` (feature `train`), checkpointers for burn-train's
+//!   `with_custom_checkpointers`, one file per epoch.
 //!
 //! ```
 //! use burn::tensor::{Bytes, DType};
@@ -45,6 +47,8 @@ pub mod module;
 mod panic;
 mod platform;
 pub mod read;
+#[cfg(feature = "train")]
+pub mod train;
 pub mod write;
 
 /// The safetensors conversions under their earlier name ([`interop::safetensors`]).

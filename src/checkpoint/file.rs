@@ -157,7 +157,7 @@ impl Checkpoint {
     }
 
     /// The part under `prefix` as a stand-alone pack, as Burn wrote it (prefix removed).
-    fn extract(&self, prefix: &str) -> Result<Bytes, CheckpointError> {
+    pub(crate) fn extract(&self, prefix: &str) -> Result<Bytes, CheckpointError> {
         Ok(part(&self.reader, prefix)?.into_bytes()?)
     }
 }

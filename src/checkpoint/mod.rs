@@ -62,5 +62,9 @@ pub use error::CheckpointError;
 pub use file::Checkpoint;
 pub use manager::{CheckpointEntry, CheckpointManager};
 pub use namespace::{KIND, KIND_KEY, MODEL_PREFIX, PARTS_KEY};
+#[cfg(feature = "train")]
+pub(crate) use namespace::{
+    OPTIM_PREFIX, PROGRESS_PREFIX, SCHEDULER_PREFIX, absorb_reader, assemble,
+};
 pub use progress::Progress;
 pub use state::{PreparedState, TrainingState};

@@ -65,14 +65,16 @@ pub(crate) fn absorb_reader(
 }
 
 /// A writer for the part of `reader` under `prefix` (prefix removed), as Burn wrote it;
-/// tensors are windows into the reader's source.
+/// tensors are windows into the reader's source, each checked against its checksum first.
 pub(crate) fn part(reader: &Reader, prefix: &str) -> Result<Writer, CheckpointError> {
     let mut entries = Vec::new();
     for info in reader.tensors_by_position() {
         let Some(name) = info.name().strip_prefix(prefix) else {
             continue;
         };
-        entries.push(Entry::from_stored(info, reader.read(info)?).renamed(name));
+        let bytes = reader.read(info)?;
+        reader.check(info, &bytes)?;
+        entries.push(Entry::from_stored(info, bytes).renamed(name));
     }
     let mut writer = Writer::new(entries);
     for (k, v) in reader.scalars() {

@@ -23,6 +23,7 @@ pub(crate) enum Lent {
     /// it costs a reference count, no allocation.
     Prefix(std::sync::Arc<Bytes>, usize),
     /// Any other owner that can show its bytes.
+    #[cfg_attr(not(feature = "ndarray"), allow(dead_code))]
     Owner(Box<dyn AsRef<[u8]> + Send + Sync>),
 }
 

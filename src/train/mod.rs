@@ -1,0 +1,353 @@
+//! burn-train's plug-in point: one checkpointer for `SupervisedTraining::with_custom_checkpointers`
+//! that writes **one** checkpoint file per epoch instead of burn-train's three.
+//!
+//! burn-train hands the model, optimizer and scheduler records of an epoch to three
+//! checkpointers, each on its own thread ([`AsyncCheckpointer`](burn::train::checkpoint::AsyncCheckpointer)).
+//! A [`PackCheckpointer`] is one value shared by the three: each record is validated as it
+//! arrives and held (as the burnpack bytes Burn serialized it to) until the epoch's three parts
+//! are there; the thread that brings the last one writes them as one checkpoint
+//! (`ckpt-<epoch>.bpk`, the layout of [`checkpoint`](crate::checkpoint)), atomically: scratch
+//! file, fsync, rename, directory fsync. A file is therefore visible only complete and durable,
+//! and the tensors go from Burn's record bytes to the file without another copy.
+//!
+//! `delete` follows burn-train's checkpointing strategy: the file of an epoch is removed once
+//! all three of its parts were deleted. `restore` serves each record from that file. The files
+//! are ordinary checkpoints: [`CheckpointManager`](crate::checkpoint::CheckpointManager),
+//! [`Checkpoint`](crate::checkpoint::Checkpoint), `load_pack` and `bpk` read them.
+//!
+//! # The one-line switch
+//!
+//! ```no_run
+//! # use burn::train::{SupervisedTraining, Learner};
+//! # fn switch<LC: burn::train::LearningComponentsTypes>(training: SupervisedTraining<LC>) -> std::io::Result<()> {
+//! use burnpack::train::PackCheckpointer;
+//! let pack = PackCheckpointer::new("artifacts/checkpoint")?;
+//! let training = training.with_custom_checkpointers(pack.clone(), pack.clone(), pack);
+//! # Ok(()) }
+//! ```
+//!
+//! After a crash, [`PackCheckpointer::latest_epoch`] names the newest complete checkpoint to
+//! resume from with `SupervisedTraining::checkpoint(epoch)`.
+//!
+//! ```
+//! use burn::optim::{ModuleOptimizer, SgdConfig};
+//! use burn::train::checkpoint::Checkpointer;
+//! use burn::lr_scheduler::{LrScheduler, constant::ConstantLr};
+//! use burn::module::{Module, Param};
+//! use burn::tensor::{Device, Tensor};
+//! use burnpack::train::PackCheckpointer;
+//!
+//! #[derive(Module, Debug)]
+//! struct Tiny { w: Param<Tensor<1>> }
+//!
+//! let device = Device::flex();
+//! let dir = tempfile::tempdir().unwrap();
+//! let pack = PackCheckpointer::new(dir.path()).unwrap();
+//! let model = Tiny { w: Param::from_data([1.0, 2.0], &device) };
+//! let optim: ModuleOptimizer = SgdConfig::new().init();
+//! pack.save(1, model.clone().into_record()).unwrap();
+//! pack.save(1, optim.to_record()).unwrap();
+//! assert_eq!(pack.latest_epoch().unwrap(), None); // two parts of three: nothing visible yet
+//! pack.save(1, ConstantLr::new(0.1).to_record()).unwrap();
+//! assert_eq!(pack.latest_epoch().unwrap(), Some(1));
+//!
+//! let restored = Tiny { w: Param::from_data([0.0, 0.0], &device) }
+//!     .load_record(Checkpointer::<burn::store::ModuleRecord>::restore(&pack, 1).unwrap());
+//! assert_eq!(restored.w.val().into_data(), model.w.val().into_data());
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use burn::lr_scheduler::LrSchedulerRecord;
+use burn::optim::OptimizerRecord;
+use burn::store::ModuleRecord;
+use burn::tensor::Bytes;
+use burn::train::checkpoint::{Checkpoint as TrainRecord, Checkpointer, CheckpointerError};
+
+use crate::checkpoint::{
+    Checkpoint, CheckpointError, CheckpointManager, MODEL_PREFIX, OPTIM_PREFIX, PARTS_KEY,
+    PROGRESS_PREFIX, SCHEDULER_PREFIX, absorb_reader, assemble,
+};
+use crate::format::Scalar;
+use crate::module::SaveOptions;
+use crate::read::Reader;
+
+/// One of the three records burn-train checkpoints each epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Model = 0,
+    Optim = 1,
+    Scheduler = 2,
+}
+
+impl Part {
+    const ALL: u8 = 0b111;
+
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Part::Model => "model",
+            Part::Optim => "optimizer",
+            Part::Scheduler => "scheduler",
+        }
+    }
+}
+
+/// A record burn-train checkpoints, and which part of the file it is.
+trait PartRecord: TrainRecord {
+    const PART: Part;
+    fn from_pack(bytes: Bytes) -> Result<Self, String>;
+}
+
+impl PartRecord for ModuleRecord {
+    const PART: Part = Part::Model;
+    fn from_pack(bytes: Bytes) -> Result<Self, String> {
+        ModuleRecord::from_bytes(bytes).map_err(|e| e.to_string())
+    }
+}
+
+impl PartRecord for OptimizerRecord {
+    const PART: Part = Part::Optim;
+    fn from_pack(bytes: Bytes) -> Result<Self, String> {
+        OptimizerRecord::from_bytes(bytes).map_err(|e| e.to_string())
+    }
+}
+
+impl PartRecord for LrSchedulerRecord {
+    const PART: Part = Part::Scheduler;
+    fn from_pack(bytes: Bytes) -> Result<Self, String> {
+        LrSchedulerRecord::from_bytes(bytes).map_err(|e| e.to_string())
+    }
+}
+
+/// The parts of one epoch received so far, and which parts were deleted.
+#[derive(Default)]
+struct Epoch {
+    parts: [Option<Reader>; 3],
+    saved: u8,
+    deleted: u8,
+}
+
+/// Writes burn-train's three checkpoint records of an epoch as one checkpoint file
+/// (`<dir>/ckpt-<epoch>.bpk`), and serves them back. Clones share the epochs in assembly: give
+/// one clone to each of `with_custom_checkpointers`' three arguments.
+///
+/// The file holds the model under `model.` (with its `ParamId`s), the optimizer state under
+/// `optim.`, the scheduler record under `scheduler.`, and the progress `epoch` (`step` is 0:
+/// burn-train hands checkpointers only the epoch). See the [module docs](self) for an example.
+#[derive(Clone)]
+pub struct PackCheckpointer {
+    manager: CheckpointManager,
+    options: SaveOptions,
+    pending: Arc<Mutex<BTreeMap<usize, Epoch>>>,
+}
+
+impl std::fmt::Debug for PackCheckpointer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackCheckpointer")
+            .field("dir", &self.manager.dir())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PackCheckpointer {
+    /// Checkpoints in `dir` (created if needed). Scratch files a killed process left there are
+    /// removed.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let pack = burnpack::train::PackCheckpointer::new(dir.path().join("ckpt")).unwrap();
+    /// assert!(pack.dir().is_dir());
+    /// ```
+    ///
+    /// # Errors
+    /// The directory cannot be created or listed.
+    pub fn new(dir: impl AsRef<Path>) -> std::io::Result<Self> {
+        let manager = CheckpointManager::new(dir).map_err(std::io::Error::other)?;
+        Ok(Self {
+            manager,
+            options: SaveOptions::new(),
+            pending: Arc::default(),
+        })
+    }
+
+    /// Save options for the files (checksums, metadata, durability; see [`SaveOptions`]).
+    ///
+    /// ```
+    /// use burnpack::{SaveOptions, train::PackCheckpointer};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let pack = PackCheckpointer::new(dir.path()).unwrap()
+    ///     .with_options(SaveOptions::new().metadata("run", "baseline"));
+    /// ```
+    #[must_use]
+    pub fn with_options(mut self, options: SaveOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The checkpoint directory.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        self.manager.dir()
+    }
+
+    /// Where the checkpoint of `epoch` is written.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let pack = burnpack::train::PackCheckpointer::new(dir.path()).unwrap();
+    /// assert!(pack.path_for(3).ends_with("ckpt-00000000000000000003.bpk"));
+    /// ```
+    #[must_use]
+    pub fn path_for(&self, epoch: usize) -> PathBuf {
+        self.manager.path_for(epoch as u64)
+    }
+
+    /// The newest epoch whose checkpoint is complete (it opens, its header and metadata
+    /// validate against their checksum, and it holds the optimizer and scheduler parts): what
+    /// to pass to `SupervisedTraining::checkpoint` after a crash. A damaged or foreign newer
+    /// file is skipped. Tensor data is not read here; `restore` checks every tensor it serves
+    /// against its checksum.
+    ///
+    /// # Errors
+    /// The directory cannot be listed.
+    pub fn latest_epoch(&self) -> Result<Option<usize>, CheckpointError> {
+        Ok(self.manager.list()?.iter().rev().find_map(|entry| {
+            let ckpt = Checkpoint::open(&entry.path).ok()?;
+            (ckpt.has_optimizer() && ckpt.has_scheduler())
+                .then(|| usize::try_from(entry.step).ok())?
+        }))
+    }
+
+    fn epochs(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, Epoch>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Holds `bytes` as `part` of `epoch`; writes the file when it completes the epoch.
+    fn receive(&self, epoch: usize, part: Part, bytes: Bytes) -> Result<(), CheckpointError> {
+        let reader = Reader::from_bytes(bytes)?;
+        let complete = {
+            let mut epochs = self.epochs();
+            let state = epochs.entry(epoch).or_default();
+            state.parts[part as usize] = Some(reader);
+            state.saved |= part.bit();
+            if state.saved == Part::ALL {
+                epochs.remove(&epoch).map(|e| e.parts)
+            } else {
+                None
+            }
+        };
+        match complete {
+            Some([Some(model), Some(optim), Some(scheduler)]) => {
+                self.write(epoch, &model, &optim, &scheduler)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn write(
+        &self,
+        epoch: usize,
+        model: &Reader,
+        optim: &Reader,
+        scheduler: &Reader,
+    ) -> Result<(), CheckpointError> {
+        let mut entries = Vec::new();
+        let mut scalars = BTreeMap::new();
+        let mut metadata = BTreeMap::new();
+        for (reader, prefix) in [
+            (model, MODEL_PREFIX),
+            (optim, OPTIM_PREFIX),
+            (scheduler, SCHEDULER_PREFIX),
+        ] {
+            absorb_reader(reader, prefix, &mut entries, &mut scalars, &mut metadata)?;
+        }
+        metadata.retain(|k, _| !k.starts_with(MODEL_PREFIX));
+        metadata.insert(PARTS_KEY.to_string(), "optim,scheduler".to_string());
+        scalars.insert(format!("{PROGRESS_PREFIX}epoch"), Scalar::UInt(epoch as u64));
+        scalars.insert(format!("{PROGRESS_PREFIX}step"), Scalar::UInt(0));
+        let options = self.options.clone().overwrite(true);
+        assemble(&options, entries, scalars, metadata).write_to_file(self.path_for(epoch))?;
+        Ok(())
+    }
+
+    /// Marks `part` of `epoch` deleted; removes the file once all three parts are.
+    fn forget(&self, epoch: usize, part: Part) -> Result<(), CheckpointError> {
+        let gone = {
+            let mut epochs = self.epochs();
+            let state = epochs.entry(epoch).or_default();
+            state.deleted |= part.bit();
+            state.parts[part as usize] = None;
+            let gone = state.deleted == Part::ALL;
+            if gone {
+                epochs.remove(&epoch);
+            }
+            gone
+        };
+        let path = self.path_for(epoch);
+        if gone && path.exists() {
+            std::fs::remove_file(&path).map_err(|source| CheckpointError::Io {
+                action: "delete",
+                path,
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn restore_part<R: PartRecord>(&self, epoch: usize) -> Result<R, CheckpointError> {
+        let path = self.path_for(epoch);
+        let ckpt = Checkpoint::open(&path)?;
+        let prefix = match R::PART {
+            Part::Model => MODEL_PREFIX,
+            Part::Optim if ckpt.has_optimizer() => OPTIM_PREFIX,
+            Part::Scheduler if ckpt.has_scheduler() => SCHEDULER_PREFIX,
+            part => {
+                return Err(CheckpointError::Invalid {
+                    file: path.display().to_string(),
+                    what: format!("the checkpoint of epoch {epoch} holds no {} part", part.name()),
+                });
+            }
+        };
+        R::from_pack(ckpt.extract(prefix)?).map_err(|message| CheckpointError::Record {
+            context: format!(
+                "{}: restore the {} record of epoch {epoch}",
+                path.display(),
+                R::PART.name()
+            ),
+            message,
+        })
+    }
+}
+
+/// burn-train's error for one of ours: I/O errors keep their kind, the rest their message
+/// (which names the file).
+fn to_train(err: CheckpointError) -> CheckpointerError {
+    match err {
+        CheckpointError::Io { source, .. } => CheckpointerError::IOError(source),
+        other => CheckpointerError::Unknown(other.to_string()),
+    }
+}
+
+#[allow(private_bounds)]
+impl<R: PartRecord> Checkpointer<R> for PackCheckpointer {
+    fn save(&self, epoch: usize, record: R) -> Result<(), CheckpointerError> {
+        let bytes = record
+            .checkpoint_into_bytes()
+            .map_err(CheckpointerError::Record)?;
+        self.receive(epoch, R::PART, bytes).map_err(to_train)
+    }
+
+    fn delete(&self, epoch: usize) -> Result<(), CheckpointerError> {
+        self.forget(epoch, R::PART).map_err(to_train)
+    }
+
+    fn restore(&self, epoch: usize) -> Result<R, CheckpointerError> {
+        self.restore_part(epoch).map_err(to_train)
+    }
+}

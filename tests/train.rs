@@ -1,0 +1,355 @@
+//! burn-train's `SupervisedTraining` with `PackCheckpointer`: one file per epoch, retention by
+//! burn-train's strategy, bit-identical resumption (also against burn-train's own
+//! checkpointers), and a training process killed with SIGKILL that resumes from the newest
+//! complete checkpoint.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
+use burn::data::dataset::InMemDataset;
+use burn::lr_scheduler::exponential::ExponentialLrSchedulerConfig;
+use burn::module::{Module, Param};
+use burn::nn::{Linear, LinearConfig};
+use burn::optim::AdamConfig;
+use burn::tensor::{Device, Tensor, TensorData};
+use burn::train::checkpoint::KeepLastNCheckpoints;
+use burn::train::logger::InMemoryMetricLogger;
+use burn::train::metric::LossMetric;
+use burn::train::{
+    InferenceStep, Learner, RegressionOutput, SupervisedTraining, TrainOutput, TrainStep,
+};
+use burnpack::checkpoint::{Checkpoint, CheckpointManager};
+use burnpack::module::PackModule;
+use burnpack::train::PackCheckpointer;
+
+#[derive(Module, Debug)]
+struct Toy {
+    hidden: Linear,
+    out: Linear,
+}
+
+#[derive(Clone, Debug)]
+struct Batch {
+    x: Tensor<2>,
+    y: Tensor<2>,
+}
+
+struct Rows;
+
+impl Batcher<([f32; 4], [f32; 2]), Batch> for Rows {
+    fn batch(&self, items: Vec<([f32; 4], [f32; 2])>, device: &Device) -> Batch {
+        let n = items.len();
+        let x: Vec<f32> = items.iter().flat_map(|(x, _)| *x).collect();
+        let y: Vec<f32> = items.iter().flat_map(|(_, y)| *y).collect();
+        Batch {
+            x: Tensor::from_data(TensorData::new(x, [n, 4]), device),
+            y: Tensor::from_data(TensorData::new(y, [n, 2]), device),
+        }
+    }
+}
+
+impl Toy {
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        self.out.forward(self.hidden.forward(x).tanh())
+    }
+
+    fn regression(&self, batch: Batch) -> RegressionOutput {
+        let output = self.forward(batch.x);
+        let loss = (output.clone() - batch.y.clone()).powi_scalar(2).mean();
+        RegressionOutput::new(loss, output, batch.y)
+    }
+}
+
+impl TrainStep for Toy {
+    type Input = Batch;
+    type Output = RegressionOutput;
+
+    fn step(&self, batch: Batch) -> TrainOutput<RegressionOutput> {
+        let out = self.regression(batch);
+        TrainOutput::new(self, out.loss.backward(), out)
+    }
+}
+
+impl InferenceStep for Toy {
+    type Input = Batch;
+    type Output = RegressionOutput;
+
+    fn step(&self, batch: Batch) -> RegressionOutput {
+        self.regression(batch)
+    }
+}
+
+fn device() -> Device {
+    Device::flex().autodiff()
+}
+
+/// The same starting point in every process: weights from a formula, not a random generator.
+fn initial(device: &Device) -> Toy {
+    let mut toy = Toy {
+        hidden: LinearConfig::new(4, 8).init(device),
+        out: LinearConfig::new(8, 2).init(device),
+    };
+    let fill = |n: usize, k: f32| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i as f32 + k) * 0.37).sin() * 0.5)
+            .collect()
+    };
+    toy.hidden.weight = Param::from_data(TensorData::new(fill(32, 1.0), [4, 8]), device);
+    toy.out.weight = Param::from_data(TensorData::new(fill(16, 2.0), [8, 2]), device);
+    toy.hidden.bias = Some(Param::from_data(TensorData::new(fill(8, 3.0), [8]), device));
+    toy.out.bias = Some(Param::from_data(TensorData::new(fill(2, 4.0), [2]), device));
+    toy
+}
+
+/// Random weights: a resumed run must not depend on the model it starts from.
+fn random(device: &Device) -> Toy {
+    Toy {
+        hidden: LinearConfig::new(4, 8).init(device),
+        out: LinearConfig::new(8, 2).init(device),
+    }
+}
+
+type Loader = Arc<dyn DataLoader<Batch>>;
+
+fn loaders() -> (Loader, Loader) {
+    let rows: Vec<([f32; 4], [f32; 2])> = (0..16)
+        .map(|i| {
+            let t = i as f32 * 0.25;
+            ([t, t.sin(), t.cos(), 1.0 - t], [t.sin() * t.cos(), 0.5 * t])
+        })
+        .collect();
+    let train = DataLoaderBuilder::new(Rows)
+        .batch_size(4)
+        .build(InMemDataset::new(rows.clone()));
+    let valid = DataLoaderBuilder::new(Rows)
+        .batch_size(8)
+        .build(InMemDataset::new(rows));
+    (train, valid)
+}
+
+fn learner(model: Toy) -> Learner<Toy> {
+    let scheduler = ExponentialLrSchedulerConfig::new(0.05, 0.8)
+        .init()
+        .expect("valid scheduler");
+    Learner::new(model, AdamConfig::new().init(), scheduler)
+}
+
+/// Which checkpointers a run uses.
+#[derive(Clone, Copy)]
+enum With {
+    Pack,
+    BurnDefault,
+}
+
+/// Trains `model` to `epochs` (from `resume` when given) with checkpoints in `dir/checkpoint`;
+/// returns the trained model.
+fn train(dir: &Path, with: With, model: Toy, epochs: usize, resume: Option<usize>, keep: usize) -> Toy {
+    let (train, valid) = loaders();
+    let mut training = SupervisedTraining::new(dir, train, valid)
+        .num_epochs(epochs)
+        .with_checkpointing_strategy(KeepLastNCheckpoints::new(keep))
+        .with_metric_logger(InMemoryMetricLogger::new())
+        .metric_train_numeric(LossMetric::new())
+        .with_application_logger(None);
+    training = match with {
+        With::Pack => {
+            let pack = PackCheckpointer::new(dir.join("checkpoint")).unwrap();
+            training.with_custom_checkpointers(pack.clone(), pack.clone(), pack)
+        }
+        With::BurnDefault => training.with_default_checkpointers(),
+    };
+    if let Some(epoch) = resume {
+        training = training.checkpoint(epoch);
+    }
+    training.launch(learner(model)).model
+}
+
+/// Every parameter's bytes, in module order.
+fn params(model: &Toy) -> Vec<Vec<u8>> {
+    let mut all = vec![
+        model.hidden.weight.val().into_data().bytes().to_vec(),
+        model.out.weight.val().into_data().bytes().to_vec(),
+    ];
+    for bias in [&model.hidden.bias, &model.out.bias] {
+        all.push(bias.as_ref().unwrap().val().into_data().bytes().to_vec());
+    }
+    all
+}
+
+fn files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn one_file_per_epoch_with_the_strategys_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = device();
+    let trained = train(dir.path(), With::Pack, initial(&device), 4, None, 2);
+    let ckpt_dir = dir.path().join("checkpoint");
+    let pack = PackCheckpointer::new(&ckpt_dir).unwrap();
+    // KeepLastN(2) after 4 epochs: epochs 3 and 4, one file each, nothing else.
+    assert_eq!(
+        files(&ckpt_dir),
+        vec![
+            pack.path_for(3).file_name().unwrap().to_string_lossy().into_owned(),
+            pack.path_for(4).file_name().unwrap().to_string_lossy().into_owned(),
+        ]
+    );
+    assert_eq!(pack.latest_epoch().unwrap(), Some(4));
+    // An ordinary checkpoint: the manager lists it, `Checkpoint` opens it, the model loads
+    // from it with `load_pack`, and it holds the optimizer (Adam moments) and the scheduler.
+    let manager = CheckpointManager::new(&ckpt_dir).unwrap();
+    let latest = manager.latest().unwrap().unwrap();
+    assert_eq!(latest.progress().epoch, 4);
+    assert!(latest.has_optimizer() && latest.has_scheduler());
+    assert!(
+        latest.reader().tensors().iter().any(|t| t.name().starts_with("optim.")),
+        "Adam's moments are in the file"
+    );
+    let loaded = random(&device).load_pack(pack.path_for(4)).unwrap();
+    assert_eq!(params(&loaded), params(&trained));
+}
+
+#[test]
+fn resuming_is_bit_identical_to_training_straight_through() {
+    let device = device();
+    let straight_dir = tempfile::tempdir().unwrap();
+    let straight = train(straight_dir.path(), With::Pack, initial(&device), 5, None, 5);
+
+    let resumed_dir = tempfile::tempdir().unwrap();
+    train(resumed_dir.path(), With::Pack, initial(&device), 2, None, 5);
+    let resumed = train(resumed_dir.path(), With::Pack, random(&device), 5, Some(2), 5);
+    assert_eq!(params(&resumed), params(&straight));
+
+    // burn-train's own checkpointers (three files per epoch) resume to the same bits.
+    let burn_dir = tempfile::tempdir().unwrap();
+    train(burn_dir.path(), With::BurnDefault, initial(&device), 2, None, 5);
+    assert!(burn_dir.path().join("checkpoint/optim-2.bpk").exists());
+    let burn_resumed = train(burn_dir.path(), With::BurnDefault, random(&device), 5, Some(2), 5);
+    assert_eq!(params(&burn_resumed), params(&straight));
+}
+
+#[test]
+fn restore_of_a_missing_or_damaged_epoch_names_the_file() {
+    use burn::store::ModuleRecord;
+    use burn::train::checkpoint::Checkpointer;
+    let dir = tempfile::tempdir().unwrap();
+    let pack = PackCheckpointer::new(dir.path()).unwrap();
+    let err = Checkpointer::<ModuleRecord>::restore(&pack, 7).unwrap_err();
+    assert!(err.to_string().contains("ckpt-"), "{err}");
+
+    // A complete epoch, then one byte of its data flipped.
+    let device = Device::flex();
+    let model = initial(&device);
+    Checkpointer::save(&pack, 1, model.clone().into_record()).unwrap();
+    let optim: burn::optim::ModuleOptimizer = AdamConfig::new().init();
+    Checkpointer::save(&pack, 1, optim.to_record()).unwrap();
+    let scheduler = ExponentialLrSchedulerConfig::new(0.05, 0.8).init().unwrap();
+    Checkpointer::save(&pack, 1, scheduler.to_record()).unwrap();
+    let path = pack.path_for(1);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&path, bytes).unwrap();
+    let err = Checkpointer::<ModuleRecord>::restore(&pack, 1).unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains(&path.display().to_string()), "{message}");
+    assert!(message.contains("checksum"), "{message}");
+}
+
+#[test]
+fn deletes_remove_a_file_only_when_all_three_parts_are_deleted() {
+    use burn::optim::OptimizerRecord;
+    use burn::store::ModuleRecord;
+    use burn::train::checkpoint::Checkpointer;
+    let dir = tempfile::tempdir().unwrap();
+    let pack = PackCheckpointer::new(dir.path()).unwrap();
+    let device = Device::flex();
+    let model = initial(&device);
+    let optim: burn::optim::ModuleOptimizer = AdamConfig::new().init();
+    let scheduler = ExponentialLrSchedulerConfig::new(0.05, 0.8).init().unwrap();
+    Checkpointer::save(&pack, 3, optim.to_record()).unwrap();
+    Checkpointer::save(&pack, 3, scheduler.to_record()).unwrap();
+    assert!(!pack.path_for(3).exists(), "two parts of three write nothing");
+    Checkpointer::save(&pack, 3, model.clone().into_record()).unwrap();
+    assert!(pack.path_for(3).exists());
+    Checkpointer::<ModuleRecord>::delete(&pack, 3).unwrap();
+    Checkpointer::<OptimizerRecord>::delete(&pack, 3).unwrap();
+    assert!(pack.path_for(3).exists(), "the scheduler part is still wanted");
+    Checkpointer::<burn::lr_scheduler::LrSchedulerRecord>::delete(&pack, 3).unwrap();
+    assert!(!pack.path_for(3).exists());
+    // Deleting an epoch that was never saved is not an error (burn-train's strategies may).
+    Checkpointer::<ModuleRecord>::delete(&pack, 9).unwrap();
+}
+
+const CHILD_DIR: &str = "BURNPACK_TRAIN_CHILD_DIR";
+
+/// The training process the SIGKILL test starts (this test binary, this test alone): trains
+/// for many epochs until it is killed.
+#[test]
+#[ignore = "run by killed_training_resumes_from_the_newest_complete_checkpoint"]
+fn training_child() {
+    let Some(dir) = std::env::var_os(CHILD_DIR) else {
+        return;
+    };
+    let device = device();
+    train(&PathBuf::from(dir), With::Pack, initial(&device), 100_000, None, 2);
+}
+
+#[cfg(unix)]
+#[test]
+fn killed_training_resumes_from_the_newest_complete_checkpoint() {
+    let device = device();
+    for round in 0..3u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt_dir = dir.path().join("checkpoint");
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "training_child", "--ignored", "--nocapture"])
+            .env(CHILD_DIR, dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Let it write a few epochs, then kill it at a point that varies by round.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let epochs = std::fs::read_dir(&ckpt_dir).map_or(0, |d| {
+                d.filter(|e| {
+                    e.as_ref()
+                        .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("ckpt-"))
+                })
+                .count()
+            });
+            if epochs >= 2 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the child wrote no checkpoints");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(7 * round + 3));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+
+        // Every checkpoint name visible is a complete, valid file.
+        let manager = CheckpointManager::new(&ckpt_dir).unwrap();
+        for entry in manager.list().unwrap() {
+            let ckpt = Checkpoint::open(&entry.path).unwrap();
+            assert!(ckpt.has_optimizer() && ckpt.has_scheduler());
+        }
+        let pack = PackCheckpointer::new(&ckpt_dir).unwrap();
+        let k = pack.latest_epoch().unwrap().expect("a complete checkpoint survived");
+        let resumed = train(dir.path(), With::Pack, random(&device), k + 2, Some(k), 2);
+
+        let straight_dir = tempfile::tempdir().unwrap();
+        let straight = train(straight_dir.path(), With::Pack, initial(&device), k + 2, None, 2);
+        assert_eq!(params(&resumed), params(&straight), "round {round}, resumed from {k}");
+    }
+}
