@@ -11,7 +11,8 @@
 //! - [`module`]: the Burn adapter (save a module, load a pack or any
 //!   [`TensorSource`](read::TensorSource) into one); [`checkpoint`]: training checkpoints.
 //! - [`interop`]: other containers (safetensors).
-//! - Burn's plug-in points: `train` (feature `train`), checkpointers for burn-train's
+//! - Burn's plug-in points: `store` (feature `store`), a `ModuleStore` for burn-store's
+//!   `save_into` / `load_from`; `train` (feature `train`), checkpointers for burn-train's
 //!   `with_custom_checkpointers`, one file per epoch.
 //!
 //! ```
@@ -47,6 +48,8 @@ pub mod module;
 mod panic;
 mod platform;
 pub mod read;
+#[cfg(feature = "store")]
+pub mod store;
 #[cfg(feature = "train")]
 pub mod train;
 pub mod write;

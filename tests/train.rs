@@ -146,7 +146,14 @@ enum With {
 
 /// Trains `model` to `epochs` (from `resume` when given) with checkpoints in `dir/checkpoint`;
 /// returns the trained model.
-fn train(dir: &Path, with: With, model: Toy, epochs: usize, resume: Option<usize>, keep: usize) -> Toy {
+fn train(
+    dir: &Path,
+    with: With,
+    model: Toy,
+    epochs: usize,
+    resume: Option<usize>,
+    keep: usize,
+) -> Toy {
     let (train, valid) = loaders();
     let mut training = SupervisedTraining::new(dir, train, valid)
         .num_epochs(epochs)
@@ -199,8 +206,16 @@ fn one_file_per_epoch_with_the_strategys_retention() {
     assert_eq!(
         files(&ckpt_dir),
         vec![
-            pack.path_for(3).file_name().unwrap().to_string_lossy().into_owned(),
-            pack.path_for(4).file_name().unwrap().to_string_lossy().into_owned(),
+            pack.path_for(3)
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned(),
+            pack.path_for(4)
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned(),
         ]
     );
     assert_eq!(pack.latest_epoch().unwrap(), Some(4));
@@ -211,7 +226,11 @@ fn one_file_per_epoch_with_the_strategys_retention() {
     assert_eq!(latest.progress().epoch, 4);
     assert!(latest.has_optimizer() && latest.has_scheduler());
     assert!(
-        latest.reader().tensors().iter().any(|t| t.name().starts_with("optim.")),
+        latest
+            .reader()
+            .tensors()
+            .iter()
+            .any(|t| t.name().starts_with("optim.")),
         "Adam's moments are in the file"
     );
     let loaded = random(&device).load_pack(pack.path_for(4)).unwrap();
@@ -222,18 +241,46 @@ fn one_file_per_epoch_with_the_strategys_retention() {
 fn resuming_is_bit_identical_to_training_straight_through() {
     let device = device();
     let straight_dir = tempfile::tempdir().unwrap();
-    let straight = train(straight_dir.path(), With::Pack, initial(&device), 5, None, 5);
+    let straight = train(
+        straight_dir.path(),
+        With::Pack,
+        initial(&device),
+        5,
+        None,
+        5,
+    );
 
     let resumed_dir = tempfile::tempdir().unwrap();
     train(resumed_dir.path(), With::Pack, initial(&device), 2, None, 5);
-    let resumed = train(resumed_dir.path(), With::Pack, random(&device), 5, Some(2), 5);
+    let resumed = train(
+        resumed_dir.path(),
+        With::Pack,
+        random(&device),
+        5,
+        Some(2),
+        5,
+    );
     assert_eq!(params(&resumed), params(&straight));
 
     // burn-train's own checkpointers (three files per epoch) resume to the same bits.
     let burn_dir = tempfile::tempdir().unwrap();
-    train(burn_dir.path(), With::BurnDefault, initial(&device), 2, None, 5);
+    train(
+        burn_dir.path(),
+        With::BurnDefault,
+        initial(&device),
+        2,
+        None,
+        5,
+    );
     assert!(burn_dir.path().join("checkpoint/optim-2.bpk").exists());
-    let burn_resumed = train(burn_dir.path(), With::BurnDefault, random(&device), 5, Some(2), 5);
+    let burn_resumed = train(
+        burn_dir.path(),
+        With::BurnDefault,
+        random(&device),
+        5,
+        Some(2),
+        5,
+    );
     assert_eq!(params(&burn_resumed), params(&straight));
 }
 
@@ -278,12 +325,18 @@ fn deletes_remove_a_file_only_when_all_three_parts_are_deleted() {
     let scheduler = ExponentialLrSchedulerConfig::new(0.05, 0.8).init().unwrap();
     Checkpointer::save(&pack, 3, optim.to_record()).unwrap();
     Checkpointer::save(&pack, 3, scheduler.to_record()).unwrap();
-    assert!(!pack.path_for(3).exists(), "two parts of three write nothing");
+    assert!(
+        !pack.path_for(3).exists(),
+        "two parts of three write nothing"
+    );
     Checkpointer::save(&pack, 3, model.clone().into_record()).unwrap();
     assert!(pack.path_for(3).exists());
     Checkpointer::<ModuleRecord>::delete(&pack, 3).unwrap();
     Checkpointer::<OptimizerRecord>::delete(&pack, 3).unwrap();
-    assert!(pack.path_for(3).exists(), "the scheduler part is still wanted");
+    assert!(
+        pack.path_for(3).exists(),
+        "the scheduler part is still wanted"
+    );
     Checkpointer::<burn::lr_scheduler::LrSchedulerRecord>::delete(&pack, 3).unwrap();
     assert!(!pack.path_for(3).exists());
     // Deleting an epoch that was never saved is not an error (burn-train's strategies may).
@@ -301,7 +354,14 @@ fn training_child() {
         return;
     };
     let device = device();
-    train(&PathBuf::from(dir), With::Pack, initial(&device), 100_000, None, 2);
+    train(
+        &PathBuf::from(dir),
+        With::Pack,
+        initial(&device),
+        100_000,
+        None,
+        2,
+    );
 }
 
 #[cfg(unix)]
@@ -345,11 +405,25 @@ fn killed_training_resumes_from_the_newest_complete_checkpoint() {
             assert!(ckpt.has_optimizer() && ckpt.has_scheduler());
         }
         let pack = PackCheckpointer::new(&ckpt_dir).unwrap();
-        let k = pack.latest_epoch().unwrap().expect("a complete checkpoint survived");
+        let k = pack
+            .latest_epoch()
+            .unwrap()
+            .expect("a complete checkpoint survived");
         let resumed = train(dir.path(), With::Pack, random(&device), k + 2, Some(k), 2);
 
         let straight_dir = tempfile::tempdir().unwrap();
-        let straight = train(straight_dir.path(), With::Pack, initial(&device), k + 2, None, 2);
-        assert_eq!(params(&resumed), params(&straight), "round {round}, resumed from {k}");
+        let straight = train(
+            straight_dir.path(),
+            With::Pack,
+            initial(&device),
+            k + 2,
+            None,
+            2,
+        );
+        assert_eq!(
+            params(&resumed),
+            params(&straight),
+            "round {round}, resumed from {k}"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! Loading is zero-copy on the CPU backends: a 256 MiB model loaded from a mapped file grows
-//! the process's anonymous memory by far less than 256 MiB, on flex and on ndarray.
+//! the process's anonymous memory by far less than 256 MiB, on flex and on ndarray, through
+//! `load_pack` and (feature `store`) burn-store's `load_from` with `PackStore`.
 //!
 //! One test in its own binary, so no other test allocates while memory is measured.
 
@@ -101,6 +102,43 @@ fn loading_256_mib_copies_no_tensor_bytes() {
         }
         assert_eq!(loaded.layers[3].id, ParamId::from(3u64));
         println!("{device:?}: anonymous memory grew by {} KiB", grown >> 10);
+    }
+
+    // The same through burn-store's `load_from` with this crate's store.
+    #[cfg(feature = "store")]
+    {
+        use burn::store::ModuleSnapshot;
+        #[allow(deprecated)]
+        let devices = [Device::flex(), Device::ndarray()];
+        for device in devices {
+            let mut loaded = Big::lazy(&device);
+            let before = rss_anon();
+            let result = loaded
+                .load_from(&mut burnpack::store::PackStore::from_file(&path))
+                .unwrap();
+            let handles: Vec<Tensor<2>> = loaded.layers.iter().map(Param::val).collect();
+            let grown = rss_anon().saturating_sub(before);
+            assert_eq!(result.applied.len(), LAYERS);
+            assert!(
+                grown < 32 << 20,
+                "{device:?}: PackStore grew anonymous memory by {} MiB loading 256 MiB",
+                grown >> 20
+            );
+            let last: Vec<f32> = handles[LAYERS - 1]
+                .clone()
+                .slice([0..1, 0..4])
+                .into_data()
+                .try_to_vec()
+                .unwrap();
+            assert_eq!(
+                last,
+                (0..4).map(|i| value(LAYERS - 1, i)).collect::<Vec<_>>()
+            );
+            println!(
+                "{device:?} PackStore: anonymous memory grew by {} KiB",
+                grown >> 10
+            );
+        }
     }
 
     // The measurement sees copies: the buffered mode reads every tensor into owned memory.

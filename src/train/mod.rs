@@ -269,7 +269,10 @@ impl PackCheckpointer {
         }
         metadata.retain(|k, _| !k.starts_with(MODEL_PREFIX));
         metadata.insert(PARTS_KEY.to_string(), "optim,scheduler".to_string());
-        scalars.insert(format!("{PROGRESS_PREFIX}epoch"), Scalar::UInt(epoch as u64));
+        scalars.insert(
+            format!("{PROGRESS_PREFIX}epoch"),
+            Scalar::UInt(epoch as u64),
+        );
         scalars.insert(format!("{PROGRESS_PREFIX}step"), Scalar::UInt(0));
         let options = self.options.clone().overwrite(true);
         assemble(&options, entries, scalars, metadata).write_to_file(self.path_for(epoch))?;
@@ -310,7 +313,10 @@ impl PackCheckpointer {
             part => {
                 return Err(CheckpointError::Invalid {
                     file: path.display().to_string(),
-                    what: format!("the checkpoint of epoch {epoch} holds no {} part", part.name()),
+                    what: format!(
+                        "the checkpoint of epoch {epoch} holds no {} part",
+                        part.name()
+                    ),
                 });
             }
         };
