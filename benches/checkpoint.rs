@@ -6,10 +6,15 @@
 //! - Burn's records on the training thread, then a background write: `Module::into_record`,
 //!   `ModuleOptimizer::to_record`, `LrScheduler::to_record` — what burn-train's
 //!   `AsyncCheckpointer` does before handing over (three files per checkpoint);
+//! - burn-train's `AsyncCheckpointer`s as `LearningCheckpointer` drives them, with its default
+//!   `FileCheckpointer`s (three files) and with this crate's `PackCheckpointer` (one file);
 //! - Burn's three files written synchronously (`save_file`, `ModuleOptimizer::save`,
 //!   `LrSchedulerRecord::save`).
 //!
-//! `cargo bench --bench checkpoint` (env `BURNPACK_BENCH_RUNS`, default 5; `BURNPACK_BENCH_DIR`).
+//! Contenders run interleaved (each round starts one further along); rows give the median and
+//! the range over rounds.
+//!
+//! `cargo bench --features train --bench checkpoint` (env `BURNPACK_BENCH_RUNS`, default 5; `BURNPACK_BENCH_DIR`).
 
 mod common;
 
@@ -20,7 +25,12 @@ use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, Tensor};
+use burn::lr_scheduler::LrSchedulerRecord;
+use burn::optim::OptimizerRecord;
+use burn::store::ModuleRecord;
+use burn::train::checkpoint::{AsyncCheckpointer, Checkpointer, FileCheckpointer};
 use burnpack::checkpoint::{AsyncSaver, CheckpointManager, Progress, TrainingState, WhenBusy};
+use burnpack::train::PackCheckpointer;
 
 #[derive(Module, Debug)]
 struct Stack {
@@ -50,65 +60,83 @@ fn main() {
     let manager = CheckpointManager::new(dir.path().join("managed"))
         .unwrap()
         .keep_last(1);
-    let mut rows: Vec<(&str, Duration, Duration)> = Vec::new();
-    let mut measure = |who: &'static str, f: &mut dyn FnMut(u64) -> Duration| {
-        let mut stalls = Vec::new();
-        let mut totals = Vec::new();
-        for run in 0..runs {
-            let start = Instant::now();
-            stalls.push(f(run as u64));
-            totals.push(start.elapsed());
-        }
-        rows.push((who, common::median(stalls), common::median(totals)));
-    };
-
-    measure("burnpack, synchronous (one file)", &mut |run| {
+    // burn-train's own path, as `LearningCheckpointer::checkpoint` takes it: the three records
+    // on the training thread, each handed to its `AsyncCheckpointer` thread; the whole save
+    // ends when the three threads are done (dropping an `AsyncCheckpointer` joins it).
+    let burn_train = |checkpointers: (
+        AsyncCheckpointer<ModuleRecord>,
+        AsyncCheckpointer<OptimizerRecord>,
+        AsyncCheckpointer<LrSchedulerRecord>,
+    ),
+                      epoch: usize| {
+        let (m, o, s) = checkpointers;
         let start = Instant::now();
-        let state = TrainingState::new(&model, Progress::new(0, run))
-            .optimizer(&optim)
-            .scheduler(sched.to_record());
-        state.save(dir.path().join("sync.bpk")).unwrap();
-        start.elapsed()
-    });
-    measure("burnpack, AsyncSaver (one file)", &mut |run| {
-        let mut saver = AsyncSaver::new(manager.clone(), WhenBusy::Wait);
-        let start = Instant::now();
-        let state = TrainingState::new(&model, Progress::new(0, run))
-            .optimizer(&optim)
-            .scheduler(sched.to_record());
-        saver.save(state).unwrap();
+        m.save(epoch, model.clone().into_record()).unwrap();
+        o.save(epoch, optim.to_record()).unwrap();
+        s.save(epoch, sched.to_record()).unwrap();
         let stall = start.elapsed();
-        saver.wait().unwrap();
+        drop((m, o, s));
         stall
-    });
-    measure(
-        "Burn records on the training thread + background write (burn-train style, 3 files)",
-        &mut |run| {
+    };
+    let train_dir = dir.path().join("burn-train");
+    let pack_dir = dir.path().join("pack-checkpointer");
+    // Each contender returns how long the training thread was blocked; the whole save is
+    // timed around it (every file written and synced where the contender syncs).
+    type Contender<'a> = (&'static str, Box<dyn FnMut(u64) -> Duration + 'a>);
+    let mut contenders: Vec<Contender> = Vec::new();
+    contenders.push((
+        "burnpack, synchronous (one file)",
+        Box::new(|run| {
             let start = Instant::now();
-            let model_record = model.clone().into_record();
-            let optim_record = optim.to_record();
-            let sched_record = sched.to_record();
+            let state = TrainingState::new(&model, Progress::new(0, run))
+                .optimizer(&optim)
+                .scheduler(sched.to_record());
+            state.save(dir.path().join("sync.bpk")).unwrap();
+            start.elapsed()
+        }),
+    ));
+    contenders.push((
+        "burnpack, AsyncSaver (one file)",
+        Box::new(|run| {
+            let mut saver = AsyncSaver::new(manager.clone(), WhenBusy::Wait);
+            let start = Instant::now();
+            let state = TrainingState::new(&model, Progress::new(0, run))
+                .optimizer(&optim)
+                .scheduler(sched.to_record());
+            saver.save(state).unwrap();
             let stall = start.elapsed();
-            let d = dir.path().to_path_buf();
-            std::thread::spawn(move || {
-                model_record
-                    .save(d.join(format!("model-{run}.bpk")))
-                    .unwrap();
-                optim_record
-                    .save(d.join(format!("optim-{run}.bpk")))
-                    .unwrap();
-                sched_record
-                    .save(d.join(format!("scheduler-{run}.bpk")))
-                    .unwrap();
-            })
-            .join()
-            .unwrap();
+            saver.wait().unwrap();
             stall
-        },
-    );
-    measure(
+        }),
+    ));
+    contenders.push((
+        "burn-train default checkpointers (FileCheckpointer x3: 3 files)",
+        Box::new(|run| {
+            let _ = std::fs::remove_dir_all(&train_dir);
+            let checkpointers = (
+                AsyncCheckpointer::new(FileCheckpointer::new(&train_dir, "model")),
+                AsyncCheckpointer::new(FileCheckpointer::new(&train_dir, "optim")),
+                AsyncCheckpointer::new(FileCheckpointer::new(&train_dir, "scheduler")),
+            );
+            burn_train(checkpointers, run as usize)
+        }),
+    ));
+    contenders.push((
+        "burnpack PackCheckpointer in burn-train (one file)",
+        Box::new(|run| {
+            let _ = std::fs::remove_dir_all(&pack_dir);
+            let pack = PackCheckpointer::new(&pack_dir).unwrap();
+            let checkpointers = (
+                AsyncCheckpointer::new(pack.clone()),
+                AsyncCheckpointer::new(pack.clone()),
+                AsyncCheckpointer::new(pack),
+            );
+            burn_train(checkpointers, run as usize)
+        }),
+    ));
+    contenders.push((
         "Burn, synchronous (save_file + optimizer + scheduler files)",
-        &mut |run| {
+        Box::new(|run| {
             let start = Instant::now();
             model
                 .clone()
@@ -120,17 +148,28 @@ fn main() {
                 .save(dir.path().join(format!("s-{run}.bpk")))
                 .unwrap();
             start.elapsed()
-        },
-    );
+        }),
+    ));
 
-    println!("\n256 MiB f32 model + Adam state (768 MiB), median of {runs} runs\n");
+    // Interleaved: each round runs every contender, starting one further along.
+    let n = contenders.len();
+    let mut samples: Vec<(Vec<Duration>, Vec<Duration>)> = vec![(Vec::new(), Vec::new()); n];
+    for run in 0..runs {
+        for k in 0..n {
+            let i = (run + k) % n;
+            let start = Instant::now();
+            let stall = (contenders[i].1)(run as u64);
+            samples[i].0.push(stall);
+            samples[i].1.push(start.elapsed());
+        }
+    }
+    let cell = |v: &[Duration]| format!("{} ms", common::spread(v));
+    println!(
+        "\n256 MiB f32 model + Adam state (768 MiB), {runs} interleaved rounds: median (min-max)\n"
+    );
     println!("| checkpoint | training thread blocked | whole save |");
     println!("|---|---:|---:|");
-    for (who, stall, total) in rows {
-        println!(
-            "| {who} | {:.0} ms | {:.0} ms |",
-            stall.as_secs_f64() * 1e3,
-            total.as_secs_f64() * 1e3
-        );
+    for ((who, _), (stalls, totals)) in contenders.iter().zip(&samples) {
+        println!("| {who} | {} | {} |", cell(stalls), cell(totals));
     }
 }

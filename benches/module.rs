@@ -1,6 +1,6 @@
 //! Module save/load benchmark, side by side with Burn 0.22 in one run.
 //!
-//! `cargo bench --bench module` prints a markdown table. Every measurement runs in a child
+//! `cargo bench --features store --bench module` prints a markdown table. Every measurement runs in a child
 //! process of this binary (one operation per child); the child resets its peak resident size
 //! just before the operation, so the peak is the operation's own, and reports wall time, CPU
 //! time (user + system, all threads) and resident size before the operation. Contenders run
@@ -8,10 +8,12 @@
 //! drift in the machine (page cache, disk, thermal) spreads over all of them; a row gives
 //! the median with min-max and the median over rounds of the ratio to the operation's
 //! reference (the floor for saves, the first contender otherwise). Every save writes a fresh
-//! file (the destination is removed first), in-place included. Contenders: burnpack, Burn's
+//! file (the destination is removed first), in-place included. Contenders: burnpack, this crate's
+//! `PackStore` through burn-store's `save_into` / `load_from` (`pack-store`), Burn's
 //! `save_file` / `load_file`, burn-store's `BurnpackStore` and `SafetensorsStore`. Env:
 //! `BURNPACK_BENCH_RUNS` (default 5), `BURNPACK_BENCH_SIZES` (default `512m,1g,emb,10k`),
-//! `BURNPACK_BENCH_DIR` (default `.`).
+//! `BURNPACK_BENCH_ONLY` (contenders to run, comma-separated; each operation's reference always
+//! runs), `BURNPACK_BENCH_DIR` (default `.`).
 
 mod common;
 
@@ -23,6 +25,7 @@ use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{DType, Device, Tensor};
 use burn_store::{BurnpackStore, ModuleSnapshot, SafetensorsStore};
 use burnpack::module::{PackModule, SaveOptions};
+use burnpack::store::PackStore;
 use burnpack::{WriteMode, Writer};
 
 #[derive(Module, Debug)]
@@ -132,6 +135,7 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                 ),
                 "burn-save-file" => m.save_file(&out).unwrap(),
                 "burnpack-store" => m.save_into(&mut BurnpackStore::from_file(&out)).unwrap(),
+                "pack-store" => m.save_into(&mut PackStore::from_file(&out)).unwrap(),
                 "safetensors-store" => m.save_into(&mut SafetensorsStore::from_file(&out)).unwrap(),
                 "floor" | "floor-atomic-api" => {
                     // floor: one write(2) + fsync of a ready-made buffer of the same size.
@@ -180,6 +184,12 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                 "burnpack-store" => {
                     let mut t = target;
                     t.load_from(&mut BurnpackStore::from_file(file(dir, size, "burn.bpk")))
+                        .unwrap();
+                    t
+                }
+                "pack-store" => {
+                    let mut t = target;
+                    t.load_from(&mut PackStore::from_file(file(dir, size, "burnpack.bpk")))
                         .unwrap();
                     t
                 }
@@ -278,6 +288,7 @@ fn main() {
                     "burnpack-in-place",
                     "burn-save-file",
                     "burnpack-store",
+                    "pack-store",
                     "safetensors-store",
                 ],
             ),
@@ -287,6 +298,7 @@ fn main() {
                     "burnpack",
                     "burn-load-file",
                     "burnpack-store",
+                    "pack-store",
                     "safetensors-store",
                 ],
             ),
@@ -298,11 +310,22 @@ fn main() {
                     "burnpack",
                     "burn-load-file",
                     "burnpack-store",
+                    "pack-store",
                     "safetensors-store",
                 ],
             ),
         ];
+        // `BURNPACK_BENCH_ONLY=a,b`: only these contenders (and each operation's reference).
+        let only = std::env::var("BURNPACK_BENCH_ONLY").ok();
+        let wanted = |who: &str, reference: &str| {
+            who == reference || only.as_ref().is_none_or(|o| o.split(',').any(|w| w == who))
+        };
         for (op, contenders) in plan {
+            let contenders: Vec<&str> = contenders
+                .iter()
+                .copied()
+                .filter(|who| wanted(who, contenders[0]))
+                .collect();
             // burn-store's safetensors loader takes minutes on 10,000 tensors (188 s in one
             // run): not measured there.
             let slow = |who: &str| size == "10k" && who == "safetensors-store" && op != "save";
