@@ -20,14 +20,14 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use burn::lr_scheduler::LrSchedulerRecord;
 use burn::lr_scheduler::linear::LinearLrSchedulerConfig;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
-use burn::optim::{AdamConfig, GradientsParams};
-use burn::tensor::{Device, Tensor};
-use burn::lr_scheduler::LrSchedulerRecord;
 use burn::optim::OptimizerRecord;
+use burn::optim::{AdamConfig, GradientsParams};
 use burn::store::ModuleRecord;
+use burn::tensor::{Device, Tensor};
 use burn::train::checkpoint::{AsyncCheckpointer, Checkpointer, FileCheckpointer};
 use burnpack::checkpoint::{AsyncSaver, CheckpointManager, Progress, TrainingState, WhenBusy};
 use burnpack::train::PackCheckpointer;

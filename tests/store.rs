@@ -427,15 +427,20 @@ fn errors_name_the_file_and_what_was_wrong() {
     assert_eq!(report(&r1), report(&r2));
     assert_eq!(r1.errors.len(), 1);
 
-    // A flipped data byte fails its checksum, naming the file and the tensor.
+    // Unverified (the default, as for `load_pack`), a flipped data byte goes unnoticed;
+    // verified, it fails its checksum, naming the file and the tensor.
     let mut bytes = std::fs::read(&file).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0x08;
     std::fs::write(&file, bytes).unwrap();
+    let mut unverified = Wide {
+        w: Param::from_data([[0.0f32; 3]], &device),
+    };
+    unverified.load_from(&mut PackStore::from_file(&file)).unwrap();
     let err = Wide {
         w: Param::from_data([[0.0f32; 3]], &device),
     }
-    .load_from(&mut PackStore::from_file(&file))
+    .load_from(&mut PackStore::from_file(&file).verify_checksums(true))
     .unwrap_err();
     let message = err.to_string();
     assert!(

@@ -13,8 +13,10 @@
 //!   their own storage (no copy; see [`module`](crate::module)); otherwise each tensor is
 //!   produced by burn-store's collector when the writer reaches it.
 //! - **Loading** maps the file and hands each tensor to the applier as a window of the mapping,
-//!   so flex and ndarray parameters are built without copying a byte; only the tensors applied
-//!   are read, each checked against its stored checksum as it is.
+//!   so flex and ndarray parameters are built without copying a byte; nothing is read before a
+//!   parameter's data is used. The header and metadata are checked against their checksum on
+//!   every open; with [`verify_checksums`](PackStore::verify_checksums) each applied tensor is
+//!   checked against its own as well (reading it once more).
 //!
 //! Files interchange with `BurnpackStore` both ways.
 //!
@@ -109,6 +111,7 @@ pub struct PackStore {
     from_adapter: Option<Box<dyn ModuleAdapter>>,
     to_adapter: Option<Box<dyn ModuleAdapter>>,
     options: SaveOptions,
+    verify: bool,
     cache: Option<BTreeMap<String, StoreTensor>>,
 }
 
@@ -137,6 +140,7 @@ impl PackStore {
             from_adapter: None,
             to_adapter: None,
             options: SaveOptions::new(),
+            verify: false,
             cache: None,
         }
     }
@@ -377,6 +381,20 @@ impl PackStore {
         Ok(self)
     }
 
+    /// Whether each tensor the load applies is checked against its stored checksum (reading it
+    /// once more; default off, as for `load_pack`). A mismatch is an error naming the file and
+    /// the tensor. Files without checksums (Burn's) load unverified.
+    ///
+    /// ```
+    /// let store = burnpack::store::PackStore::from_file("m.bpk").verify_checksums(true);
+    /// ```
+    #[must_use]
+    pub fn verify_checksums(mut self, verify: bool) -> Self {
+        self.verify = verify;
+        self.cache = None;
+        self
+    }
+
     /// This crate's save options (checksums, threads, write mode; see [`SaveOptions`]).
     /// Overwrite and metadata are the store's own settings.
     ///
@@ -426,10 +444,11 @@ impl PackStore {
     }
 
     /// The stored tensors as burn-store's tensors (remapped), each a window of the mapping
-    /// read and checked against its checksum only when the applier takes it.
+    /// taken (and, with `verify`, checked against its checksum) only when the applier takes it.
     fn tensors(&mut self) -> Result<&BTreeMap<String, StoreTensor>, StoreError> {
         if self.cache.is_none() {
             let reader = Arc::new(self.open()?);
+            let verify = self.verify;
             let tensors = reader
                 .tensors_by_position()
                 .map(|info| {
@@ -442,7 +461,9 @@ impl PackStore {
                         info.len() as usize,
                         move || {
                             let bytes = reader.read(&info).map_err(pack_error)?;
-                            reader.check(&info, &bytes).map_err(pack_error)?;
+                            if verify {
+                                reader.check(&info, &bytes).map_err(pack_error)?;
+                            }
                             Ok(bytes)
                         },
                     )
