@@ -436,7 +436,9 @@ fn errors_name_the_file_and_what_was_wrong() {
     let mut unverified = Wide {
         w: Param::from_data([[0.0f32; 3]], &device),
     };
-    unverified.load_from(&mut PackStore::from_file(&file)).unwrap();
+    unverified
+        .load_from(&mut PackStore::from_file(&file))
+        .unwrap();
     let err = Wide {
         w: Param::from_data([[0.0f32; 3]], &device),
     }
