@@ -427,3 +427,33 @@ fn killed_training_resumes_from_the_newest_complete_checkpoint() {
         );
     }
 }
+
+/// The files are ordinary packs for `bpk` (built when the `cli` feature is on).
+#[cfg(feature = "cli")]
+#[test]
+fn bpk_inspects_and_verifies_the_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = device();
+    train(dir.path(), With::Pack, initial(&device), 1, None, 1);
+    let path = PackCheckpointer::new(dir.path().join("checkpoint"))
+        .unwrap()
+        .path_for(1);
+    let bpk = |args: &[&str]| {
+        let out = assert_cmd::Command::cargo_bin("bpk")
+            .unwrap()
+            .args(args)
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "bpk {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let listing = bpk(&["inspect"]);
+    assert!(listing.contains("model.hidden.weight"), "{listing}");
+    assert!(listing.contains("optim."), "{listing}");
+    bpk(&["verify"]);
+}

@@ -18,8 +18,8 @@
 //! # The one-line switch
 //!
 //! ```no_run
-//! # use burn::train::{SupervisedTraining, Learner};
-//! # fn switch<LC: burn::train::LearningComponentsTypes>(training: SupervisedTraining<LC>) -> std::io::Result<()> {
+//! # use burn::train::{LearnerModel, SupervisedTraining};
+//! # fn switch<M: LearnerModel>(training: SupervisedTraining<M>) -> std::io::Result<()> {
 //! use burnpack::train::PackCheckpointer;
 //! let pack = PackCheckpointer::new("artifacts/checkpoint")?;
 //! let training = training.with_custom_checkpointers(pack.clone(), pack.clone(), pack);
