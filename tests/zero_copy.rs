@@ -1,6 +1,7 @@
 //! Loading is zero-copy on the CPU backends: a 256 MiB model loaded from a mapped file grows
 //! the process's anonymous memory by far less than 256 MiB, on flex and on ndarray, through
-//! `load_pack` and (feature `store`) burn-store's `load_from` with `PackStore`.
+//! `load_pack`, safetensors weights through `SafetensorsSource`, and (feature `store`)
+//! burn-store's `load_from` with `PackStore`.
 //!
 //! One test in its own binary, so no other test allocates while memory is measured.
 
@@ -136,6 +137,59 @@ fn loading_256_mib_copies_no_tensor_bytes() {
             );
             println!(
                 "{device:?} PackStore: anonymous memory grew by {} KiB",
+                grown >> 10
+            );
+        }
+    }
+
+    // Safetensors weights through `SafetensorsSource`: the same, the parameters use the
+    // file's pages. (The file is written from the pack's mapping, so no copy exists here.)
+    #[cfg(feature = "safetensors")]
+    {
+        use burnpack::interop::safetensors::SafetensorsSource;
+        let st = dir.path().join("big.safetensors");
+        let reader = burnpack::Reader::open(&path).unwrap();
+        let data: Vec<(String, Bytes)> = reader
+            .tensors()
+            .iter()
+            .map(|t| (t.name().to_string(), reader.read(t).unwrap()))
+            .collect();
+        let views = data.iter().map(|(name, bytes)| {
+            let view = safetensors::tensor::TensorView::new(
+                safetensors::Dtype::F32,
+                vec![ROWS, COLS],
+                bytes,
+            )
+            .unwrap();
+            (name.as_str(), view)
+        });
+        safetensors::serialize_to_file(views, None, &st).unwrap();
+        drop((data, reader));
+        #[allow(deprecated)]
+        let devices = [Device::flex(), Device::ndarray()];
+        for device in devices {
+            let source = SafetensorsSource::open(&st).unwrap();
+            assert_eq!(source.unaligned().count(), 0);
+            let before = rss_anon();
+            let loaded = Big::lazy(&device)
+                .load_from_source(&source, &burnpack::LoadOptions::new())
+                .unwrap();
+            let handles: Vec<Tensor<2>> = loaded.layers.iter().map(Param::val).collect();
+            let grown = rss_anon().saturating_sub(before);
+            assert!(
+                grown < 32 << 20,
+                "{device:?}: safetensors load grew anonymous memory by {} MiB for 256 MiB",
+                grown >> 20
+            );
+            let first: Vec<f32> = handles[2]
+                .clone()
+                .slice([0..1, 0..4])
+                .into_data()
+                .try_to_vec()
+                .unwrap();
+            assert_eq!(first, (0..4).map(|i| value(2, i)).collect::<Vec<_>>());
+            println!(
+                "{device:?} safetensors: anonymous memory grew by {} KiB",
                 grown >> 10
             );
         }

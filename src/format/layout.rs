@@ -135,6 +135,27 @@ impl TensorInfo {
         })
     }
 
+    /// A tensor of another container (safetensors), whose ranges that container's own rules
+    /// (applied by its crate) have validated against the file: no parameter id, no checksum.
+    #[cfg_attr(not(feature = "safetensors"), allow(dead_code))]
+    pub(crate) fn external(
+        name: String,
+        dtype: DType,
+        shape: Vec<usize>,
+        start: u64,
+        len: u64,
+    ) -> Self {
+        Self {
+            name,
+            dtype,
+            shape,
+            param_id: None,
+            start,
+            len,
+            checksum: None,
+        }
+    }
+
     /// Absolute offset of the first byte in the file.
     #[must_use]
     pub fn offset(&self) -> u64 {

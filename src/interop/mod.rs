@@ -9,8 +9,10 @@
 //! of the pack path. A container that tensors are *written* to takes the writer's planned
 //! entries.
 //!
-//! - [`safetensors`]: conversions between burnpack and safetensors files (feature
-//!   `safetensors`, on by default), with the `safetensors` crate.
+//! - [`safetensors`]: conversions between burnpack and safetensors files, and
+//!   [`SafetensorsSource`](safetensors::SafetensorsSource): Hugging Face / `PyTorch` weights, one
+//!   file or shards with an index JSON, loaded into Burn modules zero-copy where aligned
+//!   (feature `safetensors`, on by default), with the `safetensors` crate.
 
 #[cfg(feature = "safetensors")]
 pub mod safetensors;

@@ -56,6 +56,10 @@ mod borrowed {
 
     /// `len` bytes of the tensor's storage, without copying, where the backend stores them
     /// contiguously from the start of a buffer it shares.
+    #[cfg_attr(
+        not(any(feature = "flex", feature = "ndarray", feature = "autodiff")),
+        allow(unused_variables)
+    )]
     pub(super) fn borrow(kind: &DispatchTensorKind, len: usize) -> Option<Lent> {
         match kind {
             #[cfg(feature = "flex")]

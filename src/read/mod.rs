@@ -7,7 +7,7 @@
 
 mod error;
 mod reader;
-mod source;
+pub(crate) mod source;
 mod tensor_source;
 
 pub use error::ReadError;

@@ -172,7 +172,7 @@ impl PackStore {
     /// let bytes = store.get_bytes().unwrap();
     /// let mut back = Tiny { w: Param::from_data([0.0], &device) };
     /// back.load_from(&mut PackStore::from_bytes(Some(bytes))).unwrap();
-    /// assert_eq!(back.w.val().into_data().to_vec::<f32>().unwrap(), [3.0]);
+    /// assert_eq!(back.w.val().into_data().try_to_vec::<f32>().unwrap(), [3.0]);
     /// ```
     #[must_use]
     pub fn from_bytes(bytes: Option<Bytes>) -> Self {

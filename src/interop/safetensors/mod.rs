@@ -31,6 +31,9 @@ use safetensors::{Dtype, SafeTensors, View};
 use crate::read::Reader;
 use crate::write::{Entry, WriteError, Writer};
 
+mod source;
+pub use source::SafetensorsSource;
+
 /// Why a conversion failed. Every variant names the file and, where there is one, the tensor.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

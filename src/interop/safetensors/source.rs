@@ -1,0 +1,360 @@
+//! Safetensors files, single or sharded with an index JSON, as a [`TensorSource`] for the
+//! module loader: each file is mapped once, its header validated by the `safetensors` crate
+//! (offsets, overlaps, lengths against dtype and shape, header size), and each tensor handed
+//! out as a window of its mapping where aligned for its element type.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use burn::tensor::Bytes;
+use safetensors::SafeTensors;
+
+use super::{ConvertError, map_file, to_burn};
+use crate::format::{TensorInfo, element_align};
+use crate::read::source::Source;
+use crate::read::{ReadError, TensorSource};
+
+/// Hugging Face / `PyTorch` safetensors weights as a [`TensorSource`]: one `.safetensors` file,
+/// or an index JSON (`model.safetensors.index.json`) whose `weight_map` routes each tensor to
+/// its shard. Load a Burn module from it with
+/// [`PackModule::load_from_source`](crate::module::PackModule::load_from_source) and the same
+/// [`LoadOptions`](crate::LoadOptions) as for packs (strict by default, partial, unused,
+/// filters, renames, dtype policies).
+///
+/// Every file is mapped once and validated by the `safetensors` crate before anything is read.
+/// A tensor whose offset is aligned for its element type is a zero-copy window of the mapping
+/// (on flex and ndarray the parameter uses the file's pages); an unaligned one is copied into
+/// an aligned buffer when read ([`unaligned`](Self::unaligned) lists them).
+///
+/// ```
+/// use burn::module::{Module, Param};
+/// use burn::tensor::{Device, Tensor};
+/// use burnpack::interop::safetensors::SafetensorsSource;
+/// use burnpack::module::PackModule;
+///
+/// #[derive(Module, Debug)]
+/// struct Tiny { w: Param<Tensor<1>> }
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("model.safetensors");
+/// let data: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+/// let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &data).unwrap();
+/// safetensors::serialize_to_file([("w", view)], None, &path).unwrap();
+///
+/// let device = Device::flex();
+/// let source = SafetensorsSource::open(&path).unwrap();
+/// let tiny = Tiny { w: Param::from_data([0.0, 0.0], &device) }
+///     .load_from_source(&source, &Default::default())
+///     .unwrap();
+/// assert_eq!(tiny.w.val().into_data().try_to_vec::<f32>().unwrap(), [1.0, 2.0]);
+/// ```
+pub struct SafetensorsSource {
+    /// The file (or index) named in errors.
+    file: String,
+    shards: Vec<Shard>,
+    /// Sorted by name.
+    tensors: Vec<TensorInfo>,
+    /// The shard of each tensor, by position in `tensors`.
+    shard_of: Vec<usize>,
+    metadata: BTreeMap<String, String>,
+}
+
+struct Shard {
+    path: PathBuf,
+    source: Source,
+}
+
+impl std::fmt::Debug for SafetensorsSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SafetensorsSource")
+            .field("file", &self.file)
+            .field("shards", &self.shards.len())
+            .field("tensors", &self.tensors.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The index JSON of a sharded checkpoint (`model.safetensors.index.json`).
+#[derive(serde::Deserialize)]
+struct Index {
+    #[serde(default)]
+    metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    weight_map: BTreeMap<String, String>,
+}
+
+/// Index files larger than this are refused before they are read (a real one lists tensor
+/// names: a few MiB at most).
+const MAX_INDEX_BYTES: u64 = 64 << 20;
+
+impl SafetensorsSource {
+    /// Opens a `.safetensors` file, or an index JSON (a path ending in `.json`) and the shards
+    /// it names (file names in the index's directory).
+    ///
+    /// # Errors
+    /// [`ConvertError::Io`] when a file cannot be opened or mapped,
+    /// [`ConvertError::Safetensors`] naming the file when a header or the index is invalid,
+    /// [`ConvertError::Dtype`] naming the tensor when its dtype has no Burn equivalent.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, ConvertError> {
+        let path = path.as_ref();
+        if path.extension().is_some_and(|e| e == "json") {
+            Self::open_index(path)
+        } else {
+            let mut tables = Vec::new();
+            let shard = open_shard(path, &mut tables, 0)?;
+            Self::assemble(path, vec![shard], tables, BTreeMap::new())
+        }
+    }
+
+    fn open_index(path: &Path) -> Result<Self, ConvertError> {
+        let io = |action| {
+            move |source| ConvertError::Io {
+                path: path.to_path_buf(),
+                action,
+                source,
+            }
+        };
+        let invalid = |message: String| ConvertError::Safetensors {
+            path: path.to_path_buf(),
+            message,
+        };
+        let len = std::fs::metadata(path).map_err(io("stat"))?.len();
+        if len > MAX_INDEX_BYTES {
+            return Err(invalid(format!(
+                "index of {len} bytes is over the {MAX_INDEX_BYTES}-byte limit"
+            )));
+        }
+        let text = std::fs::read(path).map_err(io("read"))?;
+        let index: Index = serde_json::from_slice(&text)
+            .map_err(|e| invalid(format!("not a safetensors index: {e}")))?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        // Each shard once, in name order; names only (no directories, no `..`).
+        let mut shard_names: Vec<&String> = index.weight_map.values().collect();
+        shard_names.sort();
+        shard_names.dedup();
+        let mut shards = Vec::with_capacity(shard_names.len());
+        let mut tables = Vec::new();
+        for (i, name) in shard_names.iter().enumerate() {
+            let plain = Path::new(name.as_str());
+            if plain.components().count() != 1 || plain.file_name().is_none() {
+                return Err(invalid(format!(
+                    "shard '{name}' is not a file name in the index's directory"
+                )));
+            }
+            shards.push(open_shard(&dir.join(plain), &mut tables, i)?);
+        }
+        // The index and the shards must agree tensor for tensor.
+        let by_name: HashMap<&str, usize> = shard_names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), i))
+            .collect();
+        for (tensor, shard) in &index.weight_map {
+            let i = by_name[shard.as_str()];
+            if !tables.iter().any(|(name, s, ..)| name == tensor && *s == i) {
+                return Err(invalid(format!(
+                    "tensor '{tensor}' is listed in shard '{shard}', which does not hold it"
+                )));
+            }
+        }
+        if let Some((name, s, ..)) = tables
+            .iter()
+            .find(|(name, s, ..)| index.weight_map.get(name) != Some(shard_names[*s]))
+        {
+            return Err(invalid(format!(
+                "tensor '{name}' of shard '{}' is not in the index's weight_map",
+                shard_names[*s]
+            )));
+        }
+        let metadata = index
+            .metadata
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => (k, s),
+                other => (k, other.to_string()),
+            })
+            .collect();
+        Self::assemble(path, shards, tables, metadata)
+    }
+
+    fn assemble(
+        path: &Path,
+        shards: Vec<Shard>,
+        mut tables: Vec<(String, usize, TensorInfo)>,
+        mut metadata: BTreeMap<String, String>,
+    ) -> Result<Self, ConvertError> {
+        tables.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(pair) = tables.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(ConvertError::Safetensors {
+                path: path.to_path_buf(),
+                message: format!(
+                    "tensor '{}' is in two shards ('{}' and '{}')",
+                    pair[0].0,
+                    shards[pair[0].1].path.display(),
+                    shards[pair[1].1].path.display()
+                ),
+            });
+        }
+        if shards.len() == 1 {
+            metadata.extend(shard_metadata(&shards[0])?);
+        }
+        let (shard_of, tensors) = tables.into_iter().map(|(_, s, info)| (s, info)).unzip();
+        Ok(Self {
+            file: path.display().to_string(),
+            shards,
+            tensors,
+            shard_of,
+            metadata,
+        })
+    }
+
+    /// The files mapped: the one file, or the shards in name order.
+    ///
+    /// ```no_run
+    /// let source = burnpack::interop::safetensors::SafetensorsSource::open("model.safetensors.index.json").unwrap();
+    /// println!("{} shards", source.shards().count());
+    /// ```
+    #[must_use]
+    pub fn shards(&self) -> impl ExactSizeIterator<Item = &Path> {
+        self.shards.iter().map(|s| s.path.as_path())
+    }
+
+    /// The file holding `info` (a tensor of this source).
+    ///
+    /// ```no_run
+    /// let source = burnpack::interop::safetensors::SafetensorsSource::open("model.safetensors.index.json").unwrap();
+    /// let info = source.tensor("lm_head.weight").unwrap();
+    /// println!("{}", source.shard_of(info).display());
+    /// ```
+    #[must_use]
+    pub fn shard_of(&self, info: &TensorInfo) -> &Path {
+        &self.shards[self.shard_index(info)].path
+    }
+
+    /// The tensor called `name`, if any.
+    ///
+    /// ```no_run
+    /// let source = burnpack::interop::safetensors::SafetensorsSource::open("model.safetensors").unwrap();
+    /// assert!(source.tensor("no.such.tensor").is_none());
+    /// ```
+    #[must_use]
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.position(name).map(|i| &self.tensors[i])
+    }
+
+    /// String metadata: the single file's `__metadata__`, or the index's `metadata`.
+    ///
+    /// ```no_run
+    /// let source = burnpack::interop::safetensors::SafetensorsSource::open("model.safetensors").unwrap();
+    /// println!("{:?}", source.metadata().get("format"));
+    /// ```
+    #[must_use]
+    pub fn metadata(&self) -> &BTreeMap<String, String> {
+        &self.metadata
+    }
+
+    /// Tensors whose data is not aligned for their element type: reading one copies it.
+    ///
+    /// ```no_run
+    /// let source = burnpack::interop::safetensors::SafetensorsSource::open("model.safetensors").unwrap();
+    /// for info in source.unaligned() {
+    ///     println!("{} is copied when loaded", info.name());
+    /// }
+    /// ```
+    pub fn unaligned(&self) -> impl Iterator<Item = &TensorInfo> {
+        self.tensors.iter().filter(|info| {
+            !self.shards[self.shard_index(info)]
+                .source
+                .is_zero_copy(info.offset(), element_align(info.dtype()))
+        })
+    }
+
+    fn position(&self, name: &str) -> Option<usize> {
+        self.tensors.binary_search_by(|t| t.name().cmp(name)).ok()
+    }
+
+    fn shard_index(&self, info: &TensorInfo) -> usize {
+        // `info` comes from this source, so its name is present.
+        self.position(info.name()).map_or(0, |i| self.shard_of[i])
+    }
+}
+
+/// Maps one file, validates it with the `safetensors` crate and appends its tensors to
+/// `tables` as (name, shard, info).
+fn open_shard(
+    path: &Path,
+    tables: &mut Vec<(String, usize, TensorInfo)>,
+    shard: usize,
+) -> Result<Shard, ConvertError> {
+    let all = map_file(path)?;
+    let invalid = |e: safetensors::SafeTensorError| ConvertError::Safetensors {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    SafeTensors::deserialize(&all).map_err(invalid)?;
+    let (header_len, metadata) = SafeTensors::read_metadata(&all).map_err(invalid)?;
+    let data_start = 8 + header_len as u64;
+    for (name, info) in metadata.tensors() {
+        let dtype = to_burn(info.dtype).ok_or_else(|| ConvertError::Dtype {
+            path: path.to_path_buf(),
+            tensor: name.clone(),
+            dtype: format!("{:?}", info.dtype),
+            target: "Burn",
+        })?;
+        let (start, end) = info.data_offsets;
+        tables.push((
+            name.clone(),
+            shard,
+            TensorInfo::external(
+                name,
+                dtype,
+                info.shape.clone(),
+                data_start + start as u64,
+                (end - start) as u64,
+            ),
+        ));
+    }
+    Ok(Shard {
+        path: path.to_path_buf(),
+        source: Source::Memory(all),
+    })
+}
+
+/// A single file's `__metadata__` (read again from its mapping).
+fn shard_metadata(shard: &Shard) -> Result<BTreeMap<String, String>, ConvertError> {
+    let Source::Memory(all) = &shard.source else {
+        return Ok(BTreeMap::new());
+    };
+    let (_, metadata) = SafeTensors::read_metadata(all).map_err(|e| ConvertError::Safetensors {
+        path: shard.path.clone(),
+        message: e.to_string(),
+    })?;
+    Ok(metadata
+        .metadata()
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect())
+}
+
+impl TensorSource for SafetensorsSource {
+    fn file(&self) -> &str {
+        &self.file
+    }
+
+    fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
+        let shard = &self.shards[self.shard_index(info)];
+        shard
+            .source
+            .read(info.offset(), info.len(), element_align(info.dtype()))
+            .map_err(|source| ReadError::Io {
+                file: shard.path.display().to_string(),
+                action: "read tensor data",
+                source,
+            })
+    }
+}
