@@ -452,3 +452,52 @@ fn errors_name_the_file_and_what_was_wrong() {
         "{message}"
     );
 }
+
+/// Hugging Face / PyTorch weights in safetensors through `PackStore::from_source` and
+/// burn-store's `PyTorchToBurnAdapter`, beside burn-store's own `SafetensorsStore`.
+#[cfg(feature = "safetensors")]
+#[test]
+fn pytorch_safetensors_through_a_source_match_safetensors_store() {
+    use burn::store::SafetensorsStore;
+    use burnpack::interop::safetensors::SafetensorsSource;
+    let device = device();
+    let model = Torchish {
+        fc: LinearConfig::new(3, 5).init(&device),
+        ln: LayerNormConfig::new(5).init(&device),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("torch.safetensors");
+    // Written in PyTorch's layout and names ([out, in], weight/bias) by burn-store.
+    model
+        .save_into(&mut SafetensorsStore::from_file(&path).with_to_adapter(BurnToPyTorchAdapter))
+        .unwrap();
+    let source = SafetensorsSource::open(&path).unwrap();
+    assert_eq!(
+        burnpack::read::TensorSource::tensors(&source)
+            .iter()
+            .find(|t| t.name() == "fc.weight")
+            .unwrap()
+            .shape(),
+        [5, 3]
+    );
+    let fresh = || Torchish {
+        fc: LinearConfig::new(3, 5).init(&device),
+        ln: LayerNormConfig::new(5).init(&device),
+    };
+    let mut x = fresh();
+    let mut y = x.clone();
+    let mut ours = PackStore::from_source(source).with_from_adapter(PyTorchToBurnAdapter);
+    let r1 = x.load_from(&mut ours).unwrap();
+    let r2 = y
+        .load_from(&mut SafetensorsStore::from_file(&path).with_from_adapter(PyTorchToBurnAdapter))
+        .unwrap();
+    assert_eq!(report(&r1), report(&r2));
+    assert_eq!(values(&x), values(&model));
+    assert_eq!(snapshot(&x), snapshot(&y));
+    // Such a store is read-only.
+    let err = model.save_into(&mut ours).unwrap_err();
+    assert!(
+        matches!(err, StoreError::ReadOnly(_)) && err.to_string().contains("torch.safetensors"),
+        "{err}"
+    );
+}

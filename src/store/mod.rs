@@ -54,7 +54,7 @@ use burn::store::{
 use burn::tensor::Bytes;
 
 use crate::module::{ModuleError, PackModule, SaveOptions};
-use crate::read::{ReadError, Reader};
+use crate::read::{ReadError, Reader, TensorSource};
 use crate::write::{Entry, WriteError, Writer};
 
 /// The extension a file path without one gets (as `BurnpackStore` does).
@@ -79,6 +79,9 @@ pub enum StoreError {
     /// A bytes store was asked to load before it was given or saved any bytes.
     #[error("bytes store: no bytes to read from")]
     NoBytes,
+    /// A store over another container ([`PackStore::from_source`]) was asked to save.
+    #[error("{0}: a store over a tensor source is read-only")]
+    ReadOnly(String),
     /// The load did not match the module: errors while applying (with `validate`), or
     /// missing tensors (without `allow_partial`), as burn-store reports them.
     #[error("{file}: {message}")]
@@ -90,9 +93,14 @@ pub enum StoreError {
     },
 }
 
+/// Any source of tensors the store can load from.
+type SharedSource = Arc<dyn TensorSource + Send + Sync>;
+
 enum Mode {
     File(PathBuf),
     Bytes(Option<Bytes>),
+    /// Another container (safetensors weights...): load only.
+    Source(SharedSource),
 }
 
 /// A [`ModuleStore`] in the burnpack format, written and read by this crate. See the
@@ -195,6 +203,53 @@ impl PackStore {
             burn::tensor::AllocationProperty::Other,
         );
         Self::from_bytes(Some(bytes))
+    }
+
+    /// A load-only store over any [`TensorSource`]: safetensors weights (one file or shards
+    /// with an index, [`SafetensorsSource`](crate::interop::safetensors::SafetensorsSource)),
+    /// a [`Reader`]... Tensors are handed to burn-store's applier as the source reads them
+    /// (windows of the mapping where aligned), so burn-store's adapters apply: with
+    /// `PyTorchToBurnAdapter`, Hugging Face / `PyTorch` weights load into Burn modules (Linear
+    /// weights transposed, normalization `weight` / `bias` as `gamma` / `beta`).
+    ///
+    /// ```
+    /// use burn::module::Module;
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::store::{ModuleSnapshot, PyTorchToBurnAdapter};
+    /// use burn::tensor::Device;
+    /// use burnpack::interop::safetensors::SafetensorsSource;
+    /// use burnpack::store::PackStore;
+    ///
+    /// #[derive(Module, Debug)]
+    /// struct Head { fc: Linear }
+    ///
+    /// // PyTorch's `nn.Linear(3, 2)`: weight [out, in] = [2, 3].
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("head.safetensors");
+    /// let w: Vec<u8> = (0..6).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    /// let b: Vec<u8> = [0.5f32, -0.5].iter().flat_map(|v| v.to_le_bytes()).collect();
+    /// let view = |data: &[u8], shape: Vec<usize>| {
+    ///     safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, data).unwrap()
+    /// };
+    /// safetensors::serialize_to_file(
+    ///     [("fc.weight", view(&w, vec![2, 3])), ("fc.bias", view(&b, vec![2]))],
+    ///     None,
+    ///     &path,
+    /// )
+    /// .unwrap();
+    ///
+    /// let device = Device::flex();
+    /// let mut head = Head { fc: LinearConfig::new(3, 2).init(&device) };
+    /// let mut store = PackStore::from_source(SafetensorsSource::open(&path).unwrap())
+    ///     .with_from_adapter(PyTorchToBurnAdapter);
+    /// let result = head.load_from(&mut store).unwrap();
+    /// assert_eq!(result.applied.len(), 2);
+    /// // Burn's [in, out]: the transpose of PyTorch's.
+    /// let loaded = head.fc.weight.val().into_data().try_to_vec::<f32>().unwrap();
+    /// assert_eq!(loaded, [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+    /// ```
+    pub fn from_source(source: impl TensorSource + Send + Sync + 'static) -> Self {
+        Self::new(Mode::Source(Arc::new(source)), false)
     }
 
     /// Adds a metadata entry to saved files.
@@ -432,14 +487,16 @@ impl PackStore {
         match &self.mode {
             Mode::File(path) => self.path(path).display().to_string(),
             Mode::Bytes(_) => "bytes".to_string(),
+            Mode::Source(source) => source.file().to_string(),
         }
     }
 
-    fn open(&self) -> Result<Reader, StoreError> {
+    fn open(&self) -> Result<SharedSource, StoreError> {
         match &self.mode {
-            Mode::File(path) => Ok(Reader::open(self.path(path))?),
-            Mode::Bytes(Some(bytes)) => Ok(Reader::from_bytes(bytes.clone())?),
+            Mode::File(path) => Ok(Arc::new(Reader::open(self.path(path))?)),
+            Mode::Bytes(Some(bytes)) => Ok(Arc::new(Reader::from_bytes(bytes.clone())?)),
             Mode::Bytes(None) => Err(StoreError::NoBytes),
+            Mode::Source(source) => Ok(Arc::clone(source)),
         }
     }
 
@@ -447,10 +504,11 @@ impl PackStore {
     /// taken (and, with `verify`, checked against its checksum) only when the applier takes it.
     fn tensors(&mut self) -> Result<&BTreeMap<String, StoreTensor>, StoreError> {
         if self.cache.is_none() {
-            let reader = Arc::new(self.open()?);
+            let reader = self.open()?;
             let verify = self.verify;
             let tensors = reader
-                .tensors_by_position()
+                .tensors()
+                .iter()
                 .map(|info| {
                     let (reader, info) = (Arc::clone(&reader), info.clone());
                     StoreTensor::deferred(
@@ -521,6 +579,9 @@ impl ModuleStore for PackStore {
     type Error = StoreError;
 
     fn collect_from<M: ModuleSnapshot>(&mut self, module: &M) -> Result<(), StoreError> {
+        if let Mode::Source(source) = &self.mode {
+            return Err(StoreError::ReadOnly(source.file().to_string()));
+        }
         self.cache = None;
         let mut options = self.options.clone().overwrite(self.overwrite);
         for (k, v) in &self.metadata {
@@ -540,6 +601,7 @@ impl ModuleStore for PackStore {
                 writer.write_to_file(&path)?;
             }
             Mode::Bytes(bytes) => *bytes = Some(writer.into_bytes()?),
+            Mode::Source(_) => unreachable!("refused above"),
         }
         Ok(())
     }
