@@ -9,7 +9,7 @@ use std::path::Path;
 use burn::module::{Module, Param};
 use burn::tensor::{DType, Device, Tensor};
 use burn_store::{ModuleSnapshot, SafetensorsStore};
-use burnpack::interop::safetensors::{ConvertError, SafetensorsSource};
+use burnpack::interop::safetensors::{ConvertError, SafetensorsSource, save_safetensors};
 use burnpack::module::{DTypePolicy, LoadOptions, ModuleError, PackModule};
 use burnpack::read::TensorSource;
 use common::model::{Net, snapshot, trained_with};
@@ -348,4 +348,74 @@ fn bad_files_and_indexes_are_errors_naming_the_file() {
     assert!(matches!(err, ModuleError::Mismatch { .. }));
     let m = err.to_string();
     assert!(m.contains("a.safetensors") && m.contains('b'), "{m}");
+}
+
+#[test]
+fn modules_saved_as_safetensors_load_back_whole_and_sharded() {
+    let device = Device::flex();
+    let model = trained_with(&device, false);
+    let dir = tempfile::tempdir().unwrap();
+    let single = dir.path().join("net.safetensors");
+    let written = save_safetensors(&model, &single, None).unwrap();
+    assert_eq!(written, std::slice::from_ref(&single));
+    // The safetensors crate reads it, and burn-store's SafetensorsStore loads it.
+    let bytes = std::fs::read(&single).unwrap();
+    let parsed = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    assert_eq!(parsed.len(), snapshot(&model).len());
+    let mut by_burn = Net::new_with(&device, false);
+    by_burn
+        .load_from(&mut SafetensorsStore::from_file(&single))
+        .unwrap();
+    assert_eq!(values(&by_burn), values(&model));
+
+    // Sharded at 256 bytes: several shards and the index, which load back.
+    let written =
+        save_safetensors(&model, dir.path().join("sharded.safetensors"), Some(256)).unwrap();
+    assert!(written.len() > 3, "{written:?}");
+    let index = written.last().unwrap();
+    assert!(index.ends_with("sharded.safetensors.index.json"));
+    assert!(written[0].ends_with(format!(
+        "sharded-00001-of-{:05}.safetensors",
+        written.len() - 1
+    )));
+    let source = SafetensorsSource::open(index).unwrap();
+    assert_eq!(source.shards().len(), written.len() - 1);
+    let loaded = Net::new_with(&device, false)
+        .load_from_source(&source, &LoadOptions::new())
+        .unwrap();
+    assert_eq!(values(&loaded), values(&model));
+    // Nothing else was left in the directory (no scratch files).
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1 + written.len()
+    );
+}
+
+#[derive(Module, Debug)]
+struct Viewed {
+    t: Param<Tensor<2>>,
+}
+
+#[test]
+fn parameters_read_back_from_the_device_are_written_too() {
+    // A transposed view is not contiguous storage: its entry is produced (read back) when
+    // the safetensors writer reaches it.
+    let device = Device::flex();
+    let t = Tensor::<2>::from_data([[1.0f32, 2.0, 3.0], [4.0, 5.0, 6.0]], &device).transpose();
+    let model = Viewed {
+        t: Param::from_tensor(t),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("viewed.safetensors");
+    save_safetensors(&model, &path, None).unwrap();
+    let source = SafetensorsSource::open(&path).unwrap();
+    let info = source.tensor("t").unwrap();
+    assert_eq!(info.shape(), [3, 2]);
+    let values: Vec<f32> = source
+        .read(info)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(values, [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
 }

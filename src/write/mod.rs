@@ -17,11 +17,13 @@ mod writer;
 pub(crate) use commit::Scratch;
 #[cfg(feature = "optim")]
 pub(crate) use commit::{is_scratch_name, is_stale_scratch};
-pub(crate) use entry::Lent;
+pub(crate) use entry::{Data, Lent};
 pub use entry::{Entry, ProviderError};
 pub use error::WriteError;
 pub use options::{WriteMode, WriteOptions};
 /// The planned layout, for tests and benchmarks (feature `internals`).
 #[cfg(feature = "internals")]
 pub use plan::{Plan, Slot};
+#[cfg_attr(not(feature = "safetensors"), allow(unused_imports))]
+pub(crate) use slots::materialize;
 pub use writer::Writer;

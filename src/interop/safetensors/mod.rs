@@ -32,7 +32,9 @@ use crate::read::Reader;
 use crate::write::{Entry, WriteError, Writer};
 
 mod source;
+mod write;
 pub use source::SafetensorsSource;
+pub use write::save_safetensors;
 
 /// Why a conversion failed. Every variant names the file and, where there is one, the tensor.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +46,9 @@ pub enum ConvertError {
     /// The burnpack destination could not be written.
     #[error(transparent)]
     Write(#[from] WriteError),
+    /// A module's parameters could not be collected.
+    #[error(transparent)]
+    Module(#[from] crate::module::ModuleError),
     /// A file operation failed.
     #[error("{}: cannot {action}: {source}", path.display())]
     Io {

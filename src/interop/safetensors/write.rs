@@ -1,0 +1,203 @@
+//! A Burn module written as safetensors: one file, or shards at a size limit with the index
+//! JSON that Hugging Face tools read, each written by the `safetensors` crate atomically.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use burn::module::Module;
+use safetensors::{Dtype, View};
+
+use super::{ConvertError, to_safetensors};
+use crate::module::PackModule;
+use crate::write::{Data, Entry, Scratch, WriteError, materialize};
+
+/// One tensor on its way out: bytes in hand (a parameter's own storage on flex and ndarray),
+/// or a deferred entry produced when the `safetensors` crate asks for it and dropped once
+/// written (so at most one such tensor is held at a time).
+struct Outgoing {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    len: usize,
+    payload: Payload,
+    /// A deferred entry's failure, reported after the write (the `View` cannot fail).
+    failure: Mutex<Option<WriteError>>,
+}
+
+enum Payload {
+    Ready(Data),
+    Deferred(Mutex<Option<Entry>>),
+}
+
+impl View for &Outgoing {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        match &self.payload {
+            Payload::Ready(data) => Cow::Borrowed(data),
+            Payload::Deferred(entry) => {
+                let entry = entry.lock().ok().and_then(|mut e| e.take());
+                match entry.map(materialize) {
+                    Some(Ok(data)) => Cow::Owned(data.to_vec()),
+                    Some(Err(e)) => {
+                        if let Ok(mut failure) = self.failure.lock() {
+                            failure.get_or_insert(e);
+                        }
+                        Cow::Owned(vec![0; self.len])
+                    }
+                    None => Cow::Owned(vec![0; self.len]),
+                }
+            }
+        }
+    }
+    fn data_len(&self) -> usize {
+        self.len
+    }
+}
+
+/// Saves `module` as safetensors at `path` (for example `model.safetensors`): names, dtypes
+/// and shapes as [`save_pack`](PackModule::save_pack) records them (parameter ids have no
+/// place in safetensors). With `max_shard_bytes`, a model larger than that is split, in module
+/// order, into `<stem>-00001-of-0000N.safetensors` shards beside `path` plus
+/// `<file name>.index.json` (`metadata.total_size` and the `weight_map`); a tensor larger than
+/// the limit gets a shard of its own. Every file is written to a scratch sibling, fsynced and
+/// renamed, the index last. Returns the paths written (the index last).
+///
+/// ```
+/// use burn::module::{Module, Param};
+/// use burn::tensor::{Device, Tensor};
+/// use burnpack::interop::safetensors::{SafetensorsSource, save_safetensors};
+/// use burnpack::module::PackModule;
+///
+/// #[derive(Module, Debug)]
+/// struct Two { a: Param<Tensor<1>>, b: Param<Tensor<1>> }
+///
+/// let device = Device::flex();
+/// let dir = tempfile::tempdir().unwrap();
+/// let model = Two { a: Param::from_data([1.0, 2.0], &device), b: Param::from_data([3.0], &device) };
+/// let written = save_safetensors(&model, dir.path().join("model.safetensors"), Some(8)).unwrap();
+/// assert_eq!(written.len(), 3); // two shards and the index
+/// let source = SafetensorsSource::open(written.last().unwrap()).unwrap();
+/// let back = Two { a: Param::from_data([0.0, 0.0], &device), b: Param::from_data([0.0], &device) }
+///     .load_from_source(&source, &Default::default())
+///     .unwrap();
+/// assert_eq!(back.b.val().into_data().try_to_vec::<f32>().unwrap(), [3.0]);
+/// ```
+///
+/// # Errors
+/// A parameter could not be read ([`ConvertError::Module`], [`ConvertError::Write`]), a dtype
+/// safetensors cannot hold ([`ConvertError::Dtype`]), or a failed write (nothing is left at
+/// the destination paths then, except shards completed before the failure: the index that
+/// names them is written last).
+pub fn save_safetensors<M: Module>(
+    module: &M,
+    path: impl AsRef<Path>,
+    max_shard_bytes: Option<u64>,
+) -> Result<Vec<PathBuf>, ConvertError> {
+    let path = path.as_ref();
+    let mut outgoing = Vec::new();
+    for entry in module.pack_entries()? {
+        let dtype = to_safetensors(entry.dtype()).ok_or_else(|| ConvertError::Dtype {
+            path: path.to_path_buf(),
+            tensor: entry.name().to_string(),
+            dtype: format!("{:?}", entry.dtype()),
+            target: "safetensors",
+        })?;
+        let name = entry.name().to_string();
+        let (shape, len) = (entry.shape().to_vec(), entry.len() as usize);
+        let payload = if entry.is_deferred() {
+            Payload::Deferred(Mutex::new(Some(entry)))
+        } else {
+            Payload::Ready(materialize(entry)?)
+        };
+        outgoing.push((
+            name,
+            Outgoing {
+                dtype,
+                shape,
+                len,
+                payload,
+                failure: Mutex::new(None),
+            },
+        ));
+    }
+    let total: u64 = outgoing.iter().map(|(_, t)| t.len as u64).sum();
+    let limit = max_shard_bytes.filter(|&max| total > max);
+    let Some(limit) = limit else {
+        write_one(path, &outgoing)?;
+        return Ok(vec![path.to_path_buf()]);
+    };
+    // Greedy, in module order.
+    let mut groups: Vec<&[(String, Outgoing)]> = Vec::new();
+    let mut start = 0;
+    let mut size = 0u64;
+    for (i, (_, t)) in outgoing.iter().enumerate() {
+        if i > start && size + t.len as u64 > limit {
+            groups.push(&outgoing[start..i]);
+            start = i;
+            size = 0;
+        }
+        size += t.len as u64;
+    }
+    groups.push(&outgoing[start..]);
+    let stem = path
+        .file_stem()
+        .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let count = groups.len();
+    let mut written = Vec::with_capacity(count + 1);
+    let mut weight_map = BTreeMap::new();
+    for (k, group) in groups.into_iter().enumerate() {
+        let file = format!("{stem}-{:05}-of-{count:05}.safetensors", k + 1);
+        write_one(&dir.join(&file), group)?;
+        for (name, _) in group {
+            weight_map.insert(name.clone(), file.clone());
+        }
+        written.push(dir.join(file));
+    }
+    let index_name = format!(
+        "{}.index.json",
+        path.file_name()
+            .map_or_else(|| "model.safetensors".into(), |n| n.to_string_lossy())
+    );
+    let index = dir.join(index_name);
+    let json = serde_json::json!({
+        "metadata": {"total_size": total},
+        "weight_map": weight_map,
+    });
+    let scratch = Scratch::create(&index)?;
+    std::fs::write(scratch.path(), json.to_string()).map_err(|source| ConvertError::Io {
+        path: index.clone(),
+        action: "write",
+        source,
+    })?;
+    scratch.commit(&index, true)?;
+    written.push(index);
+    Ok(written)
+}
+
+/// One safetensors file from `tensors`, atomically.
+fn write_one(path: &Path, tensors: &[(String, Outgoing)]) -> Result<(), ConvertError> {
+    let scratch = Scratch::create(path)?;
+    safetensors::serialize_to_file(
+        tensors.iter().map(|(name, t)| (name.as_str(), t)),
+        None,
+        scratch.path(),
+    )
+    .map_err(|e| ConvertError::Safetensors {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    for (_, t) in tensors {
+        if let Some(e) = t.failure.lock().ok().and_then(|mut f| f.take()) {
+            return Err(e.into());
+        }
+    }
+    scratch.commit(path, true)?;
+    Ok(())
+}
