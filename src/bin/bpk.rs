@@ -9,7 +9,8 @@ use std::process::ExitCode;
 
 use burn::tensor::{BoolStore, DType, bf16, f16};
 use burnpack::format::{FormatError, TensorInfo};
-use burnpack::read::{ReadError, Reader};
+use burnpack::interop::safetensors::SafetensorsSource;
+use burnpack::read::{ReadError, Reader, TensorSource};
 use clap::{Parser, Subcommand, ValueEnum};
 use rayon::prelude::*;
 use regex::Regex;
@@ -19,7 +20,7 @@ use serde_json::{Value, json};
 #[command(
     name = "bpk",
     version,
-    about = "Inspect, verify, diff and convert burnpack (.bpk) files"
+    about = "Inspect, verify, diff and convert burnpack (.bpk) files and safetensors weights"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -31,7 +32,7 @@ enum Command {
     /// Show a file's header, totals, metadata, scalars and tensors (reads only the metadata).
     #[command(after_help = "Example:\n  bpk inspect model.bpk --filter '^encoder\\.'")]
     Inspect {
-        /// The burnpack file.
+        /// The burnpack file, or safetensors weights (a .safetensors file or an index .json).
         file: PathBuf,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -43,7 +44,7 @@ enum Command {
     /// Check a file's structure and read every tensor; exit 0 only when sound.
     #[command(after_help = "Example:\n  bpk verify model.bpk --nan")]
     Verify {
-        /// The burnpack file.
+        /// The burnpack file, or safetensors weights (a .safetensors file or an index .json).
         file: PathBuf,
         /// Also scan float tensors for NaN and infinite values.
         #[arg(long)]
@@ -53,9 +54,9 @@ enum Command {
     /// metadata and scalars. Exit 0 when identical, 1 when they differ.
     #[command(after_help = "Example:\n  bpk diff before.bpk after.bpk --json")]
     Diff {
-        /// The first file.
+        /// The first file (burnpack, or safetensors weights).
         a: PathBuf,
-        /// The second file.
+        /// The second file (burnpack, or safetensors weights).
         b: PathBuf,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -64,7 +65,7 @@ enum Command {
     /// Convert between burnpack and safetensors (format chosen by the output's extension,
     /// or --to).
     #[command(
-        after_help = "Examples:\n  bpk convert model.safetensors model.bpk\n  bpk convert model.bpk model.safetensors"
+        after_help = "Examples:\n  bpk convert model.safetensors model.bpk\n  bpk convert model.safetensors.index.json model.bpk\n  bpk convert model.bpk model.safetensors --shard-size 5000000000"
     )]
     Convert {
         /// The source file (burnpack or safetensors, recognised by its content).
@@ -74,6 +75,10 @@ enum Command {
         /// The destination format (default: from the output's extension).
         #[arg(long, value_enum)]
         to: Option<Format>,
+        /// To safetensors: split into shards of at most this many bytes, with the index JSON
+        /// (`<output>.index.json`).
+        #[arg(long, value_name = "BYTES")]
+        shard_size: Option<u64>,
     },
 }
 
@@ -117,13 +122,75 @@ fn main() -> ExitCode {
         Command::Inspect { file, json, filter } => inspect(&file, json, filter.as_deref()),
         Command::Verify { file, nan } => verify(&file, nan),
         Command::Diff { a, b, json } => diff(&a, &b, json),
-        Command::Convert { input, output, to } => convert(&input, &output, to),
+        Command::Convert {
+            input,
+            output,
+            to,
+            shard_size,
+        } => convert(&input, &output, to, shard_size),
     };
     match result {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
             eprintln!("bpk: {}", failure.message);
             ExitCode::from(failure.code)
+        }
+    }
+}
+
+/// Whether `path` names safetensors weights (a `.safetensors` file or an index `.json`).
+fn is_safetensors(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e == "safetensors" || e == "json")
+}
+
+/// A burnpack file, or safetensors weights (one file or an index and its shards).
+enum Opened {
+    Pack(Reader),
+    Safetensors(SafetensorsSource),
+}
+
+impl Opened {
+    fn open(path: &Path) -> Result<Self, Failure> {
+        if is_safetensors(path) {
+            SafetensorsSource::open(path)
+                .map(Opened::Safetensors)
+                .map_err(Failure::file)
+        } else {
+            Reader::open(path).map(Opened::Pack).map_err(Failure::file)
+        }
+    }
+
+    fn source(&self) -> &(dyn TensorSource + Sync) {
+        match self {
+            Opened::Pack(r) => r,
+            Opened::Safetensors(s) => s,
+        }
+    }
+
+    fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        match self {
+            Opened::Pack(r) => r.tensor(name),
+            Opened::Safetensors(s) => s.tensor(name),
+        }
+    }
+
+    fn metadata(&self) -> &std::collections::BTreeMap<String, String> {
+        match self {
+            Opened::Pack(r) => r.metadata(),
+            Opened::Safetensors(s) => s.metadata(),
+        }
+    }
+
+    /// Scalars as text (safetensors has none).
+    fn scalars(&self) -> Vec<(String, String)> {
+        match self {
+            Opened::Pack(r) => r
+                .scalars()
+                .iter()
+                .map(|(k, v)| (k.clone(), format!("{v:?}")))
+                .collect(),
+            Opened::Safetensors(_) => Vec::new(),
         }
     }
 }
@@ -176,6 +243,9 @@ fn inspect(path: &Path, as_json: bool, filter: Option<&str>) -> Result<u8, Failu
             })
         })
         .transpose()?;
+    if is_safetensors(path) {
+        return inspect_safetensors(path, as_json, filter.as_ref());
+    }
     let reader = open(path)?;
     let layout = reader.layout();
     let shown: Vec<&TensorInfo> = reader
@@ -285,6 +355,181 @@ fn inspect(path: &Path, as_json: bool, filter: Option<&str>) -> Result<u8, Failu
     Ok(0)
 }
 
+/// `inspect` for safetensors weights: the shard table, totals, the dtype census, metadata and
+/// the tensors (reads only the headers).
+fn inspect_safetensors(path: &Path, as_json: bool, filter: Option<&Regex>) -> Result<u8, Failure> {
+    let source = SafetensorsSource::open(path).map_err(Failure::file)?;
+    let tensors = source.tensors();
+    let mut by_dtype = std::collections::BTreeMap::<String, u64>::new();
+    let mut by_shard = std::collections::BTreeMap::<&Path, (usize, u64)>::new();
+    for t in tensors {
+        *by_dtype.entry(dtype_name(t.dtype())).or_default() += t.len();
+        let shard = by_shard.entry(source.shard_of(t)).or_default();
+        shard.0 += 1;
+        shard.1 += t.len();
+    }
+    let elements: u64 = tensors.iter().map(|t| t.num_elements() as u64).sum();
+    let data_bytes: u64 = tensors.iter().map(TensorInfo::len).sum();
+    let shown: Vec<&TensorInfo> = tensors
+        .iter()
+        .filter(|t| filter.is_none_or(|re| re.is_match(t.name())))
+        .collect();
+    let shard_name = |p: &Path| {
+        p.file_name().map_or_else(
+            || p.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    };
+    if as_json {
+        let out = json!({
+            "file": path.display().to_string(),
+            "format": "safetensors",
+            "shards": by_shard.iter().map(|(p, (n, b))| json!({"file": shard_name(p), "tensors": n, "bytes": b})).collect::<Vec<_>>(),
+            "tensor_count": tensors.len(),
+            "elements": elements,
+            "data_bytes": data_bytes,
+            "bytes_by_dtype": by_dtype,
+            "metadata": source.metadata(),
+            "unaligned": source.unaligned().map(TensorInfo::name).collect::<Vec<_>>(),
+            "tensors": shown.iter().map(|t| {
+                let mut v = tensor_json(t);
+                v["shard"] = json!(shard_name(source.shard_of(t)));
+                v
+            }).collect::<Vec<_>>(),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("JSON of plain values")
+        );
+        return Ok(0);
+    }
+    println!(
+        "{}: safetensors, {} shard{}, {} of tensor data",
+        path.display(),
+        by_shard.len(),
+        if by_shard.len() == 1 { "" } else { "s" },
+        mib(data_bytes)
+    );
+    if by_shard.len() > 1 {
+        println!("shards:");
+        for (p, (n, b)) in &by_shard {
+            println!("  {}  {n} tensors, {}", shard_name(p), mib(*b));
+        }
+    }
+    let dtypes: Vec<String> = by_dtype
+        .iter()
+        .map(|(d, b)| format!("{d} {}", mib(*b)))
+        .collect();
+    println!(
+        "tensors: {} ({elements} elements, {}; {})",
+        tensors.len(),
+        mib(data_bytes),
+        if dtypes.is_empty() {
+            "none".into()
+        } else {
+            dtypes.join(", ")
+        }
+    );
+    let unaligned = source.unaligned().count();
+    if unaligned > 0 {
+        println!("unaligned: {unaligned} tensors (copied when loaded)");
+    }
+    if !source.metadata().is_empty() {
+        println!("metadata:");
+        for (k, v) in source.metadata() {
+            println!("  {k} = {v}");
+        }
+    }
+    let width = shown
+        .iter()
+        .map(|t| t.name().len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    println!(
+        "{:<width$}  {:>9}  {:>16}  {:>12}  shard",
+        "name", "dtype", "shape", "bytes"
+    );
+    for t in &shown {
+        println!(
+            "{:<width$}  {:>9}  {:>16}  {:>12}  {}",
+            t.name(),
+            dtype_name(t.dtype()),
+            format!("{:?}", t.shape()),
+            t.len(),
+            shard_name(source.shard_of(t))
+        );
+    }
+    if filter.is_some() {
+        println!(
+            "({} of {} tensors match the filter)",
+            shown.len(),
+            tensors.len()
+        );
+    }
+    Ok(0)
+}
+
+/// `verify` for safetensors weights: every header validated by the `safetensors` crate (and an
+/// index against its shards), every tensor read, optionally scanned for NaN / Inf. Safetensors
+/// carries no checksums: the contents themselves are unverified.
+fn verify_safetensors(path: &Path, nan: bool) -> Result<u8, Failure> {
+    let source = match SafetensorsSource::open(path) {
+        Ok(source) => source,
+        Err(e @ burnpack::interop::safetensors::ConvertError::Safetensors { .. }) => {
+            println!("{e}");
+            println!("{}: FAILED: 1 problem", path.display());
+            return Ok(1);
+        }
+        Err(e) => return Err(Failure::file(e)),
+    };
+    let results: Vec<Result<(String, u64, u64), Failure>> = source
+        .tensors()
+        .par_iter()
+        .map(|t| {
+            let bytes = source.read(t).map_err(Failure::file)?;
+            let (mut nans, mut infs) = (0u64, 0u64);
+            if nan && t.dtype().is_float() {
+                for_each_f64(t.dtype(), &bytes, |v| {
+                    nans += u64::from(v.is_nan());
+                    infs += u64::from(v.is_infinite());
+                });
+            }
+            Ok((t.name().to_string(), nans, infs))
+        })
+        .collect();
+    let mut bad = 0;
+    for result in results {
+        let (name, nans, infs) = result?;
+        if nans + infs > 0 {
+            bad += 1;
+            println!(
+                "{}: tensor '{name}': {nans} NaN and {infs} infinite values",
+                path.display()
+            );
+        }
+    }
+    if bad > 0 {
+        println!("{}: FAILED: {bad} problems", path.display());
+        return Ok(1);
+    }
+    let total: u64 = source.tensors().iter().map(TensorInfo::len).sum();
+    println!(
+        "{}: OK: {} shard{} valid, {} tensors ({}) read, no checksums in safetensors (contents unverified){}",
+        path.display(),
+        source.shards().len(),
+        if source.shards().len() == 1 { "" } else { "s" },
+        source.tensors().len(),
+        mib(total),
+        if nan {
+            ", float values scanned for NaN/Inf"
+        } else {
+            ""
+        }
+    );
+    Ok(0)
+}
+
 /// Calls `f` with every element of a tensor as f64 (`None` for non-numeric dtypes).
 fn for_each_f64(dtype: DType, bytes: &[u8], mut f: impl FnMut(f64)) -> bool {
     macro_rules! each {
@@ -316,6 +561,9 @@ fn for_each_f64(dtype: DType, bytes: &[u8], mut f: impl FnMut(f64)) -> bool {
 }
 
 fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
+    if is_safetensors(path) {
+        return verify_safetensors(path, nan);
+    }
     // Ordinary reads, never a mapping: a damaged file (a hole on a full tmpfs, a file
     // truncated meanwhile) is then an error to report, not a `SIGBUS`.
     let failed = |e: &ReadError| {
@@ -443,9 +691,9 @@ fn max_diff(dtype: DType, a: &[u8], b: &[u8]) -> Option<(f64, f64)> {
 }
 
 fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Failure> {
-    let (a, b) = (open(a_path)?, open(b_path)?);
-    let names_a: BTreeSet<&str> = a.tensors().iter().map(TensorInfo::name).collect();
-    let names_b: BTreeSet<&str> = b.tensors().iter().map(TensorInfo::name).collect();
+    let (a, b) = (Opened::open(a_path)?, Opened::open(b_path)?);
+    let names_a: BTreeSet<&str> = a.source().tensors().iter().map(TensorInfo::name).collect();
+    let names_b: BTreeSet<&str> = b.source().tensors().iter().map(TensorInfo::name).collect();
     let only_a: Vec<&str> = names_a.difference(&names_b).copied().collect();
     let only_b: Vec<&str> = names_b.difference(&names_a).copied().collect();
     let common: Vec<(&TensorInfo, &TensorInfo)> = names_a
@@ -458,8 +706,8 @@ fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Failure> {
         .filter(|(x, y)| x.dtype() == y.dtype() && x.shape() == y.shape())
         .map(|(x, y)| {
             let (bx, by) = (
-                a.read(x).map_err(Failure::file)?,
-                b.read(y).map_err(Failure::file)?,
+                a.source().read(x).map_err(Failure::file)?,
+                b.source().read(y).map_err(Failure::file)?,
             );
             if bx[..] == by[..] {
                 return Ok(None);
@@ -500,20 +748,14 @@ fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Failure> {
             .map(|k| json!({"key": k, "a": xs.get(k), "b": ys.get(k)}))
             .collect::<Vec<_>>()
     };
-    let strings = |r: &Reader| {
+    let strings = |r: &Opened| {
         r.metadata()
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect::<Vec<_>>()
     };
-    let scalars = |r: &Reader| {
-        r.scalars()
-            .iter()
-            .map(|(k, v)| (k.clone(), format!("{v:?}")))
-            .collect::<Vec<_>>()
-    };
     let metadata = map_diff(strings(&a), strings(&b));
-    let scalar_diffs = map_diff(scalars(&a), scalars(&b));
+    let scalar_diffs = map_diff(a.scalars(), b.scalars());
     let differ = !(only_a.is_empty()
         && only_b.is_empty()
         && changed_kind.is_empty()
@@ -595,7 +837,12 @@ fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Failure> {
     Ok(u8::from(differ))
 }
 
-fn convert(input: &Path, output: &Path, to: Option<Format>) -> Result<u8, Failure> {
+fn convert(
+    input: &Path,
+    output: &Path,
+    to: Option<Format>,
+    shard_size: Option<u64>,
+) -> Result<u8, Failure> {
     let to = match to {
         Some(f) => f,
         None => match output.extension().and_then(|e| e.to_str()) {
@@ -609,6 +856,11 @@ fn convert(input: &Path, output: &Path, to: Option<Format>) -> Result<u8, Failur
             }
         },
     };
+    if shard_size.is_some() && to != Format::Safetensors {
+        return Err(Failure::usage(
+            "--shard-size applies to safetensors output only",
+        ));
+    }
     let mut magic = [0u8; 4];
     let from_burnpack = std::fs::File::open(input)
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
@@ -619,7 +871,28 @@ fn convert(input: &Path, output: &Path, to: Option<Format>) -> Result<u8, Failur
             burnpack::interop::safetensors::safetensors_to_burnpack(input, output)
         }
         (true, Format::Safetensors) => {
-            burnpack::interop::safetensors::burnpack_to_safetensors(input, output)
+            let written = burnpack::interop::safetensors::burnpack_to_safetensors_sharded(
+                input, output, shard_size,
+            )
+            .map_err(Failure::file)?;
+            let size: u64 = written
+                .iter()
+                .filter_map(|p| std::fs::metadata(p).ok())
+                .map(|m| m.len())
+                .sum();
+            if written.len() > 1 {
+                println!(
+                    "{} -> {} shards and {} ({})",
+                    input.display(),
+                    written.len() - 1,
+                    written
+                        .last()
+                        .map_or_else(String::new, |p| p.display().to_string()),
+                    mib(size)
+                );
+                return Ok(0);
+            }
+            Ok(size)
         }
         (true, Format::Burnpack) | (false, Format::Safetensors) => {
             return Err(Failure::usage(format!(

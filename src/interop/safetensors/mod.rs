@@ -20,13 +20,12 @@
 //! assert_eq!(&reader.bytes("w").unwrap()[..], &[1.0f32, 2.0].map(f32::to_le_bytes).concat()[..]);
 //! ```
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{AllocationProperty, BoolStore, Bytes, DType};
-use safetensors::{Dtype, SafeTensors, View};
+use safetensors::Dtype;
 
 use crate::read::Reader;
 use crate::write::{Entry, WriteError, Writer};
@@ -139,86 +138,36 @@ fn map_file(path: &Path) -> Result<Bytes, ConvertError> {
     ))
 }
 
-/// Converts a safetensors file to burnpack: names, dtypes, shapes and string metadata are kept;
-/// tensors are written in the source's file order, in parallel, each copied from the mapped
-/// source into its aligned slot (so unaligned safetensors tensors come out aligned). Returns
-/// the size written.
+/// Converts safetensors weights (one file, or an index JSON and its shards) to one burnpack
+/// file: names, dtypes, shapes and string metadata are kept; tensors are written in the
+/// sources' file order, in parallel, each copied from its mapped shard into its aligned slot
+/// (so unaligned safetensors tensors come out aligned). Returns the size written.
 ///
 /// # Errors
-/// An invalid source, an unsupported dtype (FP8 and other types Burn does not have), or a
-/// failed write (the destination is then untouched).
+/// An invalid source (see [`SafetensorsSource::open`]), an unsupported dtype (FP8 and other
+/// types Burn does not have), or a failed write (the destination is then untouched).
 pub fn safetensors_to_burnpack(
     input: impl AsRef<Path>,
     output: impl AsRef<Path>,
 ) -> Result<u64, ConvertError> {
-    let input = input.as_ref();
-    let all = map_file(input)?;
-    let invalid = |e: safetensors::SafeTensorError| ConvertError::Safetensors {
-        path: input.to_path_buf(),
-        message: e.to_string(),
-    };
-    // `deserialize` validates every range against the buffer; the metadata gives the offsets.
-    SafeTensors::deserialize(&all).map_err(invalid)?;
-    let (header_len, metadata) = SafeTensors::read_metadata(&all).map_err(invalid)?;
-    let data_start = 8 + header_len;
-    let infos = metadata.tensors();
-    let mut names: Vec<&String> = infos.keys().collect();
-    names.sort_by_key(|name| infos[*name].data_offsets.0);
-    let mut entries = Vec::with_capacity(names.len());
-    for name in names {
-        let info = infos[name];
-        let dtype = to_burn(info.dtype).ok_or_else(|| ConvertError::Dtype {
-            path: input.to_path_buf(),
-            tensor: name.clone(),
-            dtype: format!("{:?}", info.dtype),
-            target: "burnpack",
-        })?;
-        let (start, end) = (
-            data_start + info.data_offsets.0,
-            data_start + info.data_offsets.1,
-        );
-        let view = all
-            .view(start, end)
-            .map_err(|e| ConvertError::Safetensors {
-                path: input.to_path_buf(),
-                message: format!("tensor '{name}': cannot view bytes {start}..{end}: {e:?}"),
-            })?;
+    let source = SafetensorsSource::open(input)?;
+    let mut infos: Vec<&crate::format::TensorInfo> =
+        crate::read::TensorSource::tensors(&source).iter().collect();
+    infos.sort_by_key(|t| (source.shard_of(t).to_path_buf(), t.offset()));
+    let mut entries = Vec::with_capacity(infos.len());
+    for info in infos {
         entries.push(Entry::resident(
-            name.clone(),
-            dtype,
-            info.shape.clone(),
-            view,
+            info.name(),
+            info.dtype(),
+            info.shape().to_vec(),
+            source.window(info)?,
         ));
     }
     let mut writer = Writer::new(entries);
-    if let Some(meta) = metadata.metadata() {
-        for (k, v) in meta {
-            writer = writer.with_metadata(k.clone(), v.clone());
-        }
+    for (k, v) in source.metadata() {
+        writer = writer.with_metadata(k.clone(), v.clone());
     }
     Ok(writer.write_to_file(output)?)
-}
-
-/// A burnpack tensor seen through the `safetensors` crate's `View`.
-struct Tensor {
-    dtype: Dtype,
-    shape: Vec<usize>,
-    bytes: Bytes,
-}
-
-impl View for &Tensor {
-    fn dtype(&self) -> Dtype {
-        self.dtype
-    }
-    fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.bytes)
-    }
-    fn data_len(&self) -> usize {
-        self.bytes.len()
-    }
 }
 
 /// Converts a burnpack file to safetensors with the `safetensors` crate: names, dtypes, shapes
@@ -233,45 +182,49 @@ pub fn burnpack_to_safetensors(
     input: impl AsRef<Path>,
     output: impl AsRef<Path>,
 ) -> Result<u64, ConvertError> {
-    let input = input.as_ref();
     let output = output.as_ref();
-    let reader = Reader::open(input)?;
-    let mut tensors = Vec::with_capacity(reader.tensors().len());
-    for info in reader.tensors() {
-        let dtype = to_safetensors(info.dtype()).ok_or_else(|| ConvertError::Dtype {
-            path: input.to_path_buf(),
-            tensor: info.name().to_string(),
-            dtype: format!("{:?}", info.dtype()),
-            target: "safetensors",
-        })?;
-        tensors.push((
-            info.name().to_string(),
-            Tensor {
-                dtype,
-                shape: info.shape().to_vec(),
-                bytes: reader.read(info)?,
-            },
-        ));
-    }
-    let metadata: HashMap<String, String> = reader.metadata().clone().into_iter().collect();
-    let metadata = (!metadata.is_empty()).then_some(metadata);
-    let scratch = crate::write::Scratch::create(output)?;
-    safetensors::serialize_to_file(
-        tensors.iter().map(|(n, t)| (n.as_str(), t)),
-        metadata,
-        scratch.path(),
-    )
-    .map_err(|e| ConvertError::Safetensors {
-        path: output.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    let size = std::fs::metadata(scratch.path())
+    burnpack_to_safetensors_sharded(input, output, None)?;
+    std::fs::metadata(output)
+        .map(|m| m.len())
         .map_err(|source| ConvertError::Io {
-            path: scratch.path().to_path_buf(),
+            path: output.to_path_buf(),
             action: "stat",
             source,
-        })?
-        .len();
-    scratch.commit(output, true)?;
-    Ok(size)
+        })
+}
+
+/// [`burnpack_to_safetensors`], split into shards of at most `max_shard_bytes` with the
+/// index JSON when the tensors exceed it (named as [`save_safetensors`] names them). Returns
+/// the paths written, the index last.
+///
+/// ```
+/// use burn::tensor::{Bytes, DType};
+/// use burnpack::{Entry, Writer, interop::safetensors as convert};
+/// let dir = tempfile::tempdir().unwrap();
+/// let bpk = dir.path().join("m.bpk");
+/// let entries = (0..3).map(|i| Entry::resident(format!("w{i}"), DType::F32, vec![4], Bytes::from_elems(vec![i as f32; 4])));
+/// Writer::new(entries.collect()).write_to_file(&bpk).unwrap();
+/// let written = convert::burnpack_to_safetensors_sharded(&bpk, dir.path().join("m.safetensors"), Some(16)).unwrap();
+/// assert_eq!(written.len(), 4); // three shards and the index
+/// ```
+///
+/// # Errors
+/// As for [`burnpack_to_safetensors`].
+pub fn burnpack_to_safetensors_sharded(
+    input: impl AsRef<Path>,
+    output: impl AsRef<Path>,
+    max_shard_bytes: Option<u64>,
+) -> Result<Vec<PathBuf>, ConvertError> {
+    let reader = Reader::open(input.as_ref())?;
+    let mut entries = Vec::with_capacity(reader.tensors().len());
+    for info in reader.tensors_by_position() {
+        entries.push(Entry::from_stored(info, reader.read(info)?));
+    }
+    let metadata: HashMap<String, String> = reader.metadata().clone().into_iter().collect();
+    write::write_safetensors(
+        entries,
+        output.as_ref(),
+        max_shard_bytes,
+        (!metadata.is_empty()).then_some(&metadata),
+    )
 }

@@ -195,16 +195,19 @@ impl SafetensorsSource {
                 ),
             });
         }
-        if shards.len() == 1 {
-            metadata.extend(shard_metadata(&shards[0])?);
+        // The shards' own `__metadata__`, then the index's (which wins).
+        let mut merged = BTreeMap::new();
+        for shard in &shards {
+            merged.extend(shard_metadata(shard)?);
         }
+        merged.append(&mut metadata);
         let (shard_of, tensors) = tables.into_iter().map(|(_, s, info)| (s, info)).unzip();
         Ok(Self {
             file: path.display().to_string(),
             shards,
             tensors,
             shard_of,
-            metadata,
+            metadata: merged,
         })
     }
 
@@ -242,7 +245,8 @@ impl SafetensorsSource {
         self.position(name).map(|i| &self.tensors[i])
     }
 
-    /// String metadata: the single file's `__metadata__`, or the index's `metadata`.
+    /// String metadata: the files' `__metadata__`, and for an index its `metadata` (whose keys
+    /// win; values that are not strings as JSON text).
     ///
     /// ```no_run
     /// let source = burnpack::interop::safetensors::SafetensorsSource::open("model.safetensors").unwrap();
@@ -267,6 +271,19 @@ impl SafetensorsSource {
                 .source
                 .is_zero_copy(info.offset(), element_align(info.dtype()))
         })
+    }
+
+    /// The bytes of `info` as they lie in the mapping, aligned or not (for copying elsewhere).
+    pub(crate) fn window(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
+        let shard = &self.shards[self.shard_index(info)];
+        shard
+            .source
+            .read(info.offset(), info.len(), 1)
+            .map_err(|source| ReadError::Io {
+                file: shard.path.display().to_string(),
+                action: "read tensor data",
+                source,
+            })
     }
 
     fn position(&self, name: &str) -> Option<usize> {

@@ -2,7 +2,7 @@
 //! JSON that Hugging Face tools read, each written by the `safetensors` crate atomically.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -99,9 +99,19 @@ pub fn save_safetensors<M: Module>(
     path: impl AsRef<Path>,
     max_shard_bytes: Option<u64>,
 ) -> Result<Vec<PathBuf>, ConvertError> {
-    let path = path.as_ref();
+    write_safetensors(module.pack_entries()?, path.as_ref(), max_shard_bytes, None)
+}
+
+/// Writes `entries` as safetensors at `path` (one file, or shards plus the index when they
+/// exceed `max_shard_bytes`; see [`save_safetensors`]), with string `metadata` in each file.
+pub(super) fn write_safetensors(
+    entries: Vec<Entry>,
+    path: &Path,
+    max_shard_bytes: Option<u64>,
+    metadata: Option<&HashMap<String, String>>,
+) -> Result<Vec<PathBuf>, ConvertError> {
     let mut outgoing = Vec::new();
-    for entry in module.pack_entries()? {
+    for entry in entries {
         let dtype = to_safetensors(entry.dtype()).ok_or_else(|| ConvertError::Dtype {
             path: path.to_path_buf(),
             tensor: entry.name().to_string(),
@@ -129,7 +139,7 @@ pub fn save_safetensors<M: Module>(
     let total: u64 = outgoing.iter().map(|(_, t)| t.len as u64).sum();
     let limit = max_shard_bytes.filter(|&max| total > max);
     let Some(limit) = limit else {
-        write_one(path, &outgoing)?;
+        write_one(path, &outgoing, metadata)?;
         return Ok(vec![path.to_path_buf()]);
     };
     // Greedy, in module order.
@@ -154,7 +164,7 @@ pub fn save_safetensors<M: Module>(
     let mut weight_map = BTreeMap::new();
     for (k, group) in groups.into_iter().enumerate() {
         let file = format!("{stem}-{:05}-of-{count:05}.safetensors", k + 1);
-        write_one(&dir.join(&file), group)?;
+        write_one(&dir.join(&file), group, metadata)?;
         for (name, _) in group {
             weight_map.insert(name.clone(), file.clone());
         }
@@ -182,11 +192,15 @@ pub fn save_safetensors<M: Module>(
 }
 
 /// One safetensors file from `tensors`, atomically.
-fn write_one(path: &Path, tensors: &[(String, Outgoing)]) -> Result<(), ConvertError> {
+fn write_one(
+    path: &Path,
+    tensors: &[(String, Outgoing)],
+    metadata: Option<&HashMap<String, String>>,
+) -> Result<(), ConvertError> {
     let scratch = Scratch::create(path)?;
     safetensors::serialize_to_file(
         tensors.iter().map(|(name, t)| (name.as_str(), t)),
-        None,
+        metadata.cloned(),
         scratch.path(),
     )
     .map_err(|e| ConvertError::Safetensors {
