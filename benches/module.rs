@@ -10,7 +10,9 @@
 //! reference (the floor for saves, the first contender otherwise). Every save writes a fresh
 //! file (the destination is removed first), in-place included. Contenders: burnpack, this crate's
 //! `PackStore` through burn-store's `save_into` / `load_from` (`pack-store`), Burn's
-//! `save_file` / `load_file`, burn-store's `BurnpackStore` and `SafetensorsStore`. Env:
+//! `save_file` / `load_file`, burn-store's `BurnpackStore` and `SafetensorsStore`; for loads
+//! of safetensors weights, this crate's `SafetensorsSource` on one file and on 4 shards with an
+//! index, and converting to a pack first. Env:
 //! `BURNPACK_BENCH_RUNS` (default 5), `BURNPACK_BENCH_SIZES` (default `512m,1g,emb,10k`),
 //! `BURNPACK_BENCH_ONLY` (contenders to run, comma-separated; each operation's reference always
 //! runs), `BURNPACK_BENCH_DIR` (default `.`).
@@ -24,6 +26,9 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{DType, Device, Tensor};
 use burn_store::{BurnpackStore, ModuleSnapshot, SafetensorsStore};
+use burnpack::interop::safetensors::{
+    SafetensorsSource, safetensors_to_burnpack, save_safetensors,
+};
 use burnpack::module::{PackModule, SaveOptions};
 use burnpack::store::PackStore;
 use burnpack::{WriteMode, Writer};
@@ -193,6 +198,23 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                         .unwrap();
                     t
                 }
+                "safetensors-source" | "safetensors-shards" => {
+                    let name = if who == "safetensors-source" {
+                        "model.safetensors"
+                    } else {
+                        "shards.safetensors.index.json"
+                    };
+                    let source = SafetensorsSource::open(file(dir, size, name)).unwrap();
+                    target
+                        .load_from_source(&source, &burnpack::LoadOptions::new())
+                        .unwrap()
+                }
+                "convert-then-load" => {
+                    let pack = dir.join(format!("converted-{size}.bpk"));
+                    let _ = std::fs::remove_file(&pack);
+                    safetensors_to_burnpack(file(dir, size, "model.safetensors"), &pack).unwrap();
+                    target.load_pack(&pack).unwrap()
+                }
                 "safetensors-store" => {
                     let mut t = target;
                     t.load_from(&mut SafetensorsStore::from_file(file(
@@ -272,6 +294,13 @@ fn main() {
         )))
         .unwrap();
         let bytes = Writer::new(m.pack_entries().unwrap()).size().unwrap();
+        // The same weights in 4 safetensors shards with an index.
+        save_safetensors(
+            &m,
+            file(dir.path(), size, "shards.safetensors"),
+            Some(bytes / 4 + 1),
+        )
+        .unwrap();
         drop(m);
         let label = match size {
             "10k" => "10,000 tensors".to_string(),
@@ -312,6 +341,9 @@ fn main() {
                     "burnpack-store",
                     "pack-store",
                     "safetensors-store",
+                    "safetensors-source",
+                    "safetensors-shards",
+                    "convert-then-load",
                 ],
             ),
         ];
