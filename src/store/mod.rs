@@ -228,9 +228,9 @@ impl PackStore {
     /// let path = dir.path().join("head.safetensors");
     /// let w: Vec<u8> = (0..6).flat_map(|i| (i as f32).to_le_bytes()).collect();
     /// let b: Vec<u8> = [0.5f32, -0.5].iter().flat_map(|v| v.to_le_bytes()).collect();
-    /// let view = |data: &[u8], shape: Vec<usize>| {
+    /// fn view(data: &[u8], shape: Vec<usize>) -> safetensors::tensor::TensorView<'_> {
     ///     safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, data).unwrap()
-    /// };
+    /// }
     /// safetensors::serialize_to_file(
     ///     [("fc.weight", view(&w, vec![2, 3])), ("fc.bias", view(&b, vec![2]))],
     ///     None,
