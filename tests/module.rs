@@ -7,7 +7,7 @@ mod common;
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{DType, Device, Tensor};
 use burnpack::module::{DTypePolicy, LoadOptions, ModuleError, PackModule, SaveOptions};
-use burnpack::read::Reader;
+use burnpack::read::{CopyReason, Reader};
 use common::model::{Net, Snapshot, snapshot, trained, trained_with};
 
 #[allow(deprecated)] // burn-ndarray is deprecated in Burn 0.22, still supported and tested
@@ -184,6 +184,24 @@ fn buffered_mode_loads_the_same() {
         .unwrap();
     assert_same(&expected, &snapshot(&loaded));
     assert_eq!(Reader::open(&path).unwrap().metadata()["run"], "7");
+    // The report: every tensor read into memory of its own when buffered, none when mapped.
+    let buffered = Reader::open_buffered(&path).unwrap();
+    let (_, report) = Net::new(&device)
+        .load_from_source_with_report(&buffered, &LoadOptions::new())
+        .unwrap();
+    assert!(report.loaded() > 0);
+    assert_eq!(report.copied().len(), report.loaded(), "{report}");
+    assert!(
+        report
+            .copied()
+            .iter()
+            .all(|c| c.reason == CopyReason::Buffered)
+    );
+    let mapped = Reader::open(&path).unwrap();
+    let (_, report) = Net::new(&device)
+        .load_from_source_with_report(&mapped, &LoadOptions::new())
+        .unwrap();
+    assert_eq!(report.views(), report.loaded(), "{report}");
 }
 
 #[derive(Module, Debug)]

@@ -11,7 +11,7 @@ use burn::tensor::{DType, Device, Tensor};
 use burn_store::{ModuleSnapshot, SafetensorsStore};
 use burnpack::interop::safetensors::{ConvertError, SafetensorsSource, save_safetensors};
 use burnpack::module::{DTypePolicy, LoadOptions, ModuleError, PackModule};
-use burnpack::read::TensorSource;
+use burnpack::read::{CopyReason, TensorSource};
 use common::model::{Net, snapshot, trained_with};
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
@@ -116,11 +116,13 @@ fn unaligned_tensors_are_copied_aligned_tensors_are_not() {
     let big: Vec<f32> = (0..12).map(|i| i as f32 * 0.5).collect();
     let mut data = vec![1u8, 2, 3];
     data.extend(big.iter().flat_map(|v| v.to_le_bytes()));
+    data.push(9); // one more byte puts `small` back on a multiple of 4
     data.extend([7.0f32, 8.0].iter().flat_map(|v| v.to_le_bytes()));
     let mut header = serde_json::json!({
         "a_pad": {"dtype": "U8", "shape": [3], "data_offsets": [0, 3]},
         "big": {"dtype": "F32", "shape": [3, 4], "data_offsets": [3, 51]},
-        "small": {"dtype": "F32", "shape": [2], "data_offsets": [51, 59]},
+        "b_pad": {"dtype": "U8", "shape": [1], "data_offsets": [51, 52]},
+        "small": {"dtype": "F32", "shape": [2], "data_offsets": [52, 60]},
     })
     .to_string();
     while !header.len().is_multiple_of(8) {
@@ -133,14 +135,32 @@ fn unaligned_tensors_are_copied_aligned_tensors_are_not() {
     let source = SafetensorsSource::open(&path).unwrap();
     let unaligned: Vec<&str> = source.unaligned().map(|t| t.name()).collect();
     assert!(unaligned.contains(&"big"), "{unaligned:?}");
-    assert!(!unaligned.contains(&"a_pad"));
-    let pair = Pair {
+    assert!(!unaligned.contains(&"a_pad") && !unaligned.contains(&"small"));
+    let fresh = || Pair {
         small: Param::from_data([0.0f32; 2], &device),
         big: Param::from_data([[0.0f32; 4]; 3], &device),
-    }
-    .load_from_source(&source, &LoadOptions::new().allow_unused(true))
-    .unwrap();
+    };
+    let (pair, report) = fresh()
+        .load_from_source_with_report(&source, &LoadOptions::new().allow_unused(true))
+        .unwrap();
+    // The load reports the copy, which tensor and why.
+    assert_eq!((report.loaded(), report.views()), (2, 1), "{report}");
+    assert_eq!(report.copied().len(), 1);
+    assert_eq!(report.copied()[0].path, "big");
+    let header_end = 8 + header.len() as u64;
+    assert_eq!(
+        report.copied()[0].reason,
+        CopyReason::Unaligned {
+            offset: header_end + 3,
+            align: 4
+        }
+    );
+    assert_eq!(
+        report.to_string(),
+        "2 tensors loaded: 1 views, 1 copied (1 unaligned)"
+    );
     assert_eq!(pair.big.val().into_data().try_to_vec::<f32>().unwrap(), big);
+
     assert_eq!(
         pair.small.val().into_data().try_to_vec::<f32>().unwrap(),
         [7.0, 8.0]
@@ -219,12 +239,41 @@ fn f16_and_bf16_weights_load_into_f32_modules_when_asked() {
         h: Param::from_data([0.0f32; 2], &device),
         b: Param::from_data([0.0f32; 2], &device),
     };
-    let cast = fresh()
-        .load_from_source(
+    let (cast, report) = fresh()
+        .load_from_source_with_report(
             &source,
             &LoadOptions::new().dtype(DTypePolicy::CastToModule),
         )
         .unwrap();
+    // Both were cast, so both were copied, and the report says from what.
+    let reasons: Vec<(&str, CopyReason)> = report
+        .copied()
+        .iter()
+        .map(|c| (c.path.as_str(), c.reason))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            (
+                "h",
+                CopyReason::Cast {
+                    from: DType::F16,
+                    to: DType::F32
+                }
+            ),
+            (
+                "b",
+                CopyReason::Cast {
+                    from: DType::BF16,
+                    to: DType::F32
+                }
+            ),
+        ]
+    );
+    assert_eq!(
+        report.to_string(),
+        "2 tensors loaded: 0 views, 2 copied (1 cast from F16 to F32, 1 cast from BF16 to F32)"
+    );
     assert_eq!(cast.h.val().dtype(), DType::F32);
     assert_eq!(
         cast.h.val().into_data().try_to_vec::<f32>().unwrap(),
@@ -235,9 +284,10 @@ fn f16_and_bf16_weights_load_into_f32_modules_when_asked() {
         [0.25, 4.0]
     );
     // As stored (the default), the parameters take the file's dtypes.
-    let kept = fresh()
-        .load_from_source(&source, &LoadOptions::new())
+    let (kept, report) = fresh()
+        .load_from_source_with_report(&source, &LoadOptions::new())
         .unwrap();
+    assert_eq!((report.loaded(), report.views()), (2, 2), "{report}");
     assert_eq!(
         (kept.h.val().dtype(), kept.b.val().dtype()),
         (DType::F16, DType::BF16)
@@ -418,4 +468,110 @@ fn parameters_read_back_from_the_device_are_written_too() {
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
     assert_eq!(values, [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+}
+
+#[derive(Module, Debug)]
+struct Torchy {
+    fc: Vec<burn::nn::Linear>,
+    norm: burn::nn::LayerNorm,
+    emb: burn::nn::Embedding,
+}
+
+impl Torchy {
+    fn new(device: &Device) -> Self {
+        use burn::nn::{EmbeddingConfig, LayerNormConfig, LinearConfig};
+        Self {
+            fc: vec![
+                LinearConfig::new(6, 4).init(device),
+                LinearConfig::new(4, 3).with_bias(false).init(device),
+            ],
+            norm: LayerNormConfig::new(3).init(device),
+            emb: EmbeddingConfig::new(5, 3).init(device),
+        }
+    }
+}
+
+#[test]
+fn pytorch_conventions_match_burn_stores_adapter() {
+    use burn_store::{BurnToPyTorchAdapter, PyTorchToBurnAdapter};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("torch.safetensors");
+    let device = Device::flex();
+    // A "PyTorch" file: Burn's own adapter writes Linear weights [out, in] and the norm's
+    // gamma/beta as weight/bias.
+    let original = Torchy::new(&device).map(&mut common::model::Perturb(0.25));
+    original
+        .save_into(&mut SafetensorsStore::from_file(&path).with_to_adapter(BurnToPyTorchAdapter))
+        .unwrap();
+    let source = SafetensorsSource::open(&path).unwrap();
+    assert_eq!(source.tensor("fc.0.weight").unwrap().shape(), [4, 6]);
+    assert!(source.tensor("norm.weight").is_some());
+
+    let mut reference = Torchy::new(&device);
+    let result = reference
+        .load_from(&mut SafetensorsStore::from_file(&path).with_from_adapter(PyTorchToBurnAdapter))
+        .unwrap();
+    assert!(result.is_success(), "{result:?}");
+
+    #[allow(deprecated)]
+    for device in [Device::flex(), Device::ndarray()] {
+        let (ours, report) = Torchy::new(&device)
+            .load_from_source_with_report(&source, &LoadOptions::new().pytorch(true))
+            .unwrap();
+        assert_eq!(values(&ours), values(&reference), "{device:?}");
+        assert_eq!(values(&ours), values(&original), "{device:?}");
+        // The transposed weight computes what the reference computes (up to the summation
+        // order a strided matmul takes).
+        let x = Tensor::<2>::from_data([[0.5f32, -1.0, 2.0, 0.0, 1.5, -0.5]], &device);
+        let y: Vec<f32> = ours.fc[0].forward(x.clone()).into_data().to_vec().unwrap();
+        let x_ref = Tensor::<2>::from_data([[0.5f32, -1.0, 2.0, 0.0, 1.5, -0.5]], &Device::flex());
+        let y_ref: Vec<f32> = reference.fc[0].forward(x_ref).into_data().to_vec().unwrap();
+        assert!(
+            y.iter()
+                .zip(&y_ref)
+                .all(|(a, b)| (a - b).abs() <= 1e-5 * b.abs().max(1.0)),
+            "{device:?}: {y:?} vs {y_ref:?}"
+        );
+        // Transposes are views on flex; ndarray copies them and the report says so.
+        assert_eq!(report.loaded(), 6, "{report}");
+        let transposed: Vec<&str> = report
+            .copied()
+            .iter()
+            .filter(|c| c.reason == CopyReason::Transposed)
+            .map(|c| c.path.as_str())
+            .collect();
+        if device == Device::flex() {
+            assert_eq!(report.views(), 6, "{report}");
+        } else {
+            assert_eq!(transposed, ["fc.0.weight", "fc.1.weight"], "{report}");
+        }
+    }
+
+    // Without the option the file does not fit: transposed shapes and PyTorch's norm names.
+    let err = Torchy::new(&device)
+        .load_from_source(&source, &LoadOptions::new())
+        .unwrap_err();
+    let ModuleError::Mismatch { mismatch, .. } = err else {
+        panic!("{err}")
+    };
+    assert_eq!(mismatch.shapes.len(), 2, "{mismatch:?}");
+    assert_eq!(mismatch.missing, ["norm.gamma", "norm.beta"]);
+
+    // A shape that is wrong either way is reported as Burn would hold it.
+    let wrong = dir.path().join("wrong.safetensors");
+    write(&wrong, &[("weight", Dtype::F32, vec![3, 2], vec![0; 24])]);
+    let linear: burn::nn::Linear = burn::nn::LinearConfig::new(3, 2)
+        .with_bias(false)
+        .init(&device);
+    let err = linear
+        .load_from_source(
+            &SafetensorsSource::open(&wrong).unwrap(),
+            &LoadOptions::new().pytorch(true),
+        )
+        .unwrap_err();
+    let ModuleError::Mismatch { mismatch, .. } = err else {
+        panic!("{err}")
+    };
+    assert_eq!(mismatch.shapes[0].expected, [3, 2]);
+    assert_eq!(mismatch.shapes[0].found, [2, 3]);
 }

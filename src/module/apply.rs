@@ -10,9 +10,10 @@ use burn::tensor::{Bool, BoolStore, DType, Float, Int, Tensor, TensorData, kind:
 
 use super::error::{KindMismatch, Mismatch, ShapeMismatch, TensorKind};
 use super::options::{DTypePolicy, LoadOptions};
+use super::report::LoadReport;
 use crate::format::TensorInfo;
 use crate::panic::catch_quiet;
-use crate::read::TensorSource;
+use crate::read::{CopyReason, ReadError, TensorSource};
 
 /// Replaces each parameter found in the reader with a tensor built from its bytes on the
 /// parameter's own device, and records everything that did not match.
@@ -20,9 +21,12 @@ pub(crate) struct Applier<'a> {
     source: &'a dyn TensorSource,
     options: &'a LoadOptions,
     path: Vec<String>,
+    /// The container types along `path` (`Struct:Linear`, `Vec`...), as Burn names them.
+    containers: Vec<String>,
     /// File tensors by (renamed) path, only those the filter accepts; removed when used.
     pending: HashMap<Cow<'a, str>, &'a TensorInfo>,
     pub(crate) mismatch: Mismatch,
+    report: LoadReport,
 }
 
 impl<'a> Applier<'a> {
@@ -58,13 +62,16 @@ impl<'a> Applier<'a> {
             source,
             options,
             path: Vec::new(),
+            containers: Vec::new(),
             pending,
             mismatch,
+            report: LoadReport::default(),
         }
     }
 
-    /// Finishes the walk: what the file held that nothing used.
-    pub(crate) fn finish(mut self) -> Mismatch {
+    /// Finishes the walk: what did not match (with what the file held that nothing used),
+    /// and what was loaded.
+    pub(crate) fn finish(mut self) -> (Mismatch, LoadReport) {
         if !self.options.allow_unused {
             let mut unused: Vec<String> = self.pending.into_keys().map(Cow::into_owned).collect();
             unused.sort();
@@ -73,7 +80,7 @@ impl<'a> Applier<'a> {
         if self.options.allow_partial {
             self.mismatch.missing.clear();
         }
-        self.mismatch
+        (self.mismatch, self.report)
     }
 
     fn load<const D: usize, K: Basic>(
@@ -88,18 +95,23 @@ impl<'a> Applier<'a> {
         if !self.options.accepts(&path) {
             return param;
         }
-        let Some(info) = self.pending.remove(path.as_str()) else {
+        let (key, transpose) = self.pytorch_convention(&path, D);
+        let Some(info) = self.pending.remove(key.as_str()) else {
             self.mismatch.missing.push(path);
             return param;
         };
         // Lazy shape and device: an uninitialized parameter is filled without running its
-        // initializer.
+        // initializer. A transposed tensor is compared as Burn will hold it.
         let expected = param.lazy_shape();
-        if expected.as_slice() != info.shape() {
+        let mut found = info.shape().to_vec();
+        if transpose {
+            found.reverse();
+        }
+        if expected.as_slice() != found {
             self.mismatch.shapes.push(ShapeMismatch {
                 path,
                 expected: expected.to_vec(),
-                found: info.shape().to_vec(),
+                found,
             });
             return param;
         }
@@ -129,13 +141,7 @@ impl<'a> Applier<'a> {
             ));
             return param;
         }
-        let read = self.source.read(info).and_then(|bytes| {
-            if self.options.verify {
-                self.source.check(info, &bytes)?;
-            }
-            Ok(bytes)
-        });
-        let bytes = match read {
+        let bytes = match self.read_checked(info) {
             Ok(bytes) => bytes,
             Err(e) => {
                 self.mismatch.failed.push((path, e.to_string()));
@@ -143,19 +149,7 @@ impl<'a> Applier<'a> {
             }
         };
         let device = param.lazy_device();
-        let dtype = match dtype {
-            // Booleans are stored natively (one byte), as u8 or as u32 depending on the
-            // backend: the values are the same, so a backend without the file's store gets
-            // its own.
-            DType::Bool(_) if !device.supports_dtype(dtype) => {
-                [BoolStore::Native, BoolStore::U8, BoolStore::U32]
-                    .into_iter()
-                    .map(DType::Bool)
-                    .find(|d| device.supports_dtype(*d))
-                    .unwrap_or(dtype)
-            }
-            other => other,
-        };
+        let dtype = bool_store_of(&device, dtype);
         let hint = if kind == TensorKind::Float {
             "DTypePolicy::CastFloatsTo"
         } else {
@@ -181,12 +175,30 @@ impl<'a> Applier<'a> {
         //   `ComputeClient::staging` treats as a staging candidate: the pages are copied once
         //   into a (pinned, where the backend has it) staging buffer that the device reads by
         //   DMA. That one copy is the minimum Burn allows; no intermediate `Vec` is made here.
+        let copied = self
+            .source
+            .copy_reason(info)
+            .or((dtype != stored).then_some(CopyReason::Cast {
+                from: stored,
+                to: dtype,
+            }));
         let data = TensorData::from_bytes(bytes, info.shape().to_vec(), stored);
         // Kinds, shapes and lengths were checked above. A backend can still refuse a dtype it
         // says it supports (Burn 0.22's cubecl backends, wgpu and CUDA, for Flex32): that
         // panic is caught without reaching the user's stderr and reported with the others.
         match catch_quiet(|| Tensor::<D, K>::from_data(data, (&device, dtype))) {
             Ok(tensor) => {
+                // PyTorch's `[out, in]` as Burn's `[in, out]`: a view by strides, no copy
+                // (but on ndarray, whose strided views need an array of their own).
+                let tensor = if transpose {
+                    tensor.transpose()
+                } else {
+                    tensor
+                };
+                let copied = copied
+                    .or((transpose && transposes_by_copy(&device))
+                        .then_some(CopyReason::Transposed));
+                self.report.record(&path, copied);
                 let id = info.param_id().map_or(param.id, ParamId::from);
                 param.transform_for_load(tensor, id)
             }
@@ -204,13 +216,91 @@ impl<'a> Applier<'a> {
     }
 }
 
+/// Whether `device`'s backend copies a tensor made from borrowed bytes to transpose it:
+/// ndarray's strided views need an array of their own (measured by `tests/zero_copy.rs`);
+/// flex and the GPU backends transpose by strides.
+#[cfg_attr(not(feature = "ndarray"), allow(unused_variables))]
+fn transposes_by_copy(device: &burn::tensor::Device) -> bool {
+    #[cfg(feature = "ndarray")]
+    if matches!(
+        device.as_dispatch(),
+        burn::backend::DispatchDevice::NdArray(_)
+    ) {
+        return true;
+    }
+    false
+}
+
+/// Booleans are stored natively (one byte), as u8 or as u32 depending on the backend: the
+/// values are the same, so a backend without the file's store gets its own.
+fn bool_store_of(device: &burn::tensor::Device, dtype: DType) -> DType {
+    match dtype {
+        DType::Bool(_) if !device.supports_dtype(dtype) => {
+            [BoolStore::Native, BoolStore::U8, BoolStore::U32]
+                .into_iter()
+                .map(DType::Bool)
+                .find(|d| device.supports_dtype(*d))
+                .unwrap_or(dtype)
+        }
+        other => other,
+    }
+}
+
+impl Applier<'_> {
+    /// The bytes of `info`, checked against its checksum when the options ask for it.
+    fn read_checked(&self, info: &TensorInfo) -> Result<burn::tensor::Bytes, ReadError> {
+        let bytes = self.source.read(info)?;
+        if self.options.verify {
+            self.source.check(info, &bytes)?;
+        }
+        Ok(bytes)
+    }
+
+    /// Under [`LoadOptions::pytorch`], the file name to look up for the parameter at `path`
+    /// (a normalization's `gamma` / `beta` as `weight` / `bias` when the file lacks Burn's
+    /// name) and whether it is a `Linear` weight stored transposed; the path itself otherwise.
+    /// Mirrors burn-store's `PyTorchToBurnAdapter`: the innermost user-defined container
+    /// decides.
+    fn pytorch_convention(&self, path: &str, rank: usize) -> (String, bool) {
+        if !self.options.pytorch {
+            return (path.to_string(), false);
+        }
+        let module = self
+            .containers
+            .iter()
+            .rev()
+            .find(|c| c.starts_with("Struct:") || c.starts_with("Enum:"))
+            .map_or("", String::as_str);
+        let leaf = self.path.last().map_or("", String::as_str);
+        if module == "Struct:Linear" && leaf == "weight" && rank == 2 {
+            return (path.to_string(), true);
+        }
+        let norm = matches!(
+            module,
+            "Struct:BatchNorm" | "Struct:LayerNorm" | "Struct:GroupNorm" | "Struct:RmsNorm"
+        );
+        let pytorch_name = match leaf {
+            "gamma" => "weight",
+            "beta" => "bias",
+            _ => "",
+        };
+        if norm && !pytorch_name.is_empty() && !self.pending.contains_key(path) {
+            let parent = &path[..path.len() - leaf.len()];
+            return (format!("{parent}{pytorch_name}"), false);
+        }
+        (path.to_string(), false)
+    }
+}
+
 impl ModuleMapper for Applier<'_> {
-    fn enter_module(&mut self, name: &str, _container_type: &str) {
+    fn enter_module(&mut self, name: &str, container_type: &str) {
         self.path.push(name.to_string());
+        self.containers.push(container_type.to_string());
     }
 
     fn exit_module(&mut self, _name: &str, _container_type: &str) {
         self.path.pop();
+        self.containers.pop();
     }
 
     fn map_float<const D: usize>(

@@ -33,6 +33,7 @@ mod collect;
 mod error;
 mod host;
 mod options;
+mod report;
 
 use std::path::Path;
 
@@ -41,6 +42,7 @@ use burn::tensor::Bytes;
 
 pub use error::{KindMismatch, Mismatch, ModuleError, ShapeMismatch, TensorKind};
 pub use options::{DTypePolicy, LoadOptions, SaveOptions};
+pub use report::{Copied, LoadReport};
 
 use crate::read::{Reader, TensorSource};
 use crate::write::{Entry, Writer};
@@ -187,14 +189,28 @@ pub trait PackModule: Module + Sized {
         source: &dyn TensorSource,
         options: &LoadOptions,
     ) -> Result<Self, ModuleError> {
+        Ok(self.load_from_source_with_report(source, options)?.0)
+    }
+
+    /// [`load_from_source`](Self::load_from_source), also returning a [`LoadReport`]: how many
+    /// parameters were loaded and which were copied rather than viewed, and why (unaligned
+    /// in the file, a buffered source, a dtype cast).
+    ///
+    /// # Errors
+    /// See [`load_from_source`](Self::load_from_source).
+    fn load_from_source_with_report(
+        self,
+        source: &dyn TensorSource,
+        options: &LoadOptions,
+    ) -> Result<(Self, LoadReport), ModuleError> {
         if options.verify {
             source.verify_structure()?;
         }
         let mut applier = apply::Applier::new(source, options);
         let module = self.map(&mut applier);
-        let mismatch = applier.finish();
+        let (mismatch, report) = applier.finish();
         if mismatch.is_empty() {
-            Ok(module)
+            Ok((module, report))
         } else {
             Err(ModuleError::Mismatch {
                 file: source.file().to_string(),

@@ -183,6 +183,7 @@ impl std::fmt::Debug for Filter {
 /// # let _ = options;
 /// ```
 #[derive(Debug, Clone, Default)]
+#[allow(clippy::struct_excessive_bools)] // independent switches of a builder
 pub struct LoadOptions {
     pub(crate) allow_partial: bool,
     pub(crate) allow_unused: bool,
@@ -191,6 +192,7 @@ pub struct LoadOptions {
     pub(crate) dtype: DTypePolicy,
     pub(crate) read: ReadOptions,
     pub(crate) verify: bool,
+    pub(crate) pytorch: bool,
 }
 
 impl LoadOptions {
@@ -273,6 +275,49 @@ impl LoadOptions {
     #[must_use]
     pub fn verify_checksums(mut self, verify: bool) -> Self {
         self.verify = verify;
+        self
+    }
+
+    /// `PyTorch` conventions, as burn-store's `PyTorchToBurnAdapter` applies them: a `Linear`'s
+    /// `weight` is stored `[out, in]` and becomes Burn's `[in, out]`; a `BatchNorm`,
+    /// `LayerNorm`, `GroupNorm` or `RmsNorm`'s `gamma` / `beta` are read from `weight` / `bias`
+    /// (Burn's own names are taken first when the file has them). Default off.
+    ///
+    /// The transpose is a view: the tensor is built from the stored bytes (zero copy where the
+    /// source allows) and transposed as Burn does it, by its strides, so a transposed load costs
+    /// no copy and no time; the first operation that needs it contiguous (or a save) lays it
+    /// out. Module paths and other names are left to [`rename`](Self::rename) rules (say, a
+    /// Hugging Face `bert.` prefix).
+    ///
+    /// ```
+    /// use burn::module::Module;
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::tensor::{Bytes, DType, Device};
+    /// use burnpack::module::{LoadOptions, PackModule};
+    /// use burnpack::read::Reader;
+    /// use burnpack::{Entry, Writer};
+    ///
+    /// // PyTorch's nn.Linear(3, 2): weight [out, in] = [2, 3].
+    /// let weight = Bytes::from_elems(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    /// let bias = Bytes::from_elems(vec![0.5f32, -0.5]);
+    /// let pack = Writer::new(vec![
+    ///     Entry::resident("weight", DType::F32, vec![2, 3], weight),
+    ///     Entry::resident("bias", DType::F32, vec![2], bias),
+    /// ])
+    /// .into_bytes()
+    /// .unwrap();
+    /// let device = Device::flex();
+    /// let linear: Linear = LinearConfig::new(3, 2).init(&device);
+    /// let linear = linear
+    ///     .load_from_source(&Reader::from_bytes(pack).unwrap(), &LoadOptions::new().pytorch(true))
+    ///     .unwrap();
+    /// let w = linear.weight.val();
+    /// assert_eq!(w.dims(), [3, 2]);
+    /// assert_eq!(w.into_data().to_vec::<f32>().unwrap(), [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    /// ```
+    #[must_use]
+    pub fn pytorch(mut self, pytorch: bool) -> Self {
+        self.pytorch = pytorch;
         self
     }
 

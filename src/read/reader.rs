@@ -8,7 +8,7 @@ use burn::tensor::{AllocationProperty, Bytes};
 
 use super::error::ReadError;
 use super::source::Source;
-use super::tensor_source::TensorSource;
+use super::tensor_source::{CopyReason, TensorSource};
 use crate::format::{
     FormatError, HEADER_SIZE, Header, Layout, Limits, Scalar, TensorInfo, element_align,
 };
@@ -402,8 +402,14 @@ impl Reader {
     /// Whether [`read`](Self::read) hands `info` out without copying.
     #[must_use]
     pub fn is_zero_copy(&self, info: &TensorInfo) -> bool {
+        self.copy_reason(info).is_none()
+    }
+
+    /// Why [`read`](Self::read) copies `info` (see [`TensorSource::copy_reason`]).
+    #[must_use]
+    pub fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
         self.source
-            .is_zero_copy(info.offset(), element_align(info.dtype()))
+            .copy_reason(info.offset(), element_align(info.dtype()))
     }
 
     /// Tensors that a mapped or in-memory read must copy because their bytes are not aligned
@@ -430,6 +436,10 @@ impl TensorSource for Reader {
 
     fn namespace(&self) -> Option<&str> {
         self.layout.namespace()
+    }
+
+    fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
+        Reader::copy_reason(self, info)
     }
 
     fn verify_structure(&self) -> Result<(), ReadError> {

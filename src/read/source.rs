@@ -4,6 +4,8 @@ use std::fs::File;
 
 use burn::tensor::{AllocationProperty, Bytes};
 
+use super::CopyReason;
+
 /// A tensor's bytes in an owned allocation aligned for any element type (8 bytes).
 struct Aligned {
     words: Vec<u64>,
@@ -66,15 +68,22 @@ impl Source {
         }
     }
 
-    /// Whether `start` (an absolute offset) is served without copying at alignment `align`.
-    pub(crate) fn is_zero_copy(&self, start: u64, align: usize) -> bool {
+    /// Why `start` (an absolute offset) is served as a copy at alignment `align`, or `None`
+    /// when it is a zero-copy window.
+    pub(crate) fn copy_reason(&self, start: u64, align: usize) -> Option<CopyReason> {
         match self {
-            Source::Memory(all) => usize::try_from(start).is_ok_and(|start| {
-                (all.as_ptr() as usize)
-                    .wrapping_add(start)
-                    .is_multiple_of(align)
-            }),
-            Source::Buffered(_) => false,
+            Source::Memory(all) => {
+                let aligned = usize::try_from(start).is_ok_and(|at| {
+                    (all.as_ptr() as usize)
+                        .wrapping_add(at)
+                        .is_multiple_of(align)
+                });
+                (!aligned).then_some(CopyReason::Unaligned {
+                    offset: start,
+                    align,
+                })
+            }
+            Source::Buffered(_) => Some(CopyReason::Buffered),
         }
     }
 }

@@ -48,6 +48,24 @@ pub trait TensorSource {
         None
     }
 
+    /// Why [`read`](Self::read) hands `info` out as a copy rather than a view of the source;
+    /// `None` for a view (the default: a source that always copies must say so).
+    ///
+    /// ```
+    /// use burn::tensor::{Bytes, DType};
+    /// use burnpack::read::{Reader, TensorSource};
+    /// use burnpack::{Entry, Writer};
+    /// let pack = Writer::new(vec![Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32]))])
+    ///     .into_bytes()
+    ///     .unwrap();
+    /// let reader = Reader::from_bytes(pack).unwrap();
+    /// assert_eq!(reader.copy_reason(&reader.tensors()[0]), None);
+    /// ```
+    fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
+        let _ = info;
+        None
+    }
+
     /// Checks `bytes` (as read for `info`) against its stored checksum. Returns `false` when
     /// the source stores none.
     ///
@@ -77,5 +95,57 @@ pub trait TensorSource {
     /// What the source finds wrong.
     fn verify_structure(&self) -> Result<(), ReadError> {
         Ok(())
+    }
+}
+
+/// Why a tensor reached its parameter as a copy instead of a view of the source's memory
+/// (see [`TensorSource::copy_reason`] and the module loader's
+/// [`LoadReport`](crate::module::LoadReport)).
+///
+/// ```
+/// use burn::tensor::DType;
+/// use burnpack::read::CopyReason;
+/// let why = CopyReason::Cast { from: DType::F16, to: DType::F32 };
+/// assert_eq!(why.to_string(), "cast from F16 to F32");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CopyReason {
+    /// The bytes start at `offset`, which is not a multiple of the element size `align`
+    /// (possible in safetensors files, never in packs from Burn or this crate).
+    Unaligned {
+        /// Absolute offset of the tensor's bytes in its file.
+        offset: u64,
+        /// The alignment the element type needs.
+        align: usize,
+    },
+    /// The source reads on demand ([`ReadMode::Buffered`](super::ReadMode)), so every tensor
+    /// is read into memory of its own.
+    Buffered,
+    /// The load converts the stored dtype to another one (the [`DTypePolicy`](crate::module::DTypePolicy)
+    /// or the backend's storage).
+    Cast {
+        /// The dtype in the source.
+        from: burn::tensor::DType,
+        /// The parameter's dtype.
+        to: burn::tensor::DType,
+    },
+    /// A `PyTorch` `[out, in]` weight turned into Burn's `[in, out]`
+    /// ([`LoadOptions::pytorch`](crate::module::LoadOptions::pytorch)) on a backend that lays
+    /// a transposed borrowed tensor out anew (ndarray); flex and GPU backends transpose by
+    /// strides.
+    Transposed,
+}
+
+impl std::fmt::Display for CopyReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unaligned { offset, align } => {
+                write!(f, "unaligned: offset {offset} is not a multiple of {align}")
+            }
+            Self::Buffered => f.write_str("buffered read"),
+            Self::Cast { from, to } => write!(f, "cast from {from:?} to {to:?}"),
+            Self::Transposed => f.write_str("transposed by the backend"),
+        }
     }
 }

@@ -12,7 +12,7 @@ use safetensors::SafeTensors;
 use super::{ConvertError, map_file, to_burn};
 use crate::format::{TensorInfo, element_align};
 use crate::read::source::Source;
-use crate::read::{ReadError, TensorSource};
+use crate::read::{CopyReason, ReadError, TensorSource};
 
 /// Hugging Face / `PyTorch` safetensors weights as a [`TensorSource`]: one `.safetensors` file,
 /// or an index JSON (`model.safetensors.index.json`) whose `weight_map` routes each tensor to
@@ -266,11 +266,9 @@ impl SafetensorsSource {
     /// }
     /// ```
     pub fn unaligned(&self) -> impl Iterator<Item = &TensorInfo> {
-        self.tensors.iter().filter(|info| {
-            !self.shards[self.shard_index(info)]
-                .source
-                .is_zero_copy(info.offset(), element_align(info.dtype()))
-        })
+        self.tensors
+            .iter()
+            .filter(|info| self.copy_reason(info).is_some())
     }
 
     /// The bytes of `info` as they lie in the mapping, aligned or not (for copying elsewhere).
@@ -373,5 +371,11 @@ impl TensorSource for SafetensorsSource {
                 action: "read tensor data",
                 source,
             })
+    }
+
+    fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
+        self.shards[self.shard_index(info)]
+            .source
+            .copy_reason(info.offset(), element_align(info.dtype()))
     }
 }
