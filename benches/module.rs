@@ -12,7 +12,9 @@
 //! `PackStore` through burn-store's `save_into` / `load_from` (`pack-store`), Burn's
 //! `save_file` / `load_file`, burn-store's `BurnpackStore` and `SafetensorsStore`; for loads
 //! of safetensors weights, this crate's `SafetensorsSource` on one file and on 4 shards with an
-//! index, and converting to a pack first. Env:
+//! index, and converting to a pack first; for weights in PyTorch's layout (Linear weights
+//! `[out, in]`), `SafetensorsSource` with `LoadOptions::pytorch`, and burn-store's
+//! `PyTorchToBurnAdapter` in `PackStore` and in `SafetensorsStore`. Env:
 //! `BURNPACK_BENCH_RUNS` (default 5), `BURNPACK_BENCH_SIZES` (default `512m,1g,emb,10k`),
 //! `BURNPACK_BENCH_ONLY` (contenders to run, comma-separated; each operation's reference always
 //! runs), `BURNPACK_BENCH_DIR` (default `.`).
@@ -25,7 +27,9 @@ use std::time::{Duration, Instant};
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{DType, Device, Tensor};
-use burn_store::{BurnpackStore, ModuleSnapshot, SafetensorsStore};
+use burn_store::{
+    BurnToPyTorchAdapter, BurnpackStore, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore,
+};
 use burnpack::interop::safetensors::{
     SafetensorsSource, safetensors_to_burnpack, save_safetensors,
 };
@@ -209,6 +213,35 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                         .load_from_source(&source, &burnpack::LoadOptions::new())
                         .unwrap()
                 }
+                "safetensors-pytorch" => {
+                    // PyTorch's layout ([out, in] Linear weights): transposed by strides.
+                    let source =
+                        SafetensorsSource::open(file(dir, size, "pytorch.safetensors")).unwrap();
+                    target
+                        .load_from_source(&source, &burnpack::LoadOptions::new().pytorch(true))
+                        .unwrap()
+                }
+                "safetensors-store-pytorch" | "pack-store-pytorch" => {
+                    // burn-store's `PyTorchToBurnAdapter`, which transposes each weight into
+                    // a new buffer as the applier reaches it.
+                    let path = file(dir, size, "pytorch.safetensors");
+                    let mut t = target;
+                    if who == "pack-store-pytorch" {
+                        let source = SafetensorsSource::open(path).unwrap();
+                        t.load_from(
+                            &mut PackStore::from_source(source)
+                                .with_from_adapter(PyTorchToBurnAdapter),
+                        )
+                        .unwrap();
+                    } else {
+                        t.load_from(
+                            &mut SafetensorsStore::from_file(path)
+                                .with_from_adapter(PyTorchToBurnAdapter),
+                        )
+                        .unwrap();
+                    }
+                    t
+                }
                 "convert-then-load" => {
                     let pack = dir.join(format!("converted-{size}.bpk"));
                     let _ = std::fs::remove_file(&pack);
@@ -293,6 +326,12 @@ fn main() {
             "model.safetensors",
         )))
         .unwrap();
+        // The same weights in PyTorch's layout, as Hugging Face files have them.
+        m.save_into(
+            &mut SafetensorsStore::from_file(file(dir.path(), size, "pytorch.safetensors"))
+                .with_to_adapter(BurnToPyTorchAdapter),
+        )
+        .unwrap();
         let bytes = Writer::new(m.pack_entries().unwrap()).size().unwrap();
         // The same weights in 4 safetensors shards with an index.
         save_safetensors(
@@ -329,6 +368,8 @@ fn main() {
                     "burnpack-store",
                     "pack-store",
                     "safetensors-store",
+                    "safetensors-pytorch",
+                    "pack-store-pytorch",
                 ],
             ),
             (
@@ -344,6 +385,9 @@ fn main() {
                     "safetensors-source",
                     "safetensors-shards",
                     "convert-then-load",
+                    "safetensors-pytorch",
+                    "pack-store-pytorch",
+                    "safetensors-store-pytorch",
                 ],
             ),
         ];
@@ -360,7 +404,8 @@ fn main() {
                 .collect();
             // burn-store's safetensors loader takes minutes on 10,000 tensors (188 s in one
             // run): not measured there.
-            let slow = |who: &str| size == "10k" && who == "safetensors-store" && op != "save";
+            let slow =
+                |who: &str| size == "10k" && who.starts_with("safetensors-store") && op != "save";
             let mut samples: Vec<Vec<common::Sample>> = vec![Vec::new(); contenders.len()];
             for round in 0..runs {
                 for k in 0..contenders.len() {

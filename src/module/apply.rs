@@ -175,13 +175,7 @@ impl<'a> Applier<'a> {
         //   `ComputeClient::staging` treats as a staging candidate: the pages are copied once
         //   into a (pinned, where the backend has it) staging buffer that the device reads by
         //   DMA. That one copy is the minimum Burn allows; no intermediate `Vec` is made here.
-        let copied = self
-            .source
-            .copy_reason(info)
-            .or((dtype != stored).then_some(CopyReason::Cast {
-                from: stored,
-                to: dtype,
-            }));
+        let copied = self.copy_reason(info, dtype, transpose, &device);
         let data = TensorData::from_bytes(bytes, info.shape().to_vec(), stored);
         // Kinds, shapes and lengths were checked above. A backend can still refuse a dtype it
         // says it supports (Burn 0.22's cubecl backends, wgpu and CUDA, for Flex32): that
@@ -195,9 +189,6 @@ impl<'a> Applier<'a> {
                 } else {
                     tensor
                 };
-                let copied = copied
-                    .or((transpose && transposes_by_copy(&device))
-                        .then_some(CopyReason::Transposed));
                 self.report.record(&path, copied);
                 let id = info.param_id().map_or(param.id, ParamId::from);
                 param.transform_for_load(tensor, id)
@@ -247,6 +238,26 @@ fn bool_store_of(device: &burn::tensor::Device, dtype: DType) -> DType {
 }
 
 impl Applier<'_> {
+    /// Why the parameter loaded from `info` as `dtype` (transposed or not) on `device` is a
+    /// copy rather than a view of the source, if it is: the first of the source's reason, a
+    /// cast, a transpose the backend makes by copying.
+    fn copy_reason(
+        &self,
+        info: &TensorInfo,
+        dtype: DType,
+        transpose: bool,
+        device: &burn::tensor::Device,
+    ) -> Option<CopyReason> {
+        let stored = info.dtype();
+        self.source
+            .copy_reason(info)
+            .or((dtype != stored).then_some(CopyReason::Cast {
+                from: stored,
+                to: dtype,
+            }))
+            .or((transpose && transposes_by_copy(device)).then_some(CopyReason::Transposed))
+    }
+
     /// The bytes of `info`, checked against its checksum when the options ask for it.
     fn read_checked(&self, info: &TensorInfo) -> Result<burn::tensor::Bytes, ReadError> {
         let bytes = self.source.read(info)?;
