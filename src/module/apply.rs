@@ -237,7 +237,7 @@ fn bool_store_of(device: &burn::tensor::Device, dtype: DType) -> DType {
     }
 }
 
-impl Applier<'_> {
+impl<'a> Applier<'a> {
     /// Why the parameter loaded from `info` as `dtype` (transposed or not) on `device` is a
     /// copy rather than a view of the source, if it is: the first of the source's reason, a
     /// cast, a transpose the backend makes by copying.
@@ -267,39 +267,126 @@ impl Applier<'_> {
         Ok(bytes)
     }
 
-    /// Under [`LoadOptions::pytorch`], the file name to look up for the parameter at `path`
-    /// (a normalization's `gamma` / `beta` as `weight` / `bias` when the file lacks Burn's
-    /// name) and whether it is a `Linear` weight stored transposed; the path itself otherwise.
-    /// Mirrors burn-store's `PyTorchToBurnAdapter`: the innermost user-defined container
-    /// decides.
+    /// The file name to look up for the parameter at `path` and whether it is stored
+    /// transposed (see [`lookup`]).
     fn pytorch_convention(&self, path: &str, rank: usize) -> (String, bool) {
-        if !self.options.pytorch {
-            return (path.to_string(), false);
-        }
-        let module = self
-            .containers
-            .iter()
-            .rev()
-            .find(|c| c.starts_with("Struct:") || c.starts_with("Enum:"))
-            .map_or("", String::as_str);
-        let leaf = self.path.last().map_or("", String::as_str);
-        if module == "Struct:Linear" && leaf == "weight" && rank == 2 {
-            return (path.to_string(), true);
-        }
-        let norm = matches!(
-            module,
-            "Struct:BatchNorm" | "Struct:LayerNorm" | "Struct:GroupNorm" | "Struct:RmsNorm"
-        );
-        let pytorch_name = match leaf {
-            "gamma" => "weight",
-            "beta" => "bias",
-            _ => "",
+        lookup(
+            self.options,
+            &self.pending,
+            &self.path,
+            &self.containers,
+            path,
+            rank,
+        )
+    }
+
+    /// The tensors a walk of `module` will read, found without reading any parameter (lazy
+    /// ones stay uninitialized): what a remote source fetches ahead of the walk.
+    pub(crate) fn wanted<M: burn::module::Module>(&self, module: &M) -> Vec<&'a TensorInfo> {
+        let mut wanted = Wanted {
+            options: self.options,
+            pending: &self.pending,
+            path: Vec::new(),
+            containers: Vec::new(),
+            found: Vec::new(),
         };
-        if norm && !pytorch_name.is_empty() && !self.pending.contains_key(path) {
-            let parent = &path[..path.len() - leaf.len()];
-            return (format!("{parent}{pytorch_name}"), false);
+        module.visit(&mut wanted);
+        wanted.found
+    }
+}
+
+/// The file name to look up for the parameter at `path` (whose segments are `stack`, inside
+/// containers of the types `containers`), and whether it is a `Linear` weight stored
+/// transposed. The path itself, but under [`LoadOptions::pytorch`] (mirroring burn-store's
+/// `PyTorchToBurnAdapter`, where the innermost user-defined container decides) a
+/// normalization's `gamma` / `beta` is read from `weight` / `bias` when the file lacks Burn's
+/// name.
+fn lookup(
+    options: &LoadOptions,
+    pending: &HashMap<Cow<'_, str>, &TensorInfo>,
+    stack: &[String],
+    containers: &[String],
+    path: &str,
+    rank: usize,
+) -> (String, bool) {
+    if !options.pytorch {
+        return (path.to_string(), false);
+    }
+    let module = containers
+        .iter()
+        .rev()
+        .find(|c| c.starts_with("Struct:") || c.starts_with("Enum:"))
+        .map_or("", String::as_str);
+    let leaf = stack.last().map_or("", String::as_str);
+    if module == "Struct:Linear" && leaf == "weight" && rank == 2 {
+        return (path.to_string(), true);
+    }
+    let norm = matches!(
+        module,
+        "Struct:BatchNorm" | "Struct:LayerNorm" | "Struct:GroupNorm" | "Struct:RmsNorm"
+    );
+    let pytorch_name = match leaf {
+        "gamma" => "weight",
+        "beta" => "bias",
+        _ => "",
+    };
+    if norm && !pytorch_name.is_empty() && !pending.contains_key(path) {
+        let parent = &path[..path.len() - leaf.len()];
+        return (format!("{parent}{pytorch_name}"), false);
+    }
+    (path.to_string(), false)
+}
+
+/// Collects the tensors a load will read (see [`Applier::wanted`]).
+struct Wanted<'s, 'a> {
+    options: &'s LoadOptions,
+    pending: &'s HashMap<Cow<'a, str>, &'a TensorInfo>,
+    path: Vec<String>,
+    containers: Vec<String>,
+    found: Vec<&'a TensorInfo>,
+}
+
+impl Wanted<'_, '_> {
+    fn want(&mut self, rank: usize) {
+        let path = self.path.join(".");
+        if !self.options.accepts(&path) {
+            return;
         }
-        (path.to_string(), false)
+        let (key, _) = lookup(
+            self.options,
+            self.pending,
+            &self.path,
+            &self.containers,
+            &path,
+            rank,
+        );
+        if let Some(info) = self.pending.get(key.as_str()) {
+            self.found.push(info);
+        }
+    }
+}
+
+impl burn::module::ModuleVisitor for Wanted<'_, '_> {
+    fn enter_module(&mut self, name: &str, container_type: &str) {
+        self.path.push(name.to_string());
+        self.containers.push(container_type.to_string());
+    }
+
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+        self.containers.pop();
+    }
+
+    fn visit_float<const D: usize>(&mut self, _param: &Param<Tensor<D, Float>>) {
+        self.want(D);
+    }
+
+    fn visit_int<const D: usize>(&mut self, _param: &Param<Tensor<D, Int>>) {
+        self.want(D);
+    }
+
+    fn visit_bool<const D: usize>(&mut self, _param: &Param<Tensor<D, Bool>>) {
+        self.want(D);
     }
 }
 

@@ -207,6 +207,11 @@ pub trait PackModule: Module + Sized {
             source.verify_structure()?;
         }
         let mut applier = apply::Applier::new(source, options);
+        // A source that fetches (an object in a bucket) gets the whole list first, so that it
+        // can fetch in parallel and only what this module reads.
+        if source.wants_prefetch() {
+            source.prefetch(&applier.wanted(&self))?;
+        }
         let module = self.map(&mut applier);
         let (mismatch, report) = applier.finish();
         if mismatch.is_empty() {

@@ -313,7 +313,7 @@ impl LoadOptions {
     ///     .unwrap();
     /// let w = linear.weight.val();
     /// assert_eq!(w.dims(), [3, 2]);
-    /// assert_eq!(w.into_data().to_vec::<f32>().unwrap(), [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    /// assert_eq!(w.into_data().try_to_vec::<f32>().unwrap(), [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
     /// ```
     #[must_use]
     pub fn pytorch(mut self, pytorch: bool) -> Self {

@@ -23,11 +23,21 @@ pub(crate) fn aligned_bytes<E>(
     len: usize,
     fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
 ) -> Result<Bytes, E> {
+    aligned_bytes_as(len, AllocationProperty::Native, fill)
+}
+
+/// [`aligned_bytes`] with the allocation property to report (`Other` lets ndarray borrow
+/// windows of it instead of copying them).
+pub(crate) fn aligned_bytes_as<E>(
+    len: usize,
+    property: AllocationProperty,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<Bytes, E> {
     let mut words = vec![0u64; len.div_ceil(8)];
     fill(&mut bytemuck::cast_slice_mut(&mut words)[..len])?;
     Ok(Bytes::from_shared(
         bytes::Bytes::from_owner(Aligned { words, len }),
-        AllocationProperty::Native,
+        property,
     ))
 }
 

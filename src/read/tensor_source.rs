@@ -88,6 +88,25 @@ pub trait TensorSource {
         }
     }
 
+    /// Whether [`prefetch`](Self::prefetch) is worth calling before a load: `true` for sources
+    /// that fetch over a network, where asking for everything at once lets them fetch in
+    /// parallel and coalesce neighbouring ranges; `false` (the default) for mapped and
+    /// in-memory sources, whose reads cost nothing up front.
+    fn wants_prefetch(&self) -> bool {
+        false
+    }
+
+    /// Fetches `wanted` (tensors of this source) ahead of their [`read`](Self::read)s. The
+    /// module loader calls it with exactly the tensors the load will read (after filters,
+    /// renames and the namespace), when [`wants_prefetch`](Self::wants_prefetch) says so.
+    ///
+    /// # Errors
+    /// A tensor could not be fetched, or failed its checksum.
+    fn prefetch(&self, wanted: &[&TensorInfo]) -> Result<(), ReadError> {
+        let _ = wanted;
+        Ok(())
+    }
+
     /// Checks of the whole source made before a verified load (see
     /// [`Reader::verify_structure`](super::Reader::verify_structure)); none by default.
     ///

@@ -222,6 +222,55 @@ impl Writer {
         Ok(Bytes::from_bytes_vec(buffer))
     }
 
+    /// Length of the pack's head (header and metadata), which [`stream`](Self::stream)
+    /// returns at the end.
+    pub(crate) fn head_len(&self) -> Result<usize, WriteError> {
+        Ok(self.layout()?.head().len())
+    }
+
+    /// Produces the pack front to back, for destinations that take bytes in order (a
+    /// multipart upload): `data` receives every byte of the pack in file order, the head as
+    /// zeros (entries produced in parallel as for files, reordered here, padding included);
+    /// the head, which carries the checksums and so is known only at the end, is returned
+    /// with the total size, to be put in place of those zeros.
+    /// At most (threads + 1) produced chunks wait in memory for their turn.
+    pub(crate) fn stream(
+        self,
+        mut data: impl FnMut(&[u8]) -> Result<(), WriteError> + Send,
+    ) -> Result<(Vec<u8>, u64), WriteError> {
+        let plan = self.layout()?;
+        let sums = Checksums::new(&plan);
+        let total = plan.total_size();
+        let jobs = batches(self.entries, &plan);
+        let starts: Vec<u64> = jobs.iter().map(|job| job[0].1.offset).collect();
+        let mut next = 0;
+        let mut turn = 0;
+        let mut waiting: BTreeMap<u64, Chunk> = BTreeMap::new();
+        let zeros = |mut n: u64, data: &mut dyn FnMut(&[u8]) -> Result<(), WriteError>| {
+            while n > 0 {
+                let step = n.min(ZEROS.len() as u64);
+                data(&ZEROS[..step as usize])?;
+                n -= step;
+            }
+            Ok::<(), WriteError>(())
+        };
+        self::pipeline(jobs, self.options.threads, &sums, |chunk| {
+            waiting.insert(chunk.offset, chunk);
+            while let Some(chunk) = starts.get(turn).and_then(|at| waiting.remove(at)) {
+                zeros(chunk.offset - next, &mut data)?;
+                for (bytes, pad) in &chunk.parts {
+                    data(bytes)?;
+                    data(&ZEROS[..*pad])?;
+                }
+                next = chunk.offset + chunk.len();
+                turn += 1;
+            }
+            Ok(())
+        })?;
+        zeros(total - next, &mut data)?;
+        Ok((plan.seal(&sums.values()), total))
+    }
+
     /// Writes the pack to `path` (atomically unless [`WriteMode::InPlace`]) and returns its
     /// size in bytes. The path is used exactly as given.
     ///
@@ -304,7 +353,12 @@ impl Writer {
                 write(&produce(batch, &sums)?)?;
             }
         } else {
-            self::pipeline(jobs, self.options.threads, file, &sums, write)?;
+            let mut writeback = Writeback::new(file);
+            self::pipeline(jobs, self.options.threads, &sums, |chunk| {
+                write(&chunk)?;
+                writeback.wrote(chunk.len());
+                Ok(())
+            })?;
         }
         // The head goes last: it carries the checksums of what was just written.
         write_all_at(file, &plan.seal(&sums.values()), 0)
@@ -319,18 +373,15 @@ impl Writer {
 fn pipeline(
     jobs: Vec<Vec<(Entry, Slot, usize)>>,
     threads: Option<usize>,
-    file: &File,
     sums: &Checksums,
-    write: impl Fn(&Chunk) -> Result<(), WriteError> + Send,
+    mut sink: impl FnMut(Chunk) -> Result<(), WriteError> + Send,
 ) -> Result<(), WriteError> {
     let workers = threads.unwrap_or_else(rayon::current_num_threads);
     let (chunks, ready) = std::sync::mpsc::sync_channel::<Chunk>(0);
     let (written, produced) = std::thread::scope(|scope| {
         let writer = scope.spawn(move || {
-            let mut writeback = Writeback::new(file);
             for chunk in ready {
-                write(&chunk)?;
-                writeback.wrote(chunk.len());
+                sink(chunk)?;
             }
             Ok(())
         });

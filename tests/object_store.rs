@@ -1,0 +1,342 @@
+//! Packs on object storage: round trips, partial loads that fetch only their tensors (bytes
+//! counted), multipart uploads byte-identical to files, failed uploads that leave no object,
+//! damaged objects, objects replaced while read. Against `object_store`'s `InMemory` store
+//! always, and against a real S3 server (moto) when `BURNPACK_S3_BUCKET` names a bucket on the
+//! server `AWS_ENDPOINT` points to (`.ci/run` starts one; under CI a missing server fails).
+
+mod common;
+
+use std::sync::Arc;
+
+use ::object_store::memory::InMemory;
+use burn::module::{Module, Param};
+use burn::tensor::{Bytes, DType, Device, Tensor, TensorData};
+use burnpack::checkpoint::{Progress, TrainingState};
+use burnpack::interop::object_store::{
+    Bucket, ObjectLocation, ObjectSource, RemoteError, UploadOptions, upload,
+};
+use burnpack::module::{LoadOptions, ModuleError, PackModule, SaveOptions};
+use burnpack::read::{ReadError, TensorSource};
+use burnpack::{Entry, Writer};
+use common::model::{Net, snapshot, trained};
+
+#[derive(Module, Debug)]
+struct Big {
+    first: Param<Tensor<1>>,
+    second: Param<Tensor<1>>,
+    small: Param<Tensor<1>>,
+}
+
+const N: usize = 3 << 20; // 12 MiB per large tensor: the pack takes several 5 MiB parts
+
+fn big(device: &Device, seed: f32) -> Big {
+    let ramp = |k: f32| {
+        let v: Vec<f32> = (0..N).map(|i| (i % 9973) as f32 * k + seed).collect();
+        Param::from_tensor(Tensor::from_data(TensorData::new(v, [N]), device))
+    };
+    Big {
+        first: ramp(0.5),
+        second: ramp(-0.25),
+        small: Param::from_data([seed, 2.0, 3.0], device),
+    }
+}
+
+/// The same parameter values (names, dtypes, shapes, bytes): ids are checked by the module
+/// tests; BatchNorm's running statistics take fresh ones on load.
+fn same<A: Module, B: Module>(a: &A, b: &B) -> bool {
+    let values = |s: common::model::Snapshot| {
+        s.into_iter()
+            .map(|(k, (_, d, sh, b))| (k, d, sh, b))
+            .collect::<Vec<_>>()
+    };
+    values(snapshot(a)) == values(snapshot(b))
+}
+
+fn memory(key: &str) -> (Arc<InMemory>, ObjectLocation) {
+    let store = Arc::new(InMemory::new());
+    let location = ObjectLocation::new(store.clone() as Arc<dyn Bucket>, key);
+    (store, location)
+}
+
+fn parts() -> UploadOptions {
+    UploadOptions::new().part_size(5 << 20).parts_in_flight(2)
+}
+
+/// A real S3 server's bucket, or `None` (said on stderr) outside CI.
+fn s3_bucket() -> Option<String> {
+    match std::env::var("BURNPACK_S3_BUCKET") {
+        Ok(bucket) => Some(bucket),
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("CI must start an S3 server and set BURNPACK_S3_BUCKET (see .ci/run)")
+        }
+        Err(_) => {
+            eprintln!("skipped: BURNPACK_S3_BUCKET is not set (.ci/run starts a server)");
+            None
+        }
+    }
+}
+
+/// Everything a location's tests check, on any store: round trip, multipart bytes equal to
+/// the file's, a partial load's bytes, a failed upload, overwrite off.
+fn exercise(location: &ObjectLocation, other: &ObjectLocation) {
+    let device = Device::flex();
+    // A small pack: one PUT. Loads back whole, with ids.
+    let net = trained(&device);
+    let size = upload(
+        net.pack_writer(&SaveOptions::new()).unwrap(),
+        location,
+        &parts(),
+    )
+    .unwrap();
+    assert_eq!(location.size().unwrap(), Some(size));
+    let source = ObjectSource::open(location).unwrap();
+    assert_eq!(source.requests(), 2, "header and metadata only");
+    let loaded = Net::new(&device)
+        .load_from_source(&source, &LoadOptions::new())
+        .unwrap();
+    assert!(same(&loaded, &net));
+    assert_eq!(
+        loaded.embed.weight.id, net.embed.weight.id,
+        "parameter ids travel"
+    );
+
+    // A large pack: a multipart upload, byte for byte the file a local save writes.
+    let model = big(&device, 1.0);
+    let expected = model.to_pack_bytes().unwrap();
+    let size = upload(
+        model.pack_writer(&SaveOptions::new()).unwrap(),
+        other,
+        &parts(),
+    )
+    .unwrap();
+    assert_eq!(size, expected.len() as u64);
+    let source = ObjectSource::open(other).unwrap();
+    let head = source.fetched_bytes();
+    assert!(head < 4096, "opening fetched {head} bytes");
+    // A partial load (a filter): only `small` travels, in one request.
+    let options = LoadOptions::new().filter(|path| path == "small");
+    let partial = big(&device, 0.0)
+        .load_from_source(&source, &options)
+        .unwrap();
+    assert_eq!(
+        partial.small.val().into_data().try_to_vec::<f32>().unwrap(),
+        [1.0, 2.0, 3.0]
+    );
+    assert_eq!(source.fetched_bytes() - head, 12, "only `small`'s 12 bytes");
+    assert_eq!(source.requests(), 3);
+    // The whole model: every tensor, coalesced into few requests, values intact.
+    let source = ObjectSource::open(other).unwrap();
+    let whole = big(&device, 0.0)
+        .load_from_source(&source, &LoadOptions::new())
+        .unwrap();
+    assert!(same(&whole, &model));
+    assert!(source.fetched_bytes() <= size, "{}", source.fetched_bytes());
+    assert!(source.requests() <= 2 + 3, "{} requests", source.requests());
+    assert!(
+        other.read_all().unwrap() == expected[..],
+        "the object differs from the file's bytes"
+    );
+
+    // A failing entry halfway through a multipart upload: no new object, the old one intact.
+    let failing = Writer::new(vec![
+        Entry::resident(
+            "a",
+            DType::U8,
+            vec![6 << 20],
+            Bytes::from_bytes_vec(vec![1; 6 << 20]),
+        ),
+        Entry::deferred("b", DType::U8, vec![6 << 20], 6 << 20, || {
+            Err("the device is gone".into())
+        }),
+    ]);
+    let err = upload(failing, other, &parts()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("tensor 'b': provider failed: the device is gone")
+            && err.to_string().contains("big.bpk"),
+        "{err}"
+    );
+    assert_eq!(
+        other.size().unwrap(),
+        Some(size),
+        "the previous object is untouched"
+    );
+    let again = big(&device, 0.0)
+        .load_from_source(&ObjectSource::open(other).unwrap(), &LoadOptions::new())
+        .unwrap();
+    assert!(same(&again, &model));
+
+    // Overwrite off: refused for one PUT and for a multipart upload.
+    let no = UploadOptions::new().part_size(5 << 20).overwrite(false);
+    let small = Writer::new(vec![Entry::resident(
+        "x",
+        DType::U8,
+        vec![1],
+        Bytes::from_bytes_vec(vec![1]),
+    )]);
+    assert!(matches!(
+        upload(small, location, &no),
+        Err(RemoteError::AlreadyExists { .. })
+    ));
+    let large = big(&device, 2.0).pack_writer(&SaveOptions::new()).unwrap();
+    assert!(matches!(
+        upload(large, other, &no),
+        Err(RemoteError::AlreadyExists { .. })
+    ));
+}
+
+#[test]
+fn packs_in_memory_store() {
+    let (_, location) = memory("runs/7/net.bpk");
+    let (_, other) = memory("runs/7/big.bpk");
+    exercise(&location, &other);
+}
+
+#[test]
+fn packs_on_a_real_s3_server() {
+    let Some(bucket) = s3_bucket() else { return };
+    let run = std::process::id();
+    let location = ObjectLocation::parse(&format!("s3://{bucket}/{run}/net.bpk")).unwrap();
+    let other = ObjectLocation::parse(&format!("s3://{bucket}/{run}/big.bpk")).unwrap();
+    exercise(&location, &other);
+    // A damaged object on the server: the tensor is named.
+    damaged(&other);
+    // Missing object: an error naming it.
+    let missing = ObjectLocation::parse(&format!("s3://{bucket}/{run}/nothing.bpk")).unwrap();
+    let err = ObjectSource::open(&missing).unwrap_err();
+    assert!(err.to_string().contains("nothing.bpk"), "{err}");
+    assert_eq!(missing.size().unwrap(), None);
+}
+
+/// Flips one byte of `second` in the object: a load names the tensor.
+fn damaged(location: &ObjectLocation) {
+    let device = Device::flex();
+    let mut bytes = location.read_all().unwrap();
+    let source = ObjectSource::open(location).unwrap();
+    let info = source.layout().tensor("second").unwrap().clone();
+    bytes[(info.offset() + 100) as usize] ^= 0x40;
+    location.put_all(bytes).unwrap();
+    let source = ObjectSource::open(location).unwrap();
+    let err = big(&device, 0.0)
+        .load_from_source(&source, &LoadOptions::new())
+        .unwrap_err();
+    let ModuleError::Read(ReadError::Checksum { tensor, file, .. }) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(
+        (tensor.as_str(), file.as_str()),
+        ("second", &*location.to_string())
+    );
+}
+
+#[test]
+fn damaged_objects_and_replacements_while_reading() {
+    let device = Device::flex();
+    let (_, location) = memory("m.bpk");
+    upload(
+        big(&device, 1.0).pack_writer(&SaveOptions::new()).unwrap(),
+        &location,
+        &parts(),
+    )
+    .unwrap();
+    damaged(&location);
+
+    // Replaced between open and load: an error saying so, never a mix of two packs.
+    upload(
+        big(&device, 1.0).pack_writer(&SaveOptions::new()).unwrap(),
+        &location,
+        &parts(),
+    )
+    .unwrap();
+    let source = ObjectSource::open(&location).unwrap();
+    upload(
+        big(&device, 5.0).pack_writer(&SaveOptions::new()).unwrap(),
+        &location,
+        &parts(),
+    )
+    .unwrap();
+    let err = big(&device, 0.0)
+        .load_from_source(&source, &LoadOptions::new())
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("replaced while it was being read"),
+        "{err}"
+    );
+    // Opened again, the new pack loads.
+    let fresh = big(&device, 0.0)
+        .load_from_source(&ObjectSource::open(&location).unwrap(), &LoadOptions::new())
+        .unwrap();
+    assert!(same(&fresh, &big(&device, 5.0)));
+
+    // Not a pack, truncated: errors naming the object.
+    location.put_all(b"PK\x03\x04 a zip".to_vec()).unwrap();
+    let err = ObjectSource::open(&location).unwrap_err();
+    assert!(err.to_string().starts_with("memory:///m.bpk"), "{err}");
+    let pack = big(&device, 1.0).to_pack_bytes().unwrap();
+    location.put_all(pack[..1000].to_vec()).unwrap();
+    let err = ObjectSource::open(&location).unwrap_err();
+    assert!(matches!(err, RemoteError::Invalid { .. }), "{err}");
+}
+
+#[test]
+fn a_checkpoints_model_is_fetched_alone() {
+    let device = Device::flex();
+    let (_, location) = memory("ckpt/step-10.bpk");
+    let model = big(&device, 3.0);
+    // A checkpoint's layout: the model under `model.`, optimizer state beside it (here between
+    // the model's tensors), the namespace declared in the metadata.
+    let mut entries: Vec<Entry> = model
+        .pack_entries()
+        .unwrap()
+        .into_iter()
+        .map(|e| {
+            let name = format!("model.{}", e.name());
+            e.renamed(name)
+        })
+        .collect();
+    let state = Bytes::from_bytes_vec(vec![9u8; 8 << 20]);
+    entries.insert(
+        1,
+        Entry::resident("optim.moment", DType::U8, vec![8 << 20], state),
+    );
+    let writer = Writer::new(entries).with_metadata(burnpack::format::NAMESPACE_KEY, "model.");
+    upload(writer, &location, &parts()).unwrap();
+    let source = ObjectSource::open(&location).unwrap();
+    assert_eq!(source.namespace(), Some("model."));
+    let head = source.fetched_bytes();
+    let loaded = big(&device, 0.0)
+        .load_from_source(&source, &LoadOptions::new().allow_unused(false))
+        .unwrap();
+    assert!(same(&loaded, &model));
+    // The model's tensors (and the padding between neighbours), never the optimizer's.
+    let model_bytes: u64 = source
+        .tensors()
+        .iter()
+        .filter(|t| t.name().starts_with("model."))
+        .map(|t| t.len())
+        .sum();
+    let fetched = source.fetched_bytes() - head;
+    assert!(
+        fetched >= model_bytes && fetched < model_bytes + 1024,
+        "fetched {fetched} bytes for a {model_bytes}-byte model"
+    );
+    // The checkpoint API's own writer goes up the same way.
+    let (_, other) = memory("ckpt/step-11.bpk");
+    let writer = TrainingState::new(&model, Progress::new(1, 11))
+        .into_writer()
+        .unwrap();
+    upload(writer, &other, &parts()).unwrap();
+    let loaded = big(&device, 0.0)
+        .load_from_source(&ObjectSource::open(&other).unwrap(), &LoadOptions::new())
+        .unwrap();
+    assert!(same(&loaded, &model));
+}
+
+#[test]
+fn urls_are_checked() {
+    for bad in ["ftp://bucket/key", "s3://bucket", "s3:///key", "model.bpk"] {
+        let err = ObjectLocation::parse(bad).unwrap_err();
+        assert!(err.to_string().contains(bad), "{err}");
+    }
+    assert!(ObjectLocation::is_url("s3://b/k") && !ObjectLocation::is_url("/tmp/k"));
+}
