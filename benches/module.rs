@@ -62,20 +62,6 @@ fn model(size: &str, device: &Device) -> Stack {
     }
 }
 
-/// Reads every parameter's bytes back to the host and sums them.
-#[derive(Default)]
-struct ReadAll(u64);
-
-impl ModuleVisitor for ReadAll {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        let data = param.val().into_data();
-        let (words, _) = data.as_bytes().as_chunks::<8>();
-        self.0 = words
-            .iter()
-            .fold(self.0, |acc, w| acc.wrapping_add(u64::from_le_bytes(*w)));
-    }
-}
-
 /// What any saver must do per parameter through Burn 0.22's API: the save mapper's value.
 #[derive(Default)]
 struct SaveWalk(Vec<Tensor<2>>, Vec<Tensor<1>>);
@@ -107,9 +93,7 @@ impl burn::module::ModuleMapper for ApiLoad {
 }
 
 fn read_all(module: &Stack) -> u64 {
-    let mut reader = ReadAll::default();
-    module.visit(&mut reader);
-    reader.0
+    common::read_all(module)
 }
 
 fn materialize(module: Stack) -> Stack {

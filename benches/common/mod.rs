@@ -153,3 +153,28 @@ pub fn median_ratio(mut ratios: Vec<f64>) -> f64 {
     ratios.sort_by(f64::total_cmp);
     ratios[ratios.len() / 2]
 }
+
+/// Reads every float parameter's bytes back to the host and sums them (as u64 words), so
+/// that nothing can be skipped.
+#[derive(Default)]
+struct ReadAll(u64);
+
+impl burn::module::ModuleVisitor for ReadAll {
+    fn visit_float<const D: usize>(
+        &mut self,
+        param: &burn::module::Param<burn::tensor::Tensor<D>>,
+    ) {
+        let data = param.val().into_data();
+        let (words, _) = data.as_bytes().as_chunks::<8>();
+        self.0 = words
+            .iter()
+            .fold(self.0, |acc, w| acc.wrapping_add(u64::from_le_bytes(*w)));
+    }
+}
+
+/// Every float parameter of `module` read back to the host (see [`ReadAll`]).
+pub fn read_all<M: burn::module::Module>(module: &M) -> u64 {
+    let mut reader = ReadAll::default();
+    module.visit(&mut reader);
+    reader.0
+}

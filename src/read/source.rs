@@ -23,22 +23,16 @@ pub(crate) fn aligned_bytes<E>(
     len: usize,
     fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
 ) -> Result<Bytes, E> {
-    aligned_bytes_as(len, AllocationProperty::Native, fill)
-}
-
-/// [`aligned_bytes`] with the allocation property to report (`Other` lets ndarray borrow
-/// windows of it instead of copying them).
-pub(crate) fn aligned_bytes_as<E>(
-    len: usize,
-    property: AllocationProperty,
-    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
-) -> Result<Bytes, E> {
     let mut words = vec![0u64; len.div_ceil(8)];
     fill(&mut bytemuck::cast_slice_mut(&mut words)[..len])?;
-    Ok(Bytes::from_shared(
-        bytes::Bytes::from_owner(Aligned { words, len }),
-        property,
-    ))
+    Ok(aligned_words(words, len, AllocationProperty::Native))
+}
+
+/// The first `len` bytes of `words` (filled by the caller) as [`Bytes`], without copying.
+pub(crate) fn aligned_words(words: Vec<u64>, len: usize, property: AllocationProperty) -> Bytes {
+    debug_assert!(len <= words.len() * 8);
+    let len = len.min(words.len() * 8);
+    Bytes::from_shared(bytes::Bytes::from_owner(Aligned { words, len }), property)
 }
 
 /// The bytes behind a reader.

@@ -12,7 +12,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::{ObjectLocation, RemoteError, block_on};
 use crate::format::{HEADER_SIZE, Header, Layout, Limits, TensorInfo};
-use crate::read::source::aligned_bytes_as;
+use crate::read::source::aligned_words;
 use crate::read::{ReadError, TensorSource};
 
 /// Neighbouring tensors whose gap is at most this many bytes are fetched with one request
@@ -219,19 +219,22 @@ impl Fetcher {
             store: "burnpack",
             source: Box::new(e),
         })?;
-        let mut stream = result.into_stream();
+        // Streamed straight into the aligned buffer the tensors will use: one copy, from the
+        // network's buffers, and never a second buffer of the whole range.
+        let mut words = vec![0u64; len.div_ceil(8)];
         let mut filled = 0;
-        let mut chunks = Vec::new();
+        let mut stream = result.into_stream();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk?;
-            filled += chunk.len();
-            if filled > len {
+            let out = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len];
+            let Some(target) = out.get_mut(filled..filled + chunk.len()) else {
                 return Err(::object_store::Error::Generic {
                     store: "burnpack",
                     source: format!("the store sent more than the {len} bytes it announced").into(),
                 });
-            }
-            chunks.push(chunk);
+            };
+            target.copy_from_slice(&chunk);
+            filled += chunk.len();
         }
         if filled != len {
             return Err(::object_store::Error::Generic {
@@ -240,18 +243,7 @@ impl Fetcher {
             });
         }
         self.fetched_bytes.fetch_add(got, Ordering::Relaxed);
-        let bytes = aligned_bytes_as(len, AllocationProperty::Other, |out| {
-            let mut at = 0;
-            for chunk in chunks {
-                out[at..at + chunk.len()].copy_from_slice(&chunk);
-                at += chunk.len();
-            }
-            Ok::<(), std::convert::Infallible>(())
-        });
-        match bytes {
-            Ok(bytes) => Ok((bytes, size)),
-            Err(never) => match never {},
-        }
+        Ok((aligned_words(words, len, AllocationProperty::Other), size))
     }
 }
 
