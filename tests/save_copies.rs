@@ -88,7 +88,9 @@ fn saving_64_mib_copies_no_tensor_bytes() {
             "{label}: Burn's into_data of one 16 MiB parameter raised the peak by {} KiB",
             grown >> 10
         );
-        assert!(grown >= 16 << 20);
+        // At least most of one 16 MiB copy (the allocator may cover a little of it with slack
+        // it already holds: 15.8 MiB was seen once for flex autodiff).
+        assert!(grown >= 12 << 20, "{label}: {} KiB", grown >> 10);
     }
 
     // The control: flex cannot lend a transposed view's storage as the parameter's bytes, so
