@@ -17,7 +17,9 @@ mod writer;
 pub(crate) use commit::Scratch;
 #[cfg(feature = "optim")]
 pub(crate) use commit::{is_scratch_name, is_stale_scratch};
-pub(crate) use entry::{Data, Lent};
+#[cfg(feature = "safetensors")]
+pub(crate) use entry::Data;
+pub(crate) use entry::Lent;
 pub use entry::{Entry, ProviderError};
 pub use error::WriteError;
 pub use options::{WriteMode, WriteOptions};

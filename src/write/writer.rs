@@ -224,6 +224,7 @@ impl Writer {
 
     /// Length of the pack's head (header and metadata), which [`stream`](Self::stream)
     /// returns at the end.
+    #[cfg(feature = "object-store")]
     pub(crate) fn head_len(&self) -> Result<usize, WriteError> {
         Ok(self.layout()?.head().len())
     }
@@ -234,6 +235,7 @@ impl Writer {
     /// the head, which carries the checksums and so is known only at the end, is returned
     /// with the total size, to be put in place of those zeros.
     /// At most (threads + 1) produced chunks wait in memory for their turn.
+    #[cfg(feature = "object-store")]
     pub(crate) fn stream(
         self,
         mut data: impl FnMut(&[u8]) -> Result<(), WriteError> + Send,
