@@ -60,6 +60,7 @@ mod borrowed {
         not(any(feature = "flex", feature = "ndarray", feature = "autodiff")),
         allow(unused_variables)
     )]
+    #[allow(clippy::only_used_in_recursion)] // used by flex / ndarray, when they are on
     pub(super) fn borrow(kind: &DispatchTensorKind, len: usize) -> Option<Lent> {
         match kind {
             #[cfg(feature = "flex")]
