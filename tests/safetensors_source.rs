@@ -574,4 +574,35 @@ fn pytorch_conventions_match_burn_stores_adapter() {
     };
     assert_eq!(mismatch.shapes[0].expected, [3, 2]);
     assert_eq!(mismatch.shapes[0].found, [2, 3]);
+
+    // `LinearLayout::Col` already loads PyTorch's `[out, in]` (Burn 0.22's own load mapper
+    // transposes it): without the option it computes what the `Row` layout computes with it.
+    let col: burn::nn::Linear = burn::nn::LinearConfig::new(3, 2)
+        .with_layout(burn::nn::LinearLayout::Col)
+        .init(&device);
+    let row: burn::nn::Linear = burn::nn::LinearConfig::new(3, 2).init(&device);
+    let weights = dir.path().join("col.safetensors");
+    let w: Vec<u8> = (0..6).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let b: Vec<u8> = [0.5f32, -0.5]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    write(
+        &weights,
+        &[
+            ("weight", Dtype::F32, vec![2, 3], w),
+            ("bias", Dtype::F32, vec![2], b),
+        ],
+    );
+    let source = SafetensorsSource::open(&weights).unwrap();
+    let col = col.load_from_source(&source, &LoadOptions::new()).unwrap();
+    let row = row
+        .load_from_source(&source, &LoadOptions::new().pytorch(true))
+        .unwrap();
+    let x = Tensor::<2>::from_data([[1.0f32, -2.0, 0.5]], &device);
+    let y_col: Vec<f32> = col.forward(x.clone()).into_data().try_to_vec().unwrap();
+    let y_row: Vec<f32> = row.forward(x).into_data().try_to_vec().unwrap();
+    // PyTorch: y = x W^T + b = [1*0 - 2*1 + 0.5*2 + 0.5, 1*3 - 2*4 + 0.5*5 - 0.5]
+    assert_eq!(y_row, [-0.5, -3.0]);
+    assert_eq!(y_col, y_row);
 }

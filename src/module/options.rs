@@ -289,6 +289,12 @@ impl LoadOptions {
     /// out. Module paths and other names are left to [`rename`](Self::rename) rules (say, a
     /// Hugging Face `bert.` prefix).
     ///
+    /// A `Linear` built with `LinearLayout::Col` already loads `[out, in]` (Burn 0.22's own
+    /// load mapper transposes it), so such modules load `PyTorch` weights without this option
+    /// (renaming norms' `weight` / `bias` with rules); with it they are transposed once too
+    /// often, as with burn-store's adapter: a shape error for non-square weights. The layout
+    /// is not visible from outside the parameter, so it cannot be told apart here.
+    ///
     /// ```
     /// use burn::module::Module;
     /// use burn::nn::{Linear, LinearConfig};
