@@ -10,7 +10,7 @@
 //!   parallel into their 256-byte aligned slots, atomically or in place.
 //! - [`module`]: the Burn adapter (save a module, load a pack or any
 //!   [`TensorSource`](read::TensorSource) into one); [`checkpoint`]: training checkpoints.
-//! - [`interop`]: other containers (safetensors).
+//! - [`interop`]: other containers (safetensors) and object storage (feature `object-store`).
 //! - Burn's plug-in points: `store` (feature `store`), a `ModuleStore` for burn-store's
 //!   `save_into` / `load_from`; `train` (feature `train`), checkpointers for burn-train's
 //!   `with_custom_checkpointers`, one file per epoch.

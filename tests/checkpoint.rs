@@ -109,11 +109,7 @@ fn resume_child() {
     let mut sched = scheduler().load_record(ckpt.scheduler_record().unwrap());
     let start = ckpt.progress().step;
     let model = train(model, &mut optim, &mut sched, start..STEPS);
-    TrainingState::new(&model, Progress::new(0, STEPS))
-        .optimizer(&optim)
-        .scheduler(sched.to_record())
-        .save(&out)
-        .unwrap();
+    state(&model, &optim, &sched, STEPS).save(&out).unwrap();
 }
 
 /// One tensor of a checkpoint: name, dtype, shape, param id, bytes.
@@ -137,41 +133,65 @@ fn contents(path: &Path) -> Vec<Stored> {
         .collect()
 }
 
+/// From the shared starting point, `steps` of training with a fresh optimizer and scheduler.
+fn run_from(init: &Path, steps: std::ops::Range<u64>) -> (Mlp, ModuleOptimizer, ModuleLrScheduler) {
+    let (mut optim, mut sched) = (optimizer(), scheduler());
+    let model = train(
+        Mlp::new(&device()).load_pack(init).unwrap(),
+        &mut optim,
+        &mut sched,
+        steps,
+    );
+    (model, optim, sched)
+}
+
+/// All `STEPS` without stopping, saved in `dir`: what a resumed run must reproduce.
+fn straight_run(dir: &Path, init: &Path) -> PathBuf {
+    let (model, optim, sched) = run_from(init, 0..STEPS);
+    let path = dir.join("straight.bpk");
+    state(&model, &optim, &sched, STEPS).save(&path).unwrap();
+    path
+}
+
+/// Everything a run has at `step`, to save.
+fn state<'a>(
+    model: &'a Mlp,
+    optim: &'a ModuleOptimizer,
+    sched: &ModuleLrScheduler,
+    step: u64,
+) -> TrainingState<'a, Mlp> {
+    TrainingState::new(model, Progress::new(0, step))
+        .optimizer(optim)
+        .scheduler(sched.to_record())
+}
+
+/// Two checkpoints hold the same tensors (names, dtypes, shapes, ids, bytes) and scalars.
+fn assert_same_run(straight: &Path, resumed: &Path) -> Vec<Stored> {
+    let (a, b) = (contents(straight), contents(resumed));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!((&x.0, &x.1, &x.2, x.3), (&y.0, &y.1, &y.2, y.3));
+        assert_eq!(x.4, y.4, "{} differs after resuming", x.0);
+    }
+    assert_eq!(
+        Reader::open(straight).unwrap().scalars(),
+        Reader::open(resumed).unwrap().scalars(),
+        "optimizer time, scheduler state and progress agree"
+    );
+    a
+}
+
 #[test]
 fn resuming_in_a_new_process_is_bit_identical() {
     let dir = tempfile::tempdir().unwrap();
     let init = initial(dir.path());
-    let device = device();
 
-    // Without stopping.
-    let (mut optim, mut sched) = (optimizer(), scheduler());
-    let model = train(
-        Mlp::new(&device).load_pack(&init).unwrap(),
-        &mut optim,
-        &mut sched,
-        0..STEPS,
-    );
-    let straight = dir.path().join("straight.bpk");
-    TrainingState::new(&model, Progress::new(0, STEPS))
-        .optimizer(&optim)
-        .scheduler(sched.to_record())
-        .save(&straight)
-        .unwrap();
+    let straight = straight_run(dir.path(), &init);
 
     // Stopped at SAVE_AT, resumed by another process.
-    let (mut optim, mut sched) = (optimizer(), scheduler());
-    let model = train(
-        Mlp::new(&device).load_pack(&init).unwrap(),
-        &mut optim,
-        &mut sched,
-        0..SAVE_AT,
-    );
+    let (model, optim, sched) = run_from(&init, 0..SAVE_AT);
     let ckpt = dir.path().join("at-5.bpk");
-    TrainingState::new(&model, Progress::new(0, SAVE_AT))
-        .optimizer(&optim)
-        .scheduler(sched.to_record())
-        .save(&ckpt)
-        .unwrap();
+    state(&model, &optim, &sched, SAVE_AT).save(&ckpt).unwrap();
     drop((model, optim, sched));
     let resumed = dir.path().join("resumed.bpk");
     let status = Command::new(std::env::current_exe().unwrap())
@@ -182,25 +202,11 @@ fn resuming_in_a_new_process_is_bit_identical() {
         .unwrap();
     assert!(status.success());
 
-    let (a, b) = (contents(&straight), contents(&resumed));
-    assert_eq!(a.len(), b.len());
+    let a = assert_same_run(&straight, &resumed);
     let moments = a.iter().filter(|t| t.0.contains("moment")).count();
     assert_eq!(
         moments, 8,
         "Adam keeps two moments for each of the four parameters"
-    );
-    for (x, y) in a.iter().zip(&b) {
-        assert_eq!((&x.0, &x.1, &x.2, x.3), (&y.0, &y.1, &y.2, y.3));
-        assert_eq!(x.4, y.4, "{} differs after resuming", x.0);
-    }
-    let (sa, sb) = (
-        Reader::open(&straight).unwrap(),
-        Reader::open(&resumed).unwrap(),
-    );
-    assert_eq!(
-        sa.scalars(),
-        sb.scalars(),
-        "optimizer time, scheduler state and progress agree"
     );
     // The run actually trained: parameters moved away from the initial ones.
     assert_ne!(
@@ -665,4 +671,137 @@ fn a_live_writer_in_another_pid_namespace_keeps_its_scratch_file() {
             .to_vec(),
         [1, 2, 3, 4]
     );
+}
+
+/// Checkpoints under a bucket prefix (`object_store`'s `InMemory`, and a real S3 server when
+/// `.ci/run` starts one): resuming from one is bit-identical to training straight through,
+/// each part fetches only its own tensors, retention and `latest` behave as for directories.
+#[cfg(feature = "object-store")]
+mod remote {
+    use std::sync::Arc;
+
+    use burnpack::checkpoint::CheckpointError;
+    use burnpack::interop::object_store::{Bucket, RemoteCheckpointManager, UploadOptions};
+    use burnpack::read::TensorSource;
+
+    use super::*;
+
+    fn resume_and_retention(manager: &RemoteCheckpointManager) {
+        let dir = tempfile::tempdir().unwrap();
+        let init = initial(dir.path());
+        let device = device();
+
+        let straight = straight_run(dir.path(), &init);
+
+        // Stopped at SAVE_AT, saved to the bucket, everything dropped.
+        let (model, optim, sched) = run_from(&init, 0..SAVE_AT);
+        let saved = manager
+            .save(state(&model, &optim, &sched, SAVE_AT))
+            .unwrap();
+        drop((model, optim, sched));
+
+        // Resumed from `latest`: header and metadata first, then each part's tensors only.
+        let ckpt = manager.latest().unwrap().unwrap();
+        assert_eq!(ckpt.source().location().to_string(), saved.to_string());
+        assert_eq!(ckpt.progress().step, SAVE_AT);
+        let source = ckpt.source();
+        assert_eq!(
+            source.requests(),
+            2,
+            "opening reads header and metadata only"
+        );
+        let head = source.fetched_bytes();
+        let model = ckpt.load_model(Mlp::new(&device)).unwrap();
+        let model_tensors: Vec<_> = source
+            .tensors()
+            .iter()
+            .filter(|t| t.name().starts_with("model."))
+            .collect();
+        let model_bytes: u64 = model_tensors.iter().map(|t| t.len()).sum();
+        let fetched = source.fetched_bytes() - head;
+        assert!(
+            fetched >= model_bytes && fetched <= model_bytes + 256 * model_tensors.len() as u64,
+            "the model's {model_bytes} bytes (and padding between them), fetched {fetched}"
+        );
+        let mut optim = ckpt.load_optimizer(optimizer()).unwrap();
+        let mut sched = scheduler().load_record(ckpt.scheduler_record().unwrap());
+        let size = saved.size().unwrap().unwrap();
+        assert!(source.fetched_bytes() <= size, "nothing fetched twice");
+        let model = train(model, &mut optim, &mut sched, SAVE_AT..STEPS);
+        let resumed = dir.path().join("resumed.bpk");
+        state(&model, &optim, &sched, STEPS).save(&resumed).unwrap();
+        assert_same_run(&straight, &resumed);
+
+        // Retention: the last two plus the best loss.
+        let manager = manager.clone().keep_last(2).keep_best("loss", true);
+        let model = Mlp::new(&Device::flex());
+        let save = |step: u64, loss: f64| {
+            manager
+                .save(TrainingState::new(
+                    &model,
+                    Progress::new(0, step).with("loss", loss),
+                ))
+                .map_err(Box::new)
+        };
+        for (step, loss) in [(11, 0.9), (12, 0.2), (13, 0.5), (14, 0.7), (15, 0.6)] {
+            save(step, loss).unwrap();
+        }
+        let steps = |m: &RemoteCheckpointManager| -> Vec<u64> {
+            m.list().unwrap().iter().map(|c| c.step).collect()
+        };
+        assert_eq!(steps(&manager), [12, 14, 15], "last two plus the best loss");
+        // Behind a newer checkpoint: refused, nothing uploaded or deleted.
+        let err = save(13, 0.1).unwrap_err();
+        assert!(
+            matches!(*err, CheckpointError::NewerExists { newer_step: 15, .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("ckpt-00000000000000000015.bpk"),
+            "{err}"
+        );
+        assert_eq!(steps(&manager), [12, 14, 15]);
+        // A damaged newer object is skipped by `latest` and survives no policy of its own.
+        manager
+            .location_for(16)
+            .put_all(b"NRUB garbage".to_vec())
+            .unwrap();
+        assert_eq!(manager.latest().unwrap().unwrap().progress().step, 15);
+        manager.retain().unwrap();
+        assert_eq!(steps(&manager), [12, 15, 16], "the newest valid one stays");
+        assert_eq!(manager.discard_after(15).unwrap(), 1);
+        assert_eq!(manager.latest().unwrap().unwrap().progress().step, 15);
+        // Not a checkpoint: a plain pack under a checkpoint's name is skipped too.
+        Mlp::new(&Device::flex())
+            .pack_writer(&burnpack::SaveOptions::new())
+            .map(|w| {
+                burnpack::interop::object_store::upload(
+                    w,
+                    &manager.location_for(17),
+                    &UploadOptions::new(),
+                )
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(manager.latest().unwrap().unwrap().progress().step, 15);
+    }
+
+    #[test]
+    fn checkpoints_in_memory_store() {
+        let store: Arc<dyn Bucket> = Arc::new(::object_store::memory::InMemory::new());
+        resume_and_retention(&RemoteCheckpointManager::new(Arc::clone(&store), "runs/7"));
+        // Objects beside and below the prefix are not the manager's.
+        let empty = RemoteCheckpointManager::new(store, "runs");
+        assert!(empty.list().unwrap().is_empty());
+        assert!(empty.latest().unwrap().is_none());
+    }
+
+    #[test]
+    fn checkpoints_on_a_real_s3_server() {
+        let Some(bucket) = common::s3_bucket() else {
+            return;
+        };
+        let url = format!("s3://{bucket}/{}/ckpts/", std::process::id());
+        resume_and_retention(&RemoteCheckpointManager::parse(&url).unwrap());
+    }
 }

@@ -524,3 +524,108 @@ fn sharded_safetensors_through_every_command() {
     ]);
     assert_eq!(code, 2, "{err}");
 }
+
+/// Every command on `s3://` URLs against a real S3 server (`.ci/run` starts one): a pack goes
+/// up and comes down byte for byte, `inspect` fetches header and metadata only (and says how
+/// many bytes), `verify` fails a damaged object naming the tensor, `diff` compares an object
+/// with a file, safetensors go up as a pack and a pack comes down as safetensors.
+#[cfg(feature = "object-store")]
+#[test]
+fn urls_in_every_command() {
+    let Some(bucket) = common::s3_bucket() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.bpk");
+    let entries: Vec<Entry> = (0..4)
+        .map(|i| f32_entry(&format!("layer{i}.w"), &vec![i as f32 + 0.5; 1 << 16]))
+        .collect();
+    Writer::new(entries)
+        .with_metadata("producer", "test")
+        .write_to_file(&path)
+        .unwrap();
+    let url = format!("s3://{bucket}/cli-{}/m.bpk", std::process::id());
+
+    // Up (a copy), then down again: the same bytes.
+    let (code, out, err) = run(&["convert", s(&path), &url]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("-> {url}")), "{out}");
+    let back = dir.path().join("back.bpk");
+    let (code, _, err) = run(&["convert", &url, s(&back)]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(std::fs::read(&back).unwrap(), std::fs::read(&path).unwrap());
+
+    // Inspect reads header and metadata only: two requests, far less than the 1 MiB of data.
+    let (code, out, err) = run(&["inspect", &url]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("layer3.w") && out.contains("producer = test"),
+        "{out}"
+    );
+    assert!(out.contains("in 2 requests (header and metadata"), "{out}");
+    let (_, json, _) = run(&["inspect", &url, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let fetched = v["fetched_bytes"].as_u64().unwrap();
+    let metadata = v["metadata_size"].as_u64().unwrap();
+    assert_eq!(
+        fetched,
+        metadata + burnpack::format::HEADER_SIZE as u64,
+        "header and metadata, nothing else"
+    );
+    assert_eq!(v["requests"], 2);
+
+    // Verify and diff.
+    let (code, out, err) = run(&["verify", &url]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("{url}: OK")), "{out}");
+    let (code, out, _) = run(&["diff", &url, s(&path)]);
+    assert_eq!(code, 0, "{out}");
+    let mut damaged = std::fs::read(&path).unwrap();
+    let reader = Reader::open(&path).unwrap();
+    let at = reader.tensor("layer2.w").unwrap().offset() as usize + 8;
+    damaged[at] ^= 1;
+    let damaged_path = dir.path().join("damaged.bpk");
+    std::fs::write(&damaged_path, &damaged).unwrap();
+    let bad_url = format!("s3://{bucket}/cli-{}/damaged.bpk", std::process::id());
+    burnpack::interop::object_store::ObjectLocation::parse(&bad_url)
+        .unwrap()
+        .put_all(damaged)
+        .unwrap();
+    let (code, out, _) = run(&["verify", &bad_url]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("layer2.w") && out.contains(&bad_url) && out.contains("FAILED"),
+        "{out}"
+    );
+    let (code, out, _) = run(&["diff", &url, &bad_url]);
+    assert_eq!(
+        code, 3,
+        "a damaged object fails its checksum as it arrives: {out}"
+    );
+
+    // Safetensors up as a pack, a pack down as safetensors.
+    let st = dir.path().join("m.safetensors");
+    let (code, _, err) = run(&["convert", s(&path), s(&st)]);
+    assert_eq!(code, 0, "{err}");
+    let st_url = format!("s3://{bucket}/cli-{}/from-st.bpk", std::process::id());
+    let (code, _, err) = run(&["convert", s(&st), &st_url]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = run(&["diff", &st_url, s(&path)]);
+    assert_eq!(code, 1, "param ids do not survive safetensors: {out}");
+    assert!(out.contains("4 tensors with identical values"), "{out}");
+    let down = dir.path().join("down.safetensors");
+    let (code, _, err) = run(&["convert", &url, s(&down)]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(safetensors_file(&down), safetensors_file(&st));
+
+    // Errors: a missing object (3), a bad URL and safetensors to a URL (2).
+    let missing = format!("s3://{bucket}/cli-{}/nothing.bpk", std::process::id());
+    let (code, _, err) = run(&["inspect", &missing]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("nothing.bpk"), "{err}");
+    let (code, _, err) = run(&["inspect", "s3://"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = run(&["convert", s(&path), &format!("s3://{bucket}/x.safetensors")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("local files only"), "{err}");
+}

@@ -1,7 +1,7 @@
 //! Packs on object storage: round trips, partial loads that fetch only their tensors (bytes
 //! counted), multipart uploads byte-identical to files, failed uploads that leave no object,
 //! damaged objects, objects replaced while read. Against `object_store`'s `InMemory` store
-//! always, and against a real S3 server (moto) when `BURNPACK_S3_BUCKET` names a bucket on the
+//! always, and against a real S3 server (s3s-fs) when `BURNPACK_S3_BUCKET` names a bucket on the
 //! server `AWS_ENDPOINT` points to (`.ci/run` starts one; under CI a missing server fails).
 
 mod common;
@@ -13,12 +13,14 @@ use burn::module::{Module, Param};
 use burn::tensor::{Bytes, DType, Device, Tensor, TensorData};
 use burnpack::checkpoint::{Progress, TrainingState};
 use burnpack::interop::object_store::{
-    Bucket, ObjectLocation, ObjectSource, RemoteError, UploadOptions, upload,
+    Bucket, ObjectLocation, ObjectSource, RemoteCheckpointManager, RemoteError, UploadOptions,
+    upload,
 };
 use burnpack::module::{LoadOptions, ModuleError, PackModule, SaveOptions};
 use burnpack::read::{ReadError, TensorSource};
 use burnpack::{Entry, Writer};
 use common::model::{Net, snapshot, trained};
+use common::s3_bucket;
 
 #[derive(Module, Debug)]
 struct Big {
@@ -52,6 +54,18 @@ fn same<A: Module, B: Module>(a: &A, b: &B) -> bool {
     values(snapshot(a)) == values(snapshot(b))
 }
 
+/// `big(seed)` uploaded to `location` in parts: the model and the object's size.
+fn uploaded_big(location: &ObjectLocation, seed: f32) -> (Big, u64) {
+    let model = big(&Device::flex(), seed);
+    let size = upload(
+        model.pack_writer(&SaveOptions::new()).unwrap(),
+        location,
+        &parts(),
+    )
+    .unwrap();
+    (model, size)
+}
+
 fn memory(key: &str) -> (Arc<InMemory>, ObjectLocation) {
     let store = Arc::new(InMemory::new());
     let location = ObjectLocation::new(store.clone() as Arc<dyn Bucket>, key);
@@ -60,20 +74,6 @@ fn memory(key: &str) -> (Arc<InMemory>, ObjectLocation) {
 
 fn parts() -> UploadOptions {
     UploadOptions::new().part_size(5 << 20).parts_in_flight(2)
-}
-
-/// A real S3 server's bucket, or `None` (said on stderr) outside CI.
-fn s3_bucket() -> Option<String> {
-    match std::env::var("BURNPACK_S3_BUCKET") {
-        Ok(bucket) => Some(bucket),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("CI must start an S3 server and set BURNPACK_S3_BUCKET (see .ci/run)")
-        }
-        Err(_) => {
-            eprintln!("skipped: BURNPACK_S3_BUCKET is not set (.ci/run starts a server)");
-            None
-        }
-    }
 }
 
 /// Everything a location's tests check, on any store: round trip, multipart bytes equal to
@@ -271,11 +271,77 @@ fn damaged_objects_and_replacements_while_reading() {
     // Not a pack, truncated: errors naming the object.
     location.put_all(b"PK\x03\x04 a zip".to_vec()).unwrap();
     let err = ObjectSource::open(&location).unwrap_err();
-    assert!(err.to_string().starts_with("memory:///m.bpk"), "{err}");
+    assert!(err.to_string().starts_with("InMemory/m.bpk"), "{err}");
     let pack = big(&device, 1.0).to_pack_bytes().unwrap();
     location.put_all(pack[..1000].to_vec()).unwrap();
     let err = ObjectSource::open(&location).unwrap_err();
     assert!(matches!(err, RemoteError::Invalid { .. }), "{err}");
+}
+
+/// Readers loading while a writer replaces the object again and again (8 versions): every
+/// load is one whole version or an error saying the object was replaced, never a mix.
+fn readers_during_replacements(location: &ObjectLocation) {
+    let device = Device::flex();
+    let versions: Vec<f32> = (0..=8).map(|v| v as f32).collect();
+    let load = || -> Result<f32, String> {
+        let source = ObjectSource::open(location).map_err(|e| e.to_string())?;
+        let loaded = big(&device, -1.0)
+            .load_from_source(&source, &LoadOptions::new())
+            .map_err(|e| e.to_string())?;
+        let seed = loaded.small.val().into_data().try_to_vec::<f32>().unwrap()[0];
+        assert!(
+            versions.contains(&seed) && same(&loaded, &big(&device, seed)),
+            "a load mixed two versions"
+        );
+        Ok(seed)
+    };
+    let save = |seed: f32| {
+        let writer = big(&device, seed).pack_writer(&SaveOptions::new()).unwrap();
+        upload(writer, location, &parts()).unwrap();
+    };
+    save(versions[0]);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (loads, replaced) = std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                scope.spawn(|| {
+                    let (mut loads, mut replaced) = (0, 0);
+                    while !done.load(std::sync::atomic::Ordering::Relaxed) || loads == 0 {
+                        match load() {
+                            Ok(_) => loads += 1,
+                            Err(e) if e.contains("replaced while it was being read") => {
+                                replaced += 1;
+                            }
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    (loads, replaced)
+                })
+            })
+            .collect();
+        for &seed in &versions[1..] {
+            save(seed);
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        readers
+            .into_iter()
+            .map(|r| r.join().unwrap())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    });
+    eprintln!("{loads} whole loads, {replaced} refused as replaced");
+    assert_eq!(load().unwrap(), versions[8], "the last version written");
+}
+
+#[test]
+fn readers_during_replacements_in_memory() {
+    readers_during_replacements(&memory("replaced.bpk").1);
+}
+
+#[test]
+fn readers_during_replacements_on_a_real_s3_server() {
+    let Some(bucket) = s3_bucket() else { return };
+    let url = format!("s3://{bucket}/{}/replaced.bpk", std::process::id());
+    readers_during_replacements(&ObjectLocation::parse(&url).unwrap());
 }
 
 #[test]
@@ -344,17 +410,25 @@ fn urls_are_checked() {
 const CHILD_KEY: &str = "BURNPACK_UPLOAD_CHILD_KEY";
 const CHILD_MARK: &str = "BURNPACK_UPLOAD_CHILD_MARK";
 
-/// The uploading process the SIGKILL test starts: a 48 MiB pack of slow deferred entries,
-/// marking a file once the upload is under way.
+/// The uploading process the SIGKILL test starts: [`slow_pack`], marking a file once the
+/// upload is under way.
 #[test]
 #[ignore = "run by a_killed_upload_leaves_the_previous_object"]
 fn upload_child() {
     let (Ok(url), Ok(mark)) = (std::env::var(CHILD_KEY), std::env::var(CHILD_MARK)) else {
         return;
     };
+    let started = move || std::fs::write(&mark, b"uploading").unwrap();
+    let location = ObjectLocation::parse(&url).unwrap();
+    upload(slow_pack(Arc::new(started)), &location, &parts()).unwrap();
+}
+
+/// A 48 MiB pack of slow deferred entries (one thread, 300 ms each), calling `started` when
+/// the fourth is made: by then the first parts are on the server.
+fn slow_pack(started: Arc<dyn Fn() + Send + Sync>) -> Writer {
     let entries: Vec<Entry> = (0..8)
         .map(|i| {
-            let mark = mark.clone();
+            let started = Arc::clone(&started);
             Entry::deferred(
                 format!("t{i}"),
                 DType::U8,
@@ -362,7 +436,7 @@ fn upload_child() {
                 6 << 20,
                 move || {
                     if i == 3 {
-                        std::fs::write(&mark, b"uploading").unwrap();
+                        started();
                     }
                     std::thread::sleep(std::time::Duration::from_millis(300));
                     Ok(Bytes::from_bytes_vec(vec![i as u8; 6 << 20]))
@@ -370,29 +444,16 @@ fn upload_child() {
             )
         })
         .collect();
-    let location = ObjectLocation::parse(&url).unwrap();
-    upload(Writer::new(entries).threads(1), &location, &parts()).unwrap();
+    Writer::new(entries).threads(1)
 }
 
-#[cfg(unix)]
-#[test]
-fn a_killed_upload_leaves_the_previous_object() {
-    let Some(bucket) = s3_bucket() else { return };
-    let device = Device::flex();
-    let url = format!("s3://{bucket}/{}/killed.bpk", std::process::id());
-    let location = ObjectLocation::parse(&url).unwrap();
-    let model = big(&device, 4.0);
-    let size = upload(
-        model.pack_writer(&SaveOptions::new()).unwrap(),
-        &location,
-        &parts(),
-    )
-    .unwrap();
+/// Starts `upload_child` uploading to `url` and SIGKILLs it once parts are on the server.
+fn kill_an_upload_to(url: &str) {
     let dir = tempfile::tempdir().unwrap();
     let mark = dir.path().join("mark");
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "upload_child", "--ignored", "--nocapture"])
-        .env(CHILD_KEY, &url)
+        .env(CHILD_KEY, url)
         .env(CHILD_MARK, &mark)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -410,10 +471,189 @@ fn a_killed_upload_leaves_the_previous_object() {
     std::thread::sleep(std::time::Duration::from_millis(100));
     child.kill().unwrap(); // SIGKILL, mid-upload
     assert!(!child.wait().unwrap().success());
+}
+
+#[cfg(unix)]
+#[test]
+fn a_killed_upload_leaves_the_previous_object() {
+    let Some(bucket) = s3_bucket() else { return };
+    let device = Device::flex();
+    let url = format!("s3://{bucket}/{}/killed.bpk", std::process::id());
+    let location = ObjectLocation::parse(&url).unwrap();
+    let (model, size) = uploaded_big(&location, 4.0);
+    kill_an_upload_to(&url);
     // The object is the previous one, whole.
     assert_eq!(location.size().unwrap(), Some(size));
     let loaded = big(&device, 0.0)
         .load_from_source(&ObjectSource::open(&location).unwrap(), &LoadOptions::new())
         .unwrap();
     assert!(same(&loaded, &model));
+
+    // A killed checkpoint saver: no object appears under the prefix, `latest` is still the
+    // previous checkpoint.
+    let manager =
+        RemoteCheckpointManager::parse(&format!("s3://{bucket}/{}/run/", std::process::id()))
+            .unwrap();
+    manager
+        .save(TrainingState::new(&model, Progress::new(0, 1)))
+        .unwrap();
+    kill_an_upload_to(&manager.location_for(2).to_string());
+    let steps: Vec<u64> = manager.list().unwrap().iter().map(|c| c.step).collect();
+    assert_eq!(steps, [1], "no object for the killed save");
+    let latest = manager.latest().unwrap().unwrap();
+    assert_eq!(latest.progress().step, 1);
+    let loaded = latest.load_model(big(&device, 0.0)).unwrap();
+    assert!(same(&loaded, &model));
+}
+
+/// The path of an `s3s-fs` binary (an S3 server that keeps objects on disk, so it can be
+/// killed and restarted), from `BURNPACK_S3S_FS`; `None` (said on stderr) outside CI.
+fn s3s_fs() -> Option<std::path::PathBuf> {
+    match std::env::var_os("BURNPACK_S3S_FS") {
+        Some(bin) => Some(bin.into()),
+        None if std::env::var_os("CI").is_some() => {
+            panic!("CI must install s3s-fs and set BURNPACK_S3S_FS (see .ci/run)")
+        }
+        None => {
+            eprintln!("skipped: BURNPACK_S3S_FS is not set (.ci/run installs s3s-fs)");
+            None
+        }
+    }
+}
+
+/// An S3 server of this test's own, on 127.0.0.1, with its objects in a temporary directory.
+struct OwnServer {
+    bin: std::path::PathBuf,
+    root: tempfile::TempDir,
+    port: u16,
+    child: Option<std::process::Child>,
+}
+
+impl OwnServer {
+    fn start(bin: std::path::PathBuf, bucket: &str) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join(bucket)).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut server = Self {
+            bin,
+            root,
+            port,
+            child: None,
+        };
+        server.restart();
+        server
+    }
+
+    /// Starts the server (again, on the same directory) and waits until it listens.
+    fn restart(&mut self) {
+        let child = std::process::Command::new(&self.bin)
+            .args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--access-key", "burnpack", "--secret-key", "burnpack"])
+            .arg(self.root.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "s3s-fs did not start");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL: the server dies with whatever it was doing.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// A client of `bucket` that gives up quickly on a dead server (one retry, two seconds).
+    fn bucket(&self, bucket: &str) -> Arc<dyn Bucket> {
+        let store = ::object_store::aws::AmazonS3Builder::new()
+            .with_endpoint(format!("http://127.0.0.1:{}", self.port))
+            .with_allow_http(true)
+            .with_region("us-east-1")
+            .with_access_key_id("burnpack")
+            .with_secret_access_key("burnpack")
+            .with_bucket_name(bucket)
+            .with_retry(::object_store::RetryConfig {
+                max_retries: 1,
+                retry_timeout: std::time::Duration::from_secs(2),
+                ..Default::default()
+            })
+            .build()
+            .unwrap();
+        Arc::new(store)
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The server killed with SIGKILL in the middle of a multipart upload, then restarted on its
+/// data: the upload fails with an error naming the object, no new object appears, and the
+/// previous one is there, whole.
+#[test]
+fn a_server_killed_mid_upload_keeps_the_previous_object() {
+    let Some(bin) = s3s_fs() else { return };
+    let device = Device::flex();
+    let mut server = OwnServer::start(bin, "models");
+    let bucket = server.bucket("models");
+    let location = ObjectLocation::new(Arc::clone(&bucket), "run/model.bpk")
+        .with_url("s3://models/run/model.bpk");
+    let (model, size) = uploaded_big(&location, 6.0);
+
+    let (started, wait) = std::sync::mpsc::channel();
+    let started = std::sync::Mutex::new(started);
+    let replacing = location.clone();
+    let uploader = std::thread::spawn(move || {
+        let on_start = move || started.lock().unwrap().send(()).unwrap();
+        upload(slow_pack(Arc::new(on_start)), &replacing, &parts())
+    });
+    wait.recv_timeout(std::time::Duration::from_secs(60))
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    server.kill();
+    let err = uploader.join().unwrap().unwrap_err();
+    assert!(
+        err.to_string().contains("s3://models/run/model.bpk"),
+        "{err}"
+    );
+
+    // The kill came mid-upload: parts were on the server (s3s-fs keeps them as `.part-<n>`
+    // files beside the objects until the upload completes).
+    let parts_stored = std::fs::read_dir(server.root.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().contains(".part-"))
+        })
+        .count();
+    assert!(parts_stored > 0, "no part had reached the server");
+    server.restart();
+    assert_eq!(location.size().unwrap(), Some(size), "the previous object");
+    let loaded = big(&device, 0.0)
+        .load_from_source(&ObjectSource::open(&location).unwrap(), &LoadOptions::new())
+        .unwrap();
+    assert!(same(&loaded, &model));
+    let listed: Vec<String> = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(futures::TryStreamExt::try_collect::<Vec<_>>(
+            bucket.list(None),
+        ))
+        .unwrap()
+        .into_iter()
+        .map(|meta| meta.location.to_string())
+        .collect();
+    assert_eq!(listed, ["run/model.bpk"], "no other object appeared");
 }

@@ -36,6 +36,11 @@ pub fn peak_kib() -> u64 {
     status_kib("VmHWM:")
 }
 
+/// This process's resident memory now (`VmRSS`), in KiB.
+pub fn resident_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
 /// CPU time (user + system, every thread) this process has used so far.
 pub fn cpu_time() -> Duration {
     // SAFETY: getrusage writes into the zeroed struct it is given.

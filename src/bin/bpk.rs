@@ -1,5 +1,8 @@
 //! `bpk`: inspect, verify, diff and convert burnpack files.
 //!
+//! Every command also takes `s3://bucket/key` URLs where it takes a file, when built with the
+//! `object-store` feature (configured from the `AWS_*` environment variables).
+//!
 //! Exit codes: 0 success; 1 verification failed or the files differ; 2 usage error;
 //! 3 a file is unreadable or not a valid pack.
 
@@ -8,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use burn::tensor::{BoolStore, DType, bf16, f16};
-use burnpack::format::{FormatError, TensorInfo};
+use burnpack::format::{FormatError, Layout, TensorInfo};
 use burnpack::interop::safetensors::SafetensorsSource;
 use burnpack::read::{ReadError, Reader, TensorSource};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -29,10 +32,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Show a file's header, totals, metadata, scalars and tensors (reads only the metadata).
-    #[command(after_help = "Example:\n  bpk inspect model.bpk --filter '^encoder\\.'")]
+    /// Show a file's header, totals, metadata, scalars and tensors (reads only the metadata;
+    /// for a URL, says how many bytes that took).
+    #[command(
+        after_help = "Examples:\n  bpk inspect model.bpk --filter '^encoder\\.'\n  bpk inspect s3://models/run-7/model.bpk"
+    )]
     Inspect {
-        /// The burnpack file, or safetensors weights (a .safetensors file or an index .json).
+        /// The burnpack file (or its s3:// URL), or safetensors weights (a .safetensors file or
+        /// an index .json).
         file: PathBuf,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -42,9 +49,13 @@ enum Command {
         filter: Option<String>,
     },
     /// Check a file's structure and read every tensor; exit 0 only when sound.
-    #[command(after_help = "Example:\n  bpk verify model.bpk --nan")]
+    /// A URL is read whole into memory (one request after its header and metadata).
+    #[command(
+        after_help = "Examples:\n  bpk verify model.bpk --nan\n  bpk verify s3://models/run-7/model.bpk"
+    )]
     Verify {
-        /// The burnpack file, or safetensors weights (a .safetensors file or an index .json).
+        /// The burnpack file (or its s3:// URL), or safetensors weights (a .safetensors file or
+        /// an index .json).
         file: PathBuf,
         /// Also scan float tensors for NaN and infinite values.
         #[arg(long)]
@@ -54,23 +65,24 @@ enum Command {
     /// metadata and scalars. Exit 0 when identical, 1 when they differ.
     #[command(after_help = "Example:\n  bpk diff before.bpk after.bpk --json")]
     Diff {
-        /// The first file (burnpack, or safetensors weights).
+        /// The first file (burnpack or its s3:// URL, or safetensors weights).
         a: PathBuf,
-        /// The second file (burnpack, or safetensors weights).
+        /// The second file (burnpack or its s3:// URL, or safetensors weights).
         b: PathBuf,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Convert between burnpack and safetensors (format chosen by the output's extension,
-    /// or --to).
+    /// or --to); a pack also copies to or from object storage (s3:// URLs).
     #[command(
-        after_help = "Examples:\n  bpk convert model.safetensors model.bpk\n  bpk convert model.safetensors.index.json model.bpk\n  bpk convert model.bpk model.safetensors --shard-size 5000000000"
+        after_help = "Examples:\n  bpk convert model.safetensors model.bpk\n  bpk convert model.safetensors.index.json model.bpk\n  bpk convert model.bpk model.safetensors --shard-size 5000000000\n  bpk convert model.safetensors s3://models/run-7/model.bpk\n  bpk convert s3://models/run-7/model.bpk model.safetensors"
     )]
     Convert {
-        /// The source file (burnpack or safetensors, recognised by its content).
+        /// The source file (burnpack or safetensors, recognised by its content), or a pack's
+        /// s3:// URL.
         input: PathBuf,
-        /// The destination file.
+        /// The destination file, or an s3:// URL for a pack.
         output: PathBuf,
         /// The destination format (default: from the output's extension).
         #[arg(long, value_enum)]
@@ -144,14 +156,123 @@ fn is_safetensors(path: &Path) -> bool {
         .is_some_and(|e| e == "safetensors" || e == "json")
 }
 
-/// A burnpack file, or safetensors weights (one file or an index and its shards).
+/// Whether `arg` names an object on object storage (`s3://bucket/key`) rather than a file.
+fn is_url(arg: &Path) -> bool {
+    arg.to_str()
+        .is_some_and(|s| s.starts_with("s3://") || s.starts_with("s3a://"))
+}
+
+/// Packs on object storage (feature `object-store`).
+#[cfg(feature = "object-store")]
+mod remote {
+    use std::path::Path;
+
+    use burn::tensor::Bytes;
+    use burnpack::interop::object_store::{ObjectLocation, ObjectSource, RemoteError};
+    use burnpack::read::{ReadError, Reader};
+
+    use super::Failure;
+
+    /// The object a URL argument names.
+    pub fn location(arg: &Path) -> Result<ObjectLocation, Failure> {
+        ObjectLocation::parse(&arg.to_string_lossy()).map_err(Failure::usage)
+    }
+
+    /// The pack at a URL: header and metadata read and validated (two ranged requests).
+    pub fn open(arg: &Path) -> Result<ObjectSource, Failure> {
+        ObjectSource::open(&location(arg)?).map_err(Failure::file)
+    }
+
+    /// The whole pack at a URL in memory, named by its URL (for `verify`, which reads every
+    /// byte): header and metadata first, so an object that is not a pack within the limits is
+    /// refused before its data is fetched; then one GET. An invalid pack is the inner error.
+    pub fn download(arg: &Path) -> Result<Result<Reader, ReadError>, Failure> {
+        let location = location(arg)?;
+        let url = location.to_string();
+        match ObjectSource::open(&location) {
+            Ok(_) => {}
+            Err(RemoteError::Invalid { source, .. }) => {
+                return Ok(Err(ReadError::Invalid {
+                    file: url,
+                    source: *source,
+                }));
+            }
+            Err(e) => return Err(Failure::file(e)),
+        }
+        let bytes = location.read_all().map_err(Failure::file)?;
+        Ok(Reader::from_bytes(Bytes::from_bytes_vec(bytes)).map(|r| r.with_name(url)))
+    }
+}
+
+/// Without the `object-store` feature, a URL is a usage error saying how to get it.
+#[cfg(not(feature = "object-store"))]
+mod remote {
+    use std::path::Path;
+
+    use super::Failure;
+
+    /// Never a source: the error says how to build `bpk` with object storage.
+    pub enum Never {}
+
+    impl burnpack::read::TensorSource for Never {
+        fn file(&self) -> &str {
+            match *self {}
+        }
+        fn tensors(&self) -> &[burnpack::format::TensorInfo] {
+            match *self {}
+        }
+        fn read(
+            &self,
+            _: &burnpack::format::TensorInfo,
+        ) -> Result<burn::tensor::Bytes, burnpack::read::ReadError> {
+            match *self {}
+        }
+    }
+
+    impl burnpack::read::PackSource for Never {
+        fn layout(&self) -> &burnpack::format::Layout {
+            match *self {}
+        }
+    }
+
+    pub fn download(
+        arg: &Path,
+    ) -> Result<Result<burnpack::read::Reader, burnpack::read::ReadError>, Failure> {
+        match open(arg)? {}
+    }
+
+    pub fn open(arg: &Path) -> Result<Never, Failure> {
+        Err(Failure::usage(format!(
+            "{}: this bpk was built without object storage; install it with \
+             `--features cli,object-store`",
+            arg.display()
+        )))
+    }
+}
+
+/// A burnpack file, safetensors weights (one file or an index and its shards), or a pack on
+/// object storage.
 enum Opened {
     Pack(Reader),
     Safetensors(SafetensorsSource),
+    #[cfg(feature = "object-store")]
+    Remote(burnpack::interop::object_store::ObjectSource),
 }
 
 impl Opened {
     fn open(path: &Path) -> Result<Self, Failure> {
+        if is_url(path) {
+            let source = remote::open(path)?;
+            #[cfg(feature = "object-store")]
+            {
+                // Everything at once: coalesced parallel requests, checked as they arrive.
+                let all: Vec<&TensorInfo> = source.tensors().iter().collect();
+                source.prefetch(&all).map_err(Failure::file)?;
+                return Ok(Opened::Remote(source));
+            }
+            #[cfg(not(feature = "object-store"))]
+            match source {}
+        }
         if is_safetensors(path) {
             SafetensorsSource::open(path)
                 .map(Opened::Safetensors)
@@ -165,6 +286,18 @@ impl Opened {
         match self {
             Opened::Pack(r) => r,
             Opened::Safetensors(s) => s,
+            #[cfg(feature = "object-store")]
+            Opened::Remote(s) => s,
+        }
+    }
+
+    /// The pack's layout (`None` for safetensors).
+    fn layout(&self) -> Option<&Layout> {
+        match self {
+            Opened::Pack(r) => Some(r.layout()),
+            Opened::Safetensors(_) => None,
+            #[cfg(feature = "object-store")]
+            Opened::Remote(s) => Some(s.layout()),
         }
     }
 
@@ -172,6 +305,8 @@ impl Opened {
         match self {
             Opened::Pack(r) => r.tensor(name),
             Opened::Safetensors(s) => s.tensor(name),
+            #[cfg(feature = "object-store")]
+            Opened::Remote(s) => s.layout().tensor(name),
         }
     }
 
@@ -179,19 +314,20 @@ impl Opened {
         match self {
             Opened::Pack(r) => r.metadata(),
             Opened::Safetensors(s) => s.metadata(),
+            #[cfg(feature = "object-store")]
+            Opened::Remote(s) => s.layout().metadata(),
         }
     }
 
     /// Scalars as text (safetensors has none).
     fn scalars(&self) -> Vec<(String, String)> {
-        match self {
-            Opened::Pack(r) => r
+        self.layout().map_or_else(Vec::new, |layout| {
+            layout
                 .scalars()
                 .iter()
                 .map(|(k, v)| (k.clone(), format!("{v:?}")))
-                .collect(),
-            Opened::Safetensors(_) => Vec::new(),
-        }
+                .collect()
+        })
     }
 }
 
@@ -246,22 +382,118 @@ fn inspect(path: &Path, as_json: bool, filter: Option<&str>) -> Result<u8, Failu
     if is_safetensors(path) {
         return inspect_safetensors(path, as_json, filter.as_ref());
     }
-    let reader = open(path)?;
-    let layout = reader.layout();
-    let shown: Vec<&TensorInfo> = reader
-        .tensors_by_position()
-        .filter(|t| filter.as_ref().is_none_or(|re| re.is_match(t.name())))
-        .collect();
-    let mut by_dtype = std::collections::BTreeMap::<String, u64>::new();
-    for t in reader.tensors() {
-        *by_dtype.entry(dtype_name(t.dtype())).or_default() += t.len();
+    if is_url(path) {
+        let source = remote::open(path)?;
+        #[cfg(feature = "object-store")]
+        {
+            // What opening cost: header and metadata, never a tensor.
+            let fetched = (source.fetched_bytes(), source.requests());
+            return Ok(inspect_pack(
+                path,
+                source.layout(),
+                as_json,
+                filter.as_ref(),
+                Some(fetched),
+            ));
+        }
+        #[cfg(not(feature = "object-store"))]
+        match source {}
     }
-    let elements: u64 = reader
-        .tensors()
+    let reader = open(path)?;
+    Ok(inspect_pack(
+        path,
+        reader.layout(),
+        as_json,
+        filter.as_ref(),
+        None,
+    ))
+}
+
+/// Totals of a table of tensors, as `inspect` shows them.
+struct Census {
+    count: usize,
+    elements: u64,
+    data_bytes: u64,
+    /// Bytes by dtype name.
+    by_dtype: std::collections::BTreeMap<String, u64>,
+}
+
+impl Census {
+    fn of(tensors: &[TensorInfo]) -> Self {
+        let mut by_dtype = std::collections::BTreeMap::<String, u64>::new();
+        for t in tensors {
+            *by_dtype.entry(dtype_name(t.dtype())).or_default() += t.len();
+        }
+        Self {
+            count: tensors.len(),
+            elements: tensors.iter().map(|t| t.num_elements() as u64).sum(),
+            data_bytes: tensors.iter().map(TensorInfo::len).sum(),
+            by_dtype,
+        }
+    }
+
+    /// `tensors: N (E elements, SIZE; dtype SIZE, ...)`.
+    fn print(&self) {
+        let dtypes: Vec<String> = self
+            .by_dtype
+            .iter()
+            .map(|(d, b)| format!("{d} {}", mib(*b)))
+            .collect();
+        println!(
+            "tensors: {} ({} elements, {}; {})",
+            self.count,
+            self.elements,
+            mib(self.data_bytes),
+            if dtypes.is_empty() {
+                "none".into()
+            } else {
+                dtypes.join(", ")
+            }
+        );
+    }
+}
+
+/// The metadata block of `inspect` (nothing when empty).
+fn print_metadata(metadata: &std::collections::BTreeMap<String, String>) {
+    if !metadata.is_empty() {
+        println!("metadata:");
+        for (k, v) in metadata {
+            println!("  {k} = {v}");
+        }
+    }
+}
+
+/// The width of the name column for `shown`.
+fn name_width(shown: &[&TensorInfo]) -> usize {
+    shown
         .iter()
-        .map(|t| t.num_elements() as u64)
-        .sum();
-    let data_bytes: u64 = reader.tensors().iter().map(TensorInfo::len).sum();
+        .map(|t| t.name().len())
+        .max()
+        .unwrap_or(4)
+        .max(4)
+}
+
+/// The last line of a filtered `inspect`.
+fn filtered(filter: Option<&Regex>, shown: usize, total: usize) {
+    if filter.is_some() {
+        println!("({shown} of {total} tensors match the filter)");
+    }
+}
+
+/// `inspect` for a pack: header, totals, metadata, scalars and the tensors matching
+/// `filter`; for a pack on object storage, the bytes and requests that opening it took.
+fn inspect_pack(
+    path: &Path,
+    layout: &Layout,
+    as_json: bool,
+    filter: Option<&Regex>,
+    fetched: Option<(u64, u64)>,
+) -> u8 {
+    let shown: Vec<&TensorInfo> = layout
+        .tensors_by_position()
+        .filter(|t| filter.is_none_or(|re| re.is_match(t.name())))
+        .collect();
+    let census = Census::of(layout.tensors());
     if as_json {
         let out = json!({
             "file": path.display().to_string(),
@@ -269,19 +501,21 @@ fn inspect(path: &Path, as_json: bool, filter: Option<&str>) -> Result<u8, Failu
             "file_size": layout.file_len(),
             "metadata_size": layout.header().metadata_size,
             "data_start": layout.data_start(),
-            "tensor_count": reader.tensors().len(),
-            "elements": elements,
-            "data_bytes": data_bytes,
-            "bytes_by_dtype": by_dtype,
-            "metadata": reader.metadata(),
-            "scalars": reader.scalars().iter().map(|(k, v)| (k.clone(), format!("{v:?}"))).collect::<std::collections::BTreeMap<_, _>>(),
+            "tensor_count": census.count,
+            "elements": census.elements,
+            "data_bytes": census.data_bytes,
+            "bytes_by_dtype": census.by_dtype,
+            "metadata": layout.metadata(),
+            "scalars": layout.scalars().iter().map(|(k, v)| (k.clone(), format!("{v:?}"))).collect::<std::collections::BTreeMap<_, _>>(),
             "tensors": shown.iter().map(|t| tensor_json(t)).collect::<Vec<_>>(),
+            "fetched_bytes": fetched.map(|(bytes, _)| bytes),
+            "requests": fetched.map(|(_, requests)| requests),
         });
         println!(
             "{}",
             serde_json::to_string_pretty(&out).expect("JSON of plain values")
         );
-        return Ok(0);
+        return 0;
     }
     println!(
         "{}: burnpack v{}, {} ({} bytes)",
@@ -295,38 +529,20 @@ fn inspect(path: &Path, as_json: bool, filter: Option<&str>) -> Result<u8, Failu
         layout.header().metadata_size,
         layout.data_start()
     );
-    let dtypes: Vec<String> = by_dtype
-        .iter()
-        .map(|(d, b)| format!("{d} {}", mib(*b)))
-        .collect();
-    println!(
-        "tensors: {} ({elements} elements, {}; {})",
-        reader.tensors().len(),
-        mib(data_bytes),
-        if dtypes.is_empty() {
-            "none".into()
-        } else {
-            dtypes.join(", ")
-        }
-    );
-    if !reader.metadata().is_empty() {
-        println!("metadata:");
-        for (k, v) in reader.metadata() {
-            println!("  {k} = {v}");
-        }
+    if let Some((bytes, requests)) = fetched {
+        println!(
+            "fetched: {bytes} bytes in {requests} requests (header and metadata, no tensor data)"
+        );
     }
-    if !reader.scalars().is_empty() {
+    census.print();
+    print_metadata(layout.metadata());
+    if !layout.scalars().is_empty() {
         println!("scalars:");
-        for (k, v) in reader.scalars() {
+        for (k, v) in layout.scalars() {
             println!("  {k} = {v:?}");
         }
     }
-    let width = shown
-        .iter()
-        .map(|t| t.name().len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
+    let width = name_width(&shown);
     println!(
         "{:<width$}  {:>9}  {:>16}  {:>12}  {:>20}  {:>12}",
         "name", "dtype", "shape", "bytes", "param id", "offset"
@@ -345,14 +561,8 @@ fn inspect(path: &Path, as_json: bool, filter: Option<&str>) -> Result<u8, Failu
             t.offset()
         );
     }
-    if filter.is_some() {
-        println!(
-            "({} of {} tensors match the filter)",
-            shown.len(),
-            reader.tensors().len()
-        );
-    }
-    Ok(0)
+    filtered(filter, shown.len(), census.count);
+    0
 }
 
 /// `inspect` for safetensors weights: the shard table, totals, the dtype census, metadata and
@@ -360,16 +570,13 @@ fn inspect(path: &Path, as_json: bool, filter: Option<&str>) -> Result<u8, Failu
 fn inspect_safetensors(path: &Path, as_json: bool, filter: Option<&Regex>) -> Result<u8, Failure> {
     let source = SafetensorsSource::open(path).map_err(Failure::file)?;
     let tensors = source.tensors();
-    let mut by_dtype = std::collections::BTreeMap::<String, u64>::new();
+    let census = Census::of(tensors);
     let mut by_shard = std::collections::BTreeMap::<&Path, (usize, u64)>::new();
     for t in tensors {
-        *by_dtype.entry(dtype_name(t.dtype())).or_default() += t.len();
         let shard = by_shard.entry(source.shard_of(t)).or_default();
         shard.0 += 1;
         shard.1 += t.len();
     }
-    let elements: u64 = tensors.iter().map(|t| t.num_elements() as u64).sum();
-    let data_bytes: u64 = tensors.iter().map(TensorInfo::len).sum();
     let shown: Vec<&TensorInfo> = tensors
         .iter()
         .filter(|t| filter.is_none_or(|re| re.is_match(t.name())))
@@ -385,10 +592,10 @@ fn inspect_safetensors(path: &Path, as_json: bool, filter: Option<&Regex>) -> Re
             "file": path.display().to_string(),
             "format": "safetensors",
             "shards": by_shard.iter().map(|(p, (n, b))| json!({"file": shard_name(p), "tensors": n, "bytes": b})).collect::<Vec<_>>(),
-            "tensor_count": tensors.len(),
-            "elements": elements,
-            "data_bytes": data_bytes,
-            "bytes_by_dtype": by_dtype,
+            "tensor_count": census.count,
+            "elements": census.elements,
+            "data_bytes": census.data_bytes,
+            "bytes_by_dtype": census.by_dtype,
             "metadata": source.metadata(),
             "unaligned": source.unaligned().map(TensorInfo::name).collect::<Vec<_>>(),
             "tensors": shown.iter().map(|t| {
@@ -408,7 +615,7 @@ fn inspect_safetensors(path: &Path, as_json: bool, filter: Option<&Regex>) -> Re
         path.display(),
         by_shard.len(),
         if by_shard.len() == 1 { "" } else { "s" },
-        mib(data_bytes)
+        mib(census.data_bytes)
     );
     if by_shard.len() > 1 {
         println!("shards:");
@@ -416,36 +623,13 @@ fn inspect_safetensors(path: &Path, as_json: bool, filter: Option<&Regex>) -> Re
             println!("  {}  {n} tensors, {}", shard_name(p), mib(*b));
         }
     }
-    let dtypes: Vec<String> = by_dtype
-        .iter()
-        .map(|(d, b)| format!("{d} {}", mib(*b)))
-        .collect();
-    println!(
-        "tensors: {} ({elements} elements, {}; {})",
-        tensors.len(),
-        mib(data_bytes),
-        if dtypes.is_empty() {
-            "none".into()
-        } else {
-            dtypes.join(", ")
-        }
-    );
+    census.print();
     let unaligned = source.unaligned().count();
     if unaligned > 0 {
         println!("unaligned: {unaligned} tensors (copied when loaded)");
     }
-    if !source.metadata().is_empty() {
-        println!("metadata:");
-        for (k, v) in source.metadata() {
-            println!("  {k} = {v}");
-        }
-    }
-    let width = shown
-        .iter()
-        .map(|t| t.name().len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
+    print_metadata(source.metadata());
+    let width = name_width(&shown);
     println!(
         "{:<width$}  {:>9}  {:>16}  {:>12}  shard",
         "name", "dtype", "shape", "bytes"
@@ -460,13 +644,7 @@ fn inspect_safetensors(path: &Path, as_json: bool, filter: Option<&Regex>) -> Re
             shard_name(source.shard_of(t))
         );
     }
-    if filter.is_some() {
-        println!(
-            "({} of {} tensors match the filter)",
-            shown.len(),
-            tensors.len()
-        );
-    }
+    filtered(filter, shown.len(), census.count);
     Ok(0)
 }
 
@@ -483,37 +661,11 @@ fn verify_safetensors(path: &Path, nan: bool) -> Result<u8, Failure> {
         }
         Err(e) => return Err(Failure::file(e)),
     };
-    let results: Vec<Result<(String, u64, u64), Failure>> = source
-        .tensors()
-        .par_iter()
-        .map(|t| {
-            let bytes = source.read(t).map_err(Failure::file)?;
-            let (mut nans, mut infs) = (0u64, 0u64);
-            if nan && t.dtype().is_float() {
-                for_each_f64(t.dtype(), &bytes, |v| {
-                    nans += u64::from(v.is_nan());
-                    infs += u64::from(v.is_infinite());
-                });
-            }
-            Ok((t.name().to_string(), nans, infs))
-        })
-        .collect();
-    let mut bad = 0;
-    for result in results {
-        let (name, nans, infs) = result?;
-        if nans + infs > 0 {
-            bad += 1;
-            println!(
-                "{}: tensor '{name}': {nans} NaN and {infs} infinite values",
-                path.display()
-            );
-        }
-    }
+    let Scan { bad, total, .. } = scan(&source, path, nan)?;
     if bad > 0 {
         println!("{}: FAILED: {bad} problems", path.display());
         return Ok(1);
     }
-    let total: u64 = source.tensors().iter().map(TensorInfo::len).sum();
     println!(
         "{}: OK: {} shard{} valid, {} tensors ({}) read, no checksums in safetensors (contents unverified){}",
         path.display(),
@@ -560,34 +712,21 @@ fn for_each_f64(dtype: DType, bytes: &[u8], mut f: impl FnMut(f64)) -> bool {
     true
 }
 
-fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
-    if is_safetensors(path) {
-        return verify_safetensors(path, nan);
-    }
-    // Ordinary reads, never a mapping: a damaged file (a hole on a full tmpfs, a file
-    // truncated meanwhile) is then an error to report, not a `SIGBUS`.
-    let failed = |e: &ReadError| {
-        println!("{e}");
-        println!("{}: FAILED: 1 problem", path.display());
-        Ok(1)
-    };
-    let reader = match Reader::open_buffered(path) {
-        Ok(reader) => reader,
-        // Damage that the checksums caught is a failed verification, like a tensor's.
-        Err(
-            e @ ReadError::Invalid {
-                source: FormatError::MetadataChecksum { .. },
-                ..
-            },
-        ) => return failed(&e),
-        Err(e) => return Err(Failure::file(e)),
-    };
-    match reader.verify_structure() {
-        Ok(()) => {}
-        Err(e @ ReadError::Invalid { .. }) => return failed(&e),
-        Err(e) => return Err(Failure::file(e)),
-    }
-    let total: u64 = reader.tensors().iter().map(TensorInfo::len).sum();
+/// What reading every tensor of a source found.
+struct Scan {
+    /// Problems printed: checksum mismatches, tensors with NaN or infinite values.
+    bad: usize,
+    /// Tensors whose checksum matched (none for sources without checksums).
+    verified: usize,
+    /// Bytes read.
+    total: u64,
+}
+
+/// Reads every tensor of `source` in parallel (a progress bar from 256 MiB on), checks each
+/// against its checksum and, with `nan`, scans floats for NaN and infinite values; prints
+/// each problem.
+fn scan(source: &(dyn TensorSource + Sync), path: &Path, nan: bool) -> Result<Scan, Failure> {
+    let total: u64 = source.tensors().iter().map(TensorInfo::len).sum();
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {msg}")
@@ -598,12 +737,12 @@ fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
     }
     // Per tensor: name, NaN count, infinity count, checksum verdict.
     type Verdict = (String, u64, u64, Result<bool, String>);
-    let results: Vec<Result<Verdict, Failure>> = reader
+    let results: Vec<Result<Verdict, Failure>> = source
         .tensors()
         .par_iter()
         .map(|t| {
-            let bytes = reader.read(t).map_err(Failure::file)?;
-            let sum = reader.check(t, &bytes).map_err(|e| e.to_string());
+            let bytes = source.read(t).map_err(Failure::file)?;
+            let sum = source.check(t, &bytes).map_err(|e| e.to_string());
             let (mut nans, mut infs) = (0u64, 0u64);
             if nan && t.dtype().is_float() {
                 for_each_f64(t.dtype(), &bytes, |v| {
@@ -634,6 +773,50 @@ fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
             );
         }
     }
+    Ok(Scan {
+        bad,
+        verified,
+        total,
+    })
+}
+
+fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
+    if is_safetensors(path) {
+        return verify_safetensors(path, nan);
+    }
+    // Ordinary reads, never a mapping: a damaged file (a hole on a full tmpfs, a file
+    // truncated meanwhile) is then an error to report, not a `SIGBUS`.
+    let failed = |e: &ReadError| {
+        println!("{e}");
+        println!("{}: FAILED: 1 problem", path.display());
+        Ok(1)
+    };
+    let opened = if is_url(path) {
+        remote::download(path)?
+    } else {
+        Reader::open_buffered(path)
+    };
+    let reader = match opened {
+        Ok(reader) => reader,
+        // Damage that the checksums caught is a failed verification, like a tensor's.
+        Err(
+            e @ ReadError::Invalid {
+                source: FormatError::MetadataChecksum { .. },
+                ..
+            },
+        ) => return failed(&e),
+        Err(e) => return Err(Failure::file(e)),
+    };
+    match reader.verify_structure() {
+        Ok(()) => {}
+        Err(e @ ReadError::Invalid { .. }) => return failed(&e),
+        Err(e) => return Err(Failure::file(e)),
+    }
+    let Scan {
+        bad,
+        verified,
+        total,
+    } = scan(&reader, path, nan)?;
     if bad > 0 {
         println!("{}: FAILED: {bad} problems", path.display());
         return Ok(1);
@@ -861,12 +1044,10 @@ fn convert(
             "--shard-size applies to safetensors output only",
         ));
     }
-    let mut magic = [0u8; 4];
-    let from_burnpack = std::fs::File::open(input)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
-        .map(|()| u32::from_le_bytes(magic) == burnpack::format::MAGIC)
-        .map_err(|e| Failure::file(format!("{}: cannot read: {e}", input.display())))?;
-    let size = match (from_burnpack, to) {
+    if is_url(input) || is_url(output) {
+        return convert_remote(input, output, to, shard_size);
+    }
+    let size = match (is_burnpack_file(input)?, to) {
         (false, Format::Burnpack) => {
             burnpack::interop::safetensors::safetensors_to_burnpack(input, output)
         }
@@ -875,24 +1056,7 @@ fn convert(
                 input, output, shard_size,
             )
             .map_err(Failure::file)?;
-            let size: u64 = written
-                .iter()
-                .filter_map(|p| std::fs::metadata(p).ok())
-                .map(|m| m.len())
-                .sum();
-            if written.len() > 1 {
-                println!(
-                    "{} -> {} shards and {} ({})",
-                    input.display(),
-                    written.len() - 1,
-                    written
-                        .last()
-                        .map_or_else(String::new, |p| p.display().to_string()),
-                    mib(size)
-                );
-                return Ok(0);
-            }
-            Ok(size)
+            return Ok(converted_to_safetensors(input, output, &written));
         }
         (true, Format::Burnpack) | (false, Format::Safetensors) => {
             return Err(Failure::usage(format!(
@@ -902,11 +1066,96 @@ fn convert(
         }
     }
     .map_err(Failure::file)?;
+    Ok(converted(input, output, size))
+}
+
+/// Says what a conversion wrote: `IN -> OUT (size)`.
+fn converted(input: &Path, output: &Path, size: u64) -> u8 {
     println!(
         "{} -> {} ({})",
         input.display(),
         output.display(),
         mib(size)
     );
-    Ok(0)
+    0
+}
+
+/// Whether a local file starts with burnpack's magic (else it is taken for safetensors).
+fn is_burnpack_file(input: &Path) -> Result<bool, Failure> {
+    let mut magic = [0u8; 4];
+    std::fs::File::open(input)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .map(|()| u32::from_le_bytes(magic) == burnpack::format::MAGIC)
+        .map_err(|e| Failure::file(format!("{}: cannot read: {e}", input.display())))
+}
+
+/// Says what a conversion to safetensors wrote (one file, or shards and their index).
+fn converted_to_safetensors(input: &Path, output: &Path, written: &[PathBuf]) -> u8 {
+    let size: u64 = written
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum();
+    if written.len() > 1 {
+        println!(
+            "{} -> {} shards and {} ({})",
+            input.display(),
+            written.len() - 1,
+            written
+                .last()
+                .map_or_else(String::new, |p| p.display().to_string()),
+            mib(size)
+        );
+        0
+    } else {
+        converted(input, output, size)
+    }
+}
+
+/// `convert` where the input or the output is on object storage: a pack there converts to
+/// safetensors (a local file) or is copied (to a file or another object); a local pack or
+/// safetensors weights go up as a pack, streamed as a multipart upload.
+#[cfg(feature = "object-store")]
+fn convert_remote(
+    input: &Path,
+    output: &Path,
+    to: Format,
+    shard_size: Option<u64>,
+) -> Result<u8, Failure> {
+    use burnpack::Writer;
+    use burnpack::interop::object_store::{UploadOptions, upload};
+
+    if to == Format::Safetensors && is_url(output) {
+        return Err(Failure::usage(format!(
+            "{}: safetensors are written to local files only; convert to a local file, then \
+             copy it",
+            output.display()
+        )));
+    }
+    let writer = if is_url(input) {
+        let source = remote::open(input)?;
+        if to == Format::Safetensors {
+            let written =
+                burnpack::interop::safetensors::pack_to_safetensors(&source, output, shard_size)
+                    .map_err(Failure::file)?;
+            return Ok(converted_to_safetensors(input, output, &written));
+        }
+        Writer::from_part(&source, "").map_err(Failure::file)?
+    } else if is_burnpack_file(input)? {
+        Writer::from_part(&open(input)?, "").map_err(Failure::file)?
+    } else {
+        burnpack::interop::safetensors::safetensors_to_writer(input).map_err(Failure::file)?
+    };
+    let size = if is_url(output) {
+        upload(writer, &remote::location(output)?, &UploadOptions::new()).map_err(Failure::file)?
+    } else {
+        writer.write_to_file(output).map_err(Failure::file)?
+    };
+    Ok(converted(input, output, size))
+}
+
+/// Without the `object-store` feature, a URL is a usage error saying how to get it.
+#[cfg(not(feature = "object-store"))]
+fn convert_remote(input: &Path, output: &Path, _: Format, _: Option<u64>) -> Result<u8, Failure> {
+    match remote::open(if is_url(input) { input } else { output })? {}
 }

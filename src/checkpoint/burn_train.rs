@@ -8,11 +8,12 @@ use super::error::CheckpointError;
 use super::file::Checkpoint;
 use super::namespace::{
     MODEL_PREFIX, OPTIM_PREFIX, PARTS_KEY, PROGRESS_PREFIX, SCHEDULER_PREFIX, absorb_reader,
-    assemble, part,
+    assemble,
 };
 use crate::format::Scalar;
 use crate::module::SaveOptions;
 use crate::read::Reader;
+use crate::write::Writer;
 
 impl Checkpoint {
     /// Writes the checkpoint in burn-train's layout: `<dir>/model-<epoch>.bpk` (as
@@ -27,13 +28,14 @@ impl Checkpoint {
         epoch: u64,
     ) -> Result<(), CheckpointError> {
         let dir = dir.as_ref();
-        part(self.reader(), MODEL_PREFIX)?.write_to_file(dir.join(format!("model-{epoch}.bpk")))?;
+        Writer::from_part(self.reader(), MODEL_PREFIX)?
+            .write_to_file(dir.join(format!("model-{epoch}.bpk")))?;
         if self.has_optimizer() {
-            part(self.reader(), OPTIM_PREFIX)?
+            Writer::from_part(self.reader(), OPTIM_PREFIX)?
                 .write_to_file(dir.join(format!("optim-{epoch}.bpk")))?;
         }
         if self.has_scheduler() {
-            part(self.reader(), SCHEDULER_PREFIX)?
+            Writer::from_part(self.reader(), SCHEDULER_PREFIX)?
                 .write_to_file(dir.join(format!("scheduler-{epoch}.bpk")))?;
         }
         Ok(())

@@ -80,6 +80,10 @@ pub enum CheckpointError {
         /// Its path.
         newer: PathBuf,
     },
+    /// A request to object storage failed (feature `object-store`).
+    #[cfg(feature = "object-store")]
+    #[error(transparent)]
+    Remote(#[from] Box<crate::interop::object_store::RemoteError>),
     /// The background save thread panicked.
     #[error("the background checkpoint save panicked: {0}")]
     Panicked(String),

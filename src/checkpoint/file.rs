@@ -9,16 +9,21 @@ use burn::tensor::Bytes;
 
 use super::error::CheckpointError;
 use super::namespace::{
-    KIND, KIND_KEY, OPTIM_PREFIX, PARTS_KEY, PROGRESS_PREFIX, SCHEDULER_PREFIX, part,
+    KIND, KIND_KEY, OPTIM_PREFIX, PARTS_KEY, PROGRESS_PREFIX, SCHEDULER_PREFIX,
 };
 use super::progress::Progress;
 use crate::module::{LoadOptions, PackModule};
-use crate::read::Reader;
+use crate::read::{PackSource, Reader};
+use crate::write::Writer;
 
 /// An open checkpoint: progress, and the parts to restore.
+///
+/// Read from a file (mapped: [`open`](Checkpoint::open)) by default, or from any
+/// [`PackSource`], such as a pack on object storage (feature `object-store`), where each part
+/// fetches only its own tensors.
 #[derive(Debug)]
-pub struct Checkpoint {
-    reader: Reader,
+pub struct Checkpoint<S: PackSource = Reader> {
+    source: S,
 }
 
 impl Checkpoint {
@@ -35,26 +40,42 @@ impl Checkpoint {
     /// # Errors
     /// [`CheckpointError::NotACheckpoint`].
     pub fn from_reader(reader: Reader) -> Result<Self, CheckpointError> {
-        match reader.metadata().get(KIND_KEY) {
-            Some(kind) if kind == KIND => Ok(Self { reader }),
-            found => Err(CheckpointError::NotACheckpoint {
-                file: reader.file().to_string(),
-                found: found.cloned(),
-            }),
-        }
+        Self::from_source(reader)
     }
 
     /// The underlying reader.
     #[must_use]
     pub fn reader(&self) -> &Reader {
-        &self.reader
+        &self.source
+    }
+}
+
+impl<S: PackSource> Checkpoint<S> {
+    /// Wraps an open pack source, checking that it is a checkpoint.
+    ///
+    /// # Errors
+    /// [`CheckpointError::NotACheckpoint`].
+    pub fn from_source(source: S) -> Result<Self, CheckpointError> {
+        match source.layout().metadata().get(KIND_KEY) {
+            Some(kind) if kind == KIND => Ok(Self { source }),
+            found => Err(CheckpointError::NotACheckpoint {
+                file: source.file().to_string(),
+                found: found.cloned(),
+            }),
+        }
+    }
+
+    /// The underlying source.
+    #[must_use]
+    pub fn source(&self) -> &S {
+        &self.source
     }
 
     /// The progress saved with the checkpoint.
     #[must_use]
     pub fn progress(&self) -> Progress {
         let mut progress = Progress::default();
-        for (k, v) in self.reader.scalars() {
+        for (k, v) in self.source.layout().scalars() {
             let Some(name) = k.strip_prefix(PROGRESS_PREFIX) else {
                 continue;
             };
@@ -85,12 +106,12 @@ impl Checkpoint {
     /// Whether part `name` was saved: listed under [`PARTS_KEY`], or (checkpoints written
     /// before that key) some entry lives under `prefix`.
     fn has_part(&self, name: &str, prefix: &str) -> bool {
-        match self.reader.metadata().get(PARTS_KEY) {
+        let layout = self.source.layout();
+        match layout.metadata().get(PARTS_KEY) {
             Some(parts) => parts.split(',').any(|p| p == name),
             None => {
-                self.reader.scalars().keys().any(|k| k.starts_with(prefix))
-                    || self
-                        .reader
+                layout.scalars().keys().any(|k| k.starts_with(prefix))
+                    || layout
                         .tensors()
                         .iter()
                         .any(|t| t.name().starts_with(prefix))
@@ -115,7 +136,7 @@ impl Checkpoint {
         model: M,
         options: &LoadOptions,
     ) -> Result<M, CheckpointError> {
-        Ok(model.load_pack_reader(&self.reader, options)?)
+        Ok(model.load_from_source(&self.source, options)?)
     }
 
     /// Restores the optimizer state into `optimizer` (built with the same configuration).
@@ -129,7 +150,7 @@ impl Checkpoint {
     ) -> Result<ModuleOptimizer, CheckpointError> {
         if !self.has_optimizer() {
             return Err(CheckpointError::Invalid {
-                file: self.reader.file().to_string(),
+                file: self.source.file().to_string(),
                 what: "the checkpoint holds no optimizer state".into(),
             });
         }
@@ -137,7 +158,7 @@ impl Checkpoint {
             .from_bytes(self.extract(OPTIM_PREFIX)?)
             .map_err(|e| {
                 CheckpointError::record(
-                    &format!("{}: restore the optimizer state", self.reader.file()),
+                    &format!("{}: restore the optimizer state", self.source.file()),
                     &e,
                 )
             })
@@ -150,7 +171,7 @@ impl Checkpoint {
     pub fn scheduler_record(&self) -> Result<LrSchedulerRecord, CheckpointError> {
         LrSchedulerRecord::from_bytes(self.extract(SCHEDULER_PREFIX)?).map_err(|e| {
             CheckpointError::record(
-                &format!("{}: restore the scheduler record", self.reader.file()),
+                &format!("{}: restore the scheduler record", self.source.file()),
                 &e,
             )
         })
@@ -158,6 +179,6 @@ impl Checkpoint {
 
     /// The part under `prefix` as a stand-alone pack, as Burn wrote it (prefix removed).
     pub(crate) fn extract(&self, prefix: &str) -> Result<Bytes, CheckpointError> {
-        Ok(part(&self.reader, prefix)?.into_bytes()?)
+        Ok(Writer::from_part(&self.source, prefix)?.into_bytes()?)
     }
 }

@@ -9,6 +9,7 @@ use burn::module::Module;
 use super::error::CheckpointError;
 use super::file::Checkpoint;
 use super::state::TrainingState;
+use crate::read::PackSource;
 use crate::write::{is_scratch_name, is_stale_scratch};
 
 const PREFIX: &str = "ckpt-";
@@ -54,8 +55,7 @@ pub struct CheckpointEntry {
 #[derive(Debug, Clone)]
 pub struct CheckpointManager {
     dir: PathBuf,
-    keep_last: usize,
-    best: Option<(String, bool)>,
+    retention: Retention,
     /// Saves of this manager (and its clones) still being written in the background.
     in_flight: Arc<InFlight>,
 }
@@ -93,8 +93,7 @@ impl CheckpointManager {
         })?;
         let manager = Self {
             dir,
-            keep_last: 3,
-            best: None,
+            retention: Retention::default(),
             in_flight: Arc::default(),
         };
         manager.clean_scratch()?;
@@ -104,7 +103,7 @@ impl CheckpointManager {
     /// Keeps the `n` most recent checkpoints (at least 1).
     #[must_use]
     pub fn keep_last(mut self, n: usize) -> Self {
-        self.keep_last = n.max(1);
+        self.retention = self.retention.keep_last(n);
         self
     }
 
@@ -112,7 +111,7 @@ impl CheckpointManager {
     /// `lower_is_better`, else highest).
     #[must_use]
     pub fn keep_best(mut self, metric: impl Into<String>, lower_is_better: bool) -> Self {
-        self.best = Some((metric.into(), lower_is_better));
+        self.retention = self.retention.keep_best(metric, lower_is_better);
         self
     }
 
@@ -125,7 +124,7 @@ impl CheckpointManager {
     /// Where the checkpoint of `step` is saved.
     #[must_use]
     pub fn path_for(&self, step: u64) -> PathBuf {
-        self.dir.join(format!("{PREFIX}{step:020}{SUFFIX}"))
+        self.dir.join(checkpoint_name(step))
     }
 
     /// Saves `state` as the checkpoint of its progress step, then applies retention.
@@ -225,13 +224,7 @@ impl CheckpointManager {
     pub fn list(&self) -> Result<Vec<CheckpointEntry>, CheckpointError> {
         let mut out = Vec::new();
         for entry in self.read_dir()? {
-            let name = entry.file_name();
-            let Some(step) = name
-                .to_str()
-                .and_then(|n| n.strip_prefix(PREFIX))
-                .and_then(|n| n.strip_suffix(SUFFIX))
-                .and_then(|n| n.parse::<u64>().ok())
-            else {
+            let Some(step) = entry.file_name().to_str().and_then(step_of) else {
                 continue;
             };
             out.push(CheckpointEntry {
@@ -266,30 +259,10 @@ impl CheckpointManager {
     /// A file could not be deleted.
     pub fn retain(&self) -> Result<(), CheckpointError> {
         let all = self.list()?;
-        let mut keep: Vec<u64> = all
-            .iter()
-            .rev()
-            .take(self.keep_last)
-            .map(|c| c.step)
-            .collect();
-        if let Some(newest_valid) = all.iter().rev().find(|c| Checkpoint::open(&c.path).is_ok()) {
-            keep.push(newest_valid.step);
-        }
-        if let Some((metric, lower)) = &self.best {
-            let key = format!("progress.{metric}");
-            let scored = all.iter().filter_map(|c| {
-                let ckpt = Checkpoint::open(&c.path).ok()?;
-                let value = ckpt.reader().scalars().get(&key).copied()?;
-                Some((c.step, f64::try_from(value).ok()?))
-            });
-            let best = if *lower {
-                scored.min_by(|a, b| a.1.total_cmp(&b.1))
-            } else {
-                scored.max_by(|a, b| a.1.total_cmp(&b.1))
-            };
-            keep.extend(best.map(|(step, _)| step));
-        }
-        for c in all.iter().filter(|c| !keep.contains(&c.step)) {
+        for c in self
+            .retention
+            .doomed(&all, |c| c.step, |c| Checkpoint::open(&c.path).ok())
+        {
             fs::remove_file(&c.path).map_err(|source| CheckpointError::Io {
                 action: "delete",
                 path: c.path.clone(),
@@ -333,5 +306,82 @@ impl CheckpointManager {
             .map_err(io)?
             .collect::<Result<Vec<_>, _>>()
             .map_err(io)
+    }
+}
+
+/// The object or file name of the checkpoint of `step` (zero-padded, so names sort by step).
+pub(crate) fn checkpoint_name(step: u64) -> String {
+    format!("{PREFIX}{step:020}{SUFFIX}")
+}
+
+/// The step of a checkpoint name, `None` for other names.
+pub(crate) fn step_of(name: &str) -> Option<u64> {
+    name.strip_prefix(PREFIX)?
+        .strip_suffix(SUFFIX)?
+        .parse()
+        .ok()
+}
+
+/// Which checkpoints a manager keeps: the last `keep_last`, the newest valid one, and
+/// optionally the best by a progress metric.
+#[derive(Debug, Clone)]
+pub(crate) struct Retention {
+    pub(crate) keep_last: usize,
+    /// The metric's name, and whether lower is better.
+    pub(crate) best: Option<(String, bool)>,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            keep_last: 3,
+            best: None,
+        }
+    }
+}
+
+impl Retention {
+    /// Keeps the `n` most recent checkpoints (at least 1).
+    pub(crate) fn keep_last(self, n: usize) -> Self {
+        Self {
+            keep_last: n.max(1),
+            ..self
+        }
+    }
+
+    /// Also keeps the best by `progress.<metric>`.
+    pub(crate) fn keep_best(self, metric: impl Into<String>, lower_is_better: bool) -> Self {
+        Self {
+            best: Some((metric.into(), lower_is_better)),
+            ..self
+        }
+    }
+
+    /// The checkpoints of `all` (sorted by `step`, oldest first) to delete. `open` opens one
+    /// (`None` when it does not open as a checkpoint): the newest that opens is always kept,
+    /// and with a `best` policy each is opened for its metric.
+    pub(crate) fn doomed<'e, E, S: PackSource>(
+        &self,
+        all: &'e [E],
+        step: impl Fn(&E) -> u64,
+        mut open: impl FnMut(&E) -> Option<Checkpoint<S>>,
+    ) -> Vec<&'e E> {
+        let mut keep: Vec<u64> = all.iter().rev().take(self.keep_last).map(&step).collect();
+        if let Some(newest_valid) = all.iter().rev().find(|e| open(e).is_some()) {
+            keep.push(step(newest_valid));
+        }
+        if let Some((metric, lower)) = &self.best {
+            let scored = all.iter().filter_map(|e| {
+                let value = *open(e)?.progress().scalars.get(metric)?;
+                Some((step(e), f64::try_from(value).ok()?))
+            });
+            let best = if *lower {
+                scored.min_by(|a, b| a.1.total_cmp(&b.1))
+            } else {
+                scored.max_by(|a, b| a.1.total_cmp(&b.1))
+            };
+            keep.extend(best.map(|(step, _)| step));
+        }
+        all.iter().filter(|e| !keep.contains(&step(e))).collect()
     }
 }

@@ -51,7 +51,7 @@ mod async_save;
 mod burn_train;
 mod error;
 mod file;
-mod manager;
+pub(crate) mod manager;
 mod namespace;
 mod progress;
 mod state;

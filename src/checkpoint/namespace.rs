@@ -64,32 +64,6 @@ pub(crate) fn absorb_reader(
     Ok(())
 }
 
-/// A writer for the part of `reader` under `prefix` (prefix removed), as Burn wrote it;
-/// tensors are windows into the reader's source, each checked against its checksum first.
-pub(crate) fn part(reader: &Reader, prefix: &str) -> Result<Writer, CheckpointError> {
-    let mut entries = Vec::new();
-    for info in reader.tensors_by_position() {
-        let Some(name) = info.name().strip_prefix(prefix) else {
-            continue;
-        };
-        let bytes = reader.read(info)?;
-        reader.check(info, &bytes)?;
-        entries.push(Entry::from_stored(info, bytes).renamed(name));
-    }
-    let mut writer = Writer::new(entries);
-    for (k, v) in reader.scalars() {
-        if let Some(name) = k.strip_prefix(prefix) {
-            writer = writer.with_scalar(name, *v);
-        }
-    }
-    for (k, v) in reader.metadata() {
-        if let Some(name) = k.strip_prefix(prefix) {
-            writer = writer.with_metadata(name, v.clone());
-        }
-    }
-    Ok(writer)
-}
-
 /// A checkpoint writer: `options` applied, namespaced scalars and metadata, the kind marker
 /// and the namespace of the model's parameters.
 pub(crate) fn assemble(

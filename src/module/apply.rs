@@ -20,9 +20,7 @@ use crate::read::{CopyReason, ReadError, TensorSource};
 pub(crate) struct Applier<'a> {
     source: &'a dyn TensorSource,
     options: &'a LoadOptions,
-    path: Vec<String>,
-    /// The container types along `path` (`Struct:Linear`, `Vec`...), as Burn names them.
-    containers: Vec<String>,
+    walk: Walk,
     /// File tensors by (renamed) path, only those the filter accepts; removed when used.
     pending: HashMap<Cow<'a, str>, &'a TensorInfo>,
     pub(crate) mismatch: Mismatch,
@@ -61,8 +59,7 @@ impl<'a> Applier<'a> {
         Self {
             source,
             options,
-            path: Vec::new(),
-            containers: Vec::new(),
+            walk: Walk::default(),
             pending,
             mismatch,
             report: LoadReport::default(),
@@ -91,11 +88,11 @@ impl<'a> Applier<'a> {
     where
         Tensor<D, K>: Parameter,
     {
-        let path = self.path.join(".");
+        let path = self.walk.path();
         if !self.options.accepts(&path) {
             return param;
         }
-        let (key, transpose) = self.pytorch_convention(&path, D);
+        let (key, transpose) = self.walk.lookup(self.options, &self.pending, &path, D);
         let Some(info) = self.pending.remove(key.as_str()) else {
             self.mismatch.missing.push(path);
             return param;
@@ -267,27 +264,13 @@ impl<'a> Applier<'a> {
         Ok(bytes)
     }
 
-    /// The file name to look up for the parameter at `path` and whether it is stored
-    /// transposed (see [`lookup`]).
-    fn pytorch_convention(&self, path: &str, rank: usize) -> (String, bool) {
-        lookup(
-            self.options,
-            &self.pending,
-            &self.path,
-            &self.containers,
-            path,
-            rank,
-        )
-    }
-
     /// The tensors a walk of `module` will read, found without reading any parameter (lazy
     /// ones stay uninitialized): what a remote source fetches ahead of the walk.
     pub(crate) fn wanted<M: burn::module::Module>(&self, module: &M) -> Vec<&'a TensorInfo> {
         let mut wanted = Wanted {
             options: self.options,
             pending: &self.pending,
-            path: Vec::new(),
-            containers: Vec::new(),
+            walk: Walk::default(),
             found: Vec::new(),
         };
         module.visit(&mut wanted);
@@ -295,71 +278,87 @@ impl<'a> Applier<'a> {
     }
 }
 
-/// The file name to look up for the parameter at `path` (whose segments are `stack`, inside
-/// containers of the types `containers`), and whether it is a `Linear` weight stored
-/// transposed. The path itself, but under [`LoadOptions::pytorch`] (mirroring burn-store's
-/// `PyTorchToBurnAdapter`, where the innermost user-defined container decides) a
-/// normalization's `gamma` / `beta` is read from `weight` / `bias` when the file lacks Burn's
-/// name.
-fn lookup(
-    options: &LoadOptions,
-    pending: &HashMap<Cow<'_, str>, &TensorInfo>,
-    stack: &[String],
-    containers: &[String],
-    path: &str,
-    rank: usize,
-) -> (String, bool) {
-    if !options.pytorch {
-        return (path.to_string(), false);
+/// Where a walk over a module is: the path segments and the container types along them
+/// (`Struct:Linear`, `Vec`...), as Burn names them in `enter_module`.
+#[derive(Default)]
+struct Walk {
+    path: Vec<String>,
+    containers: Vec<String>,
+}
+
+impl Walk {
+    fn enter(&mut self, name: &str, container_type: &str) {
+        self.path.push(name.to_string());
+        self.containers.push(container_type.to_string());
     }
-    let module = containers
-        .iter()
-        .rev()
-        .find(|c| c.starts_with("Struct:") || c.starts_with("Enum:"))
-        .map_or("", String::as_str);
-    let leaf = stack.last().map_or("", String::as_str);
-    if module == "Struct:Linear" && leaf == "weight" && rank == 2 {
-        return (path.to_string(), true);
+
+    fn exit(&mut self) {
+        self.path.pop();
+        self.containers.pop();
     }
-    let norm = matches!(
-        module,
-        "Struct:BatchNorm" | "Struct:LayerNorm" | "Struct:GroupNorm" | "Struct:RmsNorm"
-    );
-    let pytorch_name = match leaf {
-        "gamma" => "weight",
-        "beta" => "bias",
-        _ => "",
-    };
-    if norm && !pytorch_name.is_empty() && !pending.contains_key(path) {
-        let parent = &path[..path.len() - leaf.len()];
-        return (format!("{parent}{pytorch_name}"), false);
+
+    /// The current parameter's path, segments joined with `.`.
+    fn path(&self) -> String {
+        self.path.join(".")
     }
-    (path.to_string(), false)
+
+    /// The file name to look up for the parameter at `path` (the current one, of rank
+    /// `rank`), and whether it is a `Linear` weight stored transposed. The path itself, but
+    /// under [`LoadOptions::pytorch`] (mirroring burn-store's `PyTorchToBurnAdapter`, where the
+    /// innermost user-defined container decides) a normalization's `gamma` / `beta` is read
+    /// from `weight` / `bias` when the file lacks Burn's name.
+    fn lookup(
+        &self,
+        options: &LoadOptions,
+        pending: &HashMap<Cow<'_, str>, &TensorInfo>,
+        path: &str,
+        rank: usize,
+    ) -> (String, bool) {
+        if !options.pytorch {
+            return (path.to_string(), false);
+        }
+        let module = self
+            .containers
+            .iter()
+            .rev()
+            .find(|c| c.starts_with("Struct:") || c.starts_with("Enum:"))
+            .map_or("", String::as_str);
+        let leaf = self.path.last().map_or("", String::as_str);
+        if module == "Struct:Linear" && leaf == "weight" && rank == 2 {
+            return (path.to_string(), true);
+        }
+        let norm = matches!(
+            module,
+            "Struct:BatchNorm" | "Struct:LayerNorm" | "Struct:GroupNorm" | "Struct:RmsNorm"
+        );
+        let pytorch_name = match leaf {
+            "gamma" => "weight",
+            "beta" => "bias",
+            _ => "",
+        };
+        if norm && !pytorch_name.is_empty() && !pending.contains_key(path) {
+            let parent = &path[..path.len() - leaf.len()];
+            return (format!("{parent}{pytorch_name}"), false);
+        }
+        (path.to_string(), false)
+    }
 }
 
 /// Collects the tensors a load will read (see [`Applier::wanted`]).
 struct Wanted<'s, 'a> {
     options: &'s LoadOptions,
     pending: &'s HashMap<Cow<'a, str>, &'a TensorInfo>,
-    path: Vec<String>,
-    containers: Vec<String>,
+    walk: Walk,
     found: Vec<&'a TensorInfo>,
 }
 
 impl Wanted<'_, '_> {
     fn want(&mut self, rank: usize) {
-        let path = self.path.join(".");
+        let path = self.walk.path();
         if !self.options.accepts(&path) {
             return;
         }
-        let (key, _) = lookup(
-            self.options,
-            self.pending,
-            &self.path,
-            &self.containers,
-            &path,
-            rank,
-        );
+        let (key, _) = self.walk.lookup(self.options, self.pending, &path, rank);
         if let Some(info) = self.pending.get(key.as_str()) {
             self.found.push(info);
         }
@@ -368,13 +367,11 @@ impl Wanted<'_, '_> {
 
 impl burn::module::ModuleVisitor for Wanted<'_, '_> {
     fn enter_module(&mut self, name: &str, container_type: &str) {
-        self.path.push(name.to_string());
-        self.containers.push(container_type.to_string());
+        self.walk.enter(name, container_type);
     }
 
     fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-        self.containers.pop();
+        self.walk.exit();
     }
 
     fn visit_float<const D: usize>(&mut self, _param: &Param<Tensor<D, Float>>) {
@@ -392,13 +389,11 @@ impl burn::module::ModuleVisitor for Wanted<'_, '_> {
 
 impl ModuleMapper for Applier<'_> {
     fn enter_module(&mut self, name: &str, container_type: &str) {
-        self.path.push(name.to_string());
-        self.containers.push(container_type.to_string());
+        self.walk.enter(name, container_type);
     }
 
     fn exit_module(&mut self, _name: &str, _container_type: &str) {
-        self.path.pop();
-        self.containers.pop();
+        self.walk.exit();
     }
 
     fn map_float<const D: usize>(

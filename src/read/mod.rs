@@ -12,4 +12,4 @@ mod tensor_source;
 
 pub use error::ReadError;
 pub use reader::{ReadMode, ReadOptions, Reader};
-pub use tensor_source::{CopyReason, TensorSource};
+pub use tensor_source::{CopyReason, PackSource, TensorSource};

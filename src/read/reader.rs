@@ -7,7 +7,7 @@ use std::path::Path;
 use burn::tensor::{AllocationProperty, Bytes};
 
 use super::error::ReadError;
-use super::source::Source;
+use super::source::{Source, map_file};
 use super::tensor_source::{CopyReason, TensorSource};
 use crate::format::{
     FormatError, HEADER_SIZE, Header, Layout, Limits, Scalar, TensorInfo, element_align,
@@ -121,16 +121,9 @@ impl ReadOptions {
         let layout = Layout::parse(header, &metadata, file_len, &self.limits).map_err(invalid)?;
         drop(metadata);
         let source = match self.mode {
-            ReadMode::Mmap => {
-                // SAFETY: the mapping is read-only and private to this reader; the caller's
-                // side of the contract (no in-place truncation or rewrite while mapped) is
-                // documented on this function and on `Reader::open`.
-                let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io("map"))?;
-                Source::Memory(Bytes::from_shared(
-                    bytes::Bytes::from_owner(map),
-                    AllocationProperty::File,
-                ))
-            }
+            // The caller's side of the mapping's contract is documented on this function and
+            // on `Reader::open`.
+            ReadMode::Mmap => Source::Memory(map_file(&file).map_err(io("map"))?),
             ReadMode::Buffered => Source::Buffered(file),
         };
         Ok(Reader {
@@ -240,6 +233,21 @@ impl Reader {
     /// See [`ReadOptions::from_static`].
     pub fn from_static(data: &'static [u8]) -> Result<Self, ReadError> {
         ReadOptions::new().from_static(data)
+    }
+
+    /// The same reader, named `name` in errors and by [`file`](Self::file): for a pack read
+    /// into memory from elsewhere (the URL it was downloaded from).
+    ///
+    /// ```
+    /// use burnpack::{Writer, read::Reader};
+    /// let pack = Writer::new(Vec::new()).into_bytes().unwrap();
+    /// let reader = Reader::from_bytes(pack).unwrap().with_name("s3://models/m.bpk");
+    /// assert_eq!(reader.file(), "s3://models/m.bpk");
+    /// ```
+    #[must_use]
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.file = name.into();
+        self
     }
 
     /// The file's path as given (`"<memory>"` for in-memory sources), as used in errors.
@@ -418,6 +426,12 @@ impl Reader {
         self.tensors()
             .iter()
             .filter(|t| matches!(self.source, Source::Memory(_)) && !self.is_zero_copy(t))
+    }
+}
+
+impl super::PackSource for Reader {
+    fn layout(&self) -> &Layout {
+        &self.layout
     }
 }
 

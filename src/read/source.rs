@@ -36,6 +36,21 @@ pub(crate) fn aligned_words(words: Vec<u64>, len: usize, property: AllocationPro
 }
 
 /// The bytes behind a reader.
+/// Maps `file` read-only, as a Burn [`Bytes`] with the `File` allocation property (so windows
+/// of it reach flex and ndarray without a copy). The one place this crate maps files.
+///
+/// The mapping is only sound while nobody truncates or rewrites the file in place (see
+/// [`ReadOptions::open`](super::ReadOptions::open)); callers document that contract.
+pub(crate) fn map_file(file: &File) -> std::io::Result<Bytes> {
+    // SAFETY: read-only private mapping; the caller's side of the contract (no in-place
+    // truncation or rewrite while mapped) is documented where the mapping is offered.
+    let map = unsafe { memmap2::Mmap::map(file) }?;
+    Ok(Bytes::from_shared(
+        bytes::Bytes::from_owner(map),
+        AllocationProperty::File,
+    ))
+}
+
 pub(crate) enum Source {
     /// The whole file or buffer as one view-capable [`Bytes`] (a mapping, `File` property; or
     /// the caller's bytes). Tensors are windows into it.

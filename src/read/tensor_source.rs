@@ -117,6 +117,29 @@ pub trait TensorSource {
     }
 }
 
+/// A [`TensorSource`] that is a whole burnpack: besides its tensors it has a validated
+/// [`Layout`](crate::format::Layout) with the pack's scalars and metadata. A pack file or
+/// buffer ([`Reader`](super::Reader)) is one, and so is a pack on object storage
+/// (`ObjectSource`, feature `object-store`); a [`Checkpoint`](crate::checkpoint::Checkpoint)
+/// reads from either.
+///
+/// ```
+/// use burn::tensor::{Bytes, DType};
+/// use burnpack::read::{PackSource, Reader};
+/// use burnpack::{Entry, Writer};
+/// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7]))])
+///     .with_scalar("step", 3u64)
+///     .into_bytes()
+///     .unwrap();
+/// let reader = Reader::from_bytes(pack).unwrap();
+/// let source: &dyn PackSource = &reader;
+/// assert_eq!(source.layout().scalars().len(), 1);
+/// ```
+pub trait PackSource: TensorSource {
+    /// The pack's validated layout: tensors by position, scalars, metadata.
+    fn layout(&self) -> &crate::format::Layout;
+}
+
 /// Why a tensor reached its parameter as a copy instead of a view of the source's memory
 /// (see [`TensorSource::copy_reason`] and the module loader's
 /// [`LoadReport`](crate::module::LoadReport)).

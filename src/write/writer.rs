@@ -61,6 +61,70 @@ impl Writer {
         }
     }
 
+    /// A writer for the part of an open pack under `prefix` (prefix removed; `""` for the
+    /// whole pack): its tensors in file order, with their parameter ids, as windows of the
+    /// source's memory (fetched first, all at once, from a source that
+    /// [wants it](crate::read::TensorSource::wants_prefetch)), each checked against its
+    /// checksum; its scalars and metadata under the prefix. Copies a pack elsewhere (another
+    /// file, an object store) or takes one part out of a checkpoint.
+    ///
+    /// ```
+    /// use burn::tensor::{Bytes, DType};
+    /// use burnpack::read::Reader;
+    /// use burnpack::{Entry, Writer};
+    /// let pack = Writer::new(vec![
+    ///     Entry::resident("model.w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1])),
+    ///     Entry::resident("optim.m", DType::U8, vec![1], Bytes::from_bytes_vec(vec![2])),
+    /// ])
+    /// .with_scalar("optim.time", 3u64)
+    /// .into_bytes()
+    /// .unwrap();
+    /// let reader = Reader::from_bytes(pack).unwrap();
+    /// let part = Reader::from_bytes(Writer::from_part(&reader, "optim.").unwrap().into_bytes().unwrap()).unwrap();
+    /// assert_eq!(part.tensors()[0].name(), "m");
+    /// assert_eq!(part.scalars().keys().collect::<Vec<_>>(), ["time"]);
+    /// ```
+    ///
+    /// # Errors
+    /// A tensor could not be read, or failed its checksum.
+    pub fn from_part<S: crate::read::PackSource + ?Sized>(
+        source: &S,
+        prefix: &str,
+    ) -> Result<Self, crate::read::ReadError> {
+        let layout = source.layout();
+        let wanted: Vec<&crate::format::TensorInfo> = layout
+            .tensors_by_position()
+            .filter(|info| info.name().starts_with(prefix))
+            .collect();
+        if source.wants_prefetch() {
+            source.prefetch(&wanted)?;
+        }
+        let mut entries = Vec::with_capacity(wanted.len());
+        for info in wanted {
+            let bytes = source.read(info)?;
+            source.check(info, &bytes)?;
+            entries.push(Entry::from_stored(info, bytes).renamed(&info.name()[prefix.len()..]));
+        }
+        let mut writer = Self::new(entries);
+        for (k, v) in layout.scalars() {
+            if let Some(name) = k.strip_prefix(prefix) {
+                writer = writer.with_scalar(name, *v);
+            }
+        }
+        for (k, v) in layout.metadata() {
+            if let Some(name) = k.strip_prefix(prefix) {
+                writer = writer.with_metadata(name, v.clone());
+            }
+        }
+        Ok(writer)
+    }
+
+    /// The entries, in write order (the safetensors writer takes them this way).
+    #[cfg(feature = "safetensors")]
+    pub(crate) fn into_entries(self) -> Vec<Entry> {
+        self.entries
+    }
+
     /// Adds (or replaces) a string metadata entry.
     #[must_use]
     pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
@@ -262,7 +326,9 @@ impl Writer {
                 zeros(chunk.offset - next, &mut data)?;
                 for (bytes, pad) in &chunk.parts {
                     data(bytes)?;
-                    data(&ZEROS[..*pad])?;
+                    if *pad > 0 {
+                        data(&ZEROS[..*pad])?;
+                    }
                 }
                 next = chunk.offset + chunk.len();
                 turn += 1;

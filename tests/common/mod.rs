@@ -184,3 +184,18 @@ pub fn scratch_files(dir: &std::path::Path) -> usize {
         })
         .count()
 }
+
+/// A real S3 server's bucket (`BURNPACK_S3_BUCKET`, on the server `AWS_ENDPOINT` points to),
+/// or `None` (said on stderr) outside CI; under CI a missing server fails.
+pub fn s3_bucket() -> Option<String> {
+    match std::env::var("BURNPACK_S3_BUCKET") {
+        Ok(bucket) => Some(bucket),
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("CI must start an S3 server and set BURNPACK_S3_BUCKET (see .ci/run)")
+        }
+        Err(_) => {
+            eprintln!("skipped: BURNPACK_S3_BUCKET is not set (.ci/run starts a server)");
+            None
+        }
+    }
+}

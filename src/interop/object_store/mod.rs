@@ -14,6 +14,9 @@
 //! - [`upload`]: a [`Writer`](crate::Writer)'s pack as a multipart upload whose parts follow
 //!   the layout, produced front to back in bounded memory; a failed save aborts the upload and
 //!   leaves no object (and the previous one, if any, untouched).
+//! - [`RemoteCheckpointManager`]: training checkpoints under a bucket prefix (list, latest,
+//!   keep-last-N, keep-best), each saved by one upload, restored part by part through a
+//!   [`Checkpoint`](crate::checkpoint::Checkpoint) over an [`ObjectSource`].
 //!
 //! The API is blocking, like the rest of this crate: it runs its requests on a runtime of its
 //! own. Called from inside an async runtime it refuses ([`RemoteError::AsyncContext`]); call
@@ -33,6 +36,7 @@
 //! # Ok(()) }
 //! ```
 
+mod checkpoints;
 mod source;
 mod upload;
 
@@ -47,6 +51,7 @@ use crate::format::FormatError;
 use crate::read::ReadError;
 use crate::write::WriteError;
 
+pub use checkpoints::{RemoteCheckpointEntry, RemoteCheckpointManager};
 pub use source::ObjectSource;
 pub use upload::{UploadOptions, upload};
 
@@ -63,8 +68,10 @@ impl<T: ObjectStore + MultipartStore> Bucket for T {}
 /// use std::sync::Arc;
 /// use burnpack::interop::object_store::ObjectLocation;
 /// let memory = Arc::new(object_store::memory::InMemory::new());
-/// let location = ObjectLocation::new(memory, "runs/7/model.bpk");
-/// assert_eq!(location.to_string(), "memory:///runs/7/model.bpk");
+/// let location = ObjectLocation::new(memory.clone(), "runs/7/model.bpk");
+/// assert_eq!(location.to_string(), "InMemory/runs/7/model.bpk");
+/// let named = ObjectLocation::new(memory, "runs/7/model.bpk").with_url("mem://runs/7/model.bpk");
+/// assert_eq!(named.to_string(), "mem://runs/7/model.bpk");
 /// ```
 #[derive(Clone)]
 pub struct ObjectLocation {
@@ -74,11 +81,20 @@ pub struct ObjectLocation {
 }
 
 impl ObjectLocation {
-    /// `path` in `store` (a store the caller configured).
+    /// `path` in `store` (a store the caller configured), named in messages as the store
+    /// shows itself followed by the path (`AmazonS3(bucket)/key`); give it a URL of your
+    /// choice with [`with_url`](Self::with_url).
     pub fn new(store: Arc<dyn Bucket>, path: &str) -> Self {
         let path = ObjectPath::from(path);
-        let url = format!("{}:///{path}", scheme(&*store));
+        let url = format!("{store}/{path}");
         Self { store, path, url }
+    }
+
+    /// Names the object `url` in messages and [`Display`](std::fmt::Display).
+    #[must_use]
+    pub fn with_url(mut self, url: impl Into<String>) -> Self {
+        self.url = url.into();
+        self
     }
 
     /// An `s3://bucket/key` URL, configured from the `AWS_*` environment variables
@@ -96,31 +112,14 @@ impl ObjectLocation {
     /// [`RemoteError::Url`] for another scheme or a URL without a bucket or key,
     /// [`RemoteError::Store`] for a configuration the S3 client refuses.
     pub fn parse(url: &str) -> Result<Self, RemoteError> {
-        let bad = |message: &str| RemoteError::Url {
-            url: url.to_string(),
-            message: message.to_string(),
-        };
-        let rest = url
-            .strip_prefix("s3://")
-            .or_else(|| url.strip_prefix("s3a://"))
-            .ok_or_else(|| bad("only s3:// URLs are read here; build other stores yourself"))?;
-        let (bucket, key) = rest
-            .split_once('/')
-            .filter(|(b, k)| !b.is_empty() && !k.is_empty())
-            .ok_or_else(|| bad("expected s3://bucket/key"))?;
-        let store = ::object_store::aws::AmazonS3Builder::from_env()
-            .with_bucket_name(bucket)
-            .build()
-            .map_err(|source| RemoteError::Store {
+        let (store, key) = s3_store(url)?;
+        if key.is_empty() {
+            return Err(RemoteError::Url {
                 url: url.to_string(),
-                action: "configure",
-                source: Box::new(source),
-            })?;
-        Ok(Self {
-            store: Arc::new(store),
-            path: ObjectPath::from(key),
-            url: url.to_string(),
-        })
+                message: "expected s3://bucket/key".into(),
+            });
+        }
+        Ok(Self::new(store, key).with_url(url))
     }
 
     /// Whether `url` names an object (`s3://`) rather than a local path.
@@ -157,7 +156,8 @@ impl ObjectLocation {
             got.bytes().await
         })?
         .map_err(|e| self.error("read", e))?;
-        Ok(bytes.to_vec())
+        // No copy when the body arrived into one buffer of its own.
+        Ok(Vec::from(bytes))
     }
 
     /// Replaces the object with `bytes` in one PUT (atomic): for copying a local pack up as
@@ -206,17 +206,30 @@ impl std::fmt::Debug for ObjectLocation {
     }
 }
 
-/// A URL scheme for a store the caller built, from its `Display` (`InMemory` shows
-/// `InMemory`, S3 `AmazonS3(bucket)`).
-fn scheme(store: &dyn Bucket) -> &'static str {
-    let shown = store.to_string();
-    if shown.starts_with("AmazonS3") {
-        "s3"
-    } else if shown.starts_with("InMemory") {
-        "memory"
-    } else {
-        "object"
+/// The S3 bucket of an `s3://bucket/key` URL, configured from the `AWS_*` environment
+/// variables, and the key (possibly empty).
+fn s3_store(url: &str) -> Result<(Arc<dyn Bucket>, &str), RemoteError> {
+    let bad = |message: &str| RemoteError::Url {
+        url: url.to_string(),
+        message: message.to_string(),
+    };
+    let rest = url
+        .strip_prefix("s3://")
+        .or_else(|| url.strip_prefix("s3a://"))
+        .ok_or_else(|| bad("only s3:// URLs are read here; build other stores yourself"))?;
+    let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(bad("expected s3://bucket/key"));
     }
+    let store = ::object_store::aws::AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .build()
+        .map_err(|source| RemoteError::Store {
+            url: url.to_string(),
+            action: "configure",
+            source: Box::new(source),
+        })?;
+    Ok((Arc::new(store), key))
 }
 
 /// An error of a pack on object storage, naming the object.

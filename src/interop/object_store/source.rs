@@ -6,14 +6,14 @@ use std::ops::Range;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ::object_store::{GetOptions, GetRange};
+use ::object_store::{GetOptions, GetRange, ObjectStoreExt};
 use burn::tensor::{AllocationProperty, Bytes};
 use futures::{StreamExt, TryStreamExt};
 
 use super::{ObjectLocation, RemoteError, block_on};
 use crate::format::{HEADER_SIZE, Header, Layout, Limits, TensorInfo};
 use crate::read::source::aligned_words;
-use crate::read::{ReadError, TensorSource};
+use crate::read::{PackSource, ReadError, TensorSource};
 
 /// Neighbouring tensors whose gap is at most this many bytes are fetched with one request
 /// (the gap is fetched too: cheaper than a request's round trip).
@@ -97,7 +97,14 @@ impl ObjectSource {
         let end = HEADER_SIZE as u64 + u64::from(header.metadata_size);
         let (metadata, _) = block_on(fetcher.get(HEADER_SIZE as u64..end))?
             .map_err(|e| location.error("read the metadata of", e))?;
-        let layout = Layout::parse(header, &metadata, size, limits).map_err(invalid)?;
+        let layout = match Layout::parse(header, &metadata, size, limits) {
+            Ok(layout) => layout,
+            // Header and metadata from two versions (a server that replaces non-atomically).
+            Err(_) if block_on(fetcher.changed())? => {
+                return Err(location.error("read the metadata of", replaced()));
+            }
+            Err(e) => return Err(invalid(e)),
+        };
         Ok(Self {
             fetcher,
             layout,
@@ -159,7 +166,16 @@ impl ObjectSource {
                     source: format!("short range: {e:?}").into(),
                 })
             })?;
-            self.check(info, &window)?;
+            if let Err(damaged) = self.check(info, &window) {
+                // A server that replaces objects non-atomically can answer with the old
+                // version's headers and the new one's bytes: if the object changed since it
+                // was opened, that is what happened, not damage.
+                return Err(if self.fetcher.changed().await {
+                    self.fetch_error(replaced())
+                } else {
+                    damaged
+                });
+            }
             out.push((info.offset(), window));
         }
         Ok(out)
@@ -167,6 +183,21 @@ impl ObjectSource {
 }
 
 impl Fetcher {
+    /// Whether the object's version (`ETag`) is no longer the one first read (`false` when
+    /// that cannot be told).
+    async fn changed(&self) -> bool {
+        let pinned = self
+            .version
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        match (pinned, self.location.store.head(&self.location.path).await) {
+            (Some(pinned), Ok(meta)) => meta.e_tag.is_some_and(|tag| tag != pinned),
+            (Some(_), Err(::object_store::Error::NotFound { .. })) => true,
+            _ => false,
+        }
+    }
+
     /// `range` of the object into new aligned memory, with the object's size. A range that
     /// runs past the end brings what there is.
     async fn get(&self, range: Range<u64>) -> Result<(Bytes, u64), ::object_store::Error> {
@@ -187,19 +218,20 @@ impl Fetcher {
             .get_opts(&self.location.path, options)
             .await
             .map_err(|e| match e {
-                ::object_store::Error::Precondition { .. } => ::object_store::Error::Generic {
-                    store: "burnpack",
-                    source: "the object was replaced while it was being read (its ETag \
-                             changed): open it again"
-                        .into(),
-                },
+                ::object_store::Error::Precondition { .. } => replaced(),
                 other => other,
             })?;
-        if version.is_none() {
-            self.version
+        match &version {
+            None => self
+                .version
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone_from(&result.meta.e_tag);
+                .clone_from(&result.meta.e_tag),
+            // A server that ignores `If-Match` still names the version it answered with.
+            Some(pinned) if result.meta.e_tag.as_ref().is_some_and(|tag| tag != pinned) => {
+                return Err(replaced());
+            }
+            Some(_) => {}
         }
         let size = result.meta.size;
         let got = result.range.end.saturating_sub(result.range.start);
@@ -244,6 +276,22 @@ impl Fetcher {
         }
         self.fetched_bytes.fetch_add(got, Ordering::Relaxed);
         Ok((aligned_words(words, len, AllocationProperty::Other), size))
+    }
+}
+
+impl PackSource for ObjectSource {
+    fn layout(&self) -> &Layout {
+        &self.layout
+    }
+}
+
+/// The error of a read that found another version of the object than the one opened.
+fn replaced() -> ::object_store::Error {
+    ::object_store::Error::Generic {
+        store: "burnpack",
+        source: "the object was replaced while it was being read (its ETag changed): open it \
+                 again"
+            .into(),
     }
 }
 

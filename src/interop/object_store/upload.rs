@@ -106,8 +106,15 @@ pub fn upload(
     };
     let size = writer.size().map_err(write_error)?;
     if size <= options.part_size as u64 {
-        let bytes = writer.into_bytes().map_err(write_error)?;
-        let payload = PutPayload::from(bytes::Bytes::copy_from_slice(&bytes));
+        // `into_bytes` builds the pack in a vector; handed to the request as it is.
+        let payload = match writer
+            .into_bytes()
+            .map_err(write_error)?
+            .try_into_vec::<u8>()
+        {
+            Ok(vec) => PutPayload::from(vec),
+            Err(bytes) => PutPayload::from(bytes::Bytes::copy_from_slice(&bytes)),
+        };
         let mode = if options.overwrite {
             PutMode::Overwrite
         } else {

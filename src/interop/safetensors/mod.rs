@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use burn::tensor::{AllocationProperty, BoolStore, Bytes, DType};
+use burn::tensor::{BoolStore, Bytes, DType};
 use safetensors::Dtype;
 
 use crate::read::Reader;
@@ -80,6 +80,18 @@ pub enum ConvertError {
     },
 }
 
+impl ConvertError {
+    /// Maps an I/O error of `action` on `path` (for `map_err`).
+    pub(crate) fn io(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.to_path_buf();
+        move |source| Self::Io {
+            path,
+            action,
+            source,
+        }
+    }
+}
+
 fn to_burn(dtype: Dtype) -> Option<DType> {
     Some(match dtype {
         Dtype::BOOL => DType::Bool(BoolStore::Native),
@@ -121,21 +133,10 @@ fn to_safetensors(dtype: DType) -> Option<Dtype> {
 }
 
 fn map_file(path: &Path) -> Result<Bytes, ConvertError> {
-    let io = |action| {
-        move |source| ConvertError::Io {
-            path: path.to_path_buf(),
-            action,
-            source,
-        }
-    };
-    let file = File::open(path).map_err(io("open"))?;
-    // SAFETY: read-only private mapping; as for `Reader::open`, the file must not be truncated
-    // while the conversion runs.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io("map"))?;
-    Ok(Bytes::from_shared(
-        bytes::Bytes::from_owner(map),
-        AllocationProperty::File,
-    ))
+    let file = File::open(path).map_err(ConvertError::io(path, "open"))?;
+    // As for `Reader::open`, the file must not be truncated while it is mapped (documented
+    // on `SafetensorsSource`).
+    crate::read::source::map_file(&file).map_err(ConvertError::io(path, "map"))
 }
 
 /// Converts safetensors weights (one file, or an index JSON and its shards) to one burnpack
@@ -150,6 +151,31 @@ pub fn safetensors_to_burnpack(
     input: impl AsRef<Path>,
     output: impl AsRef<Path>,
 ) -> Result<u64, ConvertError> {
+    Ok(safetensors_to_writer(input)?.write_to_file(output)?)
+}
+
+/// The writer [`safetensors_to_burnpack`] writes with: every tensor of the safetensors
+/// weights as a window of its mapped shard, in the shards' file order, with the string
+/// metadata. For destinations other than a file (an object store's
+/// [`upload`](crate::interop::object_store::upload), bytes in memory).
+///
+/// ```
+/// use burnpack::interop::safetensors::{safetensors_to_writer, save_safetensors};
+/// # use burn::module::{Module, Param};
+/// # use burn::tensor::{Device, Tensor};
+/// # #[derive(Module, Debug)] struct Tiny { w: Param<Tensor<1>> }
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("m.safetensors");
+/// let model = Tiny { w: Param::from_data([1.0, 2.0], &Device::flex()) };
+/// save_safetensors(&model, &path, None).unwrap();
+/// let pack = safetensors_to_writer(&path).unwrap().into_bytes().unwrap();
+/// let reader = burnpack::read::Reader::from_bytes(pack).unwrap();
+/// assert_eq!(reader.tensors()[0].name(), "w");
+/// ```
+///
+/// # Errors
+/// As for [`safetensors_to_burnpack`], less the write.
+pub fn safetensors_to_writer(input: impl AsRef<Path>) -> Result<Writer, ConvertError> {
     let source = SafetensorsSource::open(input)?;
     let mut infos: Vec<&crate::format::TensorInfo> =
         crate::read::TensorSource::tensors(&source).iter().collect();
@@ -167,7 +193,7 @@ pub fn safetensors_to_burnpack(
     for (k, v) in source.metadata() {
         writer = writer.with_metadata(k.clone(), v.clone());
     }
-    Ok(writer.write_to_file(output)?)
+    Ok(writer)
 }
 
 /// Converts a burnpack file to safetensors with the `safetensors` crate: names, dtypes, shapes
@@ -186,11 +212,7 @@ pub fn burnpack_to_safetensors(
     burnpack_to_safetensors_sharded(input, output, None)?;
     std::fs::metadata(output)
         .map(|m| m.len())
-        .map_err(|source| ConvertError::Io {
-            path: output.to_path_buf(),
-            action: "stat",
-            source,
-        })
+        .map_err(ConvertError::io(output, "stat"))
 }
 
 /// [`burnpack_to_safetensors`], split into shards of at most `max_shard_bytes` with the
@@ -215,12 +237,36 @@ pub fn burnpack_to_safetensors_sharded(
     output: impl AsRef<Path>,
     max_shard_bytes: Option<u64>,
 ) -> Result<Vec<PathBuf>, ConvertError> {
-    let reader = Reader::open(input.as_ref())?;
-    let mut entries = Vec::with_capacity(reader.tensors().len());
-    for info in reader.tensors_by_position() {
-        entries.push(Entry::from_stored(info, reader.read(info)?));
-    }
-    let metadata: HashMap<String, String> = reader.metadata().clone().into_iter().collect();
+    pack_to_safetensors(&Reader::open(input.as_ref())?, output, max_shard_bytes)
+}
+
+/// [`burnpack_to_safetensors_sharded`] from any open pack (a [`Reader`], a pack on object
+/// storage): each tensor checked against its checksum, then written by the `safetensors`
+/// crate. Returns the paths written, the index last.
+///
+/// ```
+/// use burn::tensor::{Bytes, DType};
+/// use burnpack::{Entry, Writer, read::Reader, interop::safetensors as convert};
+/// let pack = Writer::new(vec![Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32]))])
+///     .into_bytes()
+///     .unwrap();
+/// let dir = tempfile::tempdir().unwrap();
+/// let out = dir.path().join("m.safetensors");
+/// let written = convert::pack_to_safetensors(&Reader::from_bytes(pack).unwrap(), &out, None).unwrap();
+/// assert_eq!(written, [out]);
+/// ```
+///
+/// # Errors
+/// As for [`burnpack_to_safetensors`], and a tensor failing its checksum.
+pub fn pack_to_safetensors<S: crate::read::PackSource + ?Sized>(
+    source: &S,
+    output: impl AsRef<Path>,
+    max_shard_bytes: Option<u64>,
+) -> Result<Vec<PathBuf>, ConvertError> {
+    let part = Writer::from_part(source, "")?;
+    let layout = source.layout();
+    let entries: Vec<Entry> = part.into_entries();
+    let metadata: HashMap<String, String> = layout.metadata().clone().into_iter().collect();
     write::write_safetensors(
         entries,
         output.as_ref(),

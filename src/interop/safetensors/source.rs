@@ -62,6 +62,8 @@ pub struct SafetensorsSource {
 struct Shard {
     path: PathBuf,
     source: Source,
+    /// The file's own `__metadata__`.
+    metadata: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for SafetensorsSource {
@@ -106,24 +108,19 @@ impl SafetensorsSource {
     }
 
     fn open_index(path: &Path) -> Result<Self, ConvertError> {
-        let io = |action| {
-            move |source| ConvertError::Io {
-                path: path.to_path_buf(),
-                action,
-                source,
-            }
-        };
         let invalid = |message: String| ConvertError::Safetensors {
             path: path.to_path_buf(),
             message,
         };
-        let len = std::fs::metadata(path).map_err(io("stat"))?.len();
+        let len = std::fs::metadata(path)
+            .map_err(ConvertError::io(path, "stat"))?
+            .len();
         if len > MAX_INDEX_BYTES {
             return Err(invalid(format!(
                 "index of {len} bytes is over the {MAX_INDEX_BYTES}-byte limit"
             )));
         }
-        let text = std::fs::read(path).map_err(io("read"))?;
+        let text = std::fs::read(path).map_err(ConvertError::io(path, "read"))?;
         let index: Index = serde_json::from_slice(&text)
             .map_err(|e| invalid(format!("not a safetensors index: {e}")))?;
         let dir = path.parent().unwrap_or(Path::new("."));
@@ -198,7 +195,7 @@ impl SafetensorsSource {
         // The shards' own `__metadata__`, then the index's (which wins).
         let mut merged = BTreeMap::new();
         for shard in &shards {
-            merged.extend(shard_metadata(shard)?);
+            merged.extend(shard.metadata.clone());
         }
         merged.append(&mut metadata);
         let (shard_of, tensors) = tables.into_iter().map(|(_, s, info)| (s, info)).unzip();
@@ -306,7 +303,8 @@ fn open_shard(
         path: path.to_path_buf(),
         message: e.to_string(),
     };
-    SafeTensors::deserialize(&all).map_err(invalid)?;
+    // One parse of the header, validated by the `safetensors` crate (offsets contiguous and
+    // within the file, the file exactly as long as they say).
     let (header_len, metadata) = SafeTensors::read_metadata(&all).map_err(invalid)?;
     let data_start = 8 + header_len as u64;
     for (name, info) in metadata.tensors() {
@@ -332,24 +330,13 @@ fn open_shard(
     Ok(Shard {
         path: path.to_path_buf(),
         source: Source::Memory(all),
+        metadata: metadata
+            .metadata()
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
     })
-}
-
-/// A single file's `__metadata__` (read again from its mapping).
-fn shard_metadata(shard: &Shard) -> Result<BTreeMap<String, String>, ConvertError> {
-    let Source::Memory(all) = &shard.source else {
-        return Ok(BTreeMap::new());
-    };
-    let (_, metadata) = SafeTensors::read_metadata(all).map_err(|e| ConvertError::Safetensors {
-        path: shard.path.clone(),
-        message: e.to_string(),
-    })?;
-    Ok(metadata
-        .metadata()
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .collect())
 }
 
 impl TensorSource for SafetensorsSource {

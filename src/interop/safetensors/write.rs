@@ -181,11 +181,7 @@ pub(super) fn write_safetensors(
         "weight_map": weight_map,
     });
     let scratch = Scratch::create(&index)?;
-    std::fs::write(scratch.path(), json.to_string()).map_err(|source| ConvertError::Io {
-        path: index.clone(),
-        action: "write",
-        source,
-    })?;
+    std::fs::write(scratch.path(), json.to_string()).map_err(ConvertError::io(&index, "write"))?;
     scratch.commit(&index, true)?;
     written.push(index);
     Ok(written)
