@@ -69,7 +69,7 @@ fn train(
     optim: &mut ModuleOptimizer,
     sched: &mut ModuleLrScheduler,
     start: u64,
-    mut saver: Option<&mut AsyncSaver>,
+    mut saver: Option<&mut AsyncSaver<CheckpointManager>>,
 ) -> (Mlp, f32) {
     let device = Device::flex().autodiff();
     let mut last = 0.0;

@@ -786,10 +786,51 @@ mod remote {
         assert_eq!(manager.latest().unwrap().unwrap().progress().step, 15);
     }
 
+    /// An [`AsyncSaver`] uploading in the background: `latest` waits for the upload in flight,
+    /// `wait` names the object, retention runs after each upload, a save behind a newer
+    /// checkpoint is refused before the hand-over.
+    fn async_saves(manager: &RemoteCheckpointManager) {
+        let manager = manager.clone().keep_last(2);
+        let device = Device::flex();
+        let models: Vec<Mlp> = (0..3).map(|_| Mlp::new(&device)).collect();
+        let mut saver = AsyncSaver::new(manager.clone(), WhenBusy::Wait);
+        for (model, step) in models.iter().zip(31..) {
+            saver
+                .save(TrainingState::new(model, Progress::new(0, step)))
+                .unwrap();
+        }
+        // Handed over, maybe still uploading: `latest` (on a clone) waits for it.
+        let latest = manager.clone().latest().unwrap().unwrap();
+        assert_eq!(latest.progress().step, 33);
+        let restored = latest.load_model(Mlp::new(&device)).unwrap();
+        assert_eq!(
+            restored.a.weight.val().into_data(),
+            models[2].a.weight.val().into_data()
+        );
+        let saved = saver.wait().unwrap().expect("a save was in flight");
+        assert_eq!(saved.to_string(), manager.location_for(33).to_string());
+        assert_eq!(saver.wait().unwrap().map(|l| l.to_string()), None);
+        let steps: Vec<u64> = manager.list().unwrap().iter().map(|c| c.step).collect();
+        assert_eq!(steps, [32, 33], "retention ran after each upload");
+
+        let err = saver
+            .save(TrainingState::new(&models[0], Progress::new(0, 32)))
+            .unwrap_err();
+        assert!(
+            matches!(err, CheckpointError::NewerExists { newer_step: 33, .. }),
+            "{err}"
+        );
+        assert!(!saver.is_busy(), "nothing was handed over");
+        let steps: Vec<u64> = manager.list().unwrap().iter().map(|c| c.step).collect();
+        assert_eq!(steps, [32, 33]);
+        assert_eq!(manager.discard_after(30).unwrap(), 2);
+    }
+
     #[test]
     fn checkpoints_in_memory_store() {
         let store: Arc<dyn Bucket> = Arc::new(::object_store::memory::InMemory::new());
         resume_and_retention(&RemoteCheckpointManager::new(Arc::clone(&store), "runs/7"));
+        async_saves(&RemoteCheckpointManager::new(Arc::clone(&store), "runs/8"));
         // Objects beside and below the prefix are not the manager's.
         let empty = RemoteCheckpointManager::new(store, "runs");
         assert!(empty.list().unwrap().is_empty());
@@ -803,5 +844,7 @@ mod remote {
         };
         let url = format!("s3://{bucket}/{}/ckpts/", std::process::id());
         resume_and_retention(&RemoteCheckpointManager::parse(&url).unwrap());
+        let url = format!("s3://{bucket}/{}/async/", std::process::id());
+        async_saves(&RemoteCheckpointManager::parse(&url).unwrap());
     }
 }

@@ -657,3 +657,46 @@ fn a_server_killed_mid_upload_keeps_the_previous_object() {
         .collect();
     assert_eq!(listed, ["run/model.bpk"], "no other object appeared");
 }
+
+/// The server killed while an [`AsyncSaver`] uploads a checkpoint in the background: the error
+/// comes back from `wait` naming the checkpoint's object, and once the server is back `latest`
+/// is the previous checkpoint, whole.
+///
+/// [`AsyncSaver`]: burnpack::checkpoint::AsyncSaver
+#[test]
+fn a_background_upload_failure_comes_back_from_wait() {
+    use burnpack::checkpoint::{AsyncSaver, WhenBusy};
+    let Some(bin) = s3s_fs() else { return };
+    let device = Device::flex();
+    let mut server = OwnServer::start(bin, "ckpts");
+    let manager =
+        RemoteCheckpointManager::new(server.bucket("ckpts"), "run").upload_options(parts());
+    let before = big(&device, 1.0);
+    manager
+        .save(TrainingState::new(&before, Progress::new(0, 1)))
+        .unwrap();
+
+    let mut saver = AsyncSaver::new(manager.clone(), WhenBusy::Wait);
+    let after = big(&device, 2.0);
+    saver
+        .save(TrainingState::new(&after, Progress::new(0, 2)))
+        .unwrap();
+    // Handed over: 24 MiB are still to be serialized and uploaded.
+    server.kill();
+    let err = saver.wait().unwrap_err();
+    assert!(
+        err.to_string().contains("ckpt-00000000000000000002.bpk"),
+        "{err}"
+    );
+    assert!(saver.wait().unwrap().is_none(), "the error came back once");
+
+    server.restart();
+    let steps: Vec<u64> = manager.list().unwrap().iter().map(|c| c.step).collect();
+    assert_eq!(steps, [1], "no object for the failed save");
+    let latest = manager.latest().unwrap().unwrap();
+    assert_eq!(latest.progress().step, 1);
+    assert!(same(
+        &latest.load_model(big(&device, 0.0)).unwrap(),
+        &before
+    ));
+}

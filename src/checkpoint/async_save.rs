@@ -1,13 +1,14 @@
 //! Asynchronous saves: the training thread hands the state over and returns.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use burn::module::Module;
 
 use super::error::CheckpointError;
 use super::manager::CheckpointManager;
-use super::state::TrainingState;
+use super::state::{PreparedState, TrainingState};
 
 /// What [`AsyncSaver`] does when a save is requested while one is still running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -19,14 +20,95 @@ pub enum WhenBusy {
     Refuse,
 }
 
+/// Where an [`AsyncSaver`] saves: a [`CheckpointManager`] (a directory) or, with the
+/// `object-store` feature, an `interop::object_store::RemoteCheckpointManager` (a bucket
+/// prefix). Implemented by those two only.
+pub trait CheckpointTarget: target::Target {}
+
+impl<T: target::Target> CheckpointTarget for T {}
+
+pub(crate) mod target {
+    use super::{CheckpointError, InFlightGuard, PreparedState};
+
+    /// What a background save needs of a manager (sealed: the module is private).
+    pub trait Target: Clone + Send + 'static {
+        /// What a save returns: the file's path, the object's location.
+        type Saved: Send + 'static;
+        /// Refuses `step` when a valid checkpoint of a later step exists.
+        fn check_newer(&self, step: u64) -> Result<(), CheckpointError>;
+        /// Writes the checkpoint of `state`'s step, then applies retention.
+        fn save_prepared(&self, state: PreparedState) -> Result<Self::Saved, CheckpointError>;
+        /// Counts a background save as in flight until the guard drops (`latest` waits).
+        fn begin_background(&self) -> InFlightGuard;
+    }
+}
+
+/// A count of background saves of a manager and its clones, and a way to wait for it to reach
+/// zero.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    count: Mutex<usize>,
+    done: Condvar,
+}
+
+impl InFlight {
+    /// Counts one background save until the guard is dropped (also when the save panics).
+    pub(crate) fn begin(self: &Arc<Self>) -> InFlightGuard {
+        *self.count.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        InFlightGuard(Arc::clone(self))
+    }
+
+    /// Waits until no background save is being written.
+    pub(crate) fn wait(&self) {
+        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        while *count > 0 {
+            count = self
+                .done
+                .wait(count)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// Counts one background save as in flight until dropped.
+pub struct InFlightGuard(Arc<InFlight>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        let mut count = self.0.count.lock().unwrap_or_else(PoisonError::into_inner);
+        *count = count.saturating_sub(1);
+        self.0.done.notify_all();
+    }
+}
+
+impl target::Target for CheckpointManager {
+    type Saved = PathBuf;
+
+    fn check_newer(&self, step: u64) -> Result<(), CheckpointError> {
+        CheckpointManager::check_newer(self, step)
+    }
+
+    fn save_prepared(&self, state: PreparedState) -> Result<PathBuf, CheckpointError> {
+        self.commit(state.step(), |path| {
+            Ok(state.into_writer()?.write_to_file(path)?)
+        })
+    }
+
+    fn begin_background(&self) -> InFlightGuard {
+        CheckpointManager::begin_background(self)
+    }
+}
+
 /// Saves checkpoints on a background thread, one at a time.
 ///
 /// [`save`](Self::save) turns the state into entries on the calling thread — parameter
 /// handles, not bytes: on CPU backends no tensor byte is copied (tensors are immutable
 /// handles, and later training steps create new ones) — and returns; a background thread
-/// writes the file (and applies the manager's retention). An error of a background save is
-/// returned by the next call to `save` or by [`wait`](Self::wait); dropping the saver waits for
-/// the running save and prints its error to stderr rather than losing it.
+/// writes the file, or uploads the object (see [`CheckpointTarget`]), and applies the
+/// manager's retention. An error of a background save is returned by the next call to `save`
+/// or by [`wait`](Self::wait); dropping the saver waits for the running save and prints its
+/// error to stderr rather than losing it. The manager's `latest` (on any clone) waits for a
+/// save still running, so the checkpoint just handed over is the one it returns.
 ///
 /// The optimizer's record is taken on the calling thread (`ModuleOptimizer::to_record`: Burn's
 /// only access to its state) and serialized on the background thread.
@@ -48,16 +130,17 @@ pub enum WhenBusy {
 /// saver.wait().unwrap();
 /// assert_eq!(manager.latest().unwrap().unwrap().progress().step, 1);
 /// ```
-pub struct AsyncSaver {
-    manager: CheckpointManager,
+pub struct AsyncSaver<T: CheckpointTarget> {
+    manager: T,
     when_busy: WhenBusy,
-    in_flight: Option<JoinHandle<Result<PathBuf, CheckpointError>>>,
+    in_flight: Option<JoinHandle<Result<T::Saved, CheckpointError>>>,
 }
 
-impl AsyncSaver {
-    /// A saver writing into `manager`'s directory.
+impl<T: CheckpointTarget> AsyncSaver<T> {
+    /// A saver writing through `manager` (a [`CheckpointManager`] or a
+    /// `RemoteCheckpointManager`).
     #[must_use]
-    pub fn new(manager: CheckpointManager, when_busy: WhenBusy) -> Self {
+    pub fn new(manager: T, when_busy: WhenBusy) -> Self {
         Self {
             manager,
             when_busy,
@@ -75,31 +158,30 @@ impl AsyncSaver {
     ///
     /// # Errors
     /// The previous background save's error, [`CheckpointError::Busy`] under
-    /// [`WhenBusy::Refuse`], or an error turning the state into entries.
+    /// [`WhenBusy::Refuse`], [`CheckpointError::NewerExists`] (checked before the hand-over),
+    /// or an error turning the state into entries.
     pub fn save<M: Module>(&mut self, state: TrainingState<'_, M>) -> Result<(), CheckpointError> {
         if self.is_busy() && self.when_busy == WhenBusy::Refuse {
             return Err(CheckpointError::Busy);
         }
         self.wait()?;
-        let step = state.progress.step;
-        self.manager.check_newer(step)?;
+        self.manager.check_newer(state.progress.step)?;
         let prepared = state.prepare()?;
         let manager = self.manager.clone();
         let guard = manager.begin_background();
         self.in_flight = Some(std::thread::spawn(move || {
             let _guard = guard;
-            manager.commit(step, |path| {
-                Ok(prepared.into_writer()?.write_to_file(path)?)
-            })
+            manager.save_prepared(prepared)
         }));
         Ok(())
     }
 
-    /// Waits for the running save, if any. Returns the path it wrote.
+    /// Waits for the running save, if any. Returns where it saved (a path, an object
+    /// location).
     ///
     /// # Errors
     /// The background save's error.
-    pub fn wait(&mut self) -> Result<Option<PathBuf>, CheckpointError> {
+    pub fn wait(&mut self) -> Result<Option<T::Saved>, CheckpointError> {
         let Some(handle) = self.in_flight.take() else {
             return Ok(None);
         };
@@ -112,7 +194,7 @@ impl AsyncSaver {
     }
 }
 
-impl Drop for AsyncSaver {
+impl<T: CheckpointTarget> Drop for AsyncSaver<T> {
     fn drop(&mut self) {
         if let Err(e) = self.wait() {
             eprintln!("burnpack: background checkpoint save failed: {e}");

@@ -2,10 +2,11 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::Arc;
 
 use burn::module::Module;
 
+use super::async_save::{InFlight, InFlightGuard};
 use super::error::CheckpointError;
 use super::file::Checkpoint;
 use super::state::TrainingState;
@@ -58,24 +59,6 @@ pub struct CheckpointManager {
     retention: Retention,
     /// Saves of this manager (and its clones) still being written in the background.
     in_flight: Arc<InFlight>,
-}
-
-/// A count of background saves, and a way to wait for it to reach zero.
-#[derive(Debug, Default)]
-struct InFlight {
-    count: Mutex<usize>,
-    done: Condvar,
-}
-
-/// Counts one background save as in flight until dropped (also when the save panics).
-pub(crate) struct InFlightGuard(Arc<InFlight>);
-
-impl Drop for InFlightGuard {
-    fn drop(&mut self) {
-        let mut count = self.0.count.lock().unwrap_or_else(PoisonError::into_inner);
-        *count = count.saturating_sub(1);
-        self.0.done.notify_all();
-    }
 }
 
 impl CheckpointManager {
@@ -193,28 +176,7 @@ impl CheckpointManager {
     /// Counts a background save as in flight until the guard is dropped; [`latest`](Self::latest)
     /// waits for it.
     pub(crate) fn begin_background(&self) -> InFlightGuard {
-        *self
-            .in_flight
-            .count
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) += 1;
-        InFlightGuard(Arc::clone(&self.in_flight))
-    }
-
-    /// Waits until no background save of this manager (or a clone) is being written.
-    fn wait_for_background(&self) {
-        let mut count = self
-            .in_flight
-            .count
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        while *count > 0 {
-            count = self
-                .in_flight
-                .done
-                .wait(count)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
+        self.in_flight.begin()
     }
 
     /// Checkpoint files in the directory, oldest step first.
@@ -244,7 +206,7 @@ impl CheckpointManager {
     /// # Errors
     /// The directory cannot be listed.
     pub fn latest(&self) -> Result<Option<Checkpoint>, CheckpointError> {
-        self.wait_for_background();
+        self.in_flight.wait();
         Ok(self
             .list()?
             .iter()

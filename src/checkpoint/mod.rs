@@ -47,7 +47,7 @@
 //! namespaces that lay a checkpoint out, the open [`Checkpoint`], burn-train's three-file
 //! layout, the [`CheckpointManager`] of a directory and the [`AsyncSaver`].
 
-mod async_save;
+pub(crate) mod async_save;
 mod burn_train;
 mod error;
 mod file;
@@ -56,7 +56,7 @@ mod namespace;
 mod progress;
 mod state;
 
-pub use async_save::{AsyncSaver, WhenBusy};
+pub use async_save::{AsyncSaver, CheckpointTarget, WhenBusy};
 pub use burn_train::import_burn_train;
 pub use error::CheckpointError;
 pub use file::Checkpoint;

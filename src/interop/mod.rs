@@ -13,7 +13,7 @@
 //!   [`SafetensorsSource`](safetensors::SafetensorsSource): Hugging Face / `PyTorch` weights, one
 //!   file or shards with an index JSON, loaded into Burn modules zero-copy where aligned
 //!   (feature `safetensors`, on by default), with the `safetensors` crate.
-//! - [`object_store`](mod@object_store): packs on S3 and compatibles: ranged loads of only
+//! - `object_store`: packs on S3 and compatibles: ranged loads of only
 //!   what a module reads, saves as multipart uploads (feature `object-store`).
 
 #[cfg(feature = "object-store")]

@@ -12,8 +12,8 @@
 //!
 //! `delete` follows burn-train's checkpointing strategy: the file of an epoch is removed once
 //! all three of its parts were deleted. `restore` serves each record from that file. The files
-//! are ordinary checkpoints: [`CheckpointManager`](crate::checkpoint::CheckpointManager),
-//! [`Checkpoint`](crate::checkpoint::Checkpoint), `load_pack` and `bpk` read them.
+//! are ordinary checkpoints: [`CheckpointManager`],
+//! [`Checkpoint`], `load_pack` and `bpk` read them.
 //!
 //! # The one-line switch
 //!

@@ -7,8 +7,9 @@ use ::object_store::path::Path as ObjectPath;
 use burn::module::Module;
 
 use super::{Bucket, ObjectLocation, ObjectSource, RemoteError, UploadOptions, block_on, upload};
+use crate::checkpoint::async_save::{InFlight, InFlightGuard, target::Target};
 use crate::checkpoint::manager::{Retention, checkpoint_name, step_of};
-use crate::checkpoint::{Checkpoint, CheckpointError, TrainingState};
+use crate::checkpoint::{Checkpoint, CheckpointError, PreparedState, TrainingState};
 
 /// One checkpoint object under a managed prefix.
 #[derive(Debug, Clone)]
@@ -34,6 +35,10 @@ pub struct RemoteCheckpointEntry {
 /// [`latest`](Self::latest) returns a [`Checkpoint`] over an [`ObjectSource`]: opening it reads
 /// only header and metadata; restoring the model fetches only the model's tensors, the
 /// optimizer only its own, each in parallel ranged requests.
+///
+/// An [`AsyncSaver`](crate::checkpoint::AsyncSaver) over this manager uploads in the
+/// background: the training thread hands the state over (parameter handles, the optimizer's
+/// record) and goes on while the upload runs.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -67,6 +72,10 @@ pub struct RemoteCheckpointManager {
     url: String,
     retention: Retention,
     upload: UploadOptions,
+    /// Saves of this manager (and its clones) an [`AsyncSaver`] is still uploading.
+    ///
+    /// [`AsyncSaver`]: crate::checkpoint::AsyncSaver
+    in_flight: Arc<InFlight>,
 }
 
 impl RemoteCheckpointManager {
@@ -85,6 +94,7 @@ impl RemoteCheckpointManager {
             url,
             retention: Retention::default(),
             upload: UploadOptions::new(),
+            in_flight: Arc::default(),
         }
     }
 
@@ -153,25 +163,8 @@ impl RemoteCheckpointManager {
         &self,
         state: TrainingState<'_, M>,
     ) -> Result<ObjectLocation, CheckpointError> {
-        let step = state.progress.step;
-        let all = self.list()?;
-        let newer = all
-            .iter()
-            .rev()
-            .take_while(|c| c.step > step)
-            .find(|c| open(&c.location).is_some());
-        if let Some(c) = newer {
-            return Err(CheckpointError::NewerExists {
-                dir: PathBuf::from(&self.url),
-                step,
-                newer_step: c.step,
-                newer: PathBuf::from(c.location.to_string()),
-            });
-        }
-        let location = self.location_for(step);
-        upload(state.into_writer()?, &location, &self.upload).map_err(Box::new)?;
-        self.retain()?;
-        Ok(location)
+        self.check_newer(state.progress.step)?;
+        self.save_prepared(state.prepare()?)
     }
 
     /// Checkpoint objects under the prefix (not below it), oldest step first.
@@ -205,11 +198,14 @@ impl RemoteCheckpointManager {
     }
 
     /// The newest checkpoint that opens and validates (header and metadata, two ranged
-    /// requests), if any; a damaged newer object is skipped, not fatal.
+    /// requests), if any; a damaged newer object is skipped, not fatal. A save that an
+    /// [`AsyncSaver`](crate::checkpoint::AsyncSaver) of this manager (or of a clone) is still
+    /// uploading is waited for first, so the checkpoint just handed over is the one returned.
     ///
     /// # Errors
     /// The store cannot be listed.
     pub fn latest(&self) -> Result<Option<Checkpoint<ObjectSource>>, CheckpointError> {
+        self.in_flight.wait();
         Ok(self.list()?.iter().rev().find_map(|c| open(&c.location)))
     }
 
@@ -241,6 +237,41 @@ impl RemoteCheckpointManager {
             removed += 1;
         }
         Ok(removed)
+    }
+}
+
+impl Target for RemoteCheckpointManager {
+    type Saved = ObjectLocation;
+
+    /// Refuses `step` when the prefix holds a valid checkpoint of a later step.
+    fn check_newer(&self, step: u64) -> Result<(), CheckpointError> {
+        let all = self.list()?;
+        let newer = all
+            .iter()
+            .rev()
+            .take_while(|c| c.step > step)
+            .find(|c| open(&c.location).is_some());
+        match newer {
+            Some(c) => Err(CheckpointError::NewerExists {
+                dir: PathBuf::from(&self.url),
+                step,
+                newer_step: c.step,
+                newer: PathBuf::from(c.location.to_string()),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Uploads the checkpoint of `state`'s step, then applies retention.
+    fn save_prepared(&self, state: PreparedState) -> Result<ObjectLocation, CheckpointError> {
+        let location = self.location_for(state.step());
+        upload(state.into_writer()?, &location, &self.upload).map_err(Box::new)?;
+        self.retain()?;
+        Ok(location)
+    }
+
+    fn begin_background(&self) -> InFlightGuard {
+        self.in_flight.begin()
     }
 }
 

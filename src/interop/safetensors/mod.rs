@@ -157,7 +157,7 @@ pub fn safetensors_to_burnpack(
 /// The writer [`safetensors_to_burnpack`] writes with: every tensor of the safetensors
 /// weights as a window of its mapped shard, in the shards' file order, with the string
 /// metadata. For destinations other than a file (an object store's
-/// [`upload`](crate::interop::object_store::upload), bytes in memory).
+/// `upload` (feature `object-store`), bytes in memory).
 ///
 /// ```
 /// use burnpack::interop::safetensors::{safetensors_to_writer, save_safetensors};
