@@ -139,12 +139,7 @@ impl CheckpointManager {
     /// Refuses `step` when a valid checkpoint of a later step is in the directory.
     pub(crate) fn check_newer(&self, step: u64) -> Result<(), CheckpointError> {
         let all = self.list()?;
-        let newer = all
-            .iter()
-            .rev()
-            .take_while(|c| c.step > step)
-            .find(|c| Checkpoint::open(&c.path).is_ok());
-        match newer {
+        match newer_valid(&all, step, |c| c.step, |c| Checkpoint::open(&c.path).ok()) {
             Some(c) => Err(CheckpointError::NewerExists {
                 dir: self.dir.clone(),
                 step,
@@ -320,8 +315,8 @@ impl Retention {
     }
 
     /// The checkpoints of `all` (sorted by `step`, oldest first) to delete. `open` opens one
-    /// (`None` when it does not open as a checkpoint): the newest that opens is always kept,
-    /// and with a `best` policy each is opened for its metric.
+    /// (`None` when it does not open as a checkpoint), each at most once: the newest that
+    /// opens is always kept, and with a `best` policy each is opened for its metric.
     pub(crate) fn doomed<'e, E, S: PackSource>(
         &self,
         all: &'e [E],
@@ -329,21 +324,41 @@ impl Retention {
         mut open: impl FnMut(&E) -> Option<Checkpoint<S>>,
     ) -> Vec<&'e E> {
         let mut keep: Vec<u64> = all.iter().rev().take(self.keep_last).map(&step).collect();
-        if let Some(newest_valid) = all.iter().rev().find(|e| open(e).is_some()) {
-            keep.push(step(newest_valid));
-        }
-        if let Some((metric, lower)) = &self.best {
-            let scored = all.iter().filter_map(|e| {
-                let value = *open(e)?.progress().scalars.get(metric)?;
-                Some((step(e), f64::try_from(value).ok()?))
-            });
-            let best = if *lower {
-                scored.min_by(|a, b| a.1.total_cmp(&b.1))
-            } else {
-                scored.max_by(|a, b| a.1.total_cmp(&b.1))
-            };
-            keep.extend(best.map(|(step, _)| step));
+        match &self.best {
+            None => keep.extend(all.iter().rev().find(|e| open(e).is_some()).map(&step)),
+            Some((metric, lower)) => {
+                // Every valid checkpoint, oldest first, with its metric when it has one.
+                let valid: Vec<(u64, Option<f64>)> = all
+                    .iter()
+                    .filter_map(|e| {
+                        let value = open(e)?.progress().scalars.get(metric).copied();
+                        Some((step(e), value.and_then(|v| f64::try_from(v).ok())))
+                    })
+                    .collect();
+                keep.extend(valid.last().map(|(step, _)| *step));
+                let scored = valid.iter().filter_map(|(step, v)| Some((*step, (*v)?)));
+                let best = if *lower {
+                    scored.min_by(|a, b| a.1.total_cmp(&b.1))
+                } else {
+                    scored.max_by(|a, b| a.1.total_cmp(&b.1))
+                };
+                keep.extend(best.map(|(step, _)| step));
+            }
         }
         all.iter().filter(|e| !keep.contains(&step(e))).collect()
     }
+}
+
+/// The newest entry of `all` (sorted by `step`, oldest first) of a step after `after` that
+/// opens as a checkpoint: what a save of step `after` would land behind.
+pub(crate) fn newer_valid<E, S: PackSource>(
+    all: &[E],
+    after: u64,
+    step: impl Fn(&E) -> u64,
+    mut open: impl FnMut(&E) -> Option<Checkpoint<S>>,
+) -> Option<&E> {
+    all.iter()
+        .rev()
+        .take_while(|e| step(e) > after)
+        .find(|e| open(e).is_some())
 }

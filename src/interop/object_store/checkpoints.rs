@@ -8,7 +8,7 @@ use burn::module::Module;
 
 use super::{Bucket, ObjectLocation, ObjectSource, RemoteError, UploadOptions, block_on, upload};
 use crate::checkpoint::async_save::{InFlight, InFlightGuard, target::Target};
-use crate::checkpoint::manager::{Retention, checkpoint_name, step_of};
+use crate::checkpoint::manager::{Retention, checkpoint_name, newer_valid, step_of};
 use crate::checkpoint::{Checkpoint, CheckpointError, PreparedState, TrainingState};
 
 /// One checkpoint object under a managed prefix.
@@ -246,12 +246,7 @@ impl Target for RemoteCheckpointManager {
     /// Refuses `step` when the prefix holds a valid checkpoint of a later step.
     fn check_newer(&self, step: u64) -> Result<(), CheckpointError> {
         let all = self.list()?;
-        let newer = all
-            .iter()
-            .rev()
-            .take_while(|c| c.step > step)
-            .find(|c| open(&c.location).is_some());
-        match newer {
+        match newer_valid(&all, step, |c| c.step, |c| open(&c.location)) {
             Some(c) => Err(CheckpointError::NewerExists {
                 dir: PathBuf::from(&self.url),
                 step,
