@@ -848,3 +848,46 @@ mod remote {
         async_saves(&RemoteCheckpointManager::parse(&url).unwrap());
     }
 }
+
+/// Every checkpoint file name the README and the docs show is the one written for its step:
+/// `ckpt-` and the step zero-padded to 20 digits (no `ckpt-<epoch>.bpk` placeholder that
+/// reads as `ckpt-3.bpk`).
+#[test]
+fn documented_checkpoint_names_are_the_written_ones() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut documents = vec![root.join("README.md")];
+    let mut dirs = vec![root.join("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                documents.push(path);
+            }
+        }
+    }
+    let name = regex::Regex::new(r"ckpt-([^./\s`'\x22]*)\.bpk").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let manager = CheckpointManager::new(dir.path()).unwrap();
+    let mut seen = 0;
+    for document in &documents {
+        let text = std::fs::read_to_string(document).unwrap();
+        for found in name.captures_iter(&text) {
+            let step = &found[1];
+            assert!(
+                step.len() == 20 && step.bytes().all(|b| b.is_ascii_digit()),
+                "{}: '{}' is not a name this crate writes",
+                document.display(),
+                &found[0]
+            );
+            let written = manager.path_for(step.parse().unwrap());
+            assert_eq!(written.file_name().unwrap().to_str(), Some(&found[0]));
+            seen += 1;
+        }
+    }
+    assert!(
+        seen >= 4,
+        "the README and the docs name checkpoint files ({seen} found)"
+    );
+}

@@ -429,7 +429,7 @@ fn verify_fails_files_whose_metadata_was_damaged() {
     key_flip[find(b"checksums") + 8] ^= 1;
     for (what, bytes, says) in [
         ("param id", id_flip, "metadata corrupt"),
-        ("checksums key", key_flip, "has none"),
+        ("checksums key", key_flip, "'checksumr'"),
     ] {
         std::fs::write(&path, &bytes).unwrap();
         let (code, out, err) = run(&["verify", s(&path)]);
@@ -628,4 +628,46 @@ fn urls_in_every_command() {
     let (code, _, err) = run(&["convert", s(&path), &format!("s3://{bucket}/x.safetensors")]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("local files only"), "{err}");
+}
+
+/// `bpk convert` writes the producer with its checksums, so a damaged `checksums` key in a
+/// converted file fails verification (naming the key); an unknown top-level key in another
+/// writer's file is a warning, and the verification passes.
+#[test]
+fn verify_names_unknown_keys_and_converted_files_carry_the_producer() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = dir.path().join("w.safetensors");
+    let data: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let view = safetensors::tensor::TensorView::new(Dtype::F32, vec![2], &data).unwrap();
+    safetensors::serialize_to_file([("w", view)], None, &st).unwrap();
+    let pack = dir.path().join("w.bpk");
+    let (code, _, err) = run(&["convert", s(&st), s(&pack)]);
+    assert_eq!(code, 0, "{err}");
+    let clean = std::fs::read(&pack).unwrap();
+    common::assert_written_here("bpk convert", &clean);
+    let mut flipped = clean.clone();
+    let at = clean.windows(9).position(|w| w == b"checksums").unwrap();
+    flipped[at + 8] ^= 1;
+    std::fs::write(&pack, &flipped).unwrap();
+    let (code, out, _) = run(&["verify", s(&pack)]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("'checksumr'") && out.contains("FAILED"),
+        "{out}"
+    );
+
+    // Another writer's file (Burn's bytes) with a key of a newer version: OK, with a warning.
+    let burn = common::burns(&every_dtype());
+    let newer = common::with_metadata_edited(&burn, |mut m| {
+        assert_eq!(m[0], 0xA1);
+        m[0] = 0xA2;
+        m.extend_from_slice(b"\x66future\x01");
+        m
+    });
+    let other = dir.path().join("other.bpk");
+    std::fs::write(&other, newer).unwrap();
+    let (code, out, err) = run(&["verify", s(&other)]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("warning") && out.contains("'future'"), "{out}");
+    assert!(out.contains("OK"), "{out}");
 }

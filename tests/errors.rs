@@ -122,6 +122,26 @@ fn malformed_headers() {
         |e| matches!(e, FormatError::Truncated { .. }),
         None,
     );
+    // Shorter than the header is truncated, whatever the bytes: zeros (a file cut short) are
+    // not "bad magic number 0x00000000", nor is a short text.
+    for short in [&[0u8; 4][..], &[0u8; 9], b"JUNK", b"abcdefghi"] {
+        reject(
+            &format!("short {short:?}"),
+            short,
+            d,
+            |e| {
+                matches!(
+                    e,
+                    FormatError::Truncated {
+                        what: "header",
+                        needed: 10,
+                        ..
+                    }
+                ) && e.to_string().contains("truncated")
+            },
+            None,
+        );
+    }
     let mut magic = ours(&[]);
     magic[0] = b'X';
     reject(

@@ -272,13 +272,7 @@ fn pack_of_ours() -> Vec<u8> {
         .to_vec()
 }
 
-/// Whether damaged `bytes` are noticed: refused on open, or failing `verify_all`.
-fn noticed(bytes: Vec<u8>) -> bool {
-    match Reader::from_bytes(Bytes::from_bytes_vec(bytes)) {
-        Err(_) => true,
-        Ok(reader) => reader.verify_all().is_err(),
-    }
-}
+use common::damage_noticed as noticed;
 
 #[test]
 fn every_single_bit_flip_in_header_and_metadata_is_detected() {
@@ -352,17 +346,19 @@ fn a_damaged_checksums_key_does_not_turn_checking_off() {
 
     let reader = Reader::open(&path).unwrap();
     assert!(!reader.layout().has_checksums());
+    // Verification names the damaged key (this crate's writer adds no other).
     let err = reader.verify_all().unwrap_err();
     assert!(
         matches!(
             &err,
             ReadError::Invalid {
-                source: FormatError::MissingChecksums { producer },
+                source: FormatError::UnknownKey { key, producer },
                 ..
-            } if producer == burnpack::module::PRODUCER
+            } if key == "checksumr" && producer == burnpack::module::PRODUCER
         ),
         "{err}"
     );
+    assert!(err.to_string().contains("'checksumr'"), "{err}");
     let err = M::new([0.0; 3], &device)
         .load_pack_with(&path, &LoadOptions::new().verify_checksums(true))
         .unwrap_err();
@@ -370,7 +366,7 @@ fn a_damaged_checksums_key_does_not_turn_checking_off() {
         matches!(err, ModuleError::Read(ReadError::Invalid { .. })),
         "{err}"
     );
-    assert!(err.to_string().contains("has none"), "{err}");
+    assert!(err.to_string().contains("damaged"), "{err}");
     // Files of other producers without checksums (Burn's) still load verified-as-far-as-possible.
     let burn_file = burns(&every_dtype());
     let reader = Reader::from_bytes(Bytes::from_bytes_vec(burn_file)).unwrap();
@@ -502,4 +498,73 @@ fn files_of_earlier_versions_with_tensor_checksums_only_still_verify() {
         reader.verify_all().unwrap_err(),
         ReadError::Checksum { .. }
     ));
+}
+
+/// Every path of this crate that writes a pack with checksums names its producer, so a
+/// damaged `checksums` key cannot pass for another writer's file without checksums; and every
+/// single-bit flip in header and metadata of each path's file is noticed. (`PackStore`,
+/// `PackCheckpointer`, uploads and `bpk convert` are checked the same way in `store.rs`,
+/// `train.rs`, `object_store.rs` and `cli.rs`.)
+#[test]
+fn every_writing_path_names_the_producer_and_every_flip_is_detected() {
+    use burnpack::checkpoint::{CheckpointManager, Progress, TrainingState};
+    let dir = tempfile::tempdir().unwrap();
+    let device = Device::flex();
+    let model = M::new([1.0, 2.0, 3.0], &device);
+    let entries = || {
+        every_dtype()
+            .iter()
+            .map(Spec::deferred_entry)
+            .collect::<Vec<_>>()
+    };
+    let file = |name: &str| dir.path().join(name);
+    let read = |path: std::path::PathBuf| std::fs::read(path).unwrap();
+    let mut paths: Vec<(&str, Vec<u8>)> = Vec::new();
+
+    Writer::new(entries())
+        .write_to_file(file("writer.bpk"))
+        .unwrap();
+    paths.push(("Writer::write_to_file", read(file("writer.bpk"))));
+    paths.push((
+        "Writer::into_bytes",
+        Writer::new(entries())
+            .with_scalar("epoch", 3u32)
+            .into_bytes()
+            .unwrap()
+            .to_vec(),
+    ));
+    model.save_pack(file("module.bpk")).unwrap();
+    paths.push(("PackModule::save_pack", read(file("module.bpk"))));
+    paths.push((
+        "PackModule::to_pack_bytes",
+        model.to_pack_bytes().unwrap().to_vec(),
+    ));
+    let step = Progress::new(2, 20);
+    TrainingState::new(&model, step.clone())
+        .save(file("state.bpk"))
+        .unwrap();
+    paths.push(("TrainingState::save", read(file("state.bpk"))));
+    let manager = CheckpointManager::new(file("ckpts")).unwrap();
+    let saved = manager.save(TrainingState::new(&model, step)).unwrap();
+    paths.push(("CheckpointManager::save", read(saved.clone())));
+    // A part taken out of a checkpoint (the model alone) is a pack of its own.
+    let checkpoint = Reader::open(&saved).unwrap();
+    Writer::from_part(&checkpoint, "model.")
+        .unwrap()
+        .write_to_file(file("part.bpk"))
+        .unwrap();
+    paths.push(("Writer::from_part", read(file("part.bpk"))));
+    // safetensors weights converted.
+    let st = file("weights.safetensors");
+    burnpack::convert::burnpack_to_safetensors(file("module.bpk"), &st).unwrap();
+    burnpack::convert::safetensors_to_burnpack(&st, file("converted.bpk")).unwrap();
+    paths.push((
+        "convert::safetensors_to_burnpack",
+        read(file("converted.bpk")),
+    ));
+
+    for (path, bytes) in &paths {
+        let flips = common::assert_written_here(path, bytes);
+        println!("{path}: {flips} single-bit flips, all noticed");
+    }
 }

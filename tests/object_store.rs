@@ -700,3 +700,45 @@ fn a_background_upload_failure_comes_back_from_wait() {
         &before
     ));
 }
+
+/// Zero-length tensors in every position through the upload stream (one PUT and multipart
+/// parts): the object is Burn's bytes without checksums, and the local file's with them.
+#[test]
+fn zero_length_tensors_upload_in_every_position() {
+    for (case, specs) in common::zero_length_cases() {
+        let entries = || {
+            specs
+                .iter()
+                .map(common::Spec::deferred_entry)
+                .collect::<Vec<_>>()
+        };
+        for options in [UploadOptions::new(), parts()] {
+            let (_, location) = memory("zero.bpk");
+            upload(Writer::new(entries()).checksums(false), &location, &options)
+                .unwrap_or_else(|e| panic!("{case}: {e}"));
+            assert!(
+                location.read_all().unwrap() == common::burns(&specs),
+                "{case}: the uploaded bytes are not Burn's"
+            );
+            upload(Writer::new(entries()), &location, &options)
+                .unwrap_or_else(|e| panic!("{case}: {e}"));
+            let local = Writer::new(entries()).into_bytes().unwrap();
+            assert!(location.read_all().unwrap()[..] == local[..], "{case}");
+        }
+    }
+}
+
+/// Uploaded packs name this crate as producer, and every single-bit flip in their header and
+/// metadata is noticed.
+#[test]
+fn uploads_name_the_producer_and_every_flip_is_detected() {
+    let (_, location) = memory("flips.bpk");
+    let net = trained(&Device::flex());
+    upload(
+        net.pack_writer(&SaveOptions::new()).unwrap(),
+        &location,
+        &parts(),
+    )
+    .unwrap();
+    common::assert_written_here("upload", &location.read_all().unwrap());
+}

@@ -501,3 +501,17 @@ fn pytorch_safetensors_through_a_source_match_safetensors_store() {
         "{err}"
     );
 }
+
+/// `PackStore`'s files name this crate as producer (with checksums on), and every single-bit
+/// flip in their header and metadata is noticed.
+#[test]
+fn pack_store_files_name_the_producer_and_every_flip_is_detected() {
+    let model = trained(&device());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.bpk");
+    model.save_into(&mut PackStore::from_file(&path)).unwrap();
+    common::assert_written_here("PackStore::from_file", &std::fs::read(&path).unwrap());
+    let mut bytes = PackStore::from_bytes(None).clear_metadata();
+    model.save_into(&mut bytes).unwrap();
+    common::assert_written_here("PackStore::from_bytes", &bytes.get_bytes().unwrap());
+}

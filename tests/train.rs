@@ -3,6 +3,8 @@
 //! checkpointers), and a training process killed with SIGKILL that resumes from the newest
 //! complete checkpoint.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -202,21 +204,18 @@ fn one_file_per_epoch_with_the_strategys_retention() {
     let trained = train(dir.path(), With::Pack, initial(&device), 4, None, 2);
     let ckpt_dir = dir.path().join("checkpoint");
     let pack = PackCheckpointer::new(&ckpt_dir).unwrap();
-    // KeepLastN(2) after 4 epochs: epochs 3 and 4, one file each, nothing else.
+    // KeepLastN(2) after 4 epochs: epochs 3 and 4, one file each, nothing else, named as the
+    // README and the `train` docs say (`ckpt-00000000000000000001.bpk` for epoch 1).
     assert_eq!(
         files(&ckpt_dir),
-        vec![
-            pack.path_for(3)
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .into_owned(),
-            pack.path_for(4)
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .into_owned(),
+        [
+            "ckpt-00000000000000000003.bpk",
+            "ckpt-00000000000000000004.bpk"
         ]
+    );
+    assert_eq!(
+        pack.path_for(4),
+        ckpt_dir.join("ckpt-00000000000000000004.bpk")
     );
     assert_eq!(pack.latest_epoch().unwrap(), Some(4));
     // An ordinary checkpoint: the manager lists it, `Checkpoint` opens it, the model loads
@@ -456,4 +455,7 @@ fn bpk_inspects_and_verifies_the_checkpoints() {
     assert!(listing.contains("model.hidden.weight"), "{listing}");
     assert!(listing.contains("optim."), "{listing}");
     bpk(&["verify"]);
+    // The checkpointer's file names this crate as producer, and every single-bit flip in its
+    // header and metadata is noticed.
+    common::assert_written_here("PackCheckpointer", &std::fs::read(&path).unwrap());
 }

@@ -25,7 +25,9 @@ pub struct CheckpointEntry {
     pub path: PathBuf,
 }
 
-/// Keeps checkpoints in a directory as `ckpt-<step>.bpk`.
+/// Keeps checkpoints in a directory as `ckpt-00000000000000000007.bpk` for step 7: the step
+/// zero-padded to 20 digits (the width of any `u64`), so that a plain listing sorts in step
+/// order.
 ///
 /// A checkpoint becomes visible under its name only once durable (atomic write: fsync, rename,
 /// directory fsync), so [`latest`](Self::latest) never sees a partial file; it also skips any

@@ -145,6 +145,19 @@ pub enum FormatError {
         /// The checksum of the bytes read.
         actual: u64,
     },
+    /// A top-level metadata key this crate does not know, in a file whose `producer` is this
+    /// crate: its writer adds none, so the key is damaged (`checksums` turned into
+    /// `checksumr`, say). Loading ignores such keys as Burn does; verification refuses them.
+    #[error(
+        "unknown top-level metadata key '{key}' in a file of '{producer}', whose writer adds none: \
+         the key is damaged"
+    )]
+    UnknownKey {
+        /// The key as found.
+        key: String,
+        /// The `producer` metadata value.
+        producer: String,
+    },
     /// The file says this crate wrote it (`producer`) but carries no checksums, which every
     /// file this crate writes with checksums has: its metadata was probably damaged (a flipped
     /// bit in the `checksums` key turns checking off). Refused where checksums are required.

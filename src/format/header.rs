@@ -87,23 +87,29 @@ impl Header {
     /// # Errors
     /// [`FormatError::Truncated`], [`FormatError::BadMagic`] or [`FormatError::UnsupportedVersion`].
     pub fn parse(bytes: &[u8]) -> Result<Self, FormatError> {
-        // The magic first: a short file of another kind is "not a burnpack", not "truncated".
-        if let Some(magic) = bytes.get(..4) {
-            let magic = u32::from_le_bytes([magic[0], magic[1], magic[2], magic[3]]);
-            if magic != MAGIC {
+        // Length first: an input shorter than the header is truncated (four zero bytes are a
+        // file cut short, not "bad magic 0x00000000"), unless its first bytes are another
+        // format's signature: then the useful answer is what it is and what to do instead.
+        let Some(raw) = bytes.get(..HEADER_SIZE) else {
+            if let (Some(hint), Some(magic)) = (looks_like(bytes), bytes.get(..4)) {
                 return Err(FormatError::BadMagic {
-                    found: magic,
-                    looks_like: looks_like(bytes),
+                    found: u32::from_le_bytes([magic[0], magic[1], magic[2], magic[3]]),
+                    looks_like: Some(hint),
                 });
             }
-        }
-        let Some(raw) = bytes.get(..HEADER_SIZE) else {
             return Err(FormatError::Truncated {
                 what: "header",
                 needed: HEADER_SIZE as u64,
                 available: bytes.len() as u64,
             });
         };
+        let magic = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
+        if magic != MAGIC {
+            return Err(FormatError::BadMagic {
+                found: magic,
+                looks_like: looks_like(bytes),
+            });
+        }
         let version = u16::from_le_bytes([raw[4], raw[5]]);
         if version == 0 || version > FORMAT_VERSION {
             return Err(FormatError::UnsupportedVersion { found: version });

@@ -8,7 +8,7 @@ use super::dtype::{byte_len, element_align, metadata_checksum};
 use super::error::FormatError;
 use super::header::{HEADER_SIZE, Header};
 use super::limits::Limits;
-use super::metadata::{Descriptor, Metadata, Scalar, into_map};
+use super::metadata::{Descriptor, Extras, Metadata, Scalar, into_map};
 
 /// Metadata key by which a pack declares the namespace (a name prefix such as `model.`) its
 /// module parameters live under: module loaders read only the tensors under it, prefix
@@ -18,6 +18,15 @@ pub const NAMESPACE_KEY: &str = "burnpack.namespace";
 /// The first word of the `producer` metadata value this crate writes (`burnpack <version>`).
 pub const PRODUCER_NAME: &str = "burnpack";
 
+/// The `producer` metadata value this crate's writer adds to every pack it writes with
+/// checksums (unless the caller set a `producer`): a file that says it is this crate's and
+/// carries no checksums is taken for a damaged one by verification.
+///
+/// ```
+/// assert!(burnpack::format::PRODUCER.starts_with(burnpack::format::PRODUCER_NAME));
+/// ```
+pub const PRODUCER: &str = concat!("burnpack ", env!("CARGO_PKG_VERSION"));
+
 /// Whether a `producer` value is this crate's: `burnpack` alone or followed by a version.
 fn is_ours(producer: &str) -> bool {
     producer == PRODUCER_NAME
@@ -25,6 +34,19 @@ fn is_ours(producer: &str) -> bool {
             .strip_prefix(PRODUCER_NAME)
             .and_then(|rest| rest.strip_prefix(' '))
             .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
+}
+
+/// The CBOR encoding of the top-level key `checksums` (a text string of 9 bytes).
+const CHECKSUMS_KEY: &[u8] = b"\x69checksums";
+
+/// Whether `metadata` holds the bytes of this crate's `checksums` entry (the key, then a byte
+/// string: CBOR major type 2) anywhere, decoded or not. A tensor or metadata key of that
+/// name is followed by a map or a text, not by a byte string.
+fn has_checksums_entry(metadata: &[u8]) -> bool {
+    metadata.windows(CHECKSUMS_KEY.len() + 1).any(|w| {
+        w[..CHECKSUMS_KEY.len()] == *CHECKSUMS_KEY
+            && (0x40..=0x5f).contains(&w[CHECKSUMS_KEY.len()])
+    })
 }
 
 /// One tensor of a validated file: what it is and where its bytes are.
@@ -220,6 +242,11 @@ pub struct Layout {
     scalars: BTreeMap<String, Scalar>,
     /// The metadata carries the `checksums` string (one per tensor, possibly none).
     checksums: bool,
+    /// What decoding read past, as Burn's reader does.
+    extras: Extras,
+    /// The blob holds the bytes of a `checksums` entry that decoding did not find as the
+    /// top-level key: a damaged file of this crate.
+    checksums_elsewhere: bool,
 }
 
 impl Layout {
@@ -283,9 +310,21 @@ impl Layout {
         file_len: u64,
         limits: &Limits,
     ) -> Result<Self, FormatError> {
-        let decoded = Metadata::decode(metadata, limits)?;
+        let (decoded, extras) = Metadata::decode_lenient(metadata, limits)?;
         let data_start = header.data_start();
         let has_checksums = decoded.checksums.is_some();
+        // Burn's reader decodes the map and ignores what follows it inside `metadata_size`;
+        // so does this one, except in a file with this crate's checksums, whose writer ends
+        // the metadata exactly with them: there, bytes after the map mean a damaged length.
+        // A damaged length or key can also hide the `checksums` entry from the decoder (the
+        // map ends before it, or it is read as part of another key): its bytes are still in
+        // the blob, and the file is then taken for a damaged one of this crate.
+        let checksums_elsewhere = !has_checksums && has_checksums_entry(metadata);
+        if extras.trailing > 0 && (has_checksums || checksums_elsewhere) {
+            return Err(FormatError::Metadata {
+                reason: super::metadata::trailing_reason(extras.trailing),
+            });
+        }
         let checksums: Option<Vec<u64>> = match decoded.checksums {
             Some(bytes) if bytes.len() == (decoded.tensors.len() + 1) * 8 => {
                 let mut sums: Vec<u64> = bytes
@@ -358,6 +397,8 @@ impl Layout {
             metadata: into_map("metadata", decoded.metadata)?,
             scalars: into_map("scalars", decoded.scalars)?,
             checksums: has_checksums,
+            extras,
+            checksums_elsewhere,
         })
     }
 
@@ -436,6 +477,78 @@ impl Layout {
         }
         (self.metadata.get("burnpack.kind").map(String::as_str) == Some("checkpoint"))
             .then_some("model.")
+    }
+
+    /// What the metadata holds beyond what this crate reads, ignored on load as Burn's reader
+    /// ignores it: unknown top-level keys, and bytes after the CBOR map inside
+    /// `metadata_size` (only in files without checksums; with them such bytes are refused).
+    ///
+    /// ```
+    /// use burnpack::format::{Layout, Limits};
+    /// let bytes = burnpack::Writer::new(vec![]).into_bytes().unwrap();
+    /// let layout = Layout::from_bytes(&bytes, &Limits::default()).unwrap();
+    /// assert!(layout.extras().unknown_keys.is_empty());
+    /// ```
+    #[must_use]
+    pub fn extras(&self) -> &Extras {
+        &self.extras
+    }
+
+    /// Whether the `producer` metadata says this crate wrote the file.
+    #[must_use]
+    pub fn is_ours(&self) -> bool {
+        self.metadata.get("producer").is_some_and(|p| is_ours(p))
+    }
+
+    /// Refuses what the metadata holds beyond what this crate reads ([`extras`](Self::extras))
+    /// in a file of this crate, whose writer adds neither: an unknown top-level key there is a
+    /// damaged one ([`FormatError::UnknownKey`]). A file is this crate's when its `producer`
+    /// says so, or when its metadata holds the bytes of this crate's `checksums` entry that
+    /// decoding did not find where the writer puts it (a damaged key or length took the
+    /// `producer` along). In other writers' files the same things are only warnings, returned
+    /// as text (damaged, or written by a newer version: Burn ignores them).
+    ///
+    /// ```
+    /// use burnpack::format::{Layout, Limits};
+    /// let bytes = burnpack::Writer::new(vec![]).into_bytes().unwrap();
+    /// let layout = Layout::from_bytes(&bytes, &Limits::default()).unwrap();
+    /// assert_eq!(layout.check_extras().unwrap(), Vec::<String>::new());
+    /// ```
+    ///
+    /// # Errors
+    /// [`FormatError::UnknownKey`] in a file whose producer is this crate.
+    pub fn check_extras(&self) -> Result<Vec<String>, FormatError> {
+        if let Some(key) = self.extras.unknown_keys.first() {
+            let producer = self.metadata.get("producer").filter(|p| is_ours(p));
+            if producer.is_some() || self.checksums_elsewhere {
+                return Err(FormatError::UnknownKey {
+                    key: key.clone(),
+                    producer: producer.map_or_else(
+                        || "burnpack (its checksums entry is damaged)".to_string(),
+                        Clone::clone,
+                    ),
+                });
+            }
+        }
+        let mut warnings: Vec<String> = self
+            .extras
+            .unknown_keys
+            .iter()
+            .map(|key| {
+                format!(
+                    "unknown top-level metadata key '{key}' ignored (damaged, or written by a \
+                     newer version; Burn ignores it too)"
+                )
+            })
+            .collect();
+        if self.extras.trailing > 0 {
+            warnings.push(format!(
+                "{} bytes after the end of the metadata map, inside metadata_size, ignored \
+                 (padding, or a damaged length; Burn ignores them too)",
+                self.extras.trailing
+            ));
+        }
+        Ok(warnings)
     }
 
     /// Refuses a file whose `producer` says this crate wrote it but which carries no checksums

@@ -316,18 +316,50 @@ impl Metadata {
     /// [`FormatError::Metadata`] for malformed CBOR, a missing `tensors` map or bytes after
     /// the end of the map,
     /// [`FormatError::LimitExceeded`] for a map with too many entries.
+    #[cfg_attr(not(any(test, feature = "internals")), allow(dead_code))]
     pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Self, FormatError> {
-        // Metadata as Burn and this crate write it takes the direct path; anything else
-        // (other encodings of the same values, unknown keys, quantized dtypes, damage) is
-        // decoded, or refused with its reason, by the general decoder below.
-        match canonical::decode(bytes, limits) {
-            Some(meta) => Ok(meta),
-            None => Self::decode_general(bytes, limits),
+        let (meta, extras) = Self::decode_lenient(bytes, limits)?;
+        match extras.trailing {
+            0 => Ok(meta),
+            // Burn writes exactly the map: bytes after it mean a damaged length somewhere (a
+            // map or string that now ends early), or another writer's padding.
+            n => Err(FormatError::Metadata {
+                reason: trailing_reason(n),
+            }),
         }
     }
 
+    /// Decodes a metadata blob as Burn 0.22's reader does: the CBOR map that starts `bytes`,
+    /// whatever follows it (Burn decodes the map and ignores the rest of `metadata_size`),
+    /// with the top-level keys this crate does not know ignored. What was ignored is returned
+    /// beside the metadata, for verification to report.
+    ///
+    /// ```
+    /// use burnpack::format::{Limits, Metadata};
+    /// let mut bytes = Metadata::default().encode().unwrap();
+    /// bytes.extend_from_slice(&[0, 0, 0]); // another writer's padding
+    /// let (meta, extras) = Metadata::decode_lenient(&bytes, &Limits::default()).unwrap();
+    /// assert_eq!((meta, extras.trailing), (Metadata::default(), 3));
+    /// assert!(Metadata::decode(&bytes, &Limits::default()).is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// As [`decode`](Self::decode), except for bytes after the map.
+    pub fn decode_lenient(bytes: &[u8], limits: &Limits) -> Result<(Self, Extras), FormatError> {
+        // Metadata as Burn and this crate write it takes the direct path; anything else
+        // (other encodings of the same values, unknown keys, quantized dtypes, damage) is
+        // decoded, or refused with its reason, by the general decoder below.
+        if let Some((meta, end)) = canonical::decode(bytes, limits) {
+            if end == bytes.len() {
+                let extras = Extras::default();
+                return Ok((meta, extras));
+            }
+        }
+        Self::decode_general(bytes, limits)
+    }
+
     /// The general decoder: serde over ciborium, for every encoding of the map.
-    fn decode_general(bytes: &[u8], limits: &Limits) -> Result<Self, FormatError> {
+    fn decode_general(bytes: &[u8], limits: &Limits) -> Result<(Self, Extras), FormatError> {
         // ciborium only exposes `DeserializeOwned` entry points, so the entry limit reaches the
         // visitors through this thread's decode state rather than a `DeserializeSeed`.
         DECODE.with(|state| {
@@ -343,15 +375,13 @@ impl Metadata {
         );
         let exceeded = DECODE.with(|state| state.replace(DecodeState::default()).exceeded);
         match (result, exceeded) {
-            // Burn writes exactly the map: bytes after it mean a damaged length somewhere (a
-            // map or string that now ends early), not a longer file.
-            (Ok(_), _) if !rest.is_empty() => Err(FormatError::Metadata {
-                reason: format!(
-                    "{} bytes follow the end of the metadata map (a damaged length?)",
-                    rest.len()
-                ),
-            }),
-            (Ok(Decoded(meta)), _) => Ok(meta),
+            (Ok(Decoded(meta, unknown_keys)), _) => Ok((
+                meta,
+                Extras {
+                    unknown_keys,
+                    trailing: rest.len(),
+                },
+            )),
             (Err(_), Some(count)) => Err(FormatError::LimitExceeded {
                 what: "tensor count",
                 size: count as u64,
@@ -362,6 +392,27 @@ impl Metadata {
             }),
         }
     }
+}
+
+/// What [`Metadata::decode_lenient`] read past, as Burn's reader does: the file still loads,
+/// and verification reports these (see `Reader::verify_structure`).
+///
+/// ```
+/// let extras = burnpack::format::Extras::default();
+/// assert!(extras.unknown_keys.is_empty() && extras.trailing == 0);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Extras {
+    /// Top-level keys other than `tensors`, `metadata`, `scalars` and `checksums`, in file
+    /// order (their values were skipped).
+    pub unknown_keys: Vec<String>,
+    /// Bytes after the end of the CBOR map, inside `metadata_size`.
+    pub trailing: usize,
+}
+
+/// Why bytes after the metadata map are refused where they are.
+pub(crate) fn trailing_reason(n: usize) -> String {
+    format!("{n} bytes follow the end of the metadata map (a damaged length?)")
 }
 
 /// The limit in force for the decode running on this thread, and whether it was hit.
@@ -375,8 +426,8 @@ thread_local! {
     static DECODE: Cell<DecodeState> = const { Cell::new(DecodeState { max_entries: 0, exceeded: None }) };
 }
 
-/// The top-level map, decoded under the thread's [`DecodeState`].
-struct Decoded(Metadata);
+/// The top-level map, decoded under the thread's [`DecodeState`], and its unknown keys.
+struct Decoded(Metadata, Vec<String>);
 
 impl<'de> Deserialize<'de> for Decoded {
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -396,6 +447,7 @@ impl<'de> Visitor<'de> for MetadataVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Decoded, A::Error> {
         let mut tensors = None;
         let mut meta = Metadata::default();
+        let mut unknown = Vec::new();
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
                 "tensors" => tensors = Some(map.next_value::<Pairs<Descriptor>>()?.0),
@@ -404,11 +456,16 @@ impl<'de> Visitor<'de> for MetadataVisitor {
                 "checksums" => meta.checksums = Some(map.next_value::<ByteBuf>()?.0),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
+                    // Bounded like every map: a map of a million unknown keys is refused.
+                    if unknown.len() == DECODE.with(|state| state.get().max_entries) {
+                        return Err(de::Error::custom("too many unknown top-level keys"));
+                    }
+                    unknown.push(key);
                 }
             }
         }
         meta.tensors = tensors.ok_or_else(|| de::Error::missing_field("tensors"))?;
-        Ok(Decoded(meta))
+        Ok(Decoded(meta, unknown))
     }
 }
 
@@ -542,7 +599,8 @@ mod canonical {
         }
     }
 
-    pub(super) fn decode(bytes: &[u8], limits: &Limits) -> Option<Metadata> {
+    /// The metadata and where its map ends.
+    pub(super) fn decode(bytes: &[u8], limits: &Limits) -> Option<(Metadata, usize)> {
         let mut c = Cursor {
             input: bytes,
             pos: 0,
@@ -568,7 +626,7 @@ mod canonical {
             }
         }
         meta.tensors = tensors?;
-        (c.pos == bytes.len()).then_some(meta)
+        Some((meta, c.pos))
     }
 
     fn pairs<'a, V>(
@@ -709,8 +767,14 @@ mod tests {
         let meta = sample();
         let bytes = meta.encode().unwrap();
         let limits = Limits::default();
-        assert_eq!(canonical::decode(&bytes, &limits), Some(meta.clone()));
-        assert_eq!(Metadata::decode_general(&bytes, &limits).unwrap(), meta);
+        assert_eq!(
+            canonical::decode(&bytes, &limits),
+            Some((meta.clone(), bytes.len()))
+        );
+        assert_eq!(
+            Metadata::decode_general(&bytes, &limits).unwrap(),
+            (meta.clone(), super::Extras::default())
+        );
         // Quantized dtypes go the general way.
         let mut quantized = meta;
         quantized.tensors[0].1.dtype = DType::QFloat(QuantScheme::default());
@@ -730,12 +794,15 @@ mod tests {
             for value in 0..=255u8 {
                 let mut changed = bytes.clone();
                 changed[at] = value;
-                if let Some(meta) = canonical::decode(&changed, &limits) {
+                if let Some((meta, end)) = canonical::decode(&changed, &limits) {
                     direct += 1;
+                    let general = Metadata::decode_general(&changed, &limits)
+                        .ok()
+                        .map(|(meta, extras)| (meta, extras.trailing));
                     // Compared as text: a changed float may be NaN, which is not equal to itself.
                     assert_eq!(
-                        format!("{:?}", Metadata::decode_general(&changed, &limits).ok()),
-                        format!("{:?}", Some(meta)),
+                        format!("{general:?}"),
+                        format!("{:?}", Some((meta, changed.len() - end))),
                         "byte {at} set to {value:#04x}"
                     );
                 }
@@ -755,7 +822,8 @@ mod tests {
         assert!(Metadata::decode(&bytes, &limits).is_err());
         let mut trailing = bytes;
         trailing.push(0);
-        assert_eq!(canonical::decode(&trailing, &Limits::default()), None);
         assert!(Metadata::decode(&trailing, &Limits::default()).is_err());
+        let (_, extras) = Metadata::decode_lenient(&trailing, &Limits::default()).unwrap();
+        assert_eq!(extras.trailing, 1);
     }
 }

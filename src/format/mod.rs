@@ -20,10 +20,10 @@ pub use error::FormatError;
 pub use header::{
     FORMAT_VERSION, HEADER_SIZE, Header, MAGIC, TENSOR_ALIGNMENT, align_up, data_start, looks_like,
 };
-pub use layout::{Layout, NAMESPACE_KEY, PRODUCER_NAME, TensorInfo};
+pub use layout::{Layout, NAMESPACE_KEY, PRODUCER, PRODUCER_NAME, TensorInfo};
 pub use limits::Limits;
 pub(crate) use metadata::{Blob, DescriptorRef};
 /// The raw metadata records, for tests that build malformed files (feature `internals`).
 #[cfg(feature = "internals")]
 pub use metadata::{Descriptor, Metadata};
-pub use metadata::{Scalar, ScalarConversionError};
+pub use metadata::{Extras, Scalar, ScalarConversionError};

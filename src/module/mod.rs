@@ -47,8 +47,7 @@ pub use report::{Copied, LoadReport};
 use crate::read::{Reader, TensorSource};
 use crate::write::{Entry, Writer};
 
-/// The `producer` metadata value this crate writes.
-pub const PRODUCER: &str = concat!("burnpack ", env!("CARGO_PKG_VERSION"));
+pub use crate::format::PRODUCER;
 
 /// Save and load for every Burn [`Module`]. Names differ from Burn's own `save_file` /
 /// `load_file`, so both can be in scope with `burn::prelude::*`.
@@ -86,7 +85,8 @@ pub trait PackModule: Module + Sized {
     /// the same names) each parameter's storage is written where it is, without a copy; on
     /// other backends parameters are read from their device one at a time per producer
     /// thread, as the writer reaches them, so peak host memory is at most about
-    /// (threads + 1) × the largest parameter on top of the model itself.
+    /// threads × the largest parameter on top of the model itself (one parameter at a time
+    /// with `threads(1)`).
     ///
     /// # Errors
     /// [`ModuleError::Write`] naming the file and the parameter; in atomic mode `path` is then

@@ -97,14 +97,10 @@ impl SaveOptions {
         self
     }
 
-    /// Applies these options (and the `producer` entry) to `writer`. Without checksums no
-    /// `producer` of this crate is added: a file of ours without checksums is taken for a
-    /// damaged one by verification.
+    /// Applies these options to `writer` (which adds the `producer` entry when checksums are
+    /// on: see [`PRODUCER`](crate::format::PRODUCER)).
     pub(crate) fn configure(&self, mut writer: crate::write::Writer) -> crate::write::Writer {
         writer = writer.options(self.write);
-        if self.write.has_checksums() && !self.metadata.contains_key("producer") {
-            writer = writer.with_metadata("producer", crate::module::PRODUCER);
-        }
         for (k, v) in &self.metadata {
             writer = writer.with_metadata(k.clone(), v.clone());
         }

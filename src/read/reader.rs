@@ -366,8 +366,10 @@ impl Reader {
 
     /// The checks beyond the tensors' own checksums that [`verify_all`](Self::verify_all)
     /// and `LoadOptions::verify_checksums` make: a file whose `producer` names this crate must
-    /// carry checksums ([`FormatError::MissingChecksums`]), and in a file with checksums the
-    /// padding after the metadata and between tensors must be zero
+    /// have no unknown top-level metadata key ([`FormatError::UnknownKey`]; in other files
+    /// they are warnings, see [`Layout::check_extras`](crate::format::Layout::check_extras))
+    /// and must carry checksums ([`FormatError::MissingChecksums`]), and in a file with
+    /// checksums the padding after the metadata and between tensors must be zero
     /// ([`FormatError::Padding`]). The header and metadata checksum itself is checked on
     /// every open.
     ///
@@ -378,6 +380,7 @@ impl Reader {
             file: self.file.clone(),
             source,
         };
+        self.layout.check_extras().map_err(invalid)?;
         self.layout.require_checksums().map_err(invalid)?;
         if !self.layout.has_checksums() {
             return Ok(());

@@ -6,7 +6,9 @@
 //! A [`PackCheckpointer`] is one value shared by the three: each record is validated as it
 //! arrives and held (as the burnpack bytes Burn serialized it to) until the epoch's three parts
 //! are there; the thread that brings the last one writes them as one checkpoint
-//! (`ckpt-<epoch>.bpk`, the layout of [`checkpoint`](crate::checkpoint)), atomically: scratch
+//! (`ckpt-00000000000000000001.bpk` for epoch 1: the epoch zero-padded to 20 digits, the
+//! width of any `u64`, so that names sort in epoch order; the layout of
+//! [`checkpoint`](crate::checkpoint)), atomically: scratch
 //! file, fsync, rename, directory fsync. A file is therefore visible only complete and durable,
 //! and the tensors go from Burn's record bytes to the file without another copy.
 //!
@@ -134,7 +136,8 @@ struct Epoch {
 }
 
 /// Writes burn-train's three checkpoint records of an epoch as one checkpoint file
-/// (`<dir>/ckpt-<epoch>.bpk`), and serves them back. Clones share the epochs in assembly: give
+/// (`<dir>/ckpt-00000000000000000001.bpk` for epoch 1, zero-padded to 20 digits so that names
+/// sort in epoch order), and serves them back. Clones share the epochs in assembly: give
 /// one clone to each of `with_custom_checkpointers`' three arguments.
 ///
 /// The file holds the model under `model.` (with its `ParamId`s), the optimizer state under

@@ -74,7 +74,8 @@ impl WriteOptions {
 
     /// Number of producer threads (default: rayon's global pool size), which materialize and
     /// checksum entries for the one writer thread. Each holds at most one chunk (an entry, or
-    /// neighbouring entries under 1 MiB together) at a time.
+    /// neighbouring entries under 1 MiB together) at a time, and takes the next only once the
+    /// writer is done with it: at most `threads` produced chunks exist at once.
     #[must_use]
     pub fn threads(mut self, threads: usize) -> Self {
         self.threads = Some(threads.max(1));

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::SyncSender;
 
 use burn::tensor::Bytes;
 
@@ -13,7 +14,7 @@ use super::error::WriteError;
 use super::options::{WriteMode, WriteOptions};
 use super::plan::{Plan, Slot};
 use super::slots::{fill, materialize};
-use crate::format::{Scalar, TENSOR_ALIGNMENT};
+use crate::format::{PRODUCER, Scalar, TENSOR_ALIGNMENT};
 use crate::platform::write_all_at;
 
 /// Writes entries, string metadata and scalars as a burnpack file or buffer.
@@ -23,12 +24,17 @@ use crate::platform::write_all_at;
 /// in parallel, and one writer thread hands each chunk (an entry, or neighbouring small ones)
 /// to the kernel with a vectored write, from where the bytes are (no assembly copy). The
 /// head, which carries the checksums, goes last. At most [`threads`](Self::threads) produced
-/// chunks plus the one being written exist at once, so peak memory is about (threads + 1) ×
-/// the largest deferred tensor, and nothing for entries whose bytes are in hand. Small packs
-/// (under 64 MiB, nothing deferred) are written by the calling thread alone.
+/// chunks exist at once, the one being written included: a producer takes its next entry only
+/// once its last chunk is written and dropped. Peak memory is then about threads × the
+/// largest deferred tensor (with `threads(1)`, one produced tensor at a time, as Burn's
+/// writer guarantees), and nothing for entries whose bytes are in hand. Small neighbouring
+/// entries travel together in chunks of up to 1 MiB. Small packs (under 64 MiB, nothing
+/// deferred) are written by the calling thread alone.
 ///
-/// Given the same entries, metadata and scalars in the same order, the bytes are identical
-/// to Burn 0.22's `burn_pack::Writer`.
+/// With checksums on (the default) the metadata also carries `checksums` and a `producer`
+/// entry ([`PRODUCER`] unless one is set). With [`checksums(false)`](Self::checksums), given
+/// the same entries, metadata and scalars in the same order, the bytes are identical to Burn
+/// 0.22's `burn_pack::Writer`.
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
@@ -191,11 +197,22 @@ impl Writer {
         self.layout()
     }
 
-    /// The layout this writer will produce.
+    /// The layout this writer will produce. A pack with checksums always names its producer
+    /// ([`PRODUCER`] unless the caller set one), whichever path wrote it: verification then
+    /// refuses a file of this crate whose `checksums` key was damaged away.
     fn layout(&self) -> Result<Plan, WriteError> {
+        let stamped;
+        let metadata = if self.options.checksums && !self.metadata.contains_key("producer") {
+            let mut with_producer = self.metadata.clone();
+            with_producer.insert("producer".into(), PRODUCER.into());
+            stamped = with_producer;
+            &stamped
+        } else {
+            &self.metadata
+        };
         Plan::new(
             &self.entries,
-            &self.metadata,
+            metadata,
             &self.scalars,
             self.options.checksums,
         )
@@ -298,7 +315,7 @@ impl Writer {
     /// zeros (entries produced in parallel as for files, reordered here, padding included);
     /// the head, which carries the checksums and so is known only at the end, is returned
     /// with the total size, to be put in place of those zeros.
-    /// At most (threads + 1) produced chunks wait in memory for their turn.
+    /// Produced chunks that arrive before their turn wait here in memory.
     #[cfg(feature = "object-store")]
     pub(crate) fn stream(
         self,
@@ -436,8 +453,9 @@ impl Writer {
 
 /// Runs the write pass with producers (rayon) that materialize entries and checksum them in
 /// parallel, and one writer thread that issues every write, in the order chunks are ready:
-/// parallel writes to one file only queue on its inode lock. The rendezvous channel keeps at
-/// most one produced chunk per producer plus the one being written in memory.
+/// parallel writes to one file only queue on its inode lock. A producer waits until the sink
+/// is done with its chunk before it takes the next job, so at most one produced chunk per
+/// producer is in memory, the one being written included (with one thread: one at a time).
 fn pipeline(
     jobs: Vec<Vec<(Entry, Slot, usize)>>,
     threads: Option<usize>,
@@ -445,21 +463,27 @@ fn pipeline(
     mut sink: impl FnMut(Chunk) -> Result<(), WriteError> + Send,
 ) -> Result<(), WriteError> {
     let workers = threads.unwrap_or_else(rayon::current_num_threads);
-    let (chunks, ready) = std::sync::mpsc::sync_channel::<Chunk>(0);
+    // Each chunk travels with the sender its producer waits on: the producer takes its next
+    // job only once the sink is done with this chunk (and has dropped it), so at most
+    // `workers` produced chunks exist at once, the one being written included.
+    let (chunks, ready) = std::sync::mpsc::sync_channel::<(Chunk, SyncSender<()>)>(0);
     let (written, produced) = std::thread::scope(|scope| {
         let writer = scope.spawn(move || {
-            for chunk in ready {
+            for (chunk, done) in ready {
                 sink(chunk)?;
+                // The producer may have stopped waiting (another one failed): nothing to tell.
+                let _ = done.send(());
             }
             Ok(())
         });
         let produced = run(threads, || {
             fill(jobs, workers, |batch: Vec<(Entry, Slot, usize)>| {
                 let chunk = produce(batch, sums)?;
+                let (done, written) = std::sync::mpsc::sync_channel(1);
                 // A closed channel means the writer failed; its error is the one returned.
-                chunks
-                    .send(chunk)
-                    .map_err(|_| WriteError::Layout("writer stopped".into()))
+                let stopped = || WriteError::Layout("writer stopped".into());
+                chunks.send((chunk, done)).map_err(|_| stopped())?;
+                written.recv().map_err(|_| stopped())
             })
         });
         drop(chunks);
@@ -504,10 +528,17 @@ impl Chunk {
         use std::io::{IoSlice, Seek, SeekFrom, Write};
         let mut slices = Vec::with_capacity(self.parts.len() * 2);
         for (bytes, pad) in &self.parts {
-            slices.push(IoSlice::new(bytes));
+            // A zero-length tensor has nothing to write: an empty slice would make the kernel
+            // answer 0 bytes written, which the loop below must take for a full disk.
+            if !bytes.is_empty() {
+                slices.push(IoSlice::new(bytes));
+            }
             if *pad > 0 {
                 slices.push(IoSlice::new(&ZEROS[..*pad]));
             }
+        }
+        if slices.is_empty() {
+            return Ok(());
         }
         file.seek(SeekFrom::Start(self.offset))?;
         let mut rest = &mut slices[..];

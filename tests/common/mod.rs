@@ -199,3 +199,117 @@ pub fn s3_bucket() -> Option<String> {
         }
     }
 }
+
+/// Packs with zero-length tensors (a shape with a 0) in every position: alone, first, last,
+/// right after a tensor of 1 MiB or more (alone in its write batch), several in a row,
+/// between small neighbours; of several dtypes and shapes.
+pub fn zero_length_cases() -> Vec<(&'static str, Vec<Spec>)> {
+    let empty = |name: &str, dtype: DType, shape: &[usize]| Spec::new(name, dtype, shape, None);
+    let small = |name: &str| Spec::new(name, DType::F32, &[3, 5], Some(7));
+    let large = |name: &str| Spec::new(name, DType::F32, &[700, 1000], Some(9));
+    vec![
+        ("alone", vec![empty("e", DType::F32, &[0])]),
+        (
+            "several alone",
+            vec![
+                empty("e0", DType::F32, &[0]),
+                empty("e1", DType::I64, &[0, 5]),
+                empty("e2", DType::U8, &[3, 0]),
+            ],
+        ),
+        ("first", vec![empty("e", DType::F32, &[0]), small("s")]),
+        ("last", vec![small("s"), empty("e", DType::F16, &[0])]),
+        (
+            "after large",
+            vec![large("big"), empty("e", DType::F32, &[0])],
+        ),
+        (
+            "several after large",
+            vec![
+                large("big"),
+                empty("e0", DType::F32, &[0]),
+                empty("e1", DType::BF16, &[4, 0]),
+                empty("e2", DType::I32, &[0]),
+            ],
+        ),
+        (
+            "between large",
+            vec![large("a"), empty("e", DType::F32, &[0]), large("b")],
+        ),
+        (
+            "before large",
+            vec![empty("e", DType::F64, &[0]), large("big")],
+        ),
+        (
+            "in a row between small",
+            vec![
+                small("s0"),
+                empty("e0", DType::F32, &[0]),
+                empty("e1", DType::U16, &[0, 0]),
+                empty("e2", DType::F32, &[0]),
+                small("s1"),
+            ],
+        ),
+        (
+            "between small",
+            vec![small("s0"), empty("e", DType::I8, &[2, 0, 3]), small("s1")],
+        ),
+    ]
+}
+
+/// Whether damaged pack `bytes` are noticed: refused on open, or failing `verify_all`.
+pub fn damage_noticed(bytes: Vec<u8>) -> bool {
+    match burnpack::read::Reader::from_bytes(Bytes::from_bytes_vec(bytes)) {
+        Err(_) => true,
+        Ok(reader) => reader.verify_all().is_err(),
+    }
+}
+
+/// Checks a pack written by one of this crate's writing paths (`path` names it): it names
+/// this crate as its producer, carries checksums, verifies, and every single-bit flip in its
+/// header, metadata and the padding up to the data section is noticed (refused on open or by
+/// `verify_all`). Returns the number of flips tried.
+pub fn assert_written_here(path: &str, bytes: &[u8]) -> usize {
+    let reader = burnpack::read::Reader::from_bytes(Bytes::from_bytes_vec(bytes.to_vec())).unwrap();
+    assert_eq!(
+        reader.metadata().get("producer").map(String::as_str),
+        Some(burnpack::format::PRODUCER),
+        "{path}: no producer of this crate"
+    );
+    assert!(reader.layout().has_checksums(), "{path}: no checksums");
+    reader.verify_all().unwrap();
+    let end = reader.layout().data_start() as usize;
+    let mut missed = Vec::new();
+    for byte in 0..end {
+        for bit in 0..8 {
+            let mut flipped = bytes.to_vec();
+            flipped[byte] ^= 1 << bit;
+            if !damage_noticed(flipped) {
+                missed.push((byte, bit));
+            }
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "{path}: {} of {} single-bit flips went unnoticed: {missed:?}",
+        missed.len(),
+        end * 8
+    );
+    end * 8
+}
+
+/// `file` with its metadata blob replaced by `edit(metadata)`: the header's size and the
+/// padding up to the (256-aligned) data section follow, the data section is kept as it is.
+pub fn with_metadata_edited(file: &[u8], edit: impl FnOnce(Vec<u8>) -> Vec<u8>) -> Vec<u8> {
+    use burnpack::format::{HEADER_SIZE, Header, data_start};
+    let header = Header::parse(file).unwrap();
+    let size = header.metadata_size as usize;
+    let metadata = file[HEADER_SIZE..HEADER_SIZE + size].to_vec();
+    let data = &file[data_start(header.metadata_size) as usize..];
+    let edited = edit(metadata);
+    let mut out = Header::new(edited.len() as u32).to_bytes().to_vec();
+    out.extend_from_slice(&edited);
+    out.resize(data_start(edited.len() as u32) as usize, 0);
+    out.extend_from_slice(data);
+    out
+}

@@ -20,7 +20,8 @@ pub struct RemoteCheckpointEntry {
     pub location: ObjectLocation,
 }
 
-/// Keeps checkpoints under a prefix of a bucket as `<prefix>/ckpt-<step>.bpk`: the
+/// Keeps checkpoints under a prefix of a bucket as `<prefix>/ckpt-00000000000000000007.bpk`
+/// for step 7 (zero-padded to 20 digits, so that the store's lexical listing is step order): the
 /// [`CheckpointManager`](crate::checkpoint::CheckpointManager) of object storage, with the
 /// same names, the same retention (keep the last N, the newest valid one, optionally the best
 /// by a progress metric) and the same refusal to save behind a newer checkpoint.
