@@ -518,17 +518,17 @@ impl Layout {
     /// # Errors
     /// [`FormatError::UnknownKey`] in a file whose producer is this crate.
     pub fn check_extras(&self) -> Result<Vec<String>, FormatError> {
-        if let Some(key) = self.extras.unknown_keys.first() {
-            let producer = self.metadata.get("producer").filter(|p| is_ours(p));
-            if producer.is_some() || self.checksums_elsewhere {
-                return Err(FormatError::UnknownKey {
-                    key: key.clone(),
-                    producer: producer.map_or_else(
-                        || "burnpack (its checksums entry is damaged)".to_string(),
-                        Clone::clone,
-                    ),
-                });
-            }
+        let producer = self.metadata.get("producer").filter(|p| is_ours(p));
+        if let Some(key) = self.extras.unknown_keys.first()
+            && (producer.is_some() || self.checksums_elsewhere)
+        {
+            return Err(FormatError::UnknownKey {
+                key: key.clone(),
+                producer: producer.map_or_else(
+                    || "burnpack (its checksums entry is damaged)".to_string(),
+                    Clone::clone,
+                ),
+            });
         }
         let mut warnings: Vec<String> = self
             .extras

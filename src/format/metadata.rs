@@ -349,11 +349,10 @@ impl Metadata {
         // Metadata as Burn and this crate write it takes the direct path; anything else
         // (other encodings of the same values, unknown keys, quantized dtypes, damage) is
         // decoded, or refused with its reason, by the general decoder below.
-        if let Some((meta, end)) = canonical::decode(bytes, limits) {
-            if end == bytes.len() {
-                let extras = Extras::default();
-                return Ok((meta, extras));
-            }
+        if let Some((meta, end)) = canonical::decode(bytes, limits)
+            && end == bytes.len()
+        {
+            return Ok((meta, Extras::default()));
         }
         Self::decode_general(bytes, limits)
     }
