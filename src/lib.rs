@@ -33,6 +33,7 @@
 //! assert_eq!(reader.bytes("layer.weight").unwrap().len(), 16);
 //! assert_eq!(u32::try_from(reader.scalars()["epoch"]).unwrap(), 3);
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs, unsafe_op_in_unsafe_fn)]
 #![deny(clippy::all)]
 #![warn(clippy::pedantic)]
