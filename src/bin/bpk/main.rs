@@ -1,0 +1,158 @@
+//! `bpk`: inspect, verify, diff and convert burnpack files.
+//!
+//! Every command also takes `s3://bucket/key` URLs where it takes a file, when built with the
+//! `object-store` feature (configured from the `AWS_*` environment variables).
+//!
+//! Exit codes: 0 success; 1 verification failed or the files differ; 2 usage error;
+//! 3 a file is unreadable or not a valid pack.
+//!
+//! One file per command (`inspect`, `verify`, `diff`, `convert`), as ripgrep splits its binary;
+//! the pieces they share are `open` (what an argument names: a pack, safetensors weights, a
+//! URL), `remote` (object storage, or the usage error without it), `print` (sizes, rows,
+//! metadata, the dtype census) and `scan` (every tensor read and checked, floats scanned for
+//! NaN/Inf, for any source). This file holds the arguments, the exit codes and the dispatch.
+
+mod convert;
+mod diff;
+mod inspect;
+mod open;
+mod print;
+mod remote;
+mod scan;
+mod verify;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(
+    name = "bpk",
+    version,
+    about = "Inspect, verify, diff and convert burnpack (.bpk) files and safetensors weights"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show a file's header, totals, metadata, scalars and tensors (reads only the metadata;
+    /// for a URL, says how many bytes that took).
+    #[command(
+        after_help = "Examples:\n  bpk inspect model.bpk --filter '^encoder\\.'\n  bpk inspect s3://models/run-7/model.bpk"
+    )]
+    Inspect {
+        /// The burnpack file (or its s3:// URL), or safetensors weights (a .safetensors file or
+        /// an index .json).
+        file: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Only list tensors whose name matches this regex.
+        #[arg(long, value_name = "REGEX")]
+        filter: Option<String>,
+    },
+    /// Check a file's structure and read every tensor; exit 0 only when sound.
+    /// A URL is read whole into memory (one request after its header and metadata).
+    #[command(
+        after_help = "Examples:\n  bpk verify model.bpk --nan\n  bpk verify s3://models/run-7/model.bpk"
+    )]
+    Verify {
+        /// The burnpack file (or its s3:// URL), or safetensors weights (a .safetensors file or
+        /// an index .json).
+        file: PathBuf,
+        /// Also scan float tensors for NaN and infinite values.
+        #[arg(long)]
+        nan: bool,
+    },
+    /// Compare two files: tensors only in one, different dtype or shape, value differences,
+    /// metadata and scalars. Exit 0 when identical, 1 when they differ.
+    #[command(after_help = "Example:\n  bpk diff before.bpk after.bpk --json")]
+    Diff {
+        /// The first file (burnpack or its s3:// URL, or safetensors weights).
+        a: PathBuf,
+        /// The second file (burnpack or its s3:// URL, or safetensors weights).
+        b: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Convert between burnpack and safetensors (format chosen by the output's extension,
+    /// or --to); a pack also copies to or from object storage (s3:// URLs).
+    #[command(
+        after_help = "Examples:\n  bpk convert model.safetensors model.bpk\n  bpk convert model.safetensors.index.json model.bpk\n  bpk convert model.bpk model.safetensors --shard-size 5000000000\n  bpk convert model.safetensors s3://models/run-7/model.bpk\n  bpk convert s3://models/run-7/model.bpk model.safetensors"
+    )]
+    Convert {
+        /// The source file (burnpack or safetensors, recognised by its content), or a pack's
+        /// s3:// URL.
+        input: PathBuf,
+        /// The destination file, or an s3:// URL for a pack.
+        output: PathBuf,
+        /// The destination format (default: from the output's extension).
+        #[arg(long, value_enum)]
+        to: Option<Format>,
+        /// To safetensors: split into shards of at most this many bytes, with the index JSON
+        /// (`<output>.index.json`).
+        #[arg(long, value_name = "BYTES")]
+        shard_size: Option<u64>,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Burnpack,
+    Safetensors,
+}
+
+/// A failure, with the exit code it maps to.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn file(message: impl std::fmt::Display) -> Self {
+        Self {
+            code: 3,
+            message: message.to_string(),
+        }
+    }
+    fn usage(message: impl std::fmt::Display) -> Self {
+        Self {
+            code: 2,
+            message: message.to_string(),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    // Like other Unix filters, stop quietly when the reader of our output goes away
+    // (`bpk inspect big.bpk | head`) instead of failing to print.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect { file, json, filter } => inspect::inspect(&file, json, filter.as_deref()),
+        Command::Verify { file, nan } => verify::verify(&file, nan),
+        Command::Diff { a, b, json } => diff::diff(&a, &b, json),
+        Command::Convert {
+            input,
+            output,
+            to,
+            shard_size,
+        } => convert::convert(&input, &output, to, shard_size),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("bpk: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}

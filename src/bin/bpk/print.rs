@@ -1,0 +1,107 @@
+//! The shared printing pieces: sizes, dtype names, tensor rows and JSON, metadata, the dtype
+//! census.
+
+use burn::tensor::DType;
+use burnpack::format::TensorInfo;
+use regex::Regex;
+use serde_json::{Value, json};
+
+pub(crate) fn mib(bytes: u64) -> String {
+    if bytes >= 1 << 20 {
+        format!("{:.1} MiB", bytes as f64 / 1048576.0)
+    } else if bytes >= 1 << 10 {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+pub(crate) fn dtype_name(dtype: DType) -> String {
+    match dtype {
+        DType::QFloat(_) => "qfloat".to_string(),
+        other => other.name().to_string(),
+    }
+}
+
+pub(crate) fn tensor_json(t: &TensorInfo) -> Value {
+    json!({
+        "name": t.name(),
+        "dtype": dtype_name(t.dtype()),
+        "shape": t.shape(),
+        "bytes": t.len(),
+        // A string: 64-bit ids do not survive JSON tools that read numbers as doubles (jq).
+        "param_id": t.param_id().map(|id| id.to_string()),
+        "offset": t.offset(),
+    })
+}
+
+/// Totals of a table of tensors, as `inspect` shows them.
+pub(crate) struct Census {
+    pub(crate) count: usize,
+    pub(crate) elements: u64,
+    pub(crate) data_bytes: u64,
+    /// Bytes by dtype name.
+    pub(crate) by_dtype: std::collections::BTreeMap<String, u64>,
+}
+
+impl Census {
+    pub(crate) fn of(tensors: &[TensorInfo]) -> Self {
+        let mut by_dtype = std::collections::BTreeMap::<String, u64>::new();
+        for t in tensors {
+            *by_dtype.entry(dtype_name(t.dtype())).or_default() += t.len();
+        }
+        Self {
+            count: tensors.len(),
+            elements: tensors.iter().map(|t| t.num_elements() as u64).sum(),
+            data_bytes: tensors.iter().map(TensorInfo::len).sum(),
+            by_dtype,
+        }
+    }
+
+    /// `tensors: N (E elements, SIZE; dtype SIZE, ...)`.
+    pub(crate) fn print(&self) {
+        let dtypes: Vec<String> = self
+            .by_dtype
+            .iter()
+            .map(|(d, b)| format!("{d} {}", mib(*b)))
+            .collect();
+        println!(
+            "tensors: {} ({} elements, {}; {})",
+            self.count,
+            self.elements,
+            mib(self.data_bytes),
+            if dtypes.is_empty() {
+                "none".into()
+            } else {
+                dtypes.join(", ")
+            }
+        );
+    }
+}
+
+/// The metadata block of `inspect` (nothing when empty).
+pub(crate) fn print_metadata(metadata: &std::collections::BTreeMap<String, String>) {
+    if !metadata.is_empty() {
+        println!("metadata:");
+        for (k, v) in metadata {
+            println!("  {k} = {v}");
+        }
+    }
+}
+
+/// The width of the name column for `shown`.
+pub(crate) fn name_width(shown: &[&TensorInfo]) -> usize {
+    shown
+        .iter()
+        .map(|t| t.name().len())
+        .max()
+        .unwrap_or(4)
+        .max(4)
+}
+
+/// The last line of a filtered `inspect`.
+pub(crate) fn filtered(filter: Option<&Regex>, shown: usize, total: usize) {
+    if filter.is_some() {
+        println!("({shown} of {total} tensors match the filter)");
+    }
+}
