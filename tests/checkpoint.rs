@@ -891,3 +891,110 @@ fn documented_checkpoint_names_are_the_written_ones() {
         "the README and the docs name checkpoint files ({seen} found)"
     );
 }
+
+/// A third storage backend is one small type: an in-memory store (a map of names to bytes)
+/// gets the whole manager: retention, `latest` skipping a damaged newest checkpoint, the
+/// newer-checkpoint refusal naming the location as the backend names it, rollback and
+/// background saves.
+mod memory_backend {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use burn::tensor::{Bytes, Device};
+    use burnpack::Writer;
+    use burnpack::checkpoint::{
+        AsyncSaver, CheckpointError, Manager, Progress, Storage, TrainingState, WhenBusy,
+    };
+    use burnpack::read::Reader;
+
+    use super::Mlp;
+
+    #[derive(Clone, Default)]
+    struct Memory(Arc<Mutex<BTreeMap<String, Vec<u8>>>>);
+
+    impl Storage for Memory {
+        type Location = String;
+        type Source = Reader;
+        type Entry = u64;
+
+        fn location(&self, name: &str) -> String {
+            name.to_string()
+        }
+        fn names(&self) -> Result<Vec<String>, CheckpointError> {
+            Ok(self.0.lock().unwrap().keys().cloned().collect())
+        }
+        fn open(&self, name: &String) -> Result<Reader, CheckpointError> {
+            let bytes = self
+                .0
+                .lock()
+                .unwrap()
+                .get(name)
+                .cloned()
+                .unwrap_or_default();
+            Ok(Reader::from_bytes(Bytes::from_bytes_vec(bytes))?)
+        }
+        fn write(&self, name: &String, writer: Writer) -> Result<(), CheckpointError> {
+            let bytes = writer.into_bytes()?.to_vec();
+            self.0.lock().unwrap().insert(name.clone(), bytes);
+            Ok(())
+        }
+        fn delete(&self, name: &String) -> Result<(), CheckpointError> {
+            self.0.lock().unwrap().remove(name);
+            Ok(())
+        }
+        fn describe(&self) -> String {
+            "memory".into()
+        }
+        fn describe_location(&self, name: &String) -> String {
+            format!("memory:{name}")
+        }
+        fn entry(step: u64, _: String) -> u64 {
+            step
+        }
+    }
+
+    #[test]
+    fn a_backend_of_ones_own_gets_the_whole_manager() {
+        let device = Device::flex();
+        let model = Mlp::new(&device);
+        let memory = Memory::default();
+        let manager = Manager::with_storage(memory.clone()).keep_last(2);
+        for step in [1, 2, 3] {
+            let saved = manager
+                .save(TrainingState::new(&model, Progress::new(0, step)))
+                .unwrap();
+            assert_eq!(saved, format!("ckpt-{step:020}.bpk"));
+        }
+        assert_eq!(manager.list().unwrap(), [2, 3], "retention");
+        // A damaged newest checkpoint is skipped by `latest`, and kept by retention's rule
+        // of the newest valid one.
+        memory
+            .0
+            .lock()
+            .unwrap()
+            .insert(format!("ckpt-{:020}.bpk", 9), b"not a pack".to_vec());
+        assert_eq!(manager.latest().unwrap().unwrap().progress().step, 3);
+        // Saving behind a newer valid checkpoint is refused, naming it as the backend does.
+        manager
+            .save(TrainingState::new(&model, Progress::new(0, 8)))
+            .unwrap();
+        assert_eq!(manager.list().unwrap(), [8, 9], "the last two by name");
+        let err = manager
+            .save(TrainingState::new(&model, Progress::new(0, 4)))
+            .unwrap_err();
+        assert!(
+            matches!(&err, CheckpointError::NewerExists { newer_step: 8, newer, dir, .. }
+                if newer == &format!("memory:ckpt-{:020}.bpk", 8) && dir == "memory"),
+            "{err}"
+        );
+        // Rollback, then background saves through the same trait.
+        assert_eq!(manager.discard_after(3).unwrap(), 2);
+        let mut saver = AsyncSaver::new(manager.clone(), WhenBusy::Wait);
+        saver
+            .save(TrainingState::new(&model, Progress::new(0, 4)))
+            .unwrap();
+        assert_eq!(manager.latest().unwrap().unwrap().progress().step, 4);
+        assert_eq!(saver.wait().unwrap(), Some(format!("ckpt-{:020}.bpk", 4)));
+        assert_eq!(manager.list().unwrap(), [4]);
+    }
+}

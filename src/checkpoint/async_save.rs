@@ -1,14 +1,14 @@
 //! Asynchronous saves: the training thread hands the state over and returns.
 
-use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use burn::module::Module;
 
 use super::error::CheckpointError;
-use super::manager::CheckpointManager;
+use super::in_flight::InFlightGuard;
+use super::manager::Manager;
 use super::state::{PreparedState, TrainingState};
+use super::storage::Storage;
 
 /// What [`AsyncSaver`] does when a save is requested while one is still running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -20,9 +20,9 @@ pub enum WhenBusy {
     Refuse,
 }
 
-/// Where an [`AsyncSaver`] saves: a [`CheckpointManager`] (a directory) or, with the
-/// `object-store` feature, an `interop::object_store::RemoteCheckpointManager` (a bucket
-/// prefix). Implemented by those two only.
+/// Where an [`AsyncSaver`] saves: a checkpoint [`Manager`] over any [`Storage`] (a
+/// [`CheckpointManager`](super::CheckpointManager), a `RemoteCheckpointManager`, a backend of
+/// one's own). Sealed: implemented by `Manager` only.
 pub trait CheckpointTarget: target::Target {}
 
 impl<T: target::Target> CheckpointTarget for T {}
@@ -43,59 +43,19 @@ pub(crate) mod target {
     }
 }
 
-/// A count of background saves of a manager and its clones, and a way to wait for it to reach
-/// zero.
-#[derive(Debug, Default)]
-pub(crate) struct InFlight {
-    count: Mutex<usize>,
-    done: Condvar,
-}
-
-impl InFlight {
-    /// Counts one background save until the guard is dropped (also when the save panics).
-    pub(crate) fn begin(self: &Arc<Self>) -> InFlightGuard {
-        *self.count.lock().unwrap_or_else(PoisonError::into_inner) += 1;
-        InFlightGuard(Arc::clone(self))
-    }
-
-    /// Waits until no background save is being written.
-    pub(crate) fn wait(&self) {
-        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
-        while *count > 0 {
-            count = self
-                .done
-                .wait(count)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-    }
-}
-
-/// Counts one background save as in flight until dropped.
-pub struct InFlightGuard(Arc<InFlight>);
-
-impl Drop for InFlightGuard {
-    fn drop(&mut self) {
-        let mut count = self.0.count.lock().unwrap_or_else(PoisonError::into_inner);
-        *count = count.saturating_sub(1);
-        self.0.done.notify_all();
-    }
-}
-
-impl target::Target for CheckpointManager {
-    type Saved = PathBuf;
+impl<S: Storage> target::Target for Manager<S> {
+    type Saved = S::Location;
 
     fn check_newer(&self, step: u64) -> Result<(), CheckpointError> {
-        CheckpointManager::check_newer(self, step)
+        Manager::check_newer(self, step)
     }
 
-    fn save_prepared(&self, state: PreparedState) -> Result<PathBuf, CheckpointError> {
-        self.commit(state.step(), |path| {
-            Ok(state.into_writer()?.write_to_file(path)?)
-        })
+    fn save_prepared(&self, state: PreparedState) -> Result<S::Location, CheckpointError> {
+        self.write(state)
     }
 
     fn begin_background(&self) -> InFlightGuard {
-        CheckpointManager::begin_background(self)
+        Manager::begin_background(self)
     }
 }
 
@@ -137,8 +97,8 @@ pub struct AsyncSaver<T: CheckpointTarget> {
 }
 
 impl<T: CheckpointTarget> AsyncSaver<T> {
-    /// A saver writing through `manager` (a [`CheckpointManager`] or a
-    /// `RemoteCheckpointManager`).
+    /// A saver writing through `manager` (a [`CheckpointManager`](super::CheckpointManager),
+    /// a `RemoteCheckpointManager`, any [`Manager`]).
     #[must_use]
     pub fn new(manager: T, when_busy: WhenBusy) -> Self {
         Self {

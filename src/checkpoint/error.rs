@@ -65,25 +65,29 @@ pub enum CheckpointError {
     /// The directory holds a valid checkpoint of a later step (another run, or a run rolled
     /// back): retention keeps the newest steps, so the new file would be deleted at once.
     #[error(
-        "{}: holds a checkpoint of step {newer_step} ({}), newer than step {step} being saved; \
-         use another directory or remove the newer ones (CheckpointManager::discard_after)",
-        dir.display(),
-        newer.display()
+        "{dir}: holds a checkpoint of step {newer_step} ({newer}), newer than step {step} being \
+         saved; use another directory or remove the newer ones (discard_after)"
     )]
     NewerExists {
-        /// The managed directory.
-        dir: PathBuf,
+        /// The managed storage, as its user named it (a directory, a URL prefix).
+        dir: String,
         /// The step being saved.
         step: u64,
         /// The step of the newer checkpoint.
         newer_step: u64,
-        /// Its path.
-        newer: PathBuf,
+        /// Where it is (a path, a URL).
+        newer: String,
     },
-    /// A request to object storage failed (feature `object-store`).
-    #[cfg(feature = "object-store")]
-    #[error(transparent)]
-    Remote(#[from] Box<crate::interop::object_store::RemoteError>),
+    /// A storage backend failed (object storage: a request; see `checkpoint::Storage`).
+    #[error("cannot {action} {location}: {source}")]
+    Storage {
+        /// What was being done.
+        action: &'static str,
+        /// Where, as its user named it (a path, a URL).
+        location: String,
+        /// The backend's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The background save thread panicked.
     #[error("the background checkpoint save panicked: {0}")]
     Panicked(String),

@@ -1,88 +1,57 @@
-//! A directory of checkpoints: save by step, latest, retention, scratch cleanup.
+//! The checkpoint manager, written once over a [`Storage`] backend: save by step, list,
+//! latest, retention, the refusal to save behind a newer checkpoint, rollback, and the count
+//! of background saves that `latest` waits for.
 
-use std::fs;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use burn::module::Module;
 
-use super::async_save::{InFlight, InFlightGuard};
 use super::error::CheckpointError;
 use super::file::Checkpoint;
-use super::state::TrainingState;
+use super::in_flight::{InFlight, InFlightGuard};
+use super::state::{PreparedState, TrainingState};
+use super::storage::Storage;
 use crate::read::PackSource;
-use crate::write::{is_scratch_name, is_stale_scratch};
 
 const PREFIX: &str = "ckpt-";
 const SUFFIX: &str = ".bpk";
 
-/// One checkpoint file of a managed directory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckpointEntry {
-    /// The training step it was saved at.
-    pub step: u64,
-    /// Its path.
-    pub path: PathBuf,
-}
-
-/// Keeps checkpoints in a directory as `ckpt-00000000000000000007.bpk` for step 7: the step
-/// zero-padded to 20 digits (the width of any `u64`), so that a plain listing sorts in step
-/// order.
-///
-/// A checkpoint becomes visible under its name only once durable (atomic write: fsync, rename,
-/// directory fsync), so [`latest`](Self::latest) never sees a partial file; it also skips any
-/// file that does not open as a checkpoint. After each successful save, retention keeps the last
-/// `keep_last` checkpoints and, optionally, the best by a progress metric; a failed save deletes
-/// nothing, so the last good checkpoint always survives. Scratch files left by a killed process
-/// are removed when the manager is created (a live writer's, locked, never are).
-///
-/// ```
-/// use burn::module::{Module, Param};
-/// use burn::tensor::{Device, Tensor};
-/// use burnpack::checkpoint::{CheckpointManager, Progress, TrainingState};
-///
-/// #[derive(Module, Debug)]
-/// struct Tiny { w: Param<Tensor<1>> }
-///
-/// let device = Device::flex();
-/// let dir = tempfile::tempdir().unwrap();
-/// let manager = CheckpointManager::new(dir.path()).unwrap().keep_last(2);
-/// let model = Tiny { w: Param::from_data([1.0], &device) };
-/// for step in [10, 20, 30] {
-///     manager.save(TrainingState::new(&model, Progress::new(0, step))).unwrap();
-/// }
-/// let steps: Vec<u64> = manager.list().unwrap().iter().map(|c| c.step).collect();
-/// assert_eq!(steps, [20, 30]);
-/// assert_eq!(manager.latest().unwrap().unwrap().progress().step, 30);
-/// ```
-#[derive(Debug, Clone)]
-pub struct CheckpointManager {
-    dir: PathBuf,
+/// Keeps checkpoints in a [`Storage`] as `ckpt-00000000000000000007.bpk` for step 7 (the step
+/// zero-padded to 20 digits, so that names sort in step order): saves refuse to land behind a
+/// newer valid checkpoint, retention runs after each successful save (the last `keep_last`,
+/// the newest valid one, optionally the best by a progress metric), [`latest`](Self::latest)
+/// skips what does not open as a checkpoint and waits for saves still running in the
+/// background. [`CheckpointManager`](super::CheckpointManager) is this over a directory;
+/// `RemoteCheckpointManager` (feature `object-store`) over a bucket prefix; see [`Storage`]
+/// for a backend of one's own.
+#[derive(Clone)]
+pub struct Manager<S: Storage> {
+    storage: S,
     retention: Retention,
     /// Saves of this manager (and its clones) still being written in the background.
     in_flight: Arc<InFlight>,
 }
 
-impl CheckpointManager {
-    /// Manages `dir` (created if needed), keeping the last 3 checkpoints by default. Removes
-    /// scratch files whose writing process no longer runs.
-    ///
-    /// # Errors
-    /// The directory cannot be created or listed.
-    pub fn new(dir: impl AsRef<Path>) -> Result<Self, CheckpointError> {
-        let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&dir).map_err(|source| CheckpointError::Io {
-            action: "create",
-            path: dir.clone(),
-            source,
-        })?;
-        let manager = Self {
-            dir,
+impl<S: Storage> Manager<S> {
+    /// A manager of `storage`, keeping the last 3 checkpoints by default.
+    #[must_use]
+    pub fn with_storage(storage: S) -> Self {
+        Self {
+            storage,
             retention: Retention::default(),
             in_flight: Arc::default(),
-        };
-        manager.clean_scratch()?;
-        Ok(manager)
+        }
+    }
+
+    /// The backend.
+    #[must_use]
+    pub fn storage(&self) -> &S {
+        &self.storage
+    }
+
+    /// The backend, to change its settings.
+    pub fn storage_mut(&mut self) -> &mut S {
+        &mut self.storage
     }
 
     /// Keeps the `n` most recent checkpoints (at least 1).
@@ -100,74 +69,48 @@ impl CheckpointManager {
         self
     }
 
-    /// The managed directory.
-    #[must_use]
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Where the checkpoint of `step` is saved.
     #[must_use]
-    pub fn path_for(&self, step: u64) -> PathBuf {
-        self.dir.join(checkpoint_name(step))
+    pub fn location(&self, step: u64) -> S::Location {
+        self.storage.location(&checkpoint_name(step))
     }
 
-    /// Saves `state` as the checkpoint of its progress step, then applies retention.
+    /// Saves `state` as the checkpoint of its progress step (visible whole or not at all),
+    /// then applies retention.
     ///
     /// # Errors
-    /// [`CheckpointError::NewerExists`] when the directory holds a valid checkpoint of a later
-    /// step (retention would delete the new file at once; nothing is written then), the save
-    /// failed (nothing is deleted then) or retention could not delete a file.
-    pub fn save<M: Module>(&self, state: TrainingState<'_, M>) -> Result<PathBuf, CheckpointError> {
-        let step = state.progress.step;
-        self.commit(step, |path| state.save(path))
-    }
-
-    /// The one way a checkpoint enters the directory (synchronous and background saves):
-    /// refuse when a newer valid checkpoint exists, write the file for `step` with `write`,
-    /// then apply retention.
-    pub(crate) fn commit(
+    /// [`CheckpointError::NewerExists`] when the storage holds a valid checkpoint of a later
+    /// step (retention would delete the new one at once; nothing is written then), the save
+    /// failed (nothing is deleted then) or retention could not delete a checkpoint.
+    pub fn save<M: Module>(
         &self,
-        step: u64,
-        write: impl FnOnce(&Path) -> Result<u64, CheckpointError>,
-    ) -> Result<PathBuf, CheckpointError> {
-        self.check_newer(step)?;
-        let path = self.path_for(step);
-        write(&path)?;
-        self.retain()?;
-        Ok(path)
+        state: TrainingState<'_, M>,
+    ) -> Result<S::Location, CheckpointError> {
+        self.check_newer(state.progress.step)?;
+        self.write(state.prepare()?)
     }
 
-    /// Refuses `step` when a valid checkpoint of a later step is in the directory.
+    /// Writes a prepared state as the checkpoint of its step, then applies retention (the
+    /// newer-checkpoint check was made by the caller).
+    pub(crate) fn write(&self, state: PreparedState) -> Result<S::Location, CheckpointError> {
+        let location = self.location(state.step());
+        self.storage.write(&location, state.into_writer()?)?;
+        self.retain()?;
+        Ok(location)
+    }
+
+    /// Refuses `step` when a valid checkpoint of a later step is in the storage.
     pub(crate) fn check_newer(&self, step: u64) -> Result<(), CheckpointError> {
-        let all = self.list()?;
-        match newer_valid(&all, step, |c| c.step, |c| Checkpoint::open(&c.path).ok()) {
-            Some(c) => Err(CheckpointError::NewerExists {
-                dir: self.dir.clone(),
+        let all = self.steps()?;
+        match newer_valid(&all, step, |c| c.0, |c| self.open(&c.1)) {
+            Some((newer_step, newer)) => Err(CheckpointError::NewerExists {
+                dir: self.storage.describe(),
                 step,
-                newer_step: c.step,
-                newer: c.path.clone(),
+                newer_step: *newer_step,
+                newer: self.storage.describe_location(newer),
             }),
             None => Ok(()),
         }
-    }
-
-    /// Deletes every checkpoint of a step after `step` (to roll a run back and train on from
-    /// `step`). Returns how many were deleted.
-    ///
-    /// # Errors
-    /// The directory cannot be listed or a file cannot be deleted.
-    pub fn discard_after(&self, step: u64) -> Result<usize, CheckpointError> {
-        let mut removed = 0;
-        for c in self.list()?.into_iter().filter(|c| c.step > step) {
-            fs::remove_file(&c.path).map_err(|source| CheckpointError::Io {
-                action: "delete",
-                path: c.path.clone(),
-                source,
-            })?;
-            removed += 1;
-        }
-        Ok(removed)
     }
 
     /// Counts a background save as in flight until the guard is dropped; [`latest`](Self::latest)
@@ -176,95 +119,81 @@ impl CheckpointManager {
         self.in_flight.begin()
     }
 
-    /// Checkpoint files in the directory, oldest step first.
+    /// The checkpoints in the storage, oldest step first.
     ///
     /// # Errors
-    /// The directory cannot be listed.
-    pub fn list(&self) -> Result<Vec<CheckpointEntry>, CheckpointError> {
-        let mut out = Vec::new();
-        for entry in self.read_dir()? {
-            let Some(step) = entry.file_name().to_str().and_then(step_of) else {
-                continue;
-            };
-            out.push(CheckpointEntry {
-                step,
-                path: entry.path(),
-            });
-        }
-        out.sort_by_key(|c| c.step);
+    /// The storage cannot be listed.
+    pub fn list(&self) -> Result<Vec<S::Entry>, CheckpointError> {
+        Ok(self
+            .steps()?
+            .into_iter()
+            .map(|(step, location)| S::entry(step, location))
+            .collect())
+    }
+
+    /// `(step, location)` of every checkpoint, oldest step first.
+    fn steps(&self) -> Result<Vec<(u64, S::Location)>, CheckpointError> {
+        let mut out: Vec<(u64, S::Location)> = self
+            .storage
+            .names()?
+            .iter()
+            .filter_map(|name| Some((step_of(name)?, self.storage.location(name))))
+            .collect();
+        out.sort_by_key(|c| c.0);
         Ok(out)
     }
 
-    /// The newest checkpoint that opens and validates, if any (a damaged newer file is
+    /// The checkpoint at `location`, when it opens as one.
+    fn open(&self, location: &S::Location) -> Option<Checkpoint<S::Source>> {
+        Checkpoint::from_source(self.storage.open(location).ok()?).ok()
+    }
+
+    /// The newest checkpoint that opens and validates, if any (a damaged newer one is
     /// skipped, not fatal). A save that an [`AsyncSaver`](super::AsyncSaver) of this manager
     /// (or of a clone) is still writing is waited for first, so the checkpoint just handed
     /// over is the one returned.
     ///
     /// # Errors
-    /// The directory cannot be listed.
-    pub fn latest(&self) -> Result<Option<Checkpoint>, CheckpointError> {
+    /// The storage cannot be listed.
+    pub fn latest(&self) -> Result<Option<Checkpoint<S::Source>>, CheckpointError> {
         self.in_flight.wait();
-        Ok(self
-            .list()?
-            .iter()
-            .rev()
-            .find_map(|c| Checkpoint::open(&c.path).ok()))
+        Ok(self.steps()?.iter().rev().find_map(|c| self.open(&c.1)))
     }
 
     /// Deletes checkpoints outside the retention policy. The newest valid checkpoint is never
     /// deleted.
     ///
     /// # Errors
-    /// A file could not be deleted.
+    /// A checkpoint could not be deleted.
     pub fn retain(&self) -> Result<(), CheckpointError> {
-        let all = self.list()?;
-        for c in self
-            .retention
-            .doomed(&all, |c| c.step, |c| Checkpoint::open(&c.path).ok())
-        {
-            fs::remove_file(&c.path).map_err(|source| CheckpointError::Io {
-                action: "delete",
-                path: c.path.clone(),
-                source,
-            })?;
+        let all = self.steps()?;
+        for (_, location) in self.retention.doomed(&all, |c| c.0, |c| self.open(&c.1)) {
+            self.storage.delete(location)?;
         }
         Ok(())
     }
 
-    /// Removes scratch files (`.<name>.<pid>-<n>-<nanos>.bpk-tmp`) whose writer is gone:
-    /// nobody holds their lock (see [`Writer::write_to_file`](crate::Writer::write_to_file)).
-    /// A live writer's file is left alone, whatever process namespace, container or host it
-    /// writes from. Returns how many were removed.
+    /// Deletes every checkpoint of a step after `step` (to roll a run back and train on from
+    /// `step`). Returns how many were deleted.
     ///
     /// # Errors
-    /// The directory cannot be listed or a file cannot be removed.
-    pub fn clean_scratch(&self) -> Result<usize, CheckpointError> {
+    /// The storage cannot be listed or a checkpoint cannot be deleted.
+    pub fn discard_after(&self, step: u64) -> Result<usize, CheckpointError> {
         let mut removed = 0;
-        for entry in self.read_dir()? {
-            let name = entry.file_name();
-            if !name.to_str().is_some_and(is_scratch_name) || !is_stale_scratch(&entry.path()) {
-                continue;
-            }
-            fs::remove_file(entry.path()).map_err(|source| CheckpointError::Io {
-                action: "remove scratch file",
-                path: entry.path(),
-                source,
-            })?;
+        for (_, location) in self.steps()?.into_iter().filter(|c| c.0 > step) {
+            self.storage.delete(&location)?;
             removed += 1;
         }
         Ok(removed)
     }
+}
 
-    fn read_dir(&self) -> Result<Vec<fs::DirEntry>, CheckpointError> {
-        let io = |source| CheckpointError::Io {
-            action: "list",
-            path: self.dir.clone(),
-            source,
-        };
-        fs::read_dir(&self.dir)
-            .map_err(io)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(io)
+impl<S: Storage> std::fmt::Debug for Manager<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager")
+            .field("storage", &self.storage.describe())
+            .field("retention", &self.retention)
+            .finish_non_exhaustive()
     }
 }
 

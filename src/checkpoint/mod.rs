@@ -47,20 +47,24 @@
 //! namespaces that lay a checkpoint out, the open [`Checkpoint`], burn-train's three-file
 //! layout, the [`CheckpointManager`] of a directory and the [`AsyncSaver`].
 
-pub(crate) mod async_save;
+mod async_save;
 mod burn_train;
+mod directory;
 mod error;
 mod file;
+mod in_flight;
 pub(crate) mod manager;
 mod namespace;
 mod progress;
 mod state;
+mod storage;
 
 pub use async_save::{AsyncSaver, CheckpointTarget, WhenBusy};
 pub use burn_train::import_burn_train;
+pub use directory::{CheckpointEntry, CheckpointManager, Directory};
 pub use error::CheckpointError;
 pub use file::Checkpoint;
-pub use manager::{CheckpointEntry, CheckpointManager};
+pub use manager::Manager;
 pub use namespace::{KIND, KIND_KEY, MODEL_PREFIX, PARTS_KEY};
 #[cfg(feature = "train")]
 pub(crate) use namespace::{
@@ -68,3 +72,4 @@ pub(crate) use namespace::{
 };
 pub use progress::Progress;
 pub use state::{PreparedState, TrainingState};
+pub use storage::Storage;

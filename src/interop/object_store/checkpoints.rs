@@ -1,15 +1,14 @@
-//! Checkpoints under a bucket prefix: save by step, list, latest, retention.
+//! The object-storage backend of the checkpoint manager: checkpoints under a bucket prefix,
+//! each uploaded whole (a single PUT, or a multipart upload completed after its last part).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use ::object_store::path::Path as ObjectPath;
-use burn::module::Module;
 
 use super::{Bucket, ObjectLocation, ObjectSource, RemoteError, UploadOptions, block_on, upload};
-use crate::checkpoint::async_save::{InFlight, InFlightGuard, target::Target};
-use crate::checkpoint::manager::{Retention, checkpoint_name, newer_valid, step_of};
-use crate::checkpoint::{Checkpoint, CheckpointError, PreparedState, TrainingState};
+use crate::checkpoint::manager::checkpoint_name;
+use crate::checkpoint::{CheckpointError, Manager, Storage};
+use crate::write::Writer;
 
 /// One checkpoint object under a managed prefix.
 #[derive(Debug, Clone)]
@@ -20,11 +19,135 @@ pub struct RemoteCheckpointEntry {
     pub location: ObjectLocation,
 }
 
+/// A prefix of a bucket holding checkpoint objects: the [`Storage`] of a
+/// [`RemoteCheckpointManager`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use burnpack::checkpoint::Storage;
+/// use burnpack::interop::object_store::ObjectPrefix;
+/// let prefix = ObjectPrefix::new(Arc::new(object_store::memory::InMemory::new()), "runs/7");
+/// assert!(prefix.describe().ends_with("runs/7/"));
+/// ```
+#[derive(Clone)]
+pub struct ObjectPrefix {
+    store: Arc<dyn Bucket>,
+    prefix: ObjectPath,
+    /// The prefix as named in messages, ending with `/`.
+    url: String,
+    upload: UploadOptions,
+}
+
+impl ObjectPrefix {
+    /// `prefix` of `store` (a store the caller configured).
+    pub fn new(store: Arc<dyn Bucket>, prefix: &str) -> Self {
+        let prefix = ObjectPath::from(prefix);
+        let url = if prefix.as_ref().is_empty() {
+            format!("{store}/")
+        } else {
+            format!("{store}/{prefix}/")
+        };
+        Self {
+            store,
+            prefix,
+            url,
+            upload: UploadOptions::new(),
+        }
+    }
+
+    /// The prefix of an `s3://bucket/prefix` URL (configured as [`ObjectLocation::parse`] is),
+    /// named by that URL in messages.
+    ///
+    /// # Errors
+    /// [`RemoteError::Url`] for another scheme or a URL without a bucket,
+    /// [`RemoteError::Store`] for a configuration the S3 client refuses.
+    pub fn parse(url: &str) -> Result<Self, RemoteError> {
+        let (store, prefix) = super::s3_store(url)?;
+        let mut storage = Self::new(store, prefix);
+        storage.url = format!("{}/", url.trim_end_matches('/'));
+        Ok(storage)
+    }
+
+    fn failed(
+        action: &'static str,
+        location: String,
+    ) -> impl FnOnce(RemoteError) -> CheckpointError {
+        move |e| CheckpointError::Storage {
+            action,
+            location,
+            source: Box::new(e),
+        }
+    }
+}
+
+impl Storage for ObjectPrefix {
+    type Location = ObjectLocation;
+    type Source = ObjectSource;
+    type Entry = RemoteCheckpointEntry;
+
+    fn location(&self, name: &str) -> ObjectLocation {
+        ObjectLocation::new(
+            Arc::clone(&self.store),
+            self.prefix.clone().join(name).as_ref(),
+        )
+        .with_url(format!("{}{name}", self.url))
+    }
+
+    /// The objects directly under the prefix (not below it).
+    fn names(&self) -> Result<Vec<String>, CheckpointError> {
+        let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
+        let listed = block_on(self.store.list_with_delimiter(prefix))
+            .map_err(Self::failed("list", self.url.clone()))?
+            .map_err(|source| RemoteError::Store {
+                url: self.url.clone(),
+                action: "list",
+                source: Box::new(source),
+            })
+            .map_err(Self::failed("list", self.url.clone()))?;
+        Ok(listed
+            .objects
+            .iter()
+            .filter_map(|meta| meta.location.filename().map(str::to_string))
+            .collect())
+    }
+
+    /// Header and metadata, two ranged requests.
+    fn open(&self, location: &ObjectLocation) -> Result<ObjectSource, CheckpointError> {
+        ObjectSource::open(location).map_err(Self::failed("open", location.to_string()))
+    }
+
+    /// One upload: the object appears whole or not at all.
+    fn write(&self, location: &ObjectLocation, writer: Writer) -> Result<(), CheckpointError> {
+        upload(writer, location, &self.upload)
+            .map(drop)
+            .map_err(Self::failed("upload", location.to_string()))
+    }
+
+    fn delete(&self, location: &ObjectLocation) -> Result<(), CheckpointError> {
+        location
+            .delete()
+            .map_err(Self::failed("delete", location.to_string()))
+    }
+
+    fn describe(&self) -> String {
+        self.url.clone()
+    }
+
+    fn describe_location(&self, location: &ObjectLocation) -> String {
+        location.to_string()
+    }
+
+    fn entry(step: u64, location: ObjectLocation) -> RemoteCheckpointEntry {
+        RemoteCheckpointEntry { step, location }
+    }
+}
+
 /// Keeps checkpoints under a prefix of a bucket as `<prefix>/ckpt-00000000000000000007.bpk`
 /// for step 7 (zero-padded to 20 digits, so that the store's lexical listing is step order): the
 /// [`CheckpointManager`](crate::checkpoint::CheckpointManager) of object storage, with the
 /// same names, the same retention (keep the last N, the newest valid one, optionally the best
-/// by a progress metric) and the same refusal to save behind a newer checkpoint.
+/// by a progress metric) and the same refusal to save behind a newer checkpoint: the same
+/// [`Manager`] over the [`ObjectPrefix`] backend.
 ///
 /// Crash safety comes from the store: each checkpoint is [`upload`]ed, so its object exists
 /// only once complete (a single PUT, or a multipart upload completed after its last part); a
@@ -65,38 +188,13 @@ pub struct RemoteCheckpointEntry {
 /// let restored = latest.load_model(Tiny { w: Param::from_data([0.0], &device) }).unwrap();
 /// assert_eq!(restored.w.val().into_data(), model.w.val().into_data());
 /// ```
-#[derive(Clone)]
-pub struct RemoteCheckpointManager {
-    store: Arc<dyn Bucket>,
-    prefix: ObjectPath,
-    /// The prefix as named in messages, ending with `/`.
-    url: String,
-    retention: Retention,
-    upload: UploadOptions,
-    /// Saves of this manager (and its clones) an [`AsyncSaver`] is still uploading.
-    ///
-    /// [`AsyncSaver`]: crate::checkpoint::AsyncSaver
-    in_flight: Arc<InFlight>,
-}
+pub type RemoteCheckpointManager = Manager<ObjectPrefix>;
 
-impl RemoteCheckpointManager {
+impl Manager<ObjectPrefix> {
     /// Manages `prefix` of `store` (a store the caller configured), keeping the last 3
     /// checkpoints by default.
     pub fn new(store: Arc<dyn Bucket>, prefix: &str) -> Self {
-        let prefix = ObjectPath::from(prefix);
-        let url = if prefix.as_ref().is_empty() {
-            format!("{store}/")
-        } else {
-            format!("{store}/{prefix}/")
-        };
-        Self {
-            store,
-            prefix,
-            url,
-            retention: Retention::default(),
-            upload: UploadOptions::new(),
-            in_flight: Arc::default(),
-        }
+        Self::with_storage(ObjectPrefix::new(store, prefix))
     }
 
     /// Manages the prefix of an `s3://bucket/prefix` URL (configured as
@@ -113,174 +211,20 @@ impl RemoteCheckpointManager {
     /// [`RemoteError::Url`] for another scheme or a URL without a bucket,
     /// [`RemoteError::Store`] for a configuration the S3 client refuses.
     pub fn parse(url: &str) -> Result<Self, RemoteError> {
-        let (store, prefix) = super::s3_store(url)?;
-        let mut manager = Self::new(store, prefix);
-        manager.url = format!("{}/", url.trim_end_matches('/'));
-        Ok(manager)
-    }
-
-    /// Keeps the `n` most recent checkpoints (at least 1).
-    #[must_use]
-    pub fn keep_last(mut self, n: usize) -> Self {
-        self.retention = self.retention.keep_last(n);
-        self
-    }
-
-    /// Also keeps the checkpoint with the best `progress.<metric>` (lowest if
-    /// `lower_is_better`, else highest).
-    #[must_use]
-    pub fn keep_best(mut self, metric: impl Into<String>, lower_is_better: bool) -> Self {
-        self.retention = self.retention.keep_best(metric, lower_is_better);
-        self
+        Ok(Self::with_storage(ObjectPrefix::parse(url)?))
     }
 
     /// How checkpoints are uploaded (part size, parts in flight). Overwrite stays on: saving
     /// a step again (after resuming from an earlier one) replaces its object atomically.
     #[must_use]
     pub fn upload_options(mut self, options: UploadOptions) -> Self {
-        self.upload = options.overwrite(true);
+        self.storage_mut().upload = options.overwrite(true);
         self
     }
 
     /// Where the checkpoint of `step` is saved.
     #[must_use]
     pub fn location_for(&self, step: u64) -> ObjectLocation {
-        let name = checkpoint_name(step);
-        ObjectLocation::new(
-            Arc::clone(&self.store),
-            self.prefix.clone().join(name.as_str()).as_ref(),
-        )
-        .with_url(format!("{}{name}", self.url))
-    }
-
-    /// Saves `state` as the checkpoint of its progress step (one upload: the object appears
-    /// whole or not at all), then applies retention.
-    ///
-    /// # Errors
-    /// [`CheckpointError::NewerExists`] when the prefix holds a valid checkpoint of a later
-    /// step (nothing is uploaded then), the save failed (nothing is deleted then), or a
-    /// request failed.
-    pub fn save<M: Module>(
-        &self,
-        state: TrainingState<'_, M>,
-    ) -> Result<ObjectLocation, CheckpointError> {
-        self.check_newer(state.progress.step)?;
-        self.save_prepared(state.prepare()?)
-    }
-
-    /// Checkpoint objects under the prefix (not below it), oldest step first.
-    ///
-    /// # Errors
-    /// The store cannot be listed.
-    pub fn list(&self) -> Result<Vec<RemoteCheckpointEntry>, CheckpointError> {
-        let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
-        let listed = block_on(self.store.list_with_delimiter(prefix))
-            .map_err(Box::new)?
-            .map_err(|source| {
-                Box::new(RemoteError::Store {
-                    url: self.url.clone(),
-                    action: "list",
-                    source: Box::new(source),
-                })
-            })?;
-        let mut out: Vec<RemoteCheckpointEntry> = listed
-            .objects
-            .iter()
-            .filter_map(|meta| {
-                let step = meta.location.filename().and_then(step_of)?;
-                Some(RemoteCheckpointEntry {
-                    step,
-                    location: self.location_for(step),
-                })
-            })
-            .collect();
-        out.sort_by_key(|c| c.step);
-        Ok(out)
-    }
-
-    /// The newest checkpoint that opens and validates (header and metadata, two ranged
-    /// requests), if any; a damaged newer object is skipped, not fatal. A save that an
-    /// [`AsyncSaver`](crate::checkpoint::AsyncSaver) of this manager (or of a clone) is still
-    /// uploading is waited for first, so the checkpoint just handed over is the one returned.
-    ///
-    /// # Errors
-    /// The store cannot be listed.
-    pub fn latest(&self) -> Result<Option<Checkpoint<ObjectSource>>, CheckpointError> {
-        self.in_flight.wait();
-        Ok(self.list()?.iter().rev().find_map(|c| open(&c.location)))
-    }
-
-    /// Deletes checkpoints outside the retention policy. The newest valid checkpoint is never
-    /// deleted.
-    ///
-    /// # Errors
-    /// A request failed.
-    pub fn retain(&self) -> Result<(), CheckpointError> {
-        let all = self.list()?;
-        for c in self
-            .retention
-            .doomed(&all, |c| c.step, |c| open(&c.location))
-        {
-            c.location.delete().map_err(Box::new)?;
-        }
-        Ok(())
-    }
-
-    /// Deletes every checkpoint of a step after `step` (to roll a run back and train on from
-    /// `step`). Returns how many were deleted.
-    ///
-    /// # Errors
-    /// A request failed.
-    pub fn discard_after(&self, step: u64) -> Result<usize, CheckpointError> {
-        let mut removed = 0;
-        for c in self.list()?.into_iter().filter(|c| c.step > step) {
-            c.location.delete().map_err(Box::new)?;
-            removed += 1;
-        }
-        Ok(removed)
-    }
-}
-
-impl Target for RemoteCheckpointManager {
-    type Saved = ObjectLocation;
-
-    /// Refuses `step` when the prefix holds a valid checkpoint of a later step.
-    fn check_newer(&self, step: u64) -> Result<(), CheckpointError> {
-        let all = self.list()?;
-        match newer_valid(&all, step, |c| c.step, |c| open(&c.location)) {
-            Some(c) => Err(CheckpointError::NewerExists {
-                dir: PathBuf::from(&self.url),
-                step,
-                newer_step: c.step,
-                newer: PathBuf::from(c.location.to_string()),
-            }),
-            None => Ok(()),
-        }
-    }
-
-    /// Uploads the checkpoint of `state`'s step, then applies retention.
-    fn save_prepared(&self, state: PreparedState) -> Result<ObjectLocation, CheckpointError> {
-        let location = self.location_for(state.step());
-        upload(state.into_writer()?, &location, &self.upload).map_err(Box::new)?;
-        self.retain()?;
-        Ok(location)
-    }
-
-    fn begin_background(&self) -> InFlightGuard {
-        self.in_flight.begin()
-    }
-}
-
-/// The checkpoint at `location`, when it opens as one.
-fn open(location: &ObjectLocation) -> Option<Checkpoint<ObjectSource>> {
-    Checkpoint::from_source(ObjectSource::open(location).ok()?).ok()
-}
-
-impl std::fmt::Debug for RemoteCheckpointManager {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RemoteCheckpointManager")
-            .field("prefix", &self.url)
-            .field("retention", &self.retention)
-            .finish_non_exhaustive()
+        self.storage().location(&checkpoint_name(step))
     }
 }

@@ -51,7 +51,7 @@ use crate::format::FormatError;
 use crate::read::ReadError;
 use crate::write::WriteError;
 
-pub use checkpoints::{RemoteCheckpointEntry, RemoteCheckpointManager};
+pub use checkpoints::{ObjectPrefix, RemoteCheckpointEntry, RemoteCheckpointManager};
 pub use source::ObjectSource;
 pub use upload::{UploadOptions, upload};
 

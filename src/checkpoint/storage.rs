@@ -1,0 +1,112 @@
+//! Where a checkpoint manager keeps its checkpoints: the backend trait.
+
+use std::fmt;
+
+use super::error::CheckpointError;
+use crate::read::PackSource;
+use crate::write::Writer;
+
+/// A place that holds checkpoint files by name: a directory
+/// ([`Directory`](super::Directory)), a bucket prefix (feature `object-store`:
+/// `interop::object_store::ObjectPrefix`), or anything else with these five operations.
+/// [`Manager`](super::Manager) writes the checkpoint logic (names, retention, `latest`, the
+/// newer-checkpoint refusal, rollback, background saves) once over it.
+///
+/// A backend is one small type. An in-memory one, for tests:
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use std::sync::{Arc, Mutex};
+/// use burn::module::{Module, Param};
+/// use burn::tensor::{Bytes, Device, Tensor};
+/// use burnpack::checkpoint::{CheckpointError, Manager, Progress, Storage, TrainingState};
+/// use burnpack::read::Reader;
+/// use burnpack::Writer;
+///
+/// #[derive(Clone, Default)]
+/// struct Memory(Arc<Mutex<BTreeMap<String, Vec<u8>>>>);
+///
+/// impl Storage for Memory {
+///     type Location = String;
+///     type Source = Reader;
+///     type Entry = (u64, String);
+///     fn location(&self, name: &str) -> String { format!("mem://{name}") }
+///     fn names(&self) -> Result<Vec<String>, CheckpointError> {
+///         Ok(self.0.lock().unwrap().keys().map(|k| k["mem://".len()..].to_string()).collect())
+///     }
+///     fn open(&self, at: &String) -> Result<Reader, CheckpointError> {
+///         let bytes = self.0.lock().unwrap().get(at).cloned().unwrap_or_default();
+///         Ok(Reader::from_bytes(Bytes::from_bytes_vec(bytes))?.with_name(at.clone()))
+///     }
+///     fn write(&self, at: &String, writer: Writer) -> Result<(), CheckpointError> {
+///         let bytes = writer.into_bytes()?.to_vec();
+///         self.0.lock().unwrap().insert(at.clone(), bytes);
+///         Ok(())
+///     }
+///     fn delete(&self, at: &String) -> Result<(), CheckpointError> {
+///         self.0.lock().unwrap().remove(at);
+///         Ok(())
+///     }
+///     fn describe(&self) -> String { "mem://".into() }
+///     fn describe_location(&self, at: &String) -> String { at.clone() }
+///     fn entry(step: u64, at: String) -> (u64, String) { (step, at) }
+/// }
+///
+/// #[derive(Module, Debug)]
+/// struct Tiny { w: Param<Tensor<1>> }
+///
+/// let model = Tiny { w: Param::from_data([1.0], &Device::flex()) };
+/// let manager = Manager::with_storage(Memory::default()).keep_last(2);
+/// for step in [1, 2, 3] {
+///     manager.save(TrainingState::new(&model, Progress::new(0, step))).unwrap();
+/// }
+/// assert_eq!(manager.list().unwrap(), [(2, "mem://ckpt-00000000000000000002.bpk".to_string()),
+///                                       (3, "mem://ckpt-00000000000000000003.bpk".to_string())]);
+/// assert_eq!(manager.latest().unwrap().unwrap().progress().step, 3);
+/// ```
+pub trait Storage: Clone + Send + Sync + 'static {
+    /// Where one checkpoint is: a path, an object location.
+    type Location: Clone + Send + Sync + fmt::Debug + 'static;
+    /// What an opened checkpoint reads its tensors from.
+    type Source: PackSource;
+    /// What [`Manager::list`](super::Manager::list) returns for one checkpoint.
+    type Entry;
+
+    /// The location of the file called `name` (a checkpoint name such as
+    /// `ckpt-00000000000000000007.bpk`).
+    fn location(&self, name: &str) -> Self::Location;
+
+    /// The names of the files directly in this storage (any order; other names are skipped).
+    ///
+    /// # Errors
+    /// The storage cannot be listed.
+    fn names(&self) -> Result<Vec<String>, CheckpointError>;
+
+    /// Opens the pack at `location` (validated: header and metadata).
+    ///
+    /// # Errors
+    /// It cannot be read or is not a valid pack.
+    fn open(&self, location: &Self::Location) -> Result<Self::Source, CheckpointError>;
+
+    /// Writes `writer`'s pack at `location`, visible whole or not at all (a reader never sees
+    /// part of it), replacing what was there.
+    ///
+    /// # Errors
+    /// The write failed; what was at `location` is then unchanged.
+    fn write(&self, location: &Self::Location, writer: Writer) -> Result<(), CheckpointError>;
+
+    /// Deletes the file at `location`.
+    ///
+    /// # Errors
+    /// It could not be deleted.
+    fn delete(&self, location: &Self::Location) -> Result<(), CheckpointError>;
+
+    /// The storage as its user named it (a directory, a URL prefix), for messages.
+    fn describe(&self) -> String;
+
+    /// A location as its user would name it (a path, a URL), for messages.
+    fn describe_location(&self, location: &Self::Location) -> String;
+
+    /// The list entry of the checkpoint of `step` at `location`.
+    fn entry(step: u64, location: Self::Location) -> Self::Entry;
+}
