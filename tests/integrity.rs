@@ -281,16 +281,7 @@ fn every_single_bit_flip_in_header_and_metadata_is_detected() {
     let reader = Reader::from_bytes(Bytes::from_bytes_vec(clean.clone())).unwrap();
     // Header, metadata and the padding up to the data section.
     let end = reader.layout().data_start() as usize;
-    let mut missed = Vec::new();
-    for byte in 0..end {
-        for bit in 0..8 {
-            let mut flipped = clean.clone();
-            flipped[byte] ^= 1 << bit;
-            if !noticed(flipped) {
-                missed.push((byte, bit));
-            }
-        }
-    }
+    let missed = common::unnoticed_flips(&clean, end);
     println!(
         "{} single-bit flips in bytes 0..{end}, metadata size {}",
         end * 8,

@@ -265,6 +265,21 @@ pub fn damage_noticed(bytes: Vec<u8>) -> bool {
     }
 }
 
+/// The single-bit flips in `bytes[..end]` that [`damage_noticed`] misses: `(byte, bit)`.
+pub fn unnoticed_flips(bytes: &[u8], end: usize) -> Vec<(usize, u8)> {
+    let mut missed = Vec::new();
+    for byte in 0..end {
+        for bit in 0..8 {
+            let mut flipped = bytes.to_vec();
+            flipped[byte] ^= 1 << bit;
+            if !damage_noticed(flipped) {
+                missed.push((byte, bit));
+            }
+        }
+    }
+    missed
+}
+
 /// Checks a pack written by one of this crate's writing paths (`path` names it): it names
 /// this crate as its producer, carries checksums, verifies, and every single-bit flip in its
 /// header, metadata and the padding up to the data section is noticed (refused on open or by
@@ -279,16 +294,7 @@ pub fn assert_written_here(path: &str, bytes: &[u8]) -> usize {
     assert!(reader.layout().has_checksums(), "{path}: no checksums");
     reader.verify_all().unwrap();
     let end = reader.layout().data_start() as usize;
-    let mut missed = Vec::new();
-    for byte in 0..end {
-        for bit in 0..8 {
-            let mut flipped = bytes.to_vec();
-            flipped[byte] ^= 1 << bit;
-            if !damage_noticed(flipped) {
-                missed.push((byte, bit));
-            }
-        }
-    }
+    let missed = unnoticed_flips(bytes, end);
     assert!(
         missed.is_empty(),
         "{path}: {} of {} single-bit flips went unnoticed: {missed:?}",
