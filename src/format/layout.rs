@@ -1,14 +1,16 @@
 //! Validation of a parsed header and metadata against the file they came from.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::ops::Range;
 
-use burn::tensor::DType;
-
-use super::dtype::{byte_len, element_align, metadata_checksum};
+use super::dtype::metadata_checksum;
 use super::error::FormatError;
 use super::header::{HEADER_SIZE, Header};
 use super::limits::Limits;
-use super::metadata::{Descriptor, Extras, Metadata, Scalar, into_map};
+use super::metadata::{Extras, Metadata, Scalar, into_map};
+use super::tensor::TensorInfo;
 
 /// Metadata key by which a pack declares the namespace (a name prefix such as `model.`) its
 /// module parameters live under: module loaders read only the tensors under it, prefix
@@ -49,172 +51,19 @@ fn has_checksums_entry(metadata: &[u8]) -> bool {
     })
 }
 
-/// One tensor of a validated file: what it is and where its bytes are.
-///
-/// Obtained from [`Layout`] (and so from [`crate::read::Reader`]); every range has been
-/// checked against the file, the limits and the other tensors.
+/// Why [`Layout::read`] could not open a pack.
 ///
 /// ```
-/// use burn::tensor::{Bytes, DType};
-/// use burnpack::{Entry, Writer, read::Reader};
-/// let bytes = Writer::new(vec![Entry::resident("w", DType::U8, vec![3], Bytes::from_bytes_vec(vec![1, 2, 3]))])
-///     .into_bytes()
-///     .unwrap();
-/// let reader = Reader::from_bytes(bytes).unwrap();
-/// let info = reader.tensor("w").unwrap();
-/// assert_eq!((info.dtype(), info.shape(), info.len()), (DType::U8, &[3][..], 3));
-/// assert!(info.is_aligned());
+/// use burnpack::format::{FormatError, OpenError};
+/// let e: OpenError<std::io::Error> = OpenError::Invalid(FormatError::Metadata { reason: "x".into() });
+/// assert!(matches!(e, OpenError::Invalid(_)));
 /// ```
-#[derive(Debug, Clone, PartialEq)]
-pub struct TensorInfo {
-    name: String,
-    dtype: DType,
-    shape: Vec<usize>,
-    param_id: Option<u64>,
-    start: u64,
-    len: u64,
-    checksum: Option<u64>,
-}
-
-super::dtype::tensor_description!(TensorInfo);
-
-impl TensorInfo {
-    /// Checks one descriptor against the data section start, the file length and the limits.
-    fn validate(
-        name: String,
-        d: Descriptor,
-        data_start: u64,
-        file_len: u64,
-        limits: &Limits,
-    ) -> Result<Self, FormatError> {
-        let (rel_start, rel_end) = d.data_offsets;
-        if rel_end < rel_start {
-            return Err(FormatError::EndBeforeStart {
-                tensor: name,
-                start: rel_start,
-                end: rel_end,
-            });
-        }
-        let (Some(start), Some(end)) = (
-            data_start.checked_add(rel_start),
-            data_start.checked_add(rel_end),
-        ) else {
-            return Err(FormatError::OffsetOverflow {
-                tensor: name,
-                start: rel_start,
-                end: rel_end,
-            });
-        };
-        if end > file_len {
-            return Err(FormatError::PastEnd {
-                tensor: name,
-                end,
-                file_len,
-            });
-        }
-        let len = end - start;
-        if len > limits.max_tensor_size {
-            return Err(FormatError::LimitExceeded {
-                what: "tensor size",
-                size: len,
-                limit: limits.max_tensor_size,
-            });
-        }
-        if !matches!(d.dtype, DType::QFloat(_)) {
-            let Some(expected) = byte_len(d.dtype, &d.shape) else {
-                return Err(FormatError::ShapeOverflow {
-                    tensor: name,
-                    shape: d.shape,
-                });
-            };
-            if expected != len {
-                return Err(FormatError::LengthMismatch {
-                    tensor: name,
-                    dtype: d.dtype,
-                    shape: d.shape,
-                    actual: len,
-                    expected,
-                });
-            }
-        }
-        if d.shape.iter().any(|&dim| usize::try_from(dim).is_err()) {
-            return Err(FormatError::ShapeOverflow {
-                tensor: name,
-                shape: d.shape,
-            });
-        }
-        // Collected in place where `usize` is 64 bits (no second allocation per tensor).
-        #[allow(clippy::cast_possible_truncation)] // every dimension fits, checked above
-        let shape = d.shape.into_iter().map(|dim| dim as usize).collect();
-        Ok(Self {
-            name,
-            dtype: d.dtype,
-            shape,
-            param_id: d.param_id,
-            start,
-            len,
-            checksum: None,
-        })
-    }
-
-    /// A tensor of another container (safetensors), whose ranges that container's own rules
-    /// (applied by its crate) have validated against the file: no parameter id, no checksum.
-    #[cfg_attr(not(feature = "safetensors"), allow(dead_code))]
-    pub(crate) fn external(
-        name: String,
-        dtype: DType,
-        shape: Vec<usize>,
-        start: u64,
-        len: u64,
-    ) -> Self {
-        Self {
-            name,
-            dtype,
-            shape,
-            param_id: None,
-            start,
-            len,
-            checksum: None,
-        }
-    }
-
-    /// Absolute offset of the first byte in the file.
-    #[must_use]
-    pub fn offset(&self) -> u64 {
-        self.start
-    }
-
-    /// Length in bytes.
-    #[must_use]
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    /// Whether the tensor has no bytes (a zero-size dimension).
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Number of elements (product of the shape).
-    #[must_use]
-    pub fn num_elements(&self) -> usize {
-        self.shape.iter().product()
-    }
-
-    /// The stored xxh3-64 checksum of the tensor's bytes, if the file has checksums.
-    #[must_use]
-    pub fn checksum(&self) -> Option<u64> {
-        self.checksum
-    }
-
-    /// Whether the tensor's file offset is a multiple of its element size, so a view into a
-    /// page-aligned mapping can be used in place. Files written by Burn and by this crate
-    /// always are; other writers may not be, and such tensors are copied when read.
-    #[must_use]
-    pub fn is_aligned(&self) -> bool {
-        self.start.is_multiple_of(element_align(self.dtype) as u64)
-    }
+#[derive(Debug)]
+pub enum OpenError<E> {
+    /// The source could not be read.
+    Read(E),
+    /// The bytes are not a valid pack within the limits.
+    Invalid(FormatError),
 }
 
 /// A validated burnpack file: header, tensors (by name and by position), metadata, scalars.
@@ -285,16 +134,65 @@ impl Layout {
         Ok(())
     }
 
-    /// Validates a whole file held in memory.
+    /// Validates a whole file held in memory (through [`read`](Self::read), without a copy).
     ///
     /// # Errors
     /// Any [`FormatError`].
     pub fn from_bytes(file: &[u8], limits: &Limits) -> Result<Self, FormatError> {
-        let header = Header::parse(file)?;
-        let file_len = file.len() as u64;
-        Self::check_header(&header, file_len, limits)?;
-        let metadata = &file[HEADER_SIZE..HEADER_SIZE + header.metadata_size as usize];
-        Self::parse(header, metadata, file_len, limits)
+        let len = file.len() as u64;
+        let window = |range: Range<u64>| {
+            let start = usize::try_from(range.start.min(len)).unwrap_or(file.len());
+            let end = usize::try_from(range.end.min(len)).unwrap_or(file.len());
+            Ok::<_, Infallible>((Cow::Borrowed(&file[start..end]), len))
+        };
+        Self::read(limits, window).map_err(|e| match e {
+            OpenError::Invalid(e) => e,
+            OpenError::Read(never) => match never {},
+        })
+    }
+
+    /// The one open routine of every source of packs (files mapped or buffered, bytes, object
+    /// storage), so that "validate before allocating" is written once: reads the header,
+    /// checks it, the file size and the metadata size against `limits`, and only then asks for
+    /// the metadata, decodes it and validates every tensor. Pure: it does no I/O of its own.
+    /// `read` answers a byte range with the bytes of it that exist (fewer at the end of the
+    /// source) and the source's total length; it is asked for the header (`0..10`), then for
+    /// the metadata.
+    ///
+    /// ```
+    /// use std::borrow::Cow;
+    /// use burnpack::format::{Layout, Limits};
+    /// let file = burnpack::Writer::new(vec![]).with_metadata("k", "v").into_bytes().unwrap();
+    /// let mut asked = Vec::new();
+    /// let layout = Layout::read(&Limits::default(), |range| {
+    ///     asked.push(range.clone());
+    ///     let end = (range.end as usize).min(file.len());
+    ///     Ok::<_, std::io::Error>((Cow::Borrowed(&file[range.start as usize..end]), file.len() as u64))
+    /// })
+    /// .unwrap();
+    /// assert_eq!(layout.metadata()["k"], "v");
+    /// assert_eq!(asked.len(), 2);
+    /// ```
+    ///
+    /// # Errors
+    /// [`OpenError::Read`] with `read`'s error, [`OpenError::Invalid`] with what is wrong.
+    pub fn read<'a, E>(
+        limits: &Limits,
+        mut read: impl FnMut(Range<u64>) -> Result<(Cow<'a, [u8]>, u64), E>,
+    ) -> Result<Self, OpenError<E>> {
+        let (head, file_len) = read(0..HEADER_SIZE as u64).map_err(OpenError::Read)?;
+        let header = Header::parse(&head).map_err(OpenError::Invalid)?;
+        Self::check_header(&header, file_len, limits).map_err(OpenError::Invalid)?;
+        let end = HEADER_SIZE as u64 + u64::from(header.metadata_size);
+        let (metadata, _) = read(HEADER_SIZE as u64..end).map_err(OpenError::Read)?;
+        if metadata.len() != header.metadata_size as usize {
+            return Err(OpenError::Invalid(FormatError::Truncated {
+                what: "metadata",
+                needed: end,
+                available: HEADER_SIZE as u64 + metadata.len() as u64,
+            }));
+        }
+        Self::parse(header, &metadata, file_len, limits).map_err(OpenError::Invalid)
     }
 
     /// Decodes `metadata` (the bytes after `header`) and validates every tensor against

@@ -4,12 +4,15 @@
 //! Nothing here performs I/O. The reader ([`crate::read`]) and the writer ([`crate::write`])
 //! both build on these pieces, so the rules for what a valid file is live in one place.
 
+mod canonical;
 mod dtype;
 mod error;
 mod header;
 mod layout;
 mod limits;
 mod metadata;
+mod scalar;
+mod tensor;
 
 #[cfg(any(test, feature = "internals"))]
 pub use dtype::PLAIN_DTYPES;
@@ -20,10 +23,12 @@ pub use error::FormatError;
 pub use header::{
     FORMAT_VERSION, HEADER_SIZE, Header, MAGIC, TENSOR_ALIGNMENT, align_up, data_start, looks_like,
 };
-pub use layout::{Layout, NAMESPACE_KEY, PRODUCER, PRODUCER_NAME, TensorInfo};
+pub use layout::{Layout, NAMESPACE_KEY, OpenError, PRODUCER, PRODUCER_NAME};
 pub use limits::Limits;
+pub use metadata::Extras;
 pub(crate) use metadata::{Blob, DescriptorRef};
 /// The raw metadata records, for tests that build malformed files (feature `internals`).
 #[cfg(feature = "internals")]
 pub use metadata::{Descriptor, Metadata};
-pub use metadata::{Extras, Scalar, ScalarConversionError};
+pub use scalar::{Scalar, ScalarConversionError};
+pub use tensor::TensorInfo;

@@ -44,7 +44,7 @@ pub use error::{KindMismatch, Mismatch, ModuleError, ShapeMismatch, TensorKind};
 pub use options::{DTypePolicy, LoadOptions, SaveOptions};
 pub use report::{Copied, LoadReport};
 
-use crate::read::{Reader, TensorSource};
+use crate::read::TensorSource;
 use crate::write::{Entry, Writer};
 
 pub use crate::format::PRODUCER;
@@ -126,7 +126,7 @@ pub trait PackModule: Module + Sized {
         options: &LoadOptions,
     ) -> Result<Self, ModuleError> {
         let reader = options.read.open(path)?;
-        self.load_pack_reader(&reader, options)
+        self.load_from_source(&reader, options)
     }
 
     /// Loads the module from pack bytes in memory (zero-copy views into them).
@@ -135,7 +135,7 @@ pub trait PackModule: Module + Sized {
     /// See [`load_pack_with`](Self::load_pack_with).
     fn load_pack_bytes(self, bytes: Bytes, options: &LoadOptions) -> Result<Self, ModuleError> {
         let reader = options.read.from_bytes(bytes)?;
-        self.load_pack_reader(&reader, options)
+        self.load_from_source(&reader, options)
     }
 
     /// Loads the module from a pack embedded with `include_bytes!` (zero-copy).
@@ -148,21 +148,13 @@ pub trait PackModule: Module + Sized {
         options: &LoadOptions,
     ) -> Result<Self, ModuleError> {
         let reader = options.read.from_static(data)?;
-        self.load_pack_reader(&reader, options)
+        self.load_from_source(&reader, options)
     }
 
-    /// Loads the module from an open reader. The tensors keep the reader's source alive (the
-    /// mapping lives as long as any parameter uses it).
-    ///
-    /// # Errors
-    /// [`ModuleError::Mismatch`], listing every problem.
-    fn load_pack_reader(self, reader: &Reader, options: &LoadOptions) -> Result<Self, ModuleError> {
-        self.load_from_source(reader, options)
-    }
-
-    /// Loads the module from any [`TensorSource`] (a pack [`Reader`], or another container
-    /// that builds the same table of tensors), with `options`: the source's namespace, the
-    /// filters, renames, dtype policy and strictness apply alike.
+    /// Loads the module from any [`TensorSource`] (a pack [`Reader`](crate::read::Reader), or
+    /// another container that builds the same table of tensors), with `options`: the source's
+    /// namespace, the filters, renames, dtype policy and strictness apply alike. The tensors
+    /// keep the source alive (a mapping lives as long as any parameter uses it).
     ///
     /// ```
     /// use burn::module::{Module, Param};

@@ -9,9 +9,7 @@ use burn::tensor::{AllocationProperty, Bytes};
 use super::error::ReadError;
 use super::source::{Source, map_file};
 use super::tensor_source::{CopyReason, TensorSource};
-use crate::format::{
-    FormatError, HEADER_SIZE, Header, Layout, Limits, Scalar, TensorInfo, element_align,
-};
+use crate::format::{FormatError, Layout, Limits, OpenError, Scalar, TensorInfo, element_align};
 use crate::platform::read_exact_at;
 
 /// How a file's tensor data is read.
@@ -110,16 +108,18 @@ impl ReadOptions {
         let file_len = stat.len();
         // Header and metadata are read with ordinary reads in both modes, never through the
         // mapping: a file that a failed write left with holes on a full tmpfs (where faulting
-        // in a hole needs a page that cannot be had) is then an error, not `SIGBUS`.
-        let mut raw = [0u8; HEADER_SIZE];
-        let got = usize::try_from(file_len).map_or(HEADER_SIZE, |l| l.min(HEADER_SIZE));
-        read_exact_at(&file, &mut raw[..got], 0).map_err(io("read"))?;
-        let header = Header::parse(&raw[..got]).map_err(invalid)?;
-        Layout::check_header(&header, file_len, &self.limits).map_err(invalid)?;
-        let mut metadata = vec![0u8; header.metadata_size as usize];
-        read_exact_at(&file, &mut metadata, HEADER_SIZE as u64).map_err(io("read"))?;
-        let layout = Layout::parse(header, &metadata, file_len, &self.limits).map_err(invalid)?;
-        drop(metadata);
+        // in a hole needs a page that cannot be had) is then an error, not `SIGBUS`. The
+        // ranges asked are validated first (`Layout::read`), so the buffer is bounded.
+        let read = |range: std::ops::Range<u64>| {
+            let end = range.end.min(file_len);
+            let mut buf = vec![0u8; usize::try_from(end.saturating_sub(range.start)).unwrap_or(0)];
+            read_exact_at(&file, &mut buf, range.start)?;
+            Ok((std::borrow::Cow::Owned(buf), file_len))
+        };
+        let layout = Layout::read(&self.limits, read).map_err(|e| match e {
+            OpenError::Read(e) => io("read")(e),
+            OpenError::Invalid(e) => invalid(e),
+        })?;
         let source = match self.mode {
             // The caller's side of the mapping's contract is documented on this function and
             // on `Reader::open`.

@@ -1,10 +1,10 @@
-//! burn-store's plug-in point: [`PackStore`], a [`ModuleStore`] for `save_into` / `load_from`,
+//! burn-store's plug-in point: [`PackStore`], a [`ModuleStore`](burn::store::ModuleStore) for `save_into` / `load_from`,
 //! a drop-in for Burn's `BurnpackStore`.
 //!
 //! The builder is `BurnpackStore`'s (a file or bytes, filters, key remapping, adapters such as
 //! `PyTorchToBurnAdapter`, metadata, overwrite, partial loads), and so are the load semantics:
 //! parameters are matched, adapted and validated by burn-store's own applier, so the
-//! [`ApplyResult`] (applied, skipped, missing, unused, errors) is the one Burn's store reports.
+//! [`ApplyResult`](burn::store::ApplyResult) (applied, skipped, missing, unused, errors) is the one Burn's store reports.
 //! What changes is underneath:
 //!
 //! - **Saving** goes through this crate's writer: parameters are written in parallel into
@@ -47,15 +47,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use burn::store::burn_pack::Tensor as StoreTensor;
-use burn::store::{
-    ApplyResult, IdentityAdapter, KeyRemapper, ModuleAdapter, ModuleSnapshot, ModuleStore,
-    PathFilter,
-};
+use burn::store::{IdentityAdapter, KeyRemapper, ModuleAdapter, ModuleSnapshot, PathFilter};
 use burn::tensor::Bytes;
 
 use crate::module::{ModuleError, PackModule, SaveOptions};
 use crate::read::{ReadError, Reader, TensorSource};
-use crate::write::{Entry, WriteError, Writer};
+use crate::write::{Entry, WriteError};
+
+mod module_store;
 
 /// The extension a file path without one gets (as `BurnpackStore` does).
 const EXTENSION: &str = "bpk";
@@ -103,7 +102,7 @@ enum Mode {
     Source(SharedSource),
 }
 
-/// A [`ModuleStore`] in the burnpack format, written and read by this crate. See the
+/// A [`ModuleStore`](burn::store::ModuleStore) in the burnpack format, written and read by this crate. See the
 /// [module docs](self).
 #[allow(clippy::struct_excessive_bools)] // `BurnpackStore`'s builder flags, one each
 pub struct PackStore {
@@ -573,70 +572,4 @@ impl PackStore {
 #[allow(clippy::needless_pass_by_value)] // the shape `map_err` takes
 fn pack_error(err: ReadError) -> burn::store::burn_pack::Error {
     burn::store::burn_pack::Error::IoError(err.to_string())
-}
-
-impl ModuleStore for PackStore {
-    type Error = StoreError;
-
-    fn collect_from<M: ModuleSnapshot>(&mut self, module: &M) -> Result<(), StoreError> {
-        if let Mode::Source(source) = &self.mode {
-            return Err(StoreError::ReadOnly(source.file().to_string()));
-        }
-        self.cache = None;
-        let mut options = self.options.clone().overwrite(self.overwrite);
-        for (k, v) in &self.metadata {
-            options = options.metadata(k.clone(), v.clone());
-        }
-        let writer: Writer = options.configure(Writer::new(self.entries(module)?));
-        match &mut self.mode {
-            Mode::File(path) => {
-                let path = if self.auto_extension && path.extension().is_none() {
-                    path.with_extension(EXTENSION)
-                } else {
-                    path.clone()
-                };
-                if !self.overwrite && path.symlink_metadata().is_ok() {
-                    return Err(StoreError::AlreadyExists(path));
-                }
-                writer.write_to_file(&path)?;
-            }
-            Mode::Bytes(bytes) => *bytes = Some(writer.into_bytes()?),
-            Mode::Source(_) => unreachable!("refused above"),
-        }
-        Ok(())
-    }
-
-    fn apply_to<M: ModuleSnapshot>(&mut self, module: &mut M) -> Result<ApplyResult, StoreError> {
-        let tensors: Vec<StoreTensor> = self.tensors()?.values().cloned().collect();
-        let adapter: Box<dyn ModuleAdapter> = match &self.from_adapter {
-            Some(adapter) => adapter.clone(),
-            None => Box::new(IdentityAdapter),
-        };
-        let result = module.apply(tensors, self.filter.clone(), Some(adapter), false);
-        if self.validate && !result.errors.is_empty() {
-            return Err(StoreError::Validation {
-                file: self.source_name(),
-                message: format!("Import errors: {:?}", result.errors),
-            });
-        }
-        if !self.allow_partial && !result.missing.is_empty() {
-            return Err(StoreError::Validation {
-                file: self.source_name(),
-                message: format!("Missing tensors: {:?}", result.missing),
-            });
-        }
-        Ok(result)
-    }
-
-    fn get_tensor(&mut self, name: &str) -> Result<Option<&StoreTensor>, StoreError> {
-        Ok(self.tensors()?.get(name))
-    }
-
-    fn get_all_tensors(&mut self) -> Result<&BTreeMap<String, StoreTensor>, StoreError> {
-        self.tensors()
-    }
-
-    fn keys(&mut self) -> Result<Vec<String>, StoreError> {
-        Ok(self.tensors()?.keys().cloned().collect())
-    }
 }

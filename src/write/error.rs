@@ -74,6 +74,10 @@ pub enum WriteError {
     /// The metadata or layout cannot be represented (metadata over 4 GiB, sizes overflowing).
     #[error("cannot lay out the pack: {0}")]
     Layout(String),
+    /// The write pipeline itself failed: its sink thread panicked, or the sink (an upload)
+    /// stopped taking bytes (the sink's own error is reported by its caller).
+    #[error("the write pipeline failed: {0}")]
+    Pipeline(String),
     /// The writer's thread pool could not be started.
     #[error("cannot start {threads} writer threads: {reason}")]
     ThreadPool {

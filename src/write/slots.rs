@@ -1,11 +1,18 @@
-//! The parallel slot writer: workers on rayon threads take entries in file order, produce
-//! their bytes and write them into their slots.
+//! The slot pipeline, whole: entries grouped into write jobs (`batches`), materialized and
+//! checksummed by producer threads (`fill`, `materialize`, `produce`), handed one chunk at a
+//! time to one sink thread (`pipeline`) that writes each chunk where it goes (`Chunk::write`),
+//! with early writeback, and the checksums collected for the head. The writer's public face
+//! (`Writer`, its sinks: buffer, file, stream) is in `writer.rs` and calls into this.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Mutex, PoisonError};
 
 use super::entry::{Data, Entry, Source};
 use super::error::WriteError;
+use super::plan::{Plan, Slot};
+use crate::format::TENSOR_ALIGNMENT;
 
 /// Runs every job with `run`, on at most `workers` rayon tasks at once, in the given order.
 ///
@@ -71,5 +78,233 @@ pub(crate) fn materialize(entry: Entry) -> Result<Data, WriteError> {
                 message,
             }),
         },
+    }
+}
+
+/// Runs the write pass with producers (rayon) that materialize entries and checksum them in
+/// parallel, and one writer thread that issues every write, in the order chunks are ready:
+/// parallel writes to one file only queue on its inode lock. A producer waits until the sink
+/// is done with its chunk before it takes the next job, so at most one produced chunk per
+/// producer is in memory, the one being written included (with one thread: one at a time).
+pub(super) fn pipeline(
+    jobs: Vec<Vec<(Entry, Slot, usize)>>,
+    threads: Option<usize>,
+    sums: &Checksums,
+    mut sink: impl FnMut(Chunk) -> Result<(), WriteError> + Send,
+) -> Result<(), WriteError> {
+    let workers = threads.unwrap_or_else(rayon::current_num_threads);
+    // Each chunk travels with the sender its producer waits on: the producer takes its next
+    // job only once the sink is done with this chunk (and has dropped it), so at most
+    // `workers` produced chunks exist at once, the one being written included.
+    let (chunks, ready) = std::sync::mpsc::sync_channel::<(Chunk, SyncSender<()>)>(0);
+    let (written, produced) = std::thread::scope(|scope| {
+        let writer = scope.spawn(move || {
+            for (chunk, done) in ready {
+                sink(chunk)?;
+                // The producer may have stopped waiting (another one failed): nothing to tell.
+                let _ = done.send(());
+            }
+            Ok(())
+        });
+        let produced = run(threads, || {
+            fill(jobs, workers, |batch: Vec<(Entry, Slot, usize)>| {
+                let chunk = produce(batch, sums)?;
+                let (done, written) = std::sync::mpsc::sync_channel(1);
+                // A closed channel means the writer failed; its error is the one returned.
+                let stopped = || WriteError::Pipeline("the writer stopped".into());
+                chunks.send((chunk, done)).map_err(|_| stopped())?;
+                written.recv().map_err(|_| stopped())
+            })
+        });
+        drop(chunks);
+        let written = writer.join().unwrap_or_else(|panic| {
+            Err(WriteError::Pipeline(format!(
+                "the writer thread panicked: {}",
+                crate::panic::message(&*panic)
+            )))
+        });
+        (written, produced)
+    });
+    written.and(produced)
+}
+
+/// Total size under which a pack of in-hand entries is written by the calling thread alone.
+pub(super) const PIPELINE_BYTES: u64 = 64 << 20;
+
+/// Bytes ready to be written at `offset`: one or more neighbouring entries' own bytes (not
+/// copied), each followed by the zeros up to the next slot. `tensor` names the (first)
+/// entry, for errors.
+pub(super) struct Chunk {
+    pub(super) offset: u64,
+    pub(super) parts: Vec<(Data, usize)>,
+    pub(super) tensor: String,
+}
+
+/// Zeros for the gaps between slots (always shorter than the alignment).
+pub(super) static ZEROS: [u8; TENSOR_ALIGNMENT as usize] = [0; TENSOR_ALIGNMENT as usize];
+
+impl Chunk {
+    pub(super) fn len(&self) -> u64 {
+        self.parts
+            .iter()
+            .map(|(b, pad)| (b.len() + pad) as u64)
+            .sum()
+    }
+
+    /// Writes the chunk at its offset with vectored writes: the entries' bytes go from where
+    /// they are (a parameter's storage, a read-back buffer) to the kernel, never through an
+    /// assembly buffer. Only the writer thread moves the file cursor.
+    pub(super) fn write(&self, mut file: &File) -> std::io::Result<()> {
+        use std::io::{IoSlice, Seek, SeekFrom, Write};
+        let mut slices = Vec::with_capacity(self.parts.len() * 2);
+        for (bytes, pad) in &self.parts {
+            // A zero-length tensor has nothing to write: an empty slice would make the kernel
+            // answer 0 bytes written, which the loop below must take for a full disk.
+            if !bytes.is_empty() {
+                slices.push(IoSlice::new(bytes));
+            }
+            if *pad > 0 {
+                slices.push(IoSlice::new(&ZEROS[..*pad]));
+            }
+        }
+        if slices.is_empty() {
+            return Ok(());
+        }
+        file.seek(SeekFrom::Start(self.offset))?;
+        let mut rest = &mut slices[..];
+        while !rest.is_empty() {
+            match file.write_vectored(rest) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => IoSlice::advance_slices(&mut rest, n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Materializes a job's entries and records their checksums.
+pub(super) fn produce(
+    batch: Vec<(Entry, Slot, usize)>,
+    sums: &Checksums,
+) -> Result<Chunk, WriteError> {
+    let offset = batch[0].1.offset;
+    let tensor = batch[0].0.name.clone();
+    let mut parts = Vec::with_capacity(batch.len());
+    let mut batch = batch.into_iter().peekable();
+    while let Some((entry, slot, rank)) = batch.next() {
+        let bytes = materialize(entry)?;
+        sums.record(rank, &bytes);
+        let pad = batch
+            .peek()
+            .map_or(0, |(_, next, _)| next.offset - slot.offset - slot.len);
+        parts.push((bytes, pad as usize));
+    }
+    Ok(Chunk {
+        offset,
+        parts,
+        tensor,
+    })
+}
+
+/// Starts the kernel's writeback of written ranges early (Linux `sync_file_range`), so the
+/// final fsync finds most of the file already on its way to the disk. Elsewhere a no-op; the
+/// commit's fsync is what makes the file durable either way.
+pub(super) struct Writeback<'a> {
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    file: &'a File,
+    pending: u64,
+}
+
+/// Bytes written between two writeback requests.
+const WRITEBACK_BYTES: u64 = 32 << 20;
+
+impl<'a> Writeback<'a> {
+    pub(super) fn new(file: &'a File) -> Self {
+        Self { file, pending: 0 }
+    }
+
+    pub(super) fn wrote(&mut self, len: u64) {
+        self.pending += len;
+        if self.pending >= WRITEBACK_BYTES {
+            self.pending = 0;
+            crate::platform::start_writeback(self.file);
+        }
+    }
+}
+
+/// Checksums computed in the data pass, by position in the tensors map.
+pub(super) struct Checksums {
+    sums: Vec<AtomicU64>,
+    enabled: bool,
+}
+
+impl Checksums {
+    pub(super) fn new(plan: &Plan) -> Self {
+        let n = if plan.has_checksums() {
+            plan.slots().len()
+        } else {
+            0
+        };
+        Self {
+            sums: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            enabled: plan.has_checksums(),
+        }
+    }
+
+    pub(super) fn record(&self, rank: usize, bytes: &[u8]) {
+        if self.enabled {
+            self.sums[rank].store(crate::format::checksum(bytes), Ordering::Relaxed);
+        }
+    }
+
+    pub(super) fn values(&self) -> Vec<u64> {
+        self.sums
+            .iter()
+            .map(|s| s.load(Ordering::Relaxed))
+            .collect()
+    }
+}
+
+/// Bytes up to which neighbouring small entries are written with one positional write.
+const BATCH_BYTES: u64 = 1 << 20;
+
+/// Groups entries (in file order) into write jobs: an entry of at least [`BATCH_BYTES`] alone,
+/// smaller neighbours together while their span stays under it. Thousands of small tensors
+/// then cost tens of system calls instead of thousands, and a job still holds at most about
+/// `max(BATCH_BYTES, largest entry)` bytes.
+pub(super) fn batches(entries: Vec<Entry>, plan: &Plan) -> Vec<Vec<(Entry, Slot, usize)>> {
+    let mut jobs: Vec<Vec<(Entry, Slot, usize)>> = Vec::new();
+    for (i, (entry, &slot)) in entries.into_iter().zip(plan.slots()).enumerate() {
+        let joins = jobs.last().is_some_and(|job| {
+            let start = job[0].1.offset;
+            slot.len < BATCH_BYTES
+                && job[0].1.len < BATCH_BYTES
+                && slot.offset + slot.len - start <= BATCH_BYTES
+        });
+        match jobs.last_mut() {
+            Some(job) if joins => job.push((entry, slot, plan.rank(i))),
+            _ => jobs.push(vec![(entry, slot, plan.rank(i))]),
+        }
+    }
+    jobs
+}
+
+/// Runs `f` on a dedicated pool of `threads` threads, or on rayon's global pool.
+pub(super) fn run<R: Send>(
+    threads: Option<usize>,
+    f: impl FnOnce() -> Result<R, WriteError> + Send,
+) -> Result<R, WriteError> {
+    match threads {
+        None => f(),
+        Some(n) => rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .map_err(|e| WriteError::ThreadPool {
+                threads: n,
+                reason: e.to_string(),
+            })?
+            .install(f),
     }
 }

@@ -11,7 +11,7 @@ use burn::tensor::{AllocationProperty, Bytes};
 use futures::{StreamExt, TryStreamExt};
 
 use super::{ObjectLocation, RemoteError, block_on};
-use crate::format::{HEADER_SIZE, Header, Layout, Limits, TensorInfo};
+use crate::format::{Layout, Limits, OpenError, TensorInfo};
 use crate::read::source::aligned_words;
 use crate::read::{PackSource, ReadError, TensorSource};
 
@@ -89,21 +89,25 @@ impl ObjectSource {
             url: location.url.clone(),
             source: Box::new(source),
         };
-        let head_range = 0..HEADER_SIZE as u64;
-        let (head, size) = block_on(fetcher.get(head_range))?
-            .map_err(|e| location.error("read the header of", e))?;
-        let header = Header::parse(&head).map_err(invalid)?;
-        Layout::check_header(&header, size, limits).map_err(invalid)?;
-        let end = HEADER_SIZE as u64 + u64::from(header.metadata_size);
-        let (metadata, _) = block_on(fetcher.get(HEADER_SIZE as u64..end))?
-            .map_err(|e| location.error("read the metadata of", e))?;
-        let layout = match Layout::parse(header, &metadata, size, limits) {
+        // Two ranged GETs: the header, then (validated against the limits first) the metadata.
+        let read = |range: std::ops::Range<u64>| {
+            let what = if range.start == 0 {
+                "read the header of"
+            } else {
+                "read the metadata of"
+            };
+            let (bytes, size) =
+                block_on(fetcher.get(range))?.map_err(|e| location.error(what, e))?;
+            Ok::<_, RemoteError>((std::borrow::Cow::Owned(bytes.to_vec()), size))
+        };
+        let layout = match Layout::read(limits, read) {
             Ok(layout) => layout,
+            Err(OpenError::Read(e)) => return Err(e),
             // Header and metadata from two versions (a server that replaces non-atomically).
-            Err(_) if block_on(fetcher.changed())? => {
+            Err(OpenError::Invalid(_)) if block_on(fetcher.changed())? => {
                 return Err(location.error("read the metadata of", replaced()));
             }
-            Err(e) => return Err(invalid(e)),
+            Err(OpenError::Invalid(e)) => return Err(invalid(e)),
         };
         Ok(Self {
             fetcher,

@@ -207,7 +207,7 @@ impl<'a> Parts<'a> {
                         std::mem::replace(&mut self.current, Vec::with_capacity(self.part_size));
                     self.full(full).map_err(|e| {
                         self.failure.get_or_insert(e);
-                        WriteError::Layout("the upload failed".into())
+                        WriteError::Pipeline("the upload failed".into())
                     })?;
                 }
             }

@@ -1,0 +1,190 @@
+//! The direct decoder for metadata in the canonical form Burn 0.22 and this crate write:
+//! definite lengths, the known keys, text dtypes (and `{"Bool": store}`). It reads CBOR heads
+//! with `ciborium_ll` and builds the [`Metadata`] without serde's per-item machinery, so a
+//! pack of 10,000 tensors opens several times faster. It answers `None` for anything it does
+//! not handle, and [`Metadata::decode`] then runs the general decoder, which gives the same
+//! value or the error; so it never accepts what that one refuses.
+
+use burn::tensor::{BoolStore, DType};
+use ciborium_ll::{Decoder, Header, simple};
+
+use super::metadata::{Descriptor, Metadata, Scalar};
+use crate::format::Limits;
+
+struct Cursor<'a> {
+    input: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn header(&mut self) -> Option<Header> {
+        let mut decoder = Decoder::from(self.input.get(self.pos..)?);
+        let header = decoder.pull().ok()?;
+        self.pos += decoder.offset();
+        Some(header)
+    }
+
+    fn take(&mut self, len: usize) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(len)?;
+        let taken = self.input.get(self.pos..end)?;
+        self.pos = end;
+        Some(taken)
+    }
+
+    fn text(&mut self) -> Option<&'a str> {
+        match self.header()? {
+            Header::Text(Some(len)) => std::str::from_utf8(self.take(len)?).ok(),
+            _ => None,
+        }
+    }
+
+    /// A definite map's length, if it is within `max` entries.
+    fn map(&mut self, max: usize) -> Option<usize> {
+        match self.header()? {
+            Header::Map(Some(len)) if len <= max => Some(len),
+            _ => None,
+        }
+    }
+
+    fn uint(&mut self) -> Option<u64> {
+        match self.header()? {
+            Header::Positive(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// A definite array of unsigned integers (at most `remaining` bytes' worth).
+    fn uints(&mut self) -> Option<Vec<u64>> {
+        let Header::Array(Some(len)) = self.header()? else {
+            return None;
+        };
+        // Every element takes at least one byte: the length is bounded by the input.
+        if len > self.input.len() - self.pos {
+            return None;
+        }
+        (0..len).map(|_| self.uint()).collect()
+    }
+}
+
+/// The metadata and where its map ends.
+pub(super) fn decode(bytes: &[u8], limits: &Limits) -> Option<(Metadata, usize)> {
+    let mut c = Cursor {
+        input: bytes,
+        pos: 0,
+    };
+    let mut meta = Metadata::default();
+    let mut tensors = None;
+    for _ in 0..c.map(4)? {
+        match c.text()? {
+            "tensors" if tensors.is_none() => {
+                tensors = Some(pairs(&mut c, limits, descriptor)?);
+            }
+            "metadata" if meta.metadata.is_empty() => {
+                meta.metadata = pairs(&mut c, limits, |c| c.text().map(str::to_owned))?;
+            }
+            "scalars" if meta.scalars.is_empty() => {
+                meta.scalars = pairs(&mut c, limits, scalar)?;
+            }
+            "checksums" if meta.checksums.is_none() => match c.header()? {
+                Header::Bytes(Some(len)) => meta.checksums = Some(c.take(len)?.to_vec()),
+                _ => return None,
+            },
+            _ => return None,
+        }
+    }
+    meta.tensors = tensors?;
+    Some((meta, c.pos))
+}
+
+fn pairs<'a, V>(
+    c: &mut Cursor<'a>,
+    limits: &Limits,
+    value: impl Fn(&mut Cursor<'a>) -> Option<V>,
+) -> Option<Vec<(String, V)>> {
+    let len = c.map(limits.max_tensor_count)?;
+    // Each entry takes at least two bytes, so the input bounds the allocation too.
+    if len > c.input.len() - c.pos {
+        return None;
+    }
+    let mut out = Vec::with_capacity(len);
+    for _ in 0..len {
+        let key = c.text()?.to_owned();
+        out.push((key, value(c)?));
+    }
+    Some(out)
+}
+
+fn descriptor(c: &mut Cursor<'_>) -> Option<Descriptor> {
+    let fields = c.map(4)?;
+    let (mut dtype, mut shape, mut offsets, mut param_id) = (None, None, None, None);
+    for _ in 0..fields {
+        match c.text()? {
+            "dtype" if dtype.is_none() => dtype = Some(self::dtype(c)?),
+            "shape" if shape.is_none() => shape = Some(c.uints()?),
+            "data_offsets" if offsets.is_none() => match c.header()? {
+                Header::Array(Some(2)) => offsets = Some((c.uint()?, c.uint()?)),
+                _ => return None,
+            },
+            "param_id" if param_id.is_none() => param_id = Some(c.uint()?),
+            _ => return None,
+        }
+    }
+    Some(Descriptor {
+        dtype: dtype?,
+        shape: shape?,
+        data_offsets: offsets?,
+        param_id,
+    })
+}
+
+fn dtype(c: &mut Cursor<'_>) -> Option<DType> {
+    let unit = |name: &str| {
+        Some(match name {
+            "F64" => DType::F64,
+            "F32" => DType::F32,
+            "Flex32" => DType::Flex32,
+            "F16" => DType::F16,
+            "BF16" => DType::BF16,
+            "I64" => DType::I64,
+            "I32" => DType::I32,
+            "I16" => DType::I16,
+            "I8" => DType::I8,
+            "U64" => DType::U64,
+            "U32" => DType::U32,
+            "U16" => DType::U16,
+            "U8" => DType::U8,
+            _ => return None,
+        })
+    };
+    match c.header()? {
+        Header::Text(Some(len)) => unit(std::str::from_utf8(c.take(len)?).ok()?),
+        Header::Map(Some(1)) => {
+            if c.text()? != "Bool" {
+                return None;
+            }
+            Some(DType::Bool(match c.text()? {
+                "Native" => BoolStore::Native,
+                "U8" => BoolStore::U8,
+                "U32" => BoolStore::U32,
+                _ => return None,
+            }))
+        }
+        _ => None,
+    }
+}
+
+fn scalar(c: &mut Cursor<'_>) -> Option<Scalar> {
+    if c.map(1)? != 1 {
+        return None;
+    }
+    let kind = c.text()?;
+    Some(match (kind, c.header()?) {
+        ("Int", Header::Positive(n)) => Scalar::Int(i64::try_from(n).ok()?),
+        ("Int", Header::Negative(n)) => Scalar::Int(-1 - i64::try_from(n).ok()?),
+        ("UInt", Header::Positive(n)) => Scalar::UInt(n),
+        ("Float", Header::Float(f)) => Scalar::Float(f),
+        ("Bool", Header::Simple(simple::FALSE)) => Scalar::Bool(false),
+        ("Bool", Header::Simple(simple::TRUE)) => Scalar::Bool(true),
+        _ => return None,
+    })
+}

@@ -1,0 +1,176 @@
+//! One tensor of a validated file ([`TensorInfo`]) and the checks of its descriptor.
+
+use burn::tensor::DType;
+
+use super::dtype::{byte_len, element_align};
+use super::error::FormatError;
+use super::limits::Limits;
+use super::metadata::Descriptor;
+
+/// One tensor of a validated file: what it is and where its bytes are.
+///
+/// Obtained from [`Layout`] (and so from [`crate::read::Reader`]); every range has been
+/// checked against the file, the limits and the other tensors.
+///
+/// ```
+/// use burn::tensor::{Bytes, DType};
+/// use burnpack::{Entry, Writer, read::Reader};
+/// let bytes = Writer::new(vec![Entry::resident("w", DType::U8, vec![3], Bytes::from_bytes_vec(vec![1, 2, 3]))])
+///     .into_bytes()
+///     .unwrap();
+/// let reader = Reader::from_bytes(bytes).unwrap();
+/// let info = reader.tensor("w").unwrap();
+/// assert_eq!((info.dtype(), info.shape(), info.len()), (DType::U8, &[3][..], 3));
+/// assert!(info.is_aligned());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorInfo {
+    pub(super) name: String,
+    dtype: DType,
+    shape: Vec<usize>,
+    param_id: Option<u64>,
+    pub(super) start: u64,
+    pub(super) len: u64,
+    pub(super) checksum: Option<u64>,
+}
+
+super::dtype::tensor_description!(TensorInfo);
+
+impl TensorInfo {
+    /// Checks one descriptor against the data section start, the file length and the limits.
+    pub(super) fn validate(
+        name: String,
+        d: Descriptor,
+        data_start: u64,
+        file_len: u64,
+        limits: &Limits,
+    ) -> Result<Self, FormatError> {
+        let (rel_start, rel_end) = d.data_offsets;
+        if rel_end < rel_start {
+            return Err(FormatError::EndBeforeStart {
+                tensor: name,
+                start: rel_start,
+                end: rel_end,
+            });
+        }
+        let (Some(start), Some(end)) = (
+            data_start.checked_add(rel_start),
+            data_start.checked_add(rel_end),
+        ) else {
+            return Err(FormatError::OffsetOverflow {
+                tensor: name,
+                start: rel_start,
+                end: rel_end,
+            });
+        };
+        if end > file_len {
+            return Err(FormatError::PastEnd {
+                tensor: name,
+                end,
+                file_len,
+            });
+        }
+        let len = end - start;
+        if len > limits.max_tensor_size {
+            return Err(FormatError::LimitExceeded {
+                what: "tensor size",
+                size: len,
+                limit: limits.max_tensor_size,
+            });
+        }
+        if !matches!(d.dtype, DType::QFloat(_)) {
+            let Some(expected) = byte_len(d.dtype, &d.shape) else {
+                return Err(FormatError::ShapeOverflow {
+                    tensor: name,
+                    shape: d.shape,
+                });
+            };
+            if expected != len {
+                return Err(FormatError::LengthMismatch {
+                    tensor: name,
+                    dtype: d.dtype,
+                    shape: d.shape,
+                    actual: len,
+                    expected,
+                });
+            }
+        }
+        if d.shape.iter().any(|&dim| usize::try_from(dim).is_err()) {
+            return Err(FormatError::ShapeOverflow {
+                tensor: name,
+                shape: d.shape,
+            });
+        }
+        // Collected in place where `usize` is 64 bits (no second allocation per tensor).
+        #[allow(clippy::cast_possible_truncation)] // every dimension fits, checked above
+        let shape = d.shape.into_iter().map(|dim| dim as usize).collect();
+        Ok(Self {
+            name,
+            dtype: d.dtype,
+            shape,
+            param_id: d.param_id,
+            start,
+            len,
+            checksum: None,
+        })
+    }
+
+    /// A tensor of another container (safetensors), whose ranges that container's own rules
+    /// (applied by its crate) have validated against the file: no parameter id, no checksum.
+    #[cfg_attr(not(feature = "safetensors"), allow(dead_code))]
+    pub(crate) fn external(
+        name: String,
+        dtype: DType,
+        shape: Vec<usize>,
+        start: u64,
+        len: u64,
+    ) -> Self {
+        Self {
+            name,
+            dtype,
+            shape,
+            param_id: None,
+            start,
+            len,
+            checksum: None,
+        }
+    }
+
+    /// Absolute offset of the first byte in the file.
+    #[must_use]
+    pub fn offset(&self) -> u64 {
+        self.start
+    }
+
+    /// Length in bytes.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the tensor has no bytes (a zero-size dimension).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Number of elements (product of the shape).
+    #[must_use]
+    pub fn num_elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The stored xxh3-64 checksum of the tensor's bytes, if the file has checksums.
+    #[must_use]
+    pub fn checksum(&self) -> Option<u64> {
+        self.checksum
+    }
+
+    /// Whether the tensor's file offset is a multiple of its element size, so a view into a
+    /// page-aligned mapping can be used in place. Files written by Burn and by this crate
+    /// always are; other writers may not be, and such tensors are copied when read.
+    #[must_use]
+    pub fn is_aligned(&self) -> bool {
+        self.start.is_multiple_of(element_align(self.dtype) as u64)
+    }
+}
