@@ -1,6 +1,7 @@
 //! The few operating-system calls that differ between platforms: positional reads and writes
-//! (Unix `pread`/`pwrite`, Windows `ReadFile`/`WriteFile` at an offset) and reserving disk
-//! space (Linux `fallocate`). Everything else in the crate is portable `std`.
+//! (Unix `pread`/`pwrite`, Windows `ReadFile`/`WriteFile` at an offset), early writeback
+//! (Linux `sync_file_range`) and whether a path still names an open file. Everything else in
+//! the crate is portable `std`.
 
 use std::fs::File;
 use std::io;
@@ -52,37 +53,6 @@ pub(crate) fn write_all_at(file: &File, mut buf: &[u8], mut offset: u64) -> io::
         }
     }
     Ok(())
-}
-
-/// Reserves `len` bytes of disk for `file`, so writes through a mapping cannot hit a full
-/// disk. Returns `false` where the filesystem or platform cannot reserve space. Only the
-/// benchmark-only mapped writer (feature `internals`) uses it.
-#[cfg(all(feature = "internals", target_os = "linux"))]
-pub(crate) fn reserve(file: &File, len: u64) -> io::Result<bool> {
-    use std::os::fd::AsRawFd;
-    let Ok(len) = libc::off_t::try_from(len) else {
-        return Ok(false);
-    };
-    if len == 0 {
-        return Ok(true);
-    }
-    // SAFETY: plain system call on a file descriptor this function borrows for its duration.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
-    if rc == 0 {
-        return Ok(true);
-    }
-    let err = io::Error::last_os_error();
-    match err.raw_os_error() {
-        Some(libc::EOPNOTSUPP | libc::ENOSYS) => Ok(false),
-        _ => Err(err),
-    }
-}
-
-/// Reserving space is a Linux call; elsewhere the mapped writer is not used.
-#[cfg(all(feature = "internals", not(target_os = "linux")))]
-#[allow(clippy::unnecessary_wraps)]
-pub(crate) fn reserve(_file: &File, _len: u64) -> io::Result<bool> {
-    Ok(false)
 }
 
 /// Whether `path` still names the open `file` (same device and inode): false once another

@@ -2,7 +2,13 @@
 //! validation that turns untrusted bytes into a trusted [`Layout`].
 //!
 //! Nothing here performs I/O. The reader ([`crate::read`]) and the writer ([`crate::write`])
-//! both build on these pieces, so the rules for what a valid file is live in one place.
+//! both build on these pieces, so the rules for what a valid file is live in one place; every
+//! source that opens a pack (a file mapped or buffered, bytes, an object store) opens it with
+//! [`Layout::read`], which asks its caller for byte ranges, so "validate before allocating"
+//! is written once. Kept on purpose, as the model for the rest: this room is pure data; the
+//! metadata has a fast direct decoder (`canonical.rs`) and the general serde one, and a test
+//! changes every byte of a canonical blob to every value to check that the direct one never
+//! accepts what the general one refuses or reads differently.
 
 mod canonical;
 mod dtype;

@@ -4,6 +4,11 @@
 //! their lengths alone → a pre-sized destination → producers materialize and checksum
 //! entries in parallel, one writer thread writes them from where they are into their
 //! 256-byte-aligned slots → (atomic mode) fsync, rename, directory fsync.
+//!
+//! `writer.rs` is the public face ([`Writer`] and its sinks: a buffer, a file, a front-to-back
+//! stream); `slots.rs` is the pipeline, whole; `commit.rs` is `Scratch`, the locked scratch
+//! file that is either committed (fsync, rename, directory fsync) or removed, kept as the
+//! model of owning a resource until it is published.
 
 mod commit;
 mod entry;

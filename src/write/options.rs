@@ -32,8 +32,6 @@ pub struct WriteOptions {
     pub(crate) overwrite: bool,
     pub(crate) threads: Option<usize>,
     pub(crate) checksums: bool,
-    #[cfg(feature = "internals")]
-    pub(crate) mapped: bool,
 }
 
 impl Default for WriteOptions {
@@ -43,8 +41,6 @@ impl Default for WriteOptions {
             overwrite: true,
             threads: None,
             checksums: true,
-            #[cfg(feature = "internals")]
-            mapped: false,
         }
     }
 }
@@ -96,16 +92,5 @@ impl WriteOptions {
     #[must_use]
     pub fn has_checksums(&self) -> bool {
         self.checksums
-    }
-
-    /// Fill file slots through a writable shared mapping of the pre-sized file instead of
-    /// positional writes. For the benchmark that compares the two (feature `internals`);
-    /// positional writes are the default because a mapping turns a full disk into `SIGBUS`
-    /// instead of an error.
-    #[cfg(feature = "internals")]
-    #[must_use]
-    pub fn mapped_io(mut self, mapped: bool) -> Self {
-        self.mapped = mapped;
-        self
     }
 }

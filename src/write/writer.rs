@@ -180,14 +180,6 @@ impl Writer {
         self
     }
 
-    /// Fill file slots through a writable shared mapping. See `WriteOptions::mapped_io`.
-    #[cfg(feature = "internals")]
-    #[must_use]
-    pub fn mapped_io(mut self, mapped: bool) -> Self {
-        self.options = self.options.mapped_io(mapped);
-        self
-    }
-
     /// The layout this writer will produce (feature `internals`: tests and benchmarks).
     ///
     /// # Errors
@@ -405,19 +397,6 @@ impl Writer {
     fn write_file(self, plan: &Plan, file: &File, path: &Path) -> Result<(), WriteError> {
         file.set_len(plan.total_size())
             .map_err(|e| WriteError::io("size", path, e))?;
-        #[cfg(feature = "internals")]
-        if self.options.mapped
-            && crate::platform::reserve(file, plan.total_size())
-                .map_err(|e| WriteError::io("reserve space for", path, e))?
-        {
-            // SAFETY: the file was created (or truncated) by this writer and is not shared
-            // with anyone until it is committed; the mapping is dropped before that. Its blocks
-            // are reserved, so filling the mapping cannot fault on a full disk.
-            let mut map = unsafe { memmap2::MmapOptions::new().populate().map_mut(file) }
-                .map_err(|e| WriteError::io("map", path, e))?;
-            self.fill(plan, &mut map)?;
-            return map.flush().map_err(|e| WriteError::io("flush", path, e));
-        }
         let sums = Checksums::new(plan);
         // Entries whose bytes are already in hand (borrowed from their parameters) cost only
         // a checksum to produce: below this size threads and hand-offs cost more than they
