@@ -4,17 +4,14 @@
 use burn::tensor::DType;
 use burnpack::format::TensorInfo;
 use rayon::prelude::*;
-use serde_json::{Value, json};
-use std::collections::BTreeSet;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use crate::Failure;
 use crate::open::*;
 use crate::print::*;
 use crate::scan::*;
-
-/// A tensor whose values differ: name, largest absolute and relative difference.
-pub(crate) type ValueDiff = (String, f64, f64);
 
 /// Largest absolute and relative difference between two tensors of one dtype and shape.
 pub(crate) fn max_diff(dtype: DType, a: &[u8], b: &[u8]) -> Option<(f64, f64)> {
@@ -46,20 +43,159 @@ pub(crate) fn max_diff(dtype: DType, a: &[u8], b: &[u8]) -> Option<(f64, f64)> {
     Some((abs, rel))
 }
 
+/// What `bpk diff` found: one value that serializes to `--json` and prints as text.
+/// Fields are in the order of the JSON keys.
+#[derive(Serialize)]
+struct Diff<'a> {
+    a: String,
+    b: String,
+    dtype_or_shape: Vec<KindChange<'a>>,
+    identical: bool,
+    metadata: Vec<EntryChange>,
+    only_in_a: Vec<&'a str>,
+    only_in_b: Vec<&'a str>,
+    param_ids: Vec<IdChange<'a>>,
+    scalars: Vec<EntryChange>,
+    values: Vec<ValueChange>,
+    /// Tensors present in both files (for the text summary).
+    #[serde(skip)]
+    common: usize,
+}
+
+/// A tensor's dtype and shape.
+#[derive(Serialize)]
+struct Kind {
+    dtype: String,
+    shape: Vec<usize>,
+}
+
+impl Kind {
+    fn of(t: &TensorInfo) -> Self {
+        Self {
+            dtype: dtype_name(t.dtype()),
+            shape: t.shape().to_vec(),
+        }
+    }
+}
+
+/// A tensor of another dtype or shape in B.
+#[derive(Serialize)]
+struct KindChange<'a> {
+    a: Kind,
+    b: Kind,
+    name: &'a str,
+}
+
+/// A tensor with another parameter id in B (ids as strings: they exceed JSON's exact range).
+#[derive(Serialize)]
+struct IdChange<'a> {
+    a: Option<String>,
+    b: Option<String>,
+    name: &'a str,
+}
+
+/// A tensor whose values differ, with the largest absolute and relative difference.
+#[derive(Serialize)]
+struct ValueChange {
+    max_abs: f64,
+    max_rel: f64,
+    name: String,
+}
+
+/// A metadata entry or scalar that differs (absent on one side: `None`).
+#[derive(Serialize)]
+struct EntryChange {
+    a: Option<String>,
+    b: Option<String>,
+    key: String,
+}
+
+/// The entries of two maps that differ, by key.
+fn entry_changes(a: Vec<(String, String)>, b: Vec<(String, String)>) -> Vec<EntryChange> {
+    let xs: BTreeMap<String, String> = a.into_iter().collect();
+    let ys: BTreeMap<String, String> = b.into_iter().collect();
+    let keys: BTreeSet<&String> = xs.keys().chain(ys.keys()).collect();
+    keys.into_iter()
+        .filter(|k| xs.get(*k) != ys.get(*k))
+        .map(|k| EntryChange {
+            a: xs.get(k).cloned(),
+            b: ys.get(k).cloned(),
+            key: k.clone(),
+        })
+        .collect()
+}
+
+/// A value as JSON text (strings quoted, absent values `null`), as the text output shows it.
+fn shown(value: &impl Serialize) -> String {
+    serde_json::to_string(value).expect("JSON of plain values")
+}
+
+impl Diff<'_> {
+    fn differ(&self) -> bool {
+        !self.identical
+    }
+
+    fn print_text(&self) {
+        for n in &self.only_in_a {
+            println!("only in {}: {n}", self.a);
+        }
+        for n in &self.only_in_b {
+            println!("only in {}: {n}", self.b);
+        }
+        for c in &self.dtype_or_shape {
+            println!(
+                "{}: {} {} vs {} {}",
+                c.name,
+                shown(&c.a.dtype),
+                shown(&c.a.shape),
+                shown(&c.b.dtype),
+                shown(&c.b.shape)
+            );
+        }
+        for d in &self.param_ids {
+            println!(
+                "{}: param id {} vs {}",
+                d.name,
+                d.a.as_deref().unwrap_or("none"),
+                d.b.as_deref().unwrap_or("none")
+            );
+        }
+        for v in &self.values {
+            println!(
+                "{}: values differ (max abs {:e}, max rel {:e})",
+                v.name, v.max_abs, v.max_rel
+            );
+        }
+        for (what, changes) in [("metadata", &self.metadata), ("scalar", &self.scalars)] {
+            for m in changes {
+                println!("{what} {}: {} vs {}", m.key, shown(&m.a), shown(&m.b));
+            }
+        }
+        let same = self.common - self.dtype_or_shape.len() - self.values.len();
+        println!(
+            "{} tensors with identical values, {} differ in values, {} in dtype or shape, {} only in A, {} only in B",
+            same,
+            self.values.len(),
+            self.dtype_or_shape.len(),
+            self.only_in_a.len(),
+            self.only_in_b.len()
+        );
+    }
+}
+
 pub(crate) fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Failure> {
     let (a, b) = (Opened::open(a_path)?, Opened::open(b_path)?);
     let names_a: BTreeSet<&str> = a.source().tensors().iter().map(TensorInfo::name).collect();
     let names_b: BTreeSet<&str> = b.source().tensors().iter().map(TensorInfo::name).collect();
-    let only_a: Vec<&str> = names_a.difference(&names_b).copied().collect();
-    let only_b: Vec<&str> = names_b.difference(&names_a).copied().collect();
     let common: Vec<(&TensorInfo, &TensorInfo)> = names_a
         .intersection(&names_b)
         .map(|n| (a.tensor(n).expect("listed"), b.tensor(n).expect("listed")))
         .collect();
-    let mut changed_kind = Vec::new();
-    let compared: Vec<Result<Option<ValueDiff>, Failure>> = common
+    let same_kind =
+        |(x, y): &&(&TensorInfo, &TensorInfo)| x.dtype() == y.dtype() && x.shape() == y.shape();
+    let compared: Vec<Result<Option<ValueChange>, Failure>> = common
         .par_iter()
-        .filter(|(x, y)| x.dtype() == y.dtype() && x.shape() == y.shape())
+        .filter(same_kind)
         .map(|(x, y)| {
             let (bx, by) = (
                 a.source().read(x).map_err(Failure::file)?,
@@ -68,127 +204,68 @@ pub(crate) fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Fa
             if bx[..] == by[..] {
                 return Ok(None);
             }
-            let (abs, rel) = max_diff(x.dtype(), &bx, &by).unwrap_or((f64::NAN, f64::NAN));
-            Ok(Some((x.name().to_string(), abs, rel)))
-        })
-        .collect();
-    for (x, y) in &common {
-        if x.dtype() != y.dtype() || x.shape() != y.shape() {
-            changed_kind.push(json!({
-                "name": x.name(),
-                "a": {"dtype": dtype_name(x.dtype()), "shape": x.shape()},
-                "b": {"dtype": dtype_name(y.dtype()), "shape": y.shape()},
-            }));
-        }
-    }
-    let ids: Vec<Value> = common
-        .iter()
-        .filter(|(x, y)| x.param_id() != y.param_id())
-        .map(|(x, y)| {
-            let id = |t: &TensorInfo| t.param_id().map(|id| id.to_string());
-            json!({"name": x.name(), "a": id(x), "b": id(y)})
+            let (max_abs, max_rel) = max_diff(x.dtype(), &bx, &by).unwrap_or((f64::NAN, f64::NAN));
+            Ok(Some(ValueChange {
+                max_abs,
+                max_rel,
+                name: x.name().to_string(),
+            }))
         })
         .collect();
     let mut values = Vec::new();
     for r in compared {
-        if let Some(v) = r? {
-            values.push(v);
-        }
+        values.extend(r?);
     }
-    let map_diff = |x: Vec<(String, String)>, y: Vec<(String, String)>| {
-        let xs: std::collections::BTreeMap<_, _> = x.into_iter().collect();
-        let ys: std::collections::BTreeMap<_, _> = y.into_iter().collect();
-        let keys: BTreeSet<&String> = xs.keys().chain(ys.keys()).collect();
-        keys.into_iter()
-            .filter(|k| xs.get(*k) != ys.get(*k))
-            .map(|k| json!({"key": k, "a": xs.get(k), "b": ys.get(k)}))
-            .collect::<Vec<_>>()
-    };
     let strings = |r: &Opened| {
         r.metadata()
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect::<Vec<_>>()
     };
-    let metadata = map_diff(strings(&a), strings(&b));
-    let scalar_diffs = map_diff(a.scalars(), b.scalars());
-    let differ = !(only_a.is_empty()
-        && only_b.is_empty()
-        && changed_kind.is_empty()
-        && ids.is_empty()
-        && values.is_empty()
-        && metadata.is_empty()
-        && scalar_diffs.is_empty());
+    let id = |t: &TensorInfo| t.param_id().map(|id| id.to_string());
+    let mut found = Diff {
+        a: a_path.display().to_string(),
+        b: b_path.display().to_string(),
+        dtype_or_shape: common
+            .iter()
+            .filter(|pair| !same_kind(pair))
+            .map(|(x, y)| KindChange {
+                a: Kind::of(x),
+                b: Kind::of(y),
+                name: x.name(),
+            })
+            .collect(),
+        identical: false,
+        metadata: entry_changes(strings(&a), strings(&b)),
+        only_in_a: names_a.difference(&names_b).copied().collect(),
+        only_in_b: names_b.difference(&names_a).copied().collect(),
+        param_ids: common
+            .iter()
+            .filter(|(x, y)| x.param_id() != y.param_id())
+            .map(|(x, y)| IdChange {
+                a: id(x),
+                b: id(y),
+                name: x.name(),
+            })
+            .collect(),
+        scalars: entry_changes(a.scalars(), b.scalars()),
+        values,
+        common: common.len(),
+    };
+    found.identical = found.only_in_a.is_empty()
+        && found.only_in_b.is_empty()
+        && found.dtype_or_shape.is_empty()
+        && found.param_ids.is_empty()
+        && found.values.is_empty()
+        && found.metadata.is_empty()
+        && found.scalars.is_empty();
     if as_json {
-        let out = json!({
-            "a": a_path.display().to_string(),
-            "b": b_path.display().to_string(),
-            "identical": !differ,
-            "only_in_a": only_a,
-            "only_in_b": only_b,
-            "dtype_or_shape": changed_kind,
-            "param_ids": ids,
-            "values": values.iter().map(|(n, abs, rel)| json!({"name": n, "max_abs": abs, "max_rel": rel})).collect::<Vec<_>>(),
-            "metadata": metadata,
-            "scalars": scalar_diffs,
-        });
         println!(
             "{}",
-            serde_json::to_string_pretty(&out).expect("JSON of plain values")
+            serde_json::to_string_pretty(&found).expect("JSON of plain values")
         );
-        return Ok(u8::from(differ));
+    } else {
+        found.print_text();
     }
-    for n in &only_a {
-        println!("only in {}: {n}", a_path.display());
-    }
-    for n in &only_b {
-        println!("only in {}: {n}", b_path.display());
-    }
-    for c in &changed_kind {
-        println!(
-            "{}: {} {} vs {} {}",
-            c["name"].as_str().unwrap_or(""),
-            c["a"]["dtype"],
-            c["a"]["shape"],
-            c["b"]["dtype"],
-            c["b"]["shape"]
-        );
-    }
-    for d in &ids {
-        println!(
-            "{}: param id {} vs {}",
-            d["name"].as_str().unwrap_or(""),
-            d["a"].as_str().unwrap_or("none"),
-            d["b"].as_str().unwrap_or("none")
-        );
-    }
-    for (n, abs, rel) in &values {
-        println!("{n}: values differ (max abs {abs:e}, max rel {rel:e})");
-    }
-    for m in &metadata {
-        println!(
-            "metadata {}: {} vs {}",
-            m["key"].as_str().unwrap_or(""),
-            m["a"],
-            m["b"]
-        );
-    }
-    for m in &scalar_diffs {
-        println!(
-            "scalar {}: {} vs {}",
-            m["key"].as_str().unwrap_or(""),
-            m["a"],
-            m["b"]
-        );
-    }
-    let same = common.len() - changed_kind.len() - values.len();
-    println!(
-        "{} tensors with identical values, {} differ in values, {} in dtype or shape, {} only in A, {} only in B",
-        same,
-        values.len(),
-        changed_kind.len(),
-        only_a.len(),
-        only_b.len()
-    );
-    Ok(u8::from(differ))
+    Ok(u8::from(found.differ()))
 }
