@@ -48,8 +48,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let start = Instant::now();
     let size = Writer::new(entries)
-        .with_metadata("producer", concat!("burnpack ", env!("CARGO_PKG_VERSION")))
-        .with_scalar("layers", layers)
+        .metadata("producer", concat!("burnpack ", env!("CARGO_PKG_VERSION")))
+        .scalar("layers", layers)
         .write_to_file(&path)?;
     let write_time = start.elapsed();
     println!(

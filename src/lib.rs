@@ -25,7 +25,7 @@
 //!     Ok(Bytes::from_elems(vec![1.0f32, 2.0, 3.0, 4.0]))
 //! })
 //! .with_param_id(42);
-//! Writer::new(vec![weight]).with_scalar("epoch", 3u32).write_to_file(&path).unwrap();
+//! Writer::new(vec![weight]).scalar("epoch", 3u32).write_to_file(&path).unwrap();
 //!
 //! let reader = Reader::open(&path).unwrap();
 //! let info = reader.tensor("layer.weight").unwrap();

@@ -74,12 +74,12 @@ pub(crate) fn assemble(
 ) -> Writer {
     let mut writer = options.configure(Writer::new(entries));
     for (k, v) in metadata {
-        writer = writer.with_metadata(k, v);
+        writer = writer.metadata(k, v);
     }
     for (k, v) in scalars {
-        writer = writer.with_scalar(k, v);
+        writer = writer.scalar(k, v);
     }
     writer
-        .with_metadata(KIND_KEY, KIND)
-        .with_metadata(NAMESPACE_KEY, MODEL_PREFIX)
+        .metadata(KIND_KEY, KIND)
+        .metadata(NAMESPACE_KEY, MODEL_PREFIX)
 }

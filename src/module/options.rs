@@ -8,7 +8,7 @@ use regex::Regex;
 
 use crate::format::{Limits, Scalar};
 use crate::read::{ReadMode, ReadOptions};
-use crate::write::{WriteMode, WriteOptions};
+use crate::write::WriteOptions;
 
 /// How a module is saved: extra metadata and scalars around the [`WriteOptions`] of the
 /// writer (durability, overwrite, parallelism, checksums), as [`LoadOptions`] holds
@@ -41,20 +41,7 @@ impl SaveOptions {
         Self::default()
     }
 
-    /// Adds a string metadata entry (a `producer` entry naming this crate is added when
-    /// checksums are on, unless set here).
-    #[must_use]
-    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.metadata.insert(key.into(), value.into());
-        self
-    }
-
-    /// Adds a typed scalar.
-    #[must_use]
-    pub fn scalar(mut self, key: impl Into<String>, value: impl Into<Scalar>) -> Self {
-        self.scalars.insert(key.into(), value.into());
-        self
-    }
+    crate::write::metadata_knobs!();
 
     /// Sets the writer's options at once.
     #[must_use]
@@ -69,43 +56,17 @@ impl SaveOptions {
         &self.write
     }
 
-    /// Atomic (default) or in-place writes; see [`WriteOptions::mode`].
-    #[must_use]
-    pub fn mode(mut self, mode: WriteMode) -> Self {
-        self.write = self.write.mode(mode);
-        self
-    }
-
-    /// Whether an existing file may be replaced; see [`WriteOptions::overwrite`].
-    #[must_use]
-    pub fn overwrite(mut self, overwrite: bool) -> Self {
-        self.write = self.write.overwrite(overwrite);
-        self
-    }
-
-    /// Number of parallel writers; see [`WriteOptions::threads`].
-    #[must_use]
-    pub fn threads(mut self, threads: usize) -> Self {
-        self.write = self.write.threads(threads);
-        self
-    }
-
-    /// Whether to store checksums; see [`WriteOptions::checksums`].
-    #[must_use]
-    pub fn checksums(mut self, checksums: bool) -> Self {
-        self.write = self.write.checksums(checksums);
-        self
-    }
+    crate::write::write_knobs!(write);
 
     /// Applies these options to `writer` (which adds the `producer` entry when checksums are
     /// on: see [`PRODUCER`](crate::format::PRODUCER)).
     pub(crate) fn configure(&self, mut writer: crate::write::Writer) -> crate::write::Writer {
         writer = writer.options(self.write);
         for (k, v) in &self.metadata {
-            writer = writer.with_metadata(k.clone(), v.clone());
+            writer = writer.metadata(k.clone(), v.clone());
         }
         for (k, v) in &self.scalars {
-            writer = writer.with_scalar(k.clone(), *v);
+            writer = writer.scalar(k.clone(), *v);
         }
         writer
     }

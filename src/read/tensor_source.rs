@@ -128,7 +128,7 @@ pub trait TensorSource {
 /// use burnpack::read::{PackSource, Reader};
 /// use burnpack::{Entry, Writer};
 /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7]))])
-///     .with_scalar("step", 3u64)
+///     .scalar("step", 3u64)
 ///     .into_bytes()
 ///     .unwrap();
 /// let reader = Reader::from_bytes(pack).unwrap();

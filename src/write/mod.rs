@@ -28,6 +28,7 @@ pub(crate) use entry::Lent;
 pub use entry::{Entry, ProviderError};
 pub use error::WriteError;
 pub use options::{WriteMode, WriteOptions};
+pub(crate) use options::{metadata_knobs, write_knobs};
 /// The planned layout, for tests and benchmarks (feature `internals`).
 #[cfg(feature = "internals")]
 pub use plan::{Plan, Slot};

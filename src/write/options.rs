@@ -94,3 +94,69 @@ impl WriteOptions {
         self.checksums
     }
 }
+
+/// The write knobs as shortcuts on a type that holds a [`WriteOptions`] in `$field` (the
+/// [`Writer`](super::Writer), `SaveOptions`): each sets the field's option, so every knob has
+/// one home, `WriteOptions`, and its shortcuts are written once, here.
+macro_rules! write_knobs {
+    ($field:ident) => {
+        /// Atomic (default) or in-place file writes: shortcut for
+        /// [`WriteOptions::mode`](crate::write::WriteOptions::mode).
+        #[must_use]
+        pub fn mode(mut self, mode: $crate::write::WriteMode) -> Self {
+            self.$field = self.$field.mode(mode);
+            self
+        }
+
+        /// Whether an existing destination may be replaced: shortcut for
+        /// [`WriteOptions::overwrite`](crate::write::WriteOptions::overwrite).
+        #[must_use]
+        pub fn overwrite(mut self, overwrite: bool) -> Self {
+            self.$field = self.$field.overwrite(overwrite);
+            self
+        }
+
+        /// Number of producer threads: shortcut for
+        /// [`WriteOptions::threads`](crate::write::WriteOptions::threads).
+        #[must_use]
+        pub fn threads(mut self, threads: usize) -> Self {
+            self.$field = self.$field.threads(threads);
+            self
+        }
+
+        /// Whether to store checksums: shortcut for
+        /// [`WriteOptions::checksums`](crate::write::WriteOptions::checksums).
+        #[must_use]
+        pub fn checksums(mut self, checksums: bool) -> Self {
+            self.$field = self.$field.checksums(checksums);
+            self
+        }
+    };
+}
+pub(crate) use write_knobs;
+
+/// `metadata` and `scalar` on a type with `metadata` and `scalars` maps (the
+/// [`Writer`](super::Writer), `SaveOptions`): one spelling, written once.
+macro_rules! metadata_knobs {
+    () => {
+        /// Adds (or replaces) a string metadata entry. With checksums on, the writer adds a
+        /// `producer` entry naming this crate unless one is set here.
+        #[must_use]
+        pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+            self.metadata.insert(key.into(), value.into());
+            self
+        }
+
+        /// Adds (or replaces) a typed scalar.
+        #[must_use]
+        pub fn scalar(
+            mut self,
+            key: impl Into<String>,
+            value: impl Into<$crate::format::Scalar>,
+        ) -> Self {
+            self.scalars.insert(key.into(), value.into());
+            self
+        }
+    };
+}
+pub(crate) use metadata_knobs;

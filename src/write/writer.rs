@@ -42,7 +42,7 @@ use crate::platform::write_all_at;
 /// let dir = tempfile::tempdir().unwrap();
 /// let path = dir.path().join("pack.bpk");
 /// let entries = vec![Entry::resident("w", DType::F32, vec![2], Bytes::from_elems(vec![1.0f32, 2.0]))];
-/// let written = Writer::new(entries).with_metadata("producer", "docs").write_to_file(&path).unwrap();
+/// let written = Writer::new(entries).metadata("producer", "docs").write_to_file(&path).unwrap();
 /// assert_eq!(written, std::fs::metadata(&path).unwrap().len());
 /// let reader = Reader::open(&path).unwrap();
 /// assert_eq!(reader.metadata()["producer"], "docs");
@@ -82,7 +82,7 @@ impl Writer {
     ///     Entry::resident("model.w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1])),
     ///     Entry::resident("optim.m", DType::U8, vec![1], Bytes::from_bytes_vec(vec![2])),
     /// ])
-    /// .with_scalar("optim.time", 3u64)
+    /// .scalar("optim.time", 3u64)
     /// .into_bytes()
     /// .unwrap();
     /// let reader = Reader::from_bytes(pack).unwrap();
@@ -114,35 +114,45 @@ impl Writer {
         let mut writer = Self::new(entries);
         for (k, v) in layout.scalars() {
             if let Some(name) = k.strip_prefix(prefix) {
-                writer = writer.with_scalar(name, *v);
+                writer = writer.scalar(name, *v);
             }
         }
         for (k, v) in layout.metadata() {
             if let Some(name) = k.strip_prefix(prefix) {
-                writer = writer.with_metadata(name, v.clone());
+                writer = writer.metadata(name, v.clone());
             }
         }
         Ok(writer)
     }
 
-    /// The entries, in write order (the safetensors writer takes them this way).
-    #[cfg(feature = "safetensors")]
-    pub(crate) fn into_entries(self) -> Vec<Entry> {
+    /// The entries, in write order, for a writer of another format (the safetensors writer
+    /// takes them this way); metadata and scalars are dropped.
+    ///
+    /// ```
+    /// use burn::tensor::{Bytes, DType};
+    /// use burnpack::{Entry, Writer};
+    /// let writer = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7]))]);
+    /// assert_eq!(writer.into_entries()[0].name(), "w");
+    /// ```
+    #[must_use]
+    pub fn into_entries(self) -> Vec<Entry> {
         self.entries
     }
 
-    /// Adds (or replaces) a string metadata entry.
+    super::options::metadata_knobs!();
+
+    /// The earlier spelling of [`metadata`](Self::metadata), kept for code written against it.
+    #[doc(hidden)]
     #[must_use]
-    pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.metadata.insert(key.into(), value.into());
-        self
+    pub fn with_metadata(self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata(key, value)
     }
 
-    /// Adds (or replaces) a typed scalar.
+    /// The earlier spelling of [`scalar`](Self::scalar), kept for code written against it.
+    #[doc(hidden)]
     #[must_use]
-    pub fn with_scalar(mut self, key: impl Into<String>, value: impl Into<Scalar>) -> Self {
-        self.scalars.insert(key.into(), value.into());
-        self
+    pub fn with_scalar(self, key: impl Into<String>, value: impl Into<Scalar>) -> Self {
+        self.scalar(key, value)
     }
 
     /// Sets all write options at once (see [`WriteOptions`]).
@@ -152,33 +162,7 @@ impl Writer {
         self
     }
 
-    /// Atomic (default) or in-place file writes. See [`WriteOptions::mode`].
-    #[must_use]
-    pub fn mode(mut self, mode: WriteMode) -> Self {
-        self.options = self.options.mode(mode);
-        self
-    }
-
-    /// Whether an existing destination may be replaced. See [`WriteOptions::overwrite`].
-    #[must_use]
-    pub fn overwrite(mut self, overwrite: bool) -> Self {
-        self.options = self.options.overwrite(overwrite);
-        self
-    }
-
-    /// Number of parallel writers. See [`WriteOptions::threads`].
-    #[must_use]
-    pub fn threads(mut self, threads: usize) -> Self {
-        self.options = self.options.threads(threads);
-        self
-    }
-
-    /// Whether to store checksums. See [`WriteOptions::checksums`].
-    #[must_use]
-    pub fn checksums(mut self, checksums: bool) -> Self {
-        self.options = self.options.checksums(checksums);
-        self
-    }
+    super::options::write_knobs!(options);
 
     /// The layout this writer will produce (feature `internals`: tests and benchmarks).
     ///
@@ -297,8 +281,10 @@ impl Writer {
 
     /// Length of the pack's head (header and metadata), which [`stream`](Self::stream)
     /// returns at the end.
-    #[cfg(feature = "object-store")]
-    pub(crate) fn head_len(&self) -> Result<usize, WriteError> {
+    ///
+    /// # Errors
+    /// Planning errors, as [`size`](Self::size).
+    pub fn head_len(&self) -> Result<usize, WriteError> {
         Ok(self.layout()?.head().len())
     }
 
@@ -308,8 +294,26 @@ impl Writer {
     /// the head, which carries the checksums and so is known only at the end, is returned
     /// with the total size, to be put in place of those zeros.
     /// Produced chunks that arrive before their turn wait here in memory.
-    #[cfg(feature = "object-store")]
-    pub(crate) fn stream(
+    ///
+    /// ```
+    /// use burn::tensor::{Bytes, DType};
+    /// use burnpack::{Entry, Writer};
+    /// let entries = || vec![Entry::resident("w", DType::U8, vec![3], Bytes::from_bytes_vec(vec![1, 2, 3]))];
+    /// let mut out = Vec::new();
+    /// let (head, total) = Writer::new(entries())
+    ///     .stream(|bytes| {
+    ///         out.extend_from_slice(bytes);
+    ///         Ok(())
+    ///     })
+    ///     .unwrap();
+    /// out[..head.len()].copy_from_slice(&head);
+    /// assert_eq!(out.len() as u64, total);
+    /// assert_eq!(out[..], Writer::new(entries()).into_bytes().unwrap()[..]);
+    /// ```
+    ///
+    /// # Errors
+    /// Planning errors, a failing deferred entry, or the first error `data` returned.
+    pub fn stream(
         self,
         mut data: impl FnMut(&[u8]) -> Result<(), WriteError> + Send,
     ) -> Result<(Vec<u8>, u64), WriteError> {

@@ -191,7 +191,7 @@ pub fn safetensors_to_writer(input: impl AsRef<Path>) -> Result<Writer, ConvertE
     }
     let mut writer = Writer::new(entries);
     for (k, v) in source.metadata() {
-        writer = writer.with_metadata(k.clone(), v.clone());
+        writer = writer.metadata(k.clone(), v.clone());
     }
     Ok(writer)
 }
