@@ -8,7 +8,8 @@ use super::error::CheckpointError;
 use super::manager::Manager;
 use super::storage::Storage;
 use crate::read::Reader;
-use crate::write::{Writer, is_scratch_name, is_stale_scratch};
+use crate::write::Writer;
+use crate::write::commit::{is_scratch_name, is_stale_scratch};
 
 /// A directory of checkpoint files: the [`Storage`] of a [`CheckpointManager`].
 ///

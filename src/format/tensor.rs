@@ -115,16 +115,19 @@ impl TensorInfo {
         })
     }
 
-    /// A tensor of another container (safetensors), whose ranges that container's own rules
-    /// (applied by its crate) have validated against the file: no parameter id, no checksum.
-    #[cfg_attr(not(feature = "safetensors"), allow(dead_code))]
-    pub(crate) fn external(
-        name: String,
-        dtype: DType,
-        shape: Vec<usize>,
-        start: u64,
-        len: u64,
-    ) -> Self {
+    /// A tensor of another container (safetensors, and the sources to come), for a
+    /// [`TensorSource`](crate::read::TensorSource) of that container: its ranges must have
+    /// been validated against the file by that container's own rules. No parameter id, no
+    /// checksum. `start` is the absolute offset of its bytes in the file.
+    ///
+    /// ```
+    /// use burn::tensor::DType;
+    /// use burnpack::format::TensorInfo;
+    /// let t = TensorInfo::external("w".into(), DType::F32, vec![2, 2], 64, 16);
+    /// assert_eq!((t.name(), t.len(), t.offset(), t.param_id()), ("w", 16, 64, None));
+    /// ```
+    #[must_use]
+    pub fn external(name: String, dtype: DType, shape: Vec<usize>, start: u64, len: u64) -> Self {
         Self {
             name,
             dtype,

@@ -20,3 +20,16 @@
 pub mod object_store;
 #[cfg(feature = "safetensors")]
 pub mod safetensors;
+
+/// Whether `location` names an object on object storage (`s3://bucket/key`, `s3a://...`)
+/// rather than a local path. Answered with or without the `object-store` feature, so that a
+/// tool built without it can say how to get it (`ObjectLocation::is_url` is this).
+///
+/// ```
+/// assert!(burnpack::interop::is_object_url("s3://bucket/model.bpk"));
+/// assert!(!burnpack::interop::is_object_url("/data/model.bpk"));
+/// ```
+#[must_use]
+pub fn is_object_url(location: &str) -> bool {
+    location.starts_with("s3://") || location.starts_with("s3a://")
+}

@@ -166,9 +166,15 @@ impl Entry {
         self
     }
 
-    /// The same entry under `prefix` + its name (checkpoint namespaces).
-    #[cfg(feature = "optim")]
-    pub(crate) fn prefixed(mut self, prefix: &str) -> Self {
+    /// The same entry under `prefix` + its name (a namespace such as a checkpoint's `model.`).
+    ///
+    /// ```
+    /// use burn::tensor::{Bytes, DType};
+    /// let e = burnpack::Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1]));
+    /// assert_eq!(e.prefixed("model.").name(), "model.w");
+    /// ```
+    #[must_use]
+    pub fn prefixed(mut self, prefix: &str) -> Self {
         self.name.insert_str(0, prefix);
         self
     }

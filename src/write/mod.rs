@@ -10,20 +10,17 @@
 //! file that is either committed (fsync, rename, directory fsync) or removed, kept as the
 //! model of owning a resource until it is published.
 
-mod commit;
-mod entry;
+// The rooms above (safetensors writing, checkpoint directories) take what they need of these
+// by path (`write::commit::Scratch`, `write::entry::Data`, `write::slots::materialize`), so
+// no re-export here depends on their features.
+pub(crate) mod commit;
+pub(crate) mod entry;
 mod error;
 mod options;
 mod plan;
-mod slots;
+pub(crate) mod slots;
 mod writer;
 
-#[cfg(feature = "safetensors")]
-pub(crate) use commit::Scratch;
-#[cfg(feature = "optim")]
-pub(crate) use commit::{is_scratch_name, is_stale_scratch};
-#[cfg(feature = "safetensors")]
-pub(crate) use entry::Data;
 pub(crate) use entry::Lent;
 pub use entry::{Entry, ProviderError};
 pub use error::WriteError;
@@ -32,6 +29,4 @@ pub(crate) use options::{metadata_knobs, write_knobs};
 /// The planned layout, for tests and benchmarks (feature `internals`).
 #[cfg(feature = "internals")]
 pub use plan::{Plan, Slot};
-#[cfg_attr(not(feature = "safetensors"), allow(unused_imports))]
-pub(crate) use slots::materialize;
 pub use writer::Writer;

@@ -16,8 +16,7 @@ pub(crate) fn is_safetensors(path: &Path) -> bool {
 
 /// Whether `arg` names an object on object storage (`s3://bucket/key`) rather than a file.
 pub(crate) fn is_url(arg: &Path) -> bool {
-    arg.to_str()
-        .is_some_and(|s| s.starts_with("s3://") || s.starts_with("s3a://"))
+    arg.to_str().is_some_and(burnpack::interop::is_object_url)
 }
 
 /// A burnpack file, safetensors weights (one file or an index and its shards), or a pack on

@@ -125,7 +125,7 @@ impl ObjectLocation {
     /// Whether `url` names an object (`s3://`) rather than a local path.
     #[must_use]
     pub fn is_url(url: &str) -> bool {
-        url.starts_with("s3://") || url.starts_with("s3a://")
+        super::is_object_url(url)
     }
 
     /// The object's key in its store.

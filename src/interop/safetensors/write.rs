@@ -11,7 +11,10 @@ use safetensors::{Dtype, View};
 
 use super::{ConvertError, to_safetensors};
 use crate::module::PackModule;
-use crate::write::{Data, Entry, Scratch, WriteError, materialize};
+use crate::write::commit::Scratch;
+use crate::write::entry::Data;
+use crate::write::slots::materialize;
+use crate::write::{Entry, WriteError};
 
 /// One tensor on its way out: bytes in hand (a parameter's own storage on flex and ndarray),
 /// or a deferred entry produced when the `safetensors` crate asks for it and dropped once
