@@ -15,6 +15,15 @@
 //!   `save_into` / `load_from`; `train` (feature `train`), checkpointers for burn-train's
 //!   `with_custom_checkpointers`, one file per epoch.
 //!
+//! Kept on purpose, as the models for what is added: `format` is pure data (no I/O; one open
+//! routine, [`format::Layout::read`], for every source); [`read::TensorSource`] is the one seam
+//! every container of tensors goes through; `module` is one concern per file; the checkpoint
+//! manager is written once over a small `checkpoint::Storage` trait; `write::commit`'s
+//! scratch file is owned until published; `platform.rs` holds the few OS calls; test names
+//! are sentences that say the behaviour; the metadata's direct decoder is checked byte by
+//! byte against the general one. A feature switches a room on or off, not lines in a lower
+//! room (the tests-only `internals` feature only widens what `format` and `write` export).
+//!
 //! ```
 //! use burn::tensor::{Bytes, DType};
 //! use burnpack::{Entry, Writer, read::Reader};
