@@ -1,6 +1,7 @@
-//! Replays the committed fuzz corpus (`fuzz/corpus/reader`) and a few thousand seeded
-//! mutations of each file through the same checks as the fuzz target, under a time bound.
-//! Set `BURNPACK_WRITE_CORPUS=1` to regenerate the corpus files.
+//! Replays the committed fuzz corpora (`fuzz/corpus/<target>`) and a few thousand seeded
+//! mutations of each file through the same checks as the fuzz targets (`reader`,
+//! `safetensors`, `object_source`), under a time bound. Set `BURNPACK_WRITE_CORPUS=1` to
+//! regenerate the corpus files.
 
 mod common;
 
@@ -11,8 +12,10 @@ use burn::tensor::{Bytes, DType};
 use burnpack::read::Reader;
 use common::{Spec, every_dtype, ours, ours_checked, pattern};
 
-fn corpus_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/reader")
+fn corpus_of(target: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target)
 }
 
 /// The fuzz target's body: never panics on any input.
@@ -50,18 +53,34 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
 
 #[test]
 fn corpus_and_mutations_never_panic() {
+    replay("reader", seeds(), exercise, 1000);
+}
+
+/// Writes `seeds` as the corpus of `target` when asked, then runs `exercise` over the
+/// committed corpus, the seeds and seeded mutations of each (bit flips, truncations, byte
+/// changes, insertions) until 20 s have passed; at least `min_runs` mutations must run.
+fn replay(
+    target: &str,
+    seeds: Vec<(&'static str, Vec<u8>)>,
+    exercise: impl Fn(&[u8]),
+    min_runs: usize,
+) {
+    let dir = corpus_of(target);
     if std::env::var_os("BURNPACK_WRITE_CORPUS").is_some() {
-        std::fs::create_dir_all(corpus_dir()).unwrap();
-        for (name, bytes) in seeds() {
-            std::fs::write(corpus_dir().join(name), bytes).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, bytes) in &seeds {
+            std::fs::write(dir.join(name), bytes).unwrap();
         }
     }
-    let mut files: Vec<Vec<u8>> = std::fs::read_dir(corpus_dir())
+    let mut files: Vec<Vec<u8>> = std::fs::read_dir(&dir)
         .expect("the committed corpus")
         .map(|e| std::fs::read(e.unwrap().path()).unwrap())
         .collect();
-    assert!(files.len() >= 5, "the corpus is committed");
-    files.extend(seeds().into_iter().map(|(_, b)| b));
+    assert!(
+        files.len() >= seeds.len(),
+        "the corpus of {target} is committed"
+    );
+    files.extend(seeds.into_iter().map(|(_, b)| b));
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut runs = 0;
     for (f, file) in files.iter().enumerate() {
@@ -83,5 +102,84 @@ fn corpus_and_mutations_never_panic() {
             runs += 1;
         }
     }
-    assert!(runs >= 1000, "only {runs} mutations ran");
+    assert!(runs >= min_runs, "{target}: only {runs} mutations ran");
+}
+
+/// The `safetensors` fuzz target's body: bytes as a `.safetensors` file, opened, every
+/// tensor read.
+fn exercise_safetensors(data: &[u8]) {
+    use burnpack::interop::safetensors::SafetensorsSource;
+    use burnpack::read::TensorSource;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fuzz.safetensors");
+    std::fs::write(&path, data).unwrap();
+    if let Ok(source) = SafetensorsSource::open(&path) {
+        for info in source.tensors() {
+            assert_eq!(source.read(info).unwrap().len() as u64, info.len());
+        }
+    }
+}
+
+/// safetensors files written by the `safetensors` crate: one tensor, several dtypes with
+/// metadata, none.
+fn safetensors_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    use safetensors::tensor::TensorView;
+    use safetensors::{Dtype, serialize};
+    let f32s: Vec<u8> = [1.0f32, 2.0, 3.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let i64s: Vec<u8> = [7i64, -1].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let one = [("w", TensorView::new(Dtype::F32, vec![3], &f32s).unwrap())];
+    let several = [
+        ("a", TensorView::new(Dtype::F32, vec![3], &f32s).unwrap()),
+        ("b", TensorView::new(Dtype::I64, vec![2], &i64s).unwrap()),
+        ("c", TensorView::new(Dtype::U8, vec![2, 0], &[]).unwrap()),
+    ];
+    let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
+    let none: [(&str, TensorView); 0] = [];
+    vec![
+        ("one.safetensors", serialize(one, None).unwrap()),
+        (
+            "several.safetensors",
+            serialize(several, Some(meta)).unwrap(),
+        ),
+        ("none.safetensors", serialize(none, None).unwrap()),
+    ]
+}
+
+#[test]
+fn safetensors_corpus_and_mutations_never_panic() {
+    replay(
+        "safetensors",
+        safetensors_seeds(),
+        exercise_safetensors,
+        500,
+    );
+}
+
+/// The `object_source` fuzz target's body: bytes as an object of an in-memory store, opened
+/// with ranged GETs, every tensor fetched and checked.
+#[cfg(feature = "object-store")]
+fn exercise_object_source(data: &[u8]) {
+    use std::sync::Arc;
+
+    use burnpack::interop::object_store::{Bucket, ObjectLocation, ObjectSource};
+    use burnpack::read::TensorSource;
+    let store = Arc::new(object_store::memory::InMemory::new());
+    let location = ObjectLocation::new(store as Arc<dyn Bucket>, "fuzz.bpk");
+    location.put_all(data.to_vec()).unwrap();
+    if let Ok(source) = ObjectSource::open(&location) {
+        for info in source.tensors() {
+            if let Ok(bytes) = source.read(info) {
+                assert_eq!(bytes.len() as u64, info.len());
+            }
+        }
+    }
+}
+
+#[cfg(feature = "object-store")]
+#[test]
+fn object_source_corpus_and_mutations_never_panic() {
+    replay("object_source", seeds(), exercise_object_source, 500);
 }

@@ -217,7 +217,9 @@ impl Layout {
         // A damaged length or key can also hide the `checksums` entry from the decoder (the
         // map ends before it, or it is read as part of another key): its bytes are still in
         // the blob, and the file is then taken for a damaged one of this crate.
-        let checksums_elsewhere = !has_checksums && has_checksums_entry(metadata);
+        // Only asked where something was read past (the scan costs a pass over the metadata).
+        let read_past = extras.trailing > 0 || !extras.unknown_keys.is_empty();
+        let checksums_elsewhere = !has_checksums && read_past && has_checksums_entry(metadata);
         if extras.trailing > 0 && (has_checksums || checksums_elsewhere) {
             return Err(FormatError::Metadata {
                 reason: super::metadata::trailing_reason(extras.trailing),

@@ -98,7 +98,9 @@ impl ObjectSource {
             };
             let (bytes, size) =
                 block_on(fetcher.get(range))?.map_err(|e| location.error(what, e))?;
-            Ok::<_, RemoteError>((std::borrow::Cow::Owned(bytes.to_vec()), size))
+            // No copy when the body arrived into one buffer of its own.
+            let owned = bytes.try_into_vec::<u8>().unwrap_or_else(|b| b.to_vec());
+            Ok::<_, RemoteError>((std::borrow::Cow::Owned(owned), size))
         };
         let layout = match Layout::read(limits, read) {
             Ok(layout) => layout,
