@@ -30,6 +30,7 @@ use burn::store::ModuleRecord;
 use burn::tensor::{Device, Tensor};
 use burn::train::checkpoint::{AsyncCheckpointer, Checkpointer, FileCheckpointer};
 use burnpack::checkpoint::{AsyncSaver, CheckpointManager, Progress, TrainingState, WhenBusy};
+use burnpack::module::PackModule;
 use burnpack::train::PackCheckpointer;
 
 #[derive(Module, Debug)]
@@ -80,6 +81,13 @@ fn main() {
     };
     let train_dir = dir.path().join("burn-train");
     let pack_dir = dir.path().join("pack-checkpointer");
+    // A model of the checkpoint's size, for the reference row below.
+    let same_bytes = Stack {
+        layers: (0..192)
+            .map(|_| LinearConfig::new(1024, 1024).init(&device))
+            .collect(),
+    };
+    common::read_all(&same_bytes);
     // Each contender returns how long the training thread was blocked; the whole save is
     // timed around it (every file written and synced where the contender syncs).
     type Contender<'a> = (&'static str, Box<dyn FnMut(u64) -> Duration + 'a>);
@@ -151,6 +159,22 @@ fn main() {
         }),
     ));
 
+    // The reference of a checkpoint's cost: `save_pack` of a model of the same number of
+    // bytes (768 MiB: three times the layers), atomic and fsynced like the checkpoint.
+    contenders.push((
+        "reference: save_pack of a 768 MiB model (same bytes, one file)",
+        Box::new(|_| {
+            let start = Instant::now();
+            same_bytes.save_pack(dir.path().join("same.bpk")).unwrap();
+            start.elapsed()
+        }),
+    ));
+
+    if std::env::var_os("BURNPACK_BENCH_PHASES").is_some() {
+        phases(runs, &model, &optim, &sched, dir.path());
+        return;
+    }
+
     // Interleaved: each round runs every contender, starting one further along.
     let n = contenders.len();
     let mut samples: Vec<(Vec<Duration>, Vec<Duration>)> = vec![(Vec::new(), Vec::new()); n];
@@ -171,5 +195,78 @@ fn main() {
     println!("|---|---:|---:|");
     for ((who, _), (stalls, totals)) in contenders.iter().zip(&samples) {
         println!("| {who} | {} | {} |", cell(stalls), cell(totals));
+    }
+}
+
+/// Where a synchronous checkpoint's time goes, phase by phase in this process
+/// (`BURNPACK_BENCH_PHASES=1`): wall and CPU time (every thread) and the growth of resident
+/// memory (new copies of tensor bytes), median over `runs` rounds.
+fn phases(
+    runs: usize,
+    model: &Stack,
+    optim: &burn::optim::ModuleOptimizer,
+    sched: &burn::lr_scheduler::module_lr_scheduler::ModuleLrScheduler,
+    dir: &std::path::Path,
+) {
+    let names = [
+        "model entries (pack_entries)",
+        "optimizer clone",
+        "ModuleOptimizer::to_record",
+        "OptimizerRecord::into_bytes",
+        "scheduler to_record + into_bytes",
+        "assemble (parse, windows)",
+        "write + fsync + rename",
+    ];
+    let mut samples: Vec<Vec<(Duration, Duration, i64)>> = vec![Vec::new(); names.len()];
+    let warm = std::env::var_os("BURNPACK_BENCH_COLD").is_none();
+    for run in 0..runs {
+        if warm {
+            common::warm_memory(dir, 3 * (768 << 20));
+        }
+        let mut marks = Vec::new();
+        let mark = || (Instant::now(), common::cpu_time(), common::resident_kib() as i64);
+        marks.push(mark());
+        let entries = model.pack_entries().unwrap();
+        marks.push(mark());
+        let clone = optim.clone();
+        marks.push(mark());
+        let record = clone.to_record();
+        marks.push(mark());
+        let bytes = record.into_bytes().unwrap();
+        marks.push(mark());
+        let sched_bytes = sched.to_record().into_bytes().unwrap();
+        marks.push(mark());
+        let reader = burnpack::read::Reader::from_bytes(bytes).unwrap();
+        let sched_reader = burnpack::read::Reader::from_bytes(sched_bytes).unwrap();
+        let mut all = entries;
+        for (r, prefix) in [(&reader, "optim."), (&sched_reader, "scheduler.")] {
+            for info in r.tensors_by_position() {
+                all.push(burnpack::Entry::from_stored(info, r.read(info).unwrap()).prefixed(prefix));
+            }
+        }
+        let writer = burnpack::Writer::new(all);
+        marks.push(mark());
+        writer.write_to_file(dir.join(format!("phases-{run}.bpk"))).unwrap();
+        marks.push(mark());
+        for (i, w) in marks.windows(2).enumerate() {
+            samples[i].push((w[1].0 - w[0].0, w[1].1 - w[0].1, w[1].2 - w[0].2));
+        }
+        drop((reader, sched_reader));
+        let _ = std::fs::remove_file(dir.join(format!("phases-{run}.bpk")));
+    }
+    println!("\nWhere a synchronous checkpoint's time goes (768 MiB), {runs} rounds: median (min-max)\n");
+    println!("| phase | wall, ms | CPU, ms | resident growth, MiB |");
+    println!("|---|---:|---:|---:|");
+    for (name, s) in names.iter().zip(&samples) {
+        let walls: Vec<Duration> = s.iter().map(|x| x.0).collect();
+        let cpus: Vec<Duration> = s.iter().map(|x| x.1).collect();
+        let mut growth: Vec<i64> = s.iter().map(|x| x.2).collect();
+        growth.sort_unstable();
+        println!(
+            "| {name} | {} | {:.0} | {} |",
+            common::spread(&walls),
+            common::median(cpus).as_secs_f64() * 1e3,
+            growth[growth.len() / 2] >> 10
+        );
     }
 }

@@ -118,6 +118,15 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
     let time = match op {
         "save" => {
             let m = materialize(model(size, &device));
+            let bytes = m.pack_writer(&SaveOptions::new()).unwrap().size().unwrap();
+            let warm = || {
+                if std::env::var_os("BURNPACK_BENCH_COLD_MEMORY").is_none() {
+                    common::warm_memory(dir, bytes);
+                }
+            };
+            if who != "floor" && who != "floor-atomic-api" {
+                warm();
+            }
             let meter = common::Meter::start();
             let start = Instant::now();
             match who {
@@ -141,6 +150,7 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                         .unwrap()
                         .into_bytes()
                         .unwrap();
+                    warm();
                     let meter = common::Meter::start();
                     let start = Instant::now();
                     let mut walk = SaveWalk::default();
@@ -167,12 +177,37 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
             }
             (meter, start.elapsed())
         }
-        "load" | "load-read" => {
+        "load" | "load-read" | "load-read-cold" => {
             let target = model(size, &device);
+            if op == "load-read-cold" {
+                common::evict_dir(dir);
+            }
             let meter = common::Meter::start();
             let start = Instant::now();
             let loaded = match who {
                 "burnpack" => target.load_pack(file(dir, size, "burnpack.bpk")).unwrap(),
+                "burnpack-buffered" => target
+                    .load_pack_with(
+                        file(dir, size, "burnpack.bpk"),
+                        &burnpack::LoadOptions::new().buffered(true),
+                    )
+                    .unwrap(),
+                "sequential-read" => {
+                    // One pass of large reads over the file, nothing loaded: the disk's speed.
+                    let mut f = std::fs::File::open(file(dir, size, "burnpack.bpk")).unwrap();
+                    let mut buf = vec![0u8; 8 << 20];
+                    let mut total = 0u64;
+                    loop {
+                        let n = std::io::Read::read(&mut f, &mut buf).unwrap();
+                        if n == 0 {
+                            break;
+                        }
+                        total += n as u64;
+                    }
+                    std::hint::black_box(total);
+                    meter.report(start.elapsed());
+                    return;
+                }
                 "burn-load-file" => target.try_load_file(file(dir, size, "burn.bpk")).unwrap(),
                 "burnpack-store" => {
                     let mut t = target;
@@ -330,7 +365,7 @@ fn main() {
             "emb" => format!("{} MiB f32, one 98 MiB tensor", bytes >> 20),
             _ => format!("{} MiB f32", bytes >> 20),
         };
-        let plan: [(&str, &[&str]); 3] = [
+        let plan: [(&str, &[&str]); 4] = [
             (
                 "save",
                 &[
@@ -372,6 +407,19 @@ fn main() {
                     "safetensors-pytorch",
                     "pack-store-pytorch",
                     "safetensors-store-pytorch",
+                ],
+            ),
+            (
+                "load-read-cold",
+                &[
+                    "sequential-read",
+                    "burnpack",
+                    "burnpack-buffered",
+                    "burn-load-file",
+                    "burnpack-store",
+                    "pack-store",
+                    "safetensors-store",
+                    "safetensors-source",
                 ],
             ),
         ];
@@ -420,6 +468,8 @@ fn main() {
                     .unwrap();
                 let op_label = match (op, *who) {
                     ("load-read", "in-memory") => "read all params",
+                    ("load-read-cold", "sequential-read") => "cold: read the file (8 MiB reads)",
+                    ("load-read-cold", _) => "cold: load + read all params",
                     ("load-read", _) => "load + read all params",
                     (op, _) => op,
                 };

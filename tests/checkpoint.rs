@@ -998,3 +998,26 @@ mod memory_backend {
         assert_eq!(manager.list().unwrap(), [4]);
     }
 }
+
+/// A state handed over (prepared) is the state of that step: training steps taken before the
+/// background writer gets to it change neither the model's nor the optimizer's saved tensors
+/// (the prepared state holds immutable tensor handles; the optimizer is a clone of shared
+/// state, its record taken only when written).
+#[test]
+fn a_prepared_state_is_the_state_of_its_step_while_training_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let init = initial(dir.path());
+    let (model, mut optim, mut sched) = run_from(&init, 0..SAVE_AT);
+    let now = dir.path().join("now.bpk");
+    state(&model, &optim, &sched, SAVE_AT).save(&now).unwrap();
+    let prepared = state(&model, &optim, &sched, SAVE_AT).prepare().unwrap();
+    // Training goes on: new parameters, new moments, the scheduler moves.
+    let later = train(model, &mut optim, &mut sched, SAVE_AT..STEPS);
+    let handed = dir.path().join("handed.bpk");
+    prepared.into_writer().unwrap().write_to_file(&handed).unwrap();
+    assert_same_run(&now, &handed);
+    // And the training that went on is not the saved state.
+    let after = dir.path().join("after.bpk");
+    state(&later, &optim, &sched, SAVE_AT).save(&after).unwrap();
+    assert_ne!(contents(&now), contents(&after));
+}

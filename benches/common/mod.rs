@@ -183,3 +183,47 @@ pub fn read_all<M: burn::module::Module>(module: &M) -> u64 {
     module.visit(&mut reader);
     reader.0
 }
+
+/// Makes `bytes` of the machine's free memory ready for use, right before a measurement, by
+/// writing and deleting a scratch file of that size in `dir` (no fsync).
+///
+/// On a virtual machine whose balloon driver reports free pages to the host (this project's
+/// benchmark machines do), memory freed a few seconds earlier is given back, and its next use
+/// costs a fault in the host: a 512 MiB write into the page cache then takes 1.5 s of CPU
+/// instead of 0.17 s, whichever process does it. Pages freed by deleting a file are reused at
+/// once, by the page cache as by anonymous memory, so after this every contender starts from
+/// the same state and a save's time is its own, not the host's.
+pub fn warm_memory(dir: &std::path::Path, bytes: u64) {
+    use std::io::Write;
+    let path = dir.join(".warm-memory");
+    let chunk = vec![0x5au8; 8 << 20];
+    let mut file = std::fs::File::create(&path).unwrap();
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        file.write_all(&chunk[..n]).unwrap();
+        left -= n as u64;
+    }
+    drop(file);
+    std::fs::remove_file(&path).unwrap();
+}
+
+/// Drops every file of `dir` from the page cache (`posix_fadvise(POSIX_FADV_DONTNEED)`, no
+/// root needed; the files were written and synced before), so that the next load reads the
+/// disk.
+pub fn evict_dir(dir: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if !path.is_file() {
+            continue;
+        }
+        if let Ok(file) = std::fs::File::open(&path) {
+            let _ = file.sync_all();
+            // SAFETY: a plain system call on an open descriptor; no memory is passed.
+            unsafe {
+                libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+            }
+        }
+    }
+}

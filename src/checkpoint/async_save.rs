@@ -70,8 +70,9 @@ impl<S: Storage> target::Target for Manager<S> {
 /// error to stderr rather than losing it. The manager's `latest` (on any clone) waits for a
 /// save still running, so the checkpoint just handed over is the one it returns.
 ///
-/// The optimizer's record is taken on the calling thread (`ModuleOptimizer::to_record`: Burn's
-/// only access to its state) and serialized on the background thread.
+/// The optimizer is cloned on the calling thread (shared tensor handles: no byte is copied);
+/// its record (`ModuleOptimizer::to_record`, Burn's only access to its state) is taken and
+/// serialized on the background thread.
 ///
 /// ```
 /// use burn::module::{Module, Param};

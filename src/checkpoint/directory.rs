@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::CheckpointError;
 use super::manager::Manager;
+use super::state::PreparedState;
 use super::storage::Storage;
 use crate::read::Reader;
 use crate::write::Writer;
@@ -81,6 +82,11 @@ impl Storage for Directory {
 
     fn write(&self, path: &PathBuf, writer: Writer) -> Result<(), CheckpointError> {
         writer.write_to_file(path)?;
+        Ok(())
+    }
+
+    fn write_state(&self, path: &PathBuf, state: PreparedState) -> Result<(), CheckpointError> {
+        state.write_to_file(path)?;
         Ok(())
     }
 

@@ -94,7 +94,7 @@ impl<S: Storage> Manager<S> {
     /// newer-checkpoint check was made by the caller).
     pub(crate) fn write(&self, state: PreparedState) -> Result<S::Location, CheckpointError> {
         let location = self.location(state.step());
-        self.storage.write(&location, state.into_writer()?)?;
+        self.storage.write_state(&location, state)?;
         self.retain()?;
         Ok(location)
     }

@@ -68,7 +68,7 @@ pub use manager::Manager;
 pub use namespace::{KIND, KIND_KEY, MODEL_PREFIX, PARTS_KEY};
 #[cfg(feature = "train")]
 pub(crate) use namespace::{
-    OPTIM_PREFIX, PROGRESS_PREFIX, SCHEDULER_PREFIX, absorb_reader, assemble,
+    OPTIM_PREFIX, PROGRESS_PREFIX, SCHEDULER_PREFIX, absorb_reader, assemble, head,
 };
 pub use progress::Progress;
 pub use state::{PreparedState, TrainingState};

@@ -72,7 +72,8 @@ pub(crate) fn assemble(
     scalars: BTreeMap<String, Scalar>,
     metadata: BTreeMap<String, String>,
 ) -> Writer {
-    let mut writer = options.configure(Writer::new(entries));
+    let (metadata, scalars) = head(options, scalars, metadata);
+    let mut writer = Writer::new(entries).options(options.write);
     for (k, v) in metadata {
         writer = writer.metadata(k, v);
     }
@@ -80,6 +81,20 @@ pub(crate) fn assemble(
         writer = writer.scalar(k, v);
     }
     writer
-        .metadata(KIND_KEY, KIND)
-        .metadata(NAMESPACE_KEY, MODEL_PREFIX)
+}
+
+/// A checkpoint's metadata and scalars: `options`' own, then the parts' (namespaced), then
+/// the kind marker and the namespace of the model's parameters.
+pub(crate) fn head(
+    options: &SaveOptions,
+    scalars: BTreeMap<String, Scalar>,
+    metadata: BTreeMap<String, String>,
+) -> (BTreeMap<String, String>, BTreeMap<String, Scalar>) {
+    let mut all_metadata = options.metadata.clone();
+    all_metadata.extend(metadata);
+    all_metadata.insert(KIND_KEY.to_string(), KIND.to_string());
+    all_metadata.insert(NAMESPACE_KEY.to_string(), MODEL_PREFIX.to_string());
+    let mut all_scalars = options.scalars.clone();
+    all_scalars.extend(scalars);
+    (all_metadata, all_scalars)
 }

@@ -5,15 +5,17 @@ use std::path::Path;
 
 use burn::lr_scheduler::LrSchedulerRecord;
 use burn::module::Module;
-use burn::optim::{ModuleOptimizer, OptimizerRecord};
+use burn::optim::ModuleOptimizer;
 
 use super::error::CheckpointError;
 use super::namespace::{
     MODEL_PREFIX, OPTIM_PREFIX, PARTS_KEY, PROGRESS_PREFIX, SCHEDULER_PREFIX, absorb, assemble,
+    head,
 };
 use super::progress::Progress;
 use crate::format::Scalar;
 use crate::module::{PackModule, SaveOptions};
+use crate::write::staged::Staged;
 use crate::write::{Entry, Writer};
 
 /// What a checkpoint saves: the model, optionally the optimizer and the scheduler record, and
@@ -61,9 +63,11 @@ impl<'a, M: Module> TrainingState<'a, M> {
     }
 
     /// Takes what must be taken on the training thread: the model's parameters as deferred
-    /// entries (tensor handles; no bytes are read) and the optimizer's record
-    /// (`ModuleOptimizer::to_record`, Burn's only access to its state). The result is `Send`
-    /// and is serialized and written elsewhere.
+    /// entries (tensor handles; no bytes are read) and a clone of the optimizer (its state is
+    /// a map of shared, immutable tensor handles, so the clone copies no tensor byte; later
+    /// steps create new states). The result is `Send`; the optimizer's record
+    /// (`ModuleOptimizer::to_record`, Burn's only access to its state, which copies every state
+    /// tensor) is taken and serialized where it is written.
     ///
     /// # Errors
     /// A quantized parameter could not be read.
@@ -76,9 +80,11 @@ impl<'a, M: Module> TrainingState<'a, M> {
             .collect();
         Ok(PreparedState {
             entries,
-            optimizer: self.optimizer.map(ModuleOptimizer::to_record),
-            scheduler: self.scheduler,
-            progress: self.progress,
+            records: Records {
+                optimizer: self.optimizer.cloned(),
+                scheduler: self.scheduler,
+                progress: self.progress,
+            },
             options: self.options,
         })
     }
@@ -92,21 +98,19 @@ impl<'a, M: Module> TrainingState<'a, M> {
     }
 
     /// Saves the checkpoint to `path` (atomically unless the options say in place). Returns
-    /// the file size.
+    /// the file size. See [`PreparedState::write_to_file`].
     ///
     /// # Errors
     /// See [`into_writer`](Self::into_writer) and [`Writer::write_to_file`].
     pub fn save(self, path: impl AsRef<Path>) -> Result<u64, CheckpointError> {
-        Ok(self.into_writer()?.write_to_file(path)?)
+        self.prepare()?.write_to_file(path)
     }
 }
 
 /// A checkpoint's state detached from the training thread, ready to be written.
 pub struct PreparedState {
     entries: Vec<Entry>,
-    optimizer: Option<OptimizerRecord>,
-    scheduler: Option<LrSchedulerRecord>,
-    progress: Progress,
+    records: Records,
     options: SaveOptions,
 }
 
@@ -114,7 +118,7 @@ impl PreparedState {
     /// The training step this state was taken at.
     #[must_use]
     pub fn step(&self) -> u64 {
-        self.progress.step
+        self.records.progress.step
     }
 
     /// Serializes the records (Burn's own encoding, then windows into it) and assembles the
@@ -123,7 +127,77 @@ impl PreparedState {
     /// # Errors
     /// Burn refused to serialize a record.
     pub fn into_writer(self) -> Result<Writer, CheckpointError> {
-        let mut entries = self.entries;
+        let (mut entries, records) = (self.entries, self.records);
+        let (rest, scalars, metadata) = records.serialize()?;
+        entries.extend(rest);
+        Ok(assemble(&self.options, entries, scalars, metadata))
+    }
+
+    /// Writes the checkpoint to `path` (atomically unless the options say in place); returns
+    /// the file size.
+    ///
+    /// The model's tensors go to the file while the optimizer's record is being taken and
+    /// serialized on another thread (Burn's `to_record` and `into_bytes`: two copies of the
+    /// state, which Burn's API leaves no way around); its tensors follow, then the head. Room
+    /// for the head is reserved up front and filled with padding (metadata
+    /// `burnpack.padding`); see [`CheckpointManager::save`](super::CheckpointManager::save).
+    /// Small models, or a state without optimizer, are written in one pass.
+    ///
+    /// # Errors
+    /// As [`into_writer`](Self::into_writer) and [`Writer::write_to_file`].
+    pub fn write_to_file(self, path: impl AsRef<Path>) -> Result<u64, CheckpointError> {
+        let model_bytes: u64 = self.entries.iter().map(Entry::len).sum();
+        if self.records.optimizer.is_none() || model_bytes < STAGED_BYTES {
+            return Ok(self.into_writer()?.write_to_file(path)?);
+        }
+        let (entries, records, options) = (self.entries, self.records, self.options);
+        // Adam keeps two moments and a few scalars per parameter: room for three more
+        // tensors per parameter, and the options' own metadata.
+        let extra: u64 = options
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.len() + v.len() + 8) as u64)
+            .sum::<u64>()
+            + 64 * (options.scalars.len() as u64 + 8)
+            + 4096;
+        let reserve = Staged::estimate(&entries, 3 * entries.len(), extra);
+        let mut staged = Staged::create(path.as_ref(), options.write, reserve)?;
+        let (model, parts) = std::thread::scope(|scope| {
+            let serializer = scope.spawn(move || records.serialize());
+            let model = staged.append(entries);
+            let parts = serializer.join().unwrap_or_else(|panic| {
+                Err(CheckpointError::Panicked(crate::panic::message(&*panic)))
+            });
+            (model, parts)
+        });
+        model?;
+        let (rest, scalars, metadata) = parts?;
+        staged.append(rest)?;
+        let (metadata, scalars) = head(&options, scalars, metadata);
+        Ok(staged.finish(&metadata, &scalars)?)
+    }
+}
+
+/// Model size from which [`PreparedState::write_to_file`] writes the model while the
+/// optimizer's record is serialized (below it, one pass costs less than a thread).
+const STAGED_BYTES: u64 = 64 << 20;
+
+/// What a checkpoint holds besides the model, as handed over: the optimizer (a clone), the
+/// scheduler's record, the progress.
+struct Records {
+    optimizer: Option<ModuleOptimizer>,
+    scheduler: Option<LrSchedulerRecord>,
+    progress: Progress,
+}
+
+/// Entries, scalars and metadata of a checkpoint's parts besides the model.
+type Parts = (Vec<Entry>, BTreeMap<String, Scalar>, BTreeMap<String, String>);
+
+impl Records {
+    /// The records serialized by Burn (`into_bytes`), their tensors as windows into those
+    /// bytes under the parts' prefixes, and the progress as scalars.
+    fn serialize(self) -> Result<Parts, CheckpointError> {
+        let mut entries = Vec::new();
         let mut scalars: BTreeMap<String, Scalar> = BTreeMap::new();
         let mut metadata: BTreeMap<String, String> = BTreeMap::new();
         let parts: Vec<&str> = [
@@ -134,10 +208,11 @@ impl PreparedState {
         .flatten()
         .collect();
         metadata.insert(PARTS_KEY.to_string(), parts.join(","));
-        if let Some(record) = self.optimizer {
-            let bytes = record
+        if let Some(optimizer) = self.optimizer {
+            let bytes = optimizer
                 .into_bytes()
                 .map_err(|e| CheckpointError::record("serialize the optimizer state", &e))?;
+            drop(optimizer);
             absorb(
                 bytes,
                 OPTIM_PREFIX,
@@ -169,6 +244,6 @@ impl PreparedState {
         for (k, v) in self.progress.scalars {
             scalars.insert(format!("{PROGRESS_PREFIX}{k}"), v);
         }
-        Ok(assemble(&self.options, entries, scalars, metadata))
+        Ok((entries, scalars, metadata))
     }
 }

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use super::error::CheckpointError;
+use super::state::PreparedState;
 use crate::read::PackSource;
 use crate::write::Writer;
 
@@ -94,6 +95,22 @@ pub trait Storage: Clone + Send + Sync + 'static {
     /// # Errors
     /// The write failed; what was at `location` is then unchanged.
     fn write(&self, location: &Self::Location, writer: Writer) -> Result<(), CheckpointError>;
+
+    /// Writes the checkpoint of a prepared training state at `location`, under the same
+    /// contract as [`write`](Self::write). By default the state is serialized into a
+    /// [`Writer`] for `write`; a backend that can overlap the two (the
+    /// [`Directory`](super::Directory) writes the model while the optimizer's record is
+    /// serialized, see [`PreparedState::write_to_file`]) overrides this.
+    ///
+    /// # Errors
+    /// Burn refused to serialize a record, or the write failed.
+    fn write_state(
+        &self,
+        location: &Self::Location,
+        state: PreparedState,
+    ) -> Result<(), CheckpointError> {
+        self.write(location, state.into_writer()?)
+    }
 
     /// Deletes the file at `location`.
     ///

@@ -51,6 +51,9 @@ pub(crate) fn map_file(file: &File) -> std::io::Result<Bytes> {
     ))
 }
 
+/// Bytes past a buffered read that the kernel is asked to fetch with it.
+const READ_AHEAD: u64 = 32 << 20;
+
 pub(crate) enum Source {
     /// The whole file or buffer as one view-capable [`Bytes`] (a mapping, `File` property; or
     /// the caller's bytes). Tensors are windows into it.
@@ -82,6 +85,9 @@ impl Source {
                 }
             }
             Source::Buffered(file) => {
+                // This tensor and what follows it (loads go through a file in order) are
+                // requested at once: a cold file is then read at the disk's speed.
+                crate::platform::will_need(file, start, len as u64 + READ_AHEAD);
                 aligned_bytes(len, |out| crate::platform::read_exact_at(file, out, start))
             }
         }

@@ -70,11 +70,13 @@ use burn::train::checkpoint::{Checkpoint as TrainRecord, Checkpointer, Checkpoin
 
 use crate::checkpoint::{
     Checkpoint, CheckpointError, CheckpointManager, MODEL_PREFIX, OPTIM_PREFIX, PARTS_KEY,
-    PROGRESS_PREFIX, SCHEDULER_PREFIX, absorb_reader, assemble,
+    PROGRESS_PREFIX, SCHEDULER_PREFIX, absorb_reader, assemble, head,
 };
 use crate::format::Scalar;
 use crate::module::SaveOptions;
+use crate::format::TensorInfo;
 use crate::read::Reader;
+use crate::write::staged::Staged;
 
 /// One of the three records burn-train checkpoints each epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,12 +129,64 @@ impl PartRecord for LrSchedulerRecord {
     }
 }
 
-/// The parts of one epoch received so far, and which parts were deleted.
+/// One epoch in assembly: its file (once a large part arrived), the parts received, which
+/// parts were deleted.
 #[derive(Default)]
 struct Epoch {
-    parts: [Option<Reader>; 3],
-    saved: u8,
+    assembly: Arc<Mutex<Assembly>>,
     deleted: u8,
+}
+
+/// The parts of one epoch received so far. A part of at least [`STAGED_BYTES`] of tensors
+/// opens the epoch's file and goes to it at once (parts that came before it with it), while
+/// the other parts are still being serialized on their own threads; a smaller part is held
+/// until then. The part that completes the epoch writes the head and publishes the file.
+#[derive(Default)]
+struct Assembly {
+    /// Parts received (bits of [`Part`]).
+    received: u8,
+    /// Parts held in memory, not yet in a file.
+    held: Vec<(Part, Reader)>,
+    /// The file being written, once a large part arrived.
+    staged: Option<Staged>,
+    /// Scalars and metadata of the parts already in the file.
+    scalars: BTreeMap<String, Scalar>,
+    metadata: BTreeMap<String, String>,
+    /// Why an earlier part's write failed (the epoch's file is gone).
+    failed: Option<String>,
+}
+
+/// Tensor bytes from which a part goes to the epoch's file as it arrives.
+const STAGED_BYTES: u64 = 64 << 20;
+
+fn prefix(part: Part) -> &'static str {
+    match part {
+        Part::Model => MODEL_PREFIX,
+        Part::Optim => OPTIM_PREFIX,
+        Part::Scheduler => SCHEDULER_PREFIX,
+    }
+}
+
+impl Assembly {
+    /// Writes `reader`'s tensors to the epoch's open file and keeps its scalars and metadata.
+    fn append(&mut self, part: Part, reader: &Reader) -> Result<(), CheckpointError> {
+        let mut entries = Vec::new();
+        absorb_reader(
+            reader,
+            prefix(part),
+            &mut entries,
+            &mut self.scalars,
+            &mut self.metadata,
+        )?;
+        if let Some(staged) = &mut self.staged {
+            staged.append(entries)?;
+        }
+        Ok(())
+    }
+}
+
+fn tensor_bytes(reader: &Reader) -> u64 {
+    reader.tensors().iter().map(TensorInfo::len).sum()
 }
 
 /// Writes burn-train's three checkpoint records of an epoch as one checkpoint file
@@ -231,44 +285,92 @@ impl PackCheckpointer {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Holds `bytes` as `part` of `epoch`; writes the file when it completes the epoch.
+    /// Takes `bytes` as `part` of `epoch`: to the epoch's file at once when it is large (or
+    /// the file is open), held otherwise; the part that completes the epoch publishes it.
     fn receive(&self, epoch: usize, part: Part, bytes: Bytes) -> Result<(), CheckpointError> {
         let reader = Reader::from_bytes(bytes)?;
-        let complete = {
-            let mut epochs = self.epochs();
-            let state = epochs.entry(epoch).or_default();
-            state.parts[part as usize] = Some(reader);
-            state.saved |= part.bit();
-            if state.saved == Part::ALL {
-                epochs.remove(&epoch).map(|e| e.parts)
-            } else {
-                None
-            }
-        };
-        match complete {
-            Some([Some(model), Some(optim), Some(scheduler)]) => {
-                self.write(epoch, &model, &optim, &scheduler)
-            }
-            _ => Ok(()),
+        let assembly = Arc::clone(&self.epochs().entry(epoch).or_default().assembly);
+        let mut assembly = assembly.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(why) = &assembly.failed {
+            return Err(CheckpointError::Invalid {
+                file: self.path_for(epoch).display().to_string(),
+                what: format!("an earlier part of epoch {epoch} failed: {why}"),
+            });
         }
+        assembly.received |= part.bit();
+        let result = self.take(epoch, &mut assembly, part, reader);
+        if let Err(e) = &result {
+            // The scratch file goes with the staged writer; later parts are refused.
+            assembly.staged = None;
+            assembly.held.clear();
+            assembly.failed = Some(e.to_string());
+        }
+        if assembly.received == Part::ALL {
+            drop(assembly);
+            self.epochs().remove(&epoch);
+        }
+        result
     }
 
-    fn write(
+    fn take(
         &self,
         epoch: usize,
-        model: &Reader,
-        optim: &Reader,
-        scheduler: &Reader,
+        assembly: &mut Assembly,
+        part: Part,
+        reader: Reader,
     ) -> Result<(), CheckpointError> {
+        if assembly.staged.is_none() && tensor_bytes(&reader) >= STAGED_BYTES {
+            // Room for the head: every name known so far, three more tensors per tensor for
+            // parts not here yet (Adam's moments and scalars per parameter), the metadata.
+            let mut known = Vec::new();
+            let mut extra = 4096;
+            for r in assembly.held.iter().map(|(_, r)| r).chain([&reader]) {
+                let mut scalars = BTreeMap::new();
+                let mut metadata = BTreeMap::new();
+                absorb_reader(r, "optim.", &mut known, &mut scalars, &mut metadata)?;
+                extra += 64 * scalars.len() as u64
+                    + metadata
+                        .iter()
+                        .map(|(k, v)| (k.len() + v.len() + 16) as u64)
+                        .sum::<u64>();
+            }
+            let reserve = Staged::estimate(&known, 3 * known.len() + 64, 4 * extra);
+            drop(known);
+            let options = self.options.clone().overwrite(true);
+            assembly.staged = Some(Staged::create(
+                &self.path_for(epoch),
+                options.write,
+                reserve,
+            )?);
+            assembly.append(part, &reader)?;
+            for (held, r) in std::mem::take(&mut assembly.held) {
+                assembly.append(held, &r)?;
+            }
+        } else if assembly.staged.is_some() {
+            assembly.append(part, &reader)?;
+        } else {
+            assembly.held.push((part, reader));
+        }
+        if assembly.received == Part::ALL {
+            self.publish(epoch, assembly)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the complete epoch: the head of the open file, or (every part small) the whole
+    /// file from the parts held.
+    fn publish(&self, epoch: usize, assembly: &mut Assembly) -> Result<(), CheckpointError> {
         let mut entries = Vec::new();
-        let mut scalars = BTreeMap::new();
-        let mut metadata = BTreeMap::new();
-        for (reader, prefix) in [
-            (model, MODEL_PREFIX),
-            (optim, OPTIM_PREFIX),
-            (scheduler, SCHEDULER_PREFIX),
-        ] {
-            absorb_reader(reader, prefix, &mut entries, &mut scalars, &mut metadata)?;
+        let mut scalars = std::mem::take(&mut assembly.scalars);
+        let mut metadata = std::mem::take(&mut assembly.metadata);
+        for (part, reader) in &assembly.held {
+            absorb_reader(
+                reader,
+                prefix(*part),
+                &mut entries,
+                &mut scalars,
+                &mut metadata,
+            )?;
         }
         metadata.retain(|k, _| !k.starts_with(MODEL_PREFIX));
         metadata.insert(PARTS_KEY.to_string(), "optim,scheduler".to_string());
@@ -278,7 +380,17 @@ impl PackCheckpointer {
         );
         scalars.insert(format!("{PROGRESS_PREFIX}step"), Scalar::UInt(0));
         let options = self.options.clone().overwrite(true);
-        assemble(&options, entries, scalars, metadata).write_to_file(self.path_for(epoch))?;
+        match assembly.staged.take() {
+            Some(mut staged) => {
+                staged.append(entries)?;
+                let (metadata, scalars) = head(&options, scalars, metadata);
+                staged.finish(&metadata, &scalars)?;
+            }
+            None => {
+                assemble(&options, entries, scalars, metadata).write_to_file(self.path_for(epoch))?;
+            }
+        }
+        assembly.held.clear();
         Ok(())
     }
 
@@ -288,7 +400,6 @@ impl PackCheckpointer {
             let mut epochs = self.epochs();
             let state = epochs.entry(epoch).or_default();
             state.deleted |= part.bit();
-            state.parts[part as usize] = None;
             let gone = state.deleted == Part::ALL;
             if gone {
                 epochs.remove(&epoch);

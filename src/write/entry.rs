@@ -13,6 +13,8 @@ pub(crate) enum Source {
     Resident(Bytes),
     Lent(Lent),
     Deferred { len: u64, provider: Provider },
+    /// Already in the file (a staged write's earlier stage): only the length is left.
+    Written(u64),
 }
 
 /// Bytes lent by their owner (a parameter's storage), held, not copied, until written.
@@ -185,7 +187,19 @@ impl Entry {
         match &self.source {
             Source::Resident(bytes) => bytes.len() as u64,
             Source::Lent(lent) => lent.len() as u64,
-            Source::Deferred { len, .. } => *len,
+            Source::Deferred { len, .. } | Source::Written(len) => *len,
+        }
+    }
+
+    /// What is left of the entry once its bytes are in the file: name, dtype, shape, id and
+    /// length, for the head that is planned after every stage of a staged write.
+    pub(crate) fn husk(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            param_id: self.param_id,
+            source: Source::Written(self.len()),
         }
     }
 

@@ -19,6 +19,7 @@ mod error;
 mod options;
 mod plan;
 pub(crate) mod slots;
+pub(crate) mod staged;
 mod writer;
 
 pub(crate) use entry::Lent;

@@ -63,18 +63,7 @@ impl Plan {
         scalars: &BTreeMap<String, Scalar>,
         checksums: bool,
     ) -> Result<Self, WriteError> {
-        let mut slots = Vec::with_capacity(entries.len());
-        let mut next = 0u64;
-        for entry in entries {
-            let len = entry.len();
-            check_len(entry, len)?;
-            let start = align_up(next).ok_or_else(|| overflow(&entry.name))?;
-            let end = start
-                .checked_add(len)
-                .ok_or_else(|| overflow(&entry.name))?;
-            slots.push(Slot { offset: start, len });
-            next = end;
-        }
+        let (mut slots, next) = lay_out(entries, 0)?;
         let mut order: Vec<usize> = (0..entries.len()).collect();
         order.sort_unstable_by(|&a, &b| entries[a].name.cmp(&entries[b].name));
         if let Some(pair) = order
@@ -129,6 +118,49 @@ impl Plan {
             ranks,
             checksums,
         })
+    }
+
+    /// The plan of [`new`](Self::new) with its data section at exactly `data_start` (a
+    /// multiple of 256 reserved before the entries were written, as a staged write does): the
+    /// metadata is padded with [`PADDING_KEY`] (spaces) until the head ends in the 256 bytes
+    /// before `data_start`. `None` when the head does not fit in front of `data_start` (nor
+    /// any padding: the data must move).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub(crate) fn with_data_start(
+        entries: &[Entry],
+        metadata: &BTreeMap<String, String>,
+        scalars: &BTreeMap<String, Scalar>,
+        checksums: bool,
+        data_start: u64,
+    ) -> Result<Option<Self>, WriteError> {
+        let natural = Self::new(entries, metadata, scalars, checksums)?;
+        if natural.data_start == data_start {
+            return Ok(Some(natural));
+        }
+        let mut padded = metadata.clone();
+        let mut pad = 0usize;
+        // The head must end in (data_start - 256, data_start]; each round moves the padding by
+        // the distance still to go (a text's length header grows by a few bytes at 24, 256 and
+        // 65,536), so a few rounds land in that window.
+        for _ in 0..8 {
+            padded.insert(PADDING_KEY.to_string(), " ".repeat(pad));
+            let plan = Self::new(entries, &padded, scalars, checksums)?;
+            let end = plan.head.len() as u64;
+            if plan.data_start == data_start {
+                return Ok(Some(plan));
+            }
+            if end > data_start {
+                if pad == 0 {
+                    return Ok(None);
+                }
+                pad = pad.saturating_sub(usize::try_from(end - data_start).unwrap_or(usize::MAX));
+            } else {
+                pad += usize::try_from(data_start - end).unwrap_or(0);
+            }
+        }
+        Ok(None)
     }
 
     /// Whether the plan stores checksums.
@@ -211,6 +243,29 @@ impl serde::Serialize for Tensors<'_> {
         }
         map.end()
     }
+}
+
+/// Metadata key of the spaces that fill a staged write's reserved head (see
+/// [`Plan::with_data_start`]).
+pub(crate) const PADDING_KEY: &str = "burnpack.padding";
+
+/// Slots for `entries` laid out after relative offset `from` (each at the next multiple of
+/// 256), relative to the data section, and the offset where the last one ends. Checks each
+/// entry's length against its shape and dtype.
+pub(crate) fn lay_out(entries: &[Entry], from: u64) -> Result<(Vec<Slot>, u64), WriteError> {
+    let mut slots = Vec::with_capacity(entries.len());
+    let mut next = from;
+    for entry in entries {
+        let len = entry.len();
+        check_len(entry, len)?;
+        let start = align_up(next).ok_or_else(|| overflow(&entry.name))?;
+        let end = start
+            .checked_add(len)
+            .ok_or_else(|| overflow(&entry.name))?;
+        slots.push(Slot { offset: start, len });
+        next = end;
+    }
+    Ok((slots, next))
 }
 
 fn overflow(name: &str) -> WriteError {

@@ -78,6 +78,9 @@ pub(crate) fn materialize(entry: Entry) -> Result<Data, WriteError> {
                 message,
             }),
         },
+        Source::Written(_) => Err(WriteError::Pipeline(format!(
+            "tensor '{name}' is already written"
+        ))),
     }
 }
 
@@ -242,14 +245,15 @@ pub(super) struct Checksums {
 
 impl Checksums {
     pub(super) fn new(plan: &Plan) -> Self {
-        let n = if plan.has_checksums() {
-            plan.slots().len()
-        } else {
-            0
-        };
+        Self::sized(plan.slots().len(), plan.has_checksums())
+    }
+
+    /// Room for `n` checksums, computed only when `enabled`.
+    pub(super) fn sized(n: usize, enabled: bool) -> Self {
+        let n = if enabled { n } else { 0 };
         Self {
             sums: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            enabled: plan.has_checksums(),
+            enabled,
         }
     }
 
@@ -274,9 +278,14 @@ const BATCH_BYTES: u64 = 1 << 20;
 /// smaller neighbours together while their span stays under it. Thousands of small tensors
 /// then cost tens of system calls instead of thousands, and a job still holds at most about
 /// `max(BATCH_BYTES, largest entry)` bytes.
-pub(super) fn batches(entries: Vec<Entry>, plan: &Plan) -> Vec<Vec<(Entry, Slot, usize)>> {
+/// `rank` gives each entry's place among the checksums (its position in the tensors map).
+pub(super) fn batches(
+    entries: Vec<Entry>,
+    slots: &[Slot],
+    rank: impl Fn(usize) -> usize,
+) -> Vec<Vec<(Entry, Slot, usize)>> {
     let mut jobs: Vec<Vec<(Entry, Slot, usize)>> = Vec::new();
-    for (i, (entry, &slot)) in entries.into_iter().zip(plan.slots()).enumerate() {
+    for (i, (entry, &slot)) in entries.into_iter().zip(slots).enumerate() {
         let joins = jobs.last().is_some_and(|job| {
             let start = job[0].1.offset;
             slot.len < BATCH_BYTES
@@ -284,8 +293,8 @@ pub(super) fn batches(entries: Vec<Entry>, plan: &Plan) -> Vec<Vec<(Entry, Slot,
                 && slot.offset + slot.len - start <= BATCH_BYTES
         });
         match jobs.last_mut() {
-            Some(job) if joins => job.push((entry, slot, plan.rank(i))),
-            _ => jobs.push(vec![(entry, slot, plan.rank(i))]),
+            Some(job) if joins => job.push((entry, slot, rank(i))),
+            _ => jobs.push(vec![(entry, slot, rank(i))]),
         }
     }
     jobs

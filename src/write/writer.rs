@@ -177,18 +177,9 @@ impl Writer {
     /// ([`PRODUCER`] unless the caller set one), whichever path wrote it: verification then
     /// refuses a file of this crate whose `checksums` key was damaged away.
     fn layout(&self) -> Result<Plan, WriteError> {
-        let stamped;
-        let metadata = if self.options.checksums && !self.metadata.contains_key("producer") {
-            let mut with_producer = self.metadata.clone();
-            with_producer.insert("producer".into(), PRODUCER.into());
-            stamped = with_producer;
-            &stamped
-        } else {
-            &self.metadata
-        };
         Plan::new(
             &self.entries,
-            metadata,
+            &self.stamped(),
             &self.scalars,
             self.options.checksums,
         )
@@ -320,7 +311,7 @@ impl Writer {
         let plan = self.layout()?;
         let sums = Checksums::new(&plan);
         let total = plan.total_size();
-        let jobs = batches(self.entries, &plan);
+        let jobs = batches(self.entries, plan.slots(), |i| plan.rank(i));
         let starts: Vec<u64> = jobs.iter().map(|job| job[0].1.offset).collect();
         let mut next = 0;
         let mut turn = 0;
@@ -365,18 +356,62 @@ impl Writer {
     pub fn write_to_file(self, path: impl AsRef<Path>) -> Result<u64, WriteError> {
         let path = path.as_ref();
         let plan = self.layout()?;
-        if !self.options.overwrite && path.symlink_metadata().is_ok() {
+        let target = Target::open(path, &self.options)?;
+        target
+            .file()
+            .set_len(plan.total_size())
+            .map_err(|e| WriteError::io("size", target.path(), e))?;
+        let sums = Checksums::new(&plan);
+        let jobs = batches(self.entries, plan.slots(), |i| plan.rank(i));
+        write_slots(jobs, plan.total_size(), &target, self.options.threads, &sums)?;
+        // The head goes last: it carries the checksums of what was just written.
+        write_all_at(target.file(), &plan.seal(&sums.values()), 0)
+            .map_err(|e| WriteError::io("write", target.path(), e))?;
+        target.finish(path, self.options.overwrite)?;
+        Ok(plan.total_size())
+    }
+
+    /// The pack's metadata as written: with checksums on, [`PRODUCER`] unless the caller
+    /// named a producer.
+    fn stamped(&self) -> std::borrow::Cow<'_, BTreeMap<String, String>> {
+        stamped(&self.metadata, self.options.checksums)
+    }
+}
+
+/// `metadata` as a pack with checksums (`checksums`) writes it: naming its producer, so
+/// verification refuses a file of this crate whose `checksums` key was damaged away.
+pub(crate) fn stamped(
+    metadata: &BTreeMap<String, String>,
+    checksums: bool,
+) -> std::borrow::Cow<'_, BTreeMap<String, String>> {
+    if checksums && !metadata.contains_key("producer") {
+        let mut with_producer = metadata.clone();
+        with_producer.insert("producer".into(), PRODUCER.into());
+        std::borrow::Cow::Owned(with_producer)
+    } else {
+        std::borrow::Cow::Borrowed(metadata)
+    }
+}
+
+/// The file a pack is written to: a scratch sibling committed at the end (atomic mode) or
+/// the destination itself (in place).
+pub(crate) enum Target {
+    Scratch(Scratch),
+    InPlace(File, std::path::PathBuf),
+}
+
+impl Target {
+    /// Opens the file for a write to `path` under `options` (refusing an existing `path`
+    /// without `overwrite`).
+    pub(crate) fn open(path: &Path, options: &WriteOptions) -> Result<Self, WriteError> {
+        let overwrite = options.overwrite;
+        if !overwrite && path.symlink_metadata().is_ok() {
             return Err(WriteError::AlreadyExists {
                 path: path.to_path_buf(),
             });
         }
-        let overwrite = self.options.overwrite;
-        match self.options.mode {
-            WriteMode::Atomic => {
-                let scratch = Scratch::create(path)?;
-                self.write_file(&plan, scratch.file(), scratch.path())?;
-                scratch.commit(path, overwrite)?;
-            }
+        match options.mode {
+            WriteMode::Atomic => Ok(Self::Scratch(Scratch::create(path)?)),
             WriteMode::InPlace => {
                 let file = OpenOptions::new()
                     .read(true)
@@ -391,45 +426,67 @@ impl Writer {
                         },
                         _ => WriteError::io("open", path, e),
                     })?;
-                self.write_file(&plan, &file, path)?;
+                Ok(Self::InPlace(file, path.to_path_buf()))
             }
         }
-        Ok(plan.total_size())
     }
 
-    /// Sizes `file` once, writes the head, then every slot in parallel with positional writes.
-    fn write_file(self, plan: &Plan, file: &File, path: &Path) -> Result<(), WriteError> {
-        file.set_len(plan.total_size())
-            .map_err(|e| WriteError::io("size", path, e))?;
-        let sums = Checksums::new(plan);
-        // Entries whose bytes are already in hand (borrowed from their parameters) cost only
-        // a checksum to produce: below this size threads and hand-offs cost more than they
-        // save, and the calling thread writes everything itself.
-        let sequential =
-            plan.total_size() < PIPELINE_BYTES && !self.entries.iter().any(Entry::is_deferred);
-        let jobs = batches(self.entries, plan);
-        let write = |chunk: &Chunk| {
-            chunk.write(file).map_err(|source| WriteError::Io {
-                action: "write",
-                path: path.to_path_buf(),
-                tensor: Some(chunk.tensor.clone()),
-                source,
-            })
-        };
-        if sequential {
-            for batch in jobs {
-                write(&produce(batch, &sums)?)?;
-            }
-        } else {
-            let mut writeback = Writeback::new(file);
-            self::pipeline(jobs, self.options.threads, &sums, |chunk| {
-                write(&chunk)?;
-                writeback.wrote(chunk.len());
-                Ok(())
-            })?;
+    pub(crate) fn file(&self) -> &File {
+        match self {
+            Self::Scratch(scratch) => scratch.file(),
+            Self::InPlace(file, _) => file,
         }
-        // The head goes last: it carries the checksums of what was just written.
-        write_all_at(file, &plan.seal(&sums.values()), 0)
-            .map_err(|e| WriteError::io("write", path, e))
+    }
+
+    /// The file's own path (the scratch file's, in atomic mode), for errors.
+    pub(crate) fn path(&self) -> &Path {
+        match self {
+            Self::Scratch(scratch) => scratch.path(),
+            Self::InPlace(_, path) => path,
+        }
+    }
+
+    /// Publishes the written file at `dest` (atomic mode: fsync, rename, directory fsync).
+    pub(crate) fn finish(self, dest: &Path, overwrite: bool) -> Result<(), WriteError> {
+        match self {
+            Self::Scratch(scratch) => scratch.commit(dest, overwrite),
+            Self::InPlace(..) => Ok(()),
+        }
+    }
+}
+
+/// Writes `jobs` into their slots of `target`'s file, already sized: by the calling thread
+/// alone when the bytes are in hand and the pack is small (`total` under [`PIPELINE_BYTES`]:
+/// threads and hand-offs cost more than they save there), else through the pipeline with
+/// early writeback. Checksums go to `sums`.
+pub(crate) fn write_slots(
+    jobs: Vec<Vec<(Entry, super::plan::Slot, usize)>>,
+    total: u64,
+    target: &Target,
+    threads: Option<usize>,
+    sums: &Checksums,
+) -> Result<(), WriteError> {
+    let (file, path) = (target.file(), target.path());
+    let sequential = total < PIPELINE_BYTES && !jobs.iter().flatten().any(|(e, ..)| e.is_deferred());
+    let write = |chunk: &Chunk| {
+        chunk.write(file).map_err(|source| WriteError::Io {
+            action: "write",
+            path: path.to_path_buf(),
+            tensor: Some(chunk.tensor.clone()),
+            source,
+        })
+    };
+    if sequential {
+        for batch in jobs {
+            write(&produce(batch, sums)?)?;
+        }
+        Ok(())
+    } else {
+        let mut writeback = Writeback::new(file);
+        self::pipeline(jobs, threads, sums, |chunk| {
+            write(&chunk)?;
+            writeback.wrote(chunk.len());
+            Ok(())
+        })
     }
 }
