@@ -154,12 +154,12 @@ fn straight_run(dir: &Path, init: &Path) -> PathBuf {
 }
 
 /// Everything a run has at `step`, to save.
-fn state<'a>(
-    model: &'a Mlp,
+fn state<'a, M: Module>(
+    model: &'a M,
     optim: &'a ModuleOptimizer,
     sched: &ModuleLrScheduler,
     step: u64,
-) -> TrainingState<'a, Mlp> {
+) -> TrainingState<'a, M> {
     TrainingState::new(model, Progress::new(0, step))
         .optimizer(optim)
         .scheduler(sched.to_record())
@@ -1020,4 +1020,76 @@ fn a_prepared_state_is_the_state_of_its_step_while_training_goes_on() {
     let after = dir.path().join("after.bpk");
     state(&later, &optim, &sched, SAVE_AT).save(&after).unwrap();
     assert_ne!(contents(&now), contents(&after));
+}
+
+/// A model of 64 MiB and a bias: large enough for the staged write (the model goes to the file
+/// while the optimizer's record is serialized, the head reserved and padded).
+#[derive(Module, Debug)]
+struct Large {
+    layer: Linear,
+}
+
+fn large_trained() -> (Large, ModuleOptimizer, ModuleLrScheduler) {
+    let device = device();
+    let mut model = Large {
+        layer: LinearConfig::new(4096, 4096).init(&device),
+    };
+    let (mut optim, mut sched) = (optimizer(), scheduler());
+    let x = Tensor::<2>::ones([1, 4096], &device);
+    let grads = GradientsParams::from_grads(model.layer.forward(x).mean().backward(), &model);
+    model = optim.step(sched.step(), model, grads);
+    (model, optim, sched)
+}
+
+/// Every tensor (name, dtype, shape, id, bytes) and scalar of a checkpoint, and its metadata
+/// without the staged write's padding.
+fn everything(path: &Path) -> (Vec<Stored>, String, Vec<(String, String)>) {
+    let reader = Reader::open(path).unwrap();
+    let metadata = reader
+        .metadata()
+        .iter()
+        .filter(|(k, _)| k.as_str() != "burnpack.padding")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    (contents(path), format!("{:?}", reader.scalars()), metadata)
+}
+
+#[test]
+fn a_large_checkpoint_written_in_stages_is_the_one_pass_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, optim, sched) = large_trained();
+    let staged = dir.path().join("staged.bpk");
+    let size = state(&model, &optim, &sched, 3).save(&staged).unwrap();
+    assert_eq!(size, std::fs::metadata(&staged).unwrap().len());
+    let one_pass = dir.path().join("one-pass.bpk");
+    state(&model, &optim, &sched, 3)
+        .into_writer()
+        .unwrap()
+        .write_to_file(&one_pass)
+        .unwrap();
+    let reader = Reader::open(&staged).unwrap();
+    assert!(
+        reader.metadata().contains_key("burnpack.padding"),
+        "the staged path was taken"
+    );
+    assert_eq!(reader.verify_all().unwrap(), reader.tensors().len());
+    assert_eq!(everything(&staged), everything(&one_pass));
+    // Burn reads it, and it resumes.
+    burn_pack::Reader::from_file(&staged).unwrap();
+    let ckpt = Checkpoint::open(&staged).unwrap();
+    let restored = ckpt
+        .load_model(Large {
+            layer: LinearConfig::new(4096, 4096).init(&device()),
+        })
+        .unwrap();
+    assert_eq!(
+        restored.layer.weight.val().into_data(),
+        model.layer.weight.val().into_data()
+    );
+    ckpt.load_optimizer(optimizer()).unwrap();
+    // Through the manager as well, with no scratch file left.
+    let manager = CheckpointManager::new(dir.path().join("managed")).unwrap();
+    let saved = manager.save(state(&model, &optim, &sched, 3)).unwrap();
+    assert_eq!(everything(&saved), everything(&one_pass));
+    assert_eq!(common::scratch_files(&dir.path().join("managed")), 0);
 }

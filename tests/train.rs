@@ -459,3 +459,79 @@ fn bpk_inspects_and_verifies_the_checkpoints() {
     // header and metadata is noticed.
     common::assert_written_here("PackCheckpointer", &std::fs::read(&path).unwrap());
 }
+
+/// Parts large enough to go to the epoch's file as they arrive (a 64 MiB model, Adam's 128
+/// MiB of moments) make, in any order of arrival, the checkpoint the small-part path makes.
+#[test]
+fn large_parts_are_written_as_they_arrive_in_any_order() {
+    use burn::optim::GradientsParams;
+    use burn::train::checkpoint::Checkpointer;
+
+    #[derive(Module, Debug)]
+    struct Large {
+        layer: Linear,
+    }
+    let device = device();
+    let mut model = Large {
+        layer: LinearConfig::new(4096, 4096).init(&device),
+    };
+    let mut optim = AdamConfig::new().init();
+    let mut sched = ExponentialLrSchedulerConfig::new(1e-3, 0.5).init().unwrap();
+    let x = Tensor::<2>::ones([1, 4096], &device);
+    let grads = GradientsParams::from_grads(model.layer.forward(x).mean().backward(), &model);
+    model = optim.step(sched.step(), model, grads);
+
+    let dir = tempfile::tempdir().unwrap();
+    let pack = PackCheckpointer::new(dir.path()).unwrap();
+    let orders: [[u8; 3]; 3] = [[0, 1, 2], [2, 1, 0], [1, 2, 0]];
+    for (epoch, order) in orders.iter().enumerate() {
+        let epoch = epoch + 1;
+        for (k, part) in order.iter().enumerate() {
+            if k > 0 {
+                assert_eq!(
+                    pack.latest_epoch().unwrap(),
+                    (epoch > 1).then_some(epoch - 1),
+                    "nothing visible before the third part"
+                );
+            }
+            match part {
+                0 => pack.save(epoch, model.clone().into_record()).unwrap(),
+                1 => pack.save(epoch, optim.to_record()).unwrap(),
+                _ => pack.save(epoch, sched.to_record()).unwrap(),
+            }
+        }
+        assert_eq!(pack.latest_epoch().unwrap(), Some(epoch));
+    }
+    let contents = |epoch: usize| {
+        let reader = burnpack::read::Reader::open(pack.path_for(epoch)).unwrap();
+        assert_eq!(reader.verify_all().unwrap(), reader.tensors().len());
+        assert!(reader.metadata().contains_key("burnpack.padding"));
+        let mut tensors: Vec<(String, Vec<u8>)> = reader
+            .tensors()
+            .iter()
+            .map(|t| (t.name().to_string(), reader.read(t).unwrap().to_vec()))
+            .collect();
+        tensors.sort();
+        let scalars: Vec<(String, String)> = reader
+            .scalars()
+            .iter()
+            .filter(|(k, _)| k.as_str() != "progress.epoch")
+            .map(|(k, v)| (k.clone(), format!("{v:?}")))
+            .collect();
+        (tensors, scalars)
+    };
+    let first = contents(1);
+    assert_eq!(contents(2), first);
+    assert_eq!(contents(3), first);
+    // Each record restores as Burn wrote it.
+    let restored = Large {
+        layer: LinearConfig::new(4096, 4096).init(&device),
+    }
+    .load_record(Checkpointer::<burn::store::ModuleRecord>::restore(&pack, 3).unwrap());
+    assert_eq!(
+        restored.layer.weight.val().into_data(),
+        model.layer.weight.val().into_data()
+    );
+    let _: burn::optim::OptimizerRecord = Checkpointer::restore(&pack, 2).unwrap();
+    assert_eq!(common::scratch_files(dir.path()), 0);
+}
