@@ -58,9 +58,9 @@ fn main() {
     let grads = GradientsParams::from_grads(loss.backward(), &model);
     model = optim.step(sched.step(), model, grads);
 
-    let manager = CheckpointManager::new(dir.path().join("managed"))
-        .unwrap()
-        .keep_last(1);
+    // Every contender writes into `out`, a fresh directory each run, removed after it (untimed):
+    // no save pays for replacing or deleting the files of an earlier one.
+    let out = dir.path().join("out");
     // burn-train's own path, as `LearningCheckpointer::checkpoint` takes it: the three records
     // on the training thread, each handed to its `AsyncCheckpointer` thread; the whole save
     // ends when the three threads are done (dropping an `AsyncCheckpointer` joins it).
@@ -79,8 +79,8 @@ fn main() {
         drop((m, o, s));
         stall
     };
-    let train_dir = dir.path().join("burn-train");
-    let pack_dir = dir.path().join("pack-checkpointer");
+    let train_dir = out.join("burn-train");
+    let pack_dir = out.join("pack-checkpointer");
     // A model of the checkpoint's size, for the reference row below.
     let same_bytes = Stack {
         layers: (0..192)
@@ -99,14 +99,30 @@ fn main() {
             let state = TrainingState::new(&model, Progress::new(0, run))
                 .optimizer(&optim)
                 .scheduler(sched.to_record());
-            state.save(dir.path().join("sync.bpk")).unwrap();
+            state.save(out.join("sync.bpk")).unwrap();
+            start.elapsed()
+        }),
+    ));
+    contenders.push((
+        "burnpack, synchronous, one pass (into_writer + write_to_file)",
+        Box::new(|run| {
+            let start = Instant::now();
+            let state = TrainingState::new(&model, Progress::new(0, run))
+                .optimizer(&optim)
+                .scheduler(sched.to_record());
+            state
+                .into_writer()
+                .unwrap()
+                .write_to_file(out.join("one-pass.bpk"))
+                .unwrap();
             start.elapsed()
         }),
     ));
     contenders.push((
         "burnpack, AsyncSaver (one file)",
         Box::new(|run| {
-            let mut saver = AsyncSaver::new(manager.clone(), WhenBusy::Wait);
+            let manager = CheckpointManager::new(out.join("managed")).unwrap();
+            let mut saver = AsyncSaver::new(manager, WhenBusy::Wait);
             let start = Instant::now();
             let state = TrainingState::new(&model, Progress::new(0, run))
                 .optimizer(&optim)
@@ -120,7 +136,6 @@ fn main() {
     contenders.push((
         "burn-train default checkpointers (FileCheckpointer x3: 3 files)",
         Box::new(|run| {
-            let _ = std::fs::remove_dir_all(&train_dir);
             let checkpointers = (
                 AsyncCheckpointer::new(FileCheckpointer::new(&train_dir, "model")),
                 AsyncCheckpointer::new(FileCheckpointer::new(&train_dir, "optim")),
@@ -132,7 +147,6 @@ fn main() {
     contenders.push((
         "burnpack PackCheckpointer in burn-train (one file)",
         Box::new(|run| {
-            let _ = std::fs::remove_dir_all(&pack_dir);
             let pack = PackCheckpointer::new(&pack_dir).unwrap();
             let checkpointers = (
                 AsyncCheckpointer::new(pack.clone()),
@@ -144,16 +158,16 @@ fn main() {
     ));
     contenders.push((
         "Burn, synchronous (save_file + optimizer + scheduler files)",
-        Box::new(|run| {
+        Box::new(|_| {
             let start = Instant::now();
             model
                 .clone()
-                .save_file(dir.path().join(format!("m-{run}.bpk")))
+                .save_file(out.join("m.bpk"))
                 .unwrap();
-            optim.save(dir.path().join(format!("o-{run}.bpk"))).unwrap();
+            optim.save(out.join("o.bpk")).unwrap();
             sched
                 .to_record()
-                .save(dir.path().join(format!("s-{run}.bpk")))
+                .save(out.join("s.bpk"))
                 .unwrap();
             start.elapsed()
         }),
@@ -165,7 +179,7 @@ fn main() {
         "reference: save_pack of a 768 MiB model (same bytes, one file)",
         Box::new(|_| {
             let start = Instant::now();
-            same_bytes.save_pack(dir.path().join("same.bpk")).unwrap();
+            same_bytes.save_pack(out.join("same.bpk")).unwrap();
             start.elapsed()
         }),
     ));
@@ -175,16 +189,22 @@ fn main() {
         return;
     }
 
+    // `BURNPACK_BENCH_ONLY=a,b`: only the contenders whose label contains one of these.
+    if let Ok(only) = std::env::var("BURNPACK_BENCH_ONLY") {
+        contenders.retain(|(who, _)| only.split(',').any(|o| who.contains(o)));
+    }
     // Interleaved: each round runs every contender, starting one further along.
     let n = contenders.len();
     let mut samples: Vec<(Vec<Duration>, Vec<Duration>)> = vec![(Vec::new(), Vec::new()); n];
     for run in 0..runs {
         for k in 0..n {
             let i = (run + k) % n;
+            std::fs::create_dir_all(&out).unwrap();
             let start = Instant::now();
             let stall = (contenders[i].1)(run as u64);
             samples[i].0.push(stall);
             samples[i].1.push(start.elapsed());
+            std::fs::remove_dir_all(&out).unwrap();
         }
     }
     let cell = |v: &[Duration]| format!("{} ms", common::spread(v));
