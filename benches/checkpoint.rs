@@ -1,7 +1,10 @@
-//! Checkpoint stall benchmark: how long the training thread is blocked by a checkpoint of a
-//! 256 MiB model with Adam state (768 MiB in all), side by side in one run:
+//! Checkpoint benchmark: how long the training thread is blocked by a checkpoint of a 256 MiB
+//! (or 1 GiB) model with Adam state (768 MiB, 3 GiB in all), and how long the whole save takes,
+//! side by side in one run:
 //!
-//! - burnpack synchronous save (`TrainingState::save`: the whole write, atomic + fsync);
+//! - burnpack synchronous save (`TrainingState::save`: the whole write, atomic + fsync; the
+//!   model goes to the file while the optimizer's record is serialized), and the same state
+//!   written in one pass (`into_writer` + `write_to_file`);
 //! - burnpack asynchronous save (`AsyncSaver::save` returns after the hand-over);
 //! - Burn's records on the training thread, then a background write: `Module::into_record`,
 //!   `ModuleOptimizer::to_record`, `LrScheduler::to_record` — what burn-train's
@@ -11,10 +14,17 @@
 //! - Burn's three files written synchronously (`save_file`, `ModuleOptimizer::save`,
 //!   `LrSchedulerRecord::save`).
 //!
-//! Contenders run interleaved (each round starts one further along); rows give the median and
-//! the range over rounds.
+//! - the reference: `save_pack` of a model of the checkpoint's size (same bytes, one file,
+//!   atomic + fsync).
 //!
-//! `cargo bench --features train --bench checkpoint` (env `BURNPACK_BENCH_RUNS`, default 5; `BURNPACK_BENCH_DIR`).
+//! Contenders run interleaved (each round starts one further along), each writing into a fresh
+//! directory that is removed, untimed, after it; rows give the median and the range over
+//! rounds. `BURNPACK_BENCH_PHASES=1` prints instead where a synchronous checkpoint's time goes,
+//! phase by phase (wall, CPU of every thread, resident growth: the copies).
+//!
+//! `cargo bench --features train --bench checkpoint` (env `BURNPACK_BENCH_RUNS`, default 5;
+//! `BURNPACK_BENCH_SIZE`, `256m` (default) or `1g`; `BURNPACK_BENCH_ONLY`, contenders whose
+//! label contains one of these comma-separated words; `BURNPACK_BENCH_DIR`).
 
 mod common;
 
@@ -43,9 +53,16 @@ fn main() {
     let dir = common::bench_dir();
     let device = Device::flex().autodiff();
 
-    // 64 layers of 1024x1024 f32 = 256 MiB; one Adam step creates two moments per parameter.
+    // 64 (256) layers of 1024x1024 f32 = 256 MiB (1 GiB); one Adam step creates two moments
+    // per parameter.
+    let size = std::env::var("BURNPACK_BENCH_SIZE").unwrap_or_else(|_| "256m".into());
+    let layers = match size.as_str() {
+        "256m" => 64,
+        "1g" => 256,
+        other => panic!("BURNPACK_BENCH_SIZE: 256m or 1g, not {other}"),
+    };
     let mut model = Stack {
-        layers: (0..64)
+        layers: (0..layers)
             .map(|_| LinearConfig::new(1024, 1024).init(&device))
             .collect(),
     };
@@ -83,7 +100,7 @@ fn main() {
     let pack_dir = out.join("pack-checkpointer");
     // A model of the checkpoint's size, for the reference row below.
     let same_bytes = Stack {
-        layers: (0..192)
+        layers: (0..3 * layers)
             .map(|_| LinearConfig::new(1024, 1024).init(&device))
             .collect(),
     };
@@ -160,15 +177,9 @@ fn main() {
         "Burn, synchronous (save_file + optimizer + scheduler files)",
         Box::new(|_| {
             let start = Instant::now();
-            model
-                .clone()
-                .save_file(out.join("m.bpk"))
-                .unwrap();
+            model.clone().save_file(out.join("m.bpk")).unwrap();
             optim.save(out.join("o.bpk")).unwrap();
-            sched
-                .to_record()
-                .save(out.join("s.bpk"))
-                .unwrap();
+            sched.to_record().save(out.join("s.bpk")).unwrap();
             start.elapsed()
         }),
     ));
@@ -176,7 +187,7 @@ fn main() {
     // The reference of a checkpoint's cost: `save_pack` of a model of the same number of
     // bytes (768 MiB: three times the layers), atomic and fsynced like the checkpoint.
     contenders.push((
-        "reference: save_pack of a 768 MiB model (same bytes, one file)",
+        "reference: save_pack of a model of the same bytes (one file)",
         Box::new(|_| {
             let start = Instant::now();
             same_bytes.save_pack(out.join("same.bpk")).unwrap();
@@ -208,9 +219,12 @@ fn main() {
         }
     }
     let cell = |v: &[Duration]| format!("{} ms", common::spread(v));
-    println!(
-        "\n256 MiB f32 model + Adam state (768 MiB), {runs} interleaved rounds: median (min-max)\n"
-    );
+    let label = if layers == 64 {
+        "256 MiB f32 model + Adam state (768 MiB)"
+    } else {
+        "1 GiB f32 model + Adam state (3 GiB)"
+    };
+    println!("\n{label}, {runs} interleaved rounds: median (min-max)\n");
     println!("| checkpoint | training thread blocked | whole save |");
     println!("|---|---:|---:|");
     for ((who, _), (stalls, totals)) in contenders.iter().zip(&samples) {
@@ -244,7 +258,13 @@ fn phases(
             common::warm_memory(dir, 3 * (768 << 20));
         }
         let mut marks = Vec::new();
-        let mark = || (Instant::now(), common::cpu_time(), common::resident_kib() as i64);
+        let mark = || {
+            (
+                Instant::now(),
+                common::cpu_time(),
+                common::resident_kib() as i64,
+            )
+        };
         marks.push(mark());
         let entries = model.pack_entries().unwrap();
         marks.push(mark());
@@ -261,12 +281,16 @@ fn phases(
         let mut all = entries;
         for (r, prefix) in [(&reader, "optim."), (&sched_reader, "scheduler.")] {
             for info in r.tensors_by_position() {
-                all.push(burnpack::Entry::from_stored(info, r.read(info).unwrap()).prefixed(prefix));
+                all.push(
+                    burnpack::Entry::from_stored(info, r.read(info).unwrap()).prefixed(prefix),
+                );
             }
         }
         let writer = burnpack::Writer::new(all);
         marks.push(mark());
-        writer.write_to_file(dir.join(format!("phases-{run}.bpk"))).unwrap();
+        writer
+            .write_to_file(dir.join(format!("phases-{run}.bpk")))
+            .unwrap();
         marks.push(mark());
         for (i, w) in marks.windows(2).enumerate() {
             samples[i].push((w[1].0 - w[0].0, w[1].1 - w[0].1, w[1].2 - w[0].2));
@@ -274,7 +298,7 @@ fn phases(
         drop((reader, sched_reader));
         let _ = std::fs::remove_file(dir.join(format!("phases-{run}.bpk")));
     }
-    println!("\nWhere a synchronous checkpoint's time goes (768 MiB), {runs} rounds: median (min-max)\n");
+    println!("\nWhere a synchronous checkpoint's time goes, {runs} rounds: median (min-max)\n");
     println!("| phase | wall, ms | CPU, ms | resident growth, MiB |");
     println!("|---|---:|---:|---:|");
     for (name, s) in names.iter().zip(&samples) {

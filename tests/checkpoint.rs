@@ -1014,7 +1014,11 @@ fn a_prepared_state_is_the_state_of_its_step_while_training_goes_on() {
     // Training goes on: new parameters, new moments, the scheduler moves.
     let later = train(model, &mut optim, &mut sched, SAVE_AT..STEPS);
     let handed = dir.path().join("handed.bpk");
-    prepared.into_writer().unwrap().write_to_file(&handed).unwrap();
+    prepared
+        .into_writer()
+        .unwrap()
+        .write_to_file(&handed)
+        .unwrap();
     assert_same_run(&now, &handed);
     // And the training that went on is not the saved state.
     let after = dir.path().join("after.bpk");

@@ -191,7 +191,11 @@ struct Records {
 }
 
 /// Entries, scalars and metadata of a checkpoint's parts besides the model.
-type Parts = (Vec<Entry>, BTreeMap<String, Scalar>, BTreeMap<String, String>);
+type Parts = (
+    Vec<Entry>,
+    BTreeMap<String, Scalar>,
+    BTreeMap<String, String>,
+);
 
 impl Records {
     /// The records serialized by Burn (`into_bytes`), their tensors as windows into those

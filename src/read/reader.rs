@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 
 use burn::tensor::{AllocationProperty, Bytes};
 
@@ -124,7 +125,7 @@ impl ReadOptions {
             // The caller's side of the mapping's contract is documented on this function and
             // on `Reader::open`.
             ReadMode::Mmap => Source::Memory(map_file(&file).map_err(io("map"))?),
-            ReadMode::Buffered => Source::Buffered(file),
+            ReadMode::Buffered => Source::Buffered(file, AtomicU64::new(0)),
         };
         Ok(Reader {
             file: name,

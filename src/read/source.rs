@@ -1,6 +1,7 @@
 //! Where a reader's bytes come from: a memory map, bytes in memory, or a file read on demand.
 
 use std::fs::File;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use burn::tensor::{AllocationProperty, Bytes};
 
@@ -58,8 +59,9 @@ pub(crate) enum Source {
     /// The whole file or buffer as one view-capable [`Bytes`] (a mapping, `File` property; or
     /// the caller's bytes). Tensors are windows into it.
     Memory(Bytes),
-    /// An open file read with positional reads, one tensor at a time.
-    Buffered(File),
+    /// An open file read with positional reads, one tensor at a time, and how far the kernel
+    /// was already asked to read ahead.
+    Buffered(File, AtomicU64),
 }
 
 impl Source {
@@ -84,10 +86,15 @@ impl Source {
                     })
                 }
             }
-            Source::Buffered(file) => {
+            Source::Buffered(file, requested) => {
                 // This tensor and what follows it (loads go through a file in order) are
-                // requested at once: a cold file is then read at the disk's speed.
-                crate::platform::will_need(file, start, len as u64 + READ_AHEAD);
+                // requested at once, in large requests: a cold file is then read at the disk's
+                // speed. Small tensors inside a range already requested ask nothing more.
+                let end = start + len as u64;
+                if end > requested.load(Ordering::Relaxed) {
+                    crate::platform::will_need(file, start, len as u64 + READ_AHEAD);
+                    requested.fetch_max(end + READ_AHEAD, Ordering::Relaxed);
+                }
                 aligned_bytes(len, |out| crate::platform::read_exact_at(file, out, start))
             }
         }
@@ -108,7 +115,7 @@ impl Source {
                     align,
                 })
             }
-            Source::Buffered(_) => Some(CopyReason::Buffered),
+            Source::Buffered(..) => Some(CopyReason::Buffered),
         }
     }
 }

@@ -73,8 +73,8 @@ use crate::checkpoint::{
     PROGRESS_PREFIX, SCHEDULER_PREFIX, absorb_reader, assemble, head,
 };
 use crate::format::Scalar;
-use crate::module::SaveOptions;
 use crate::format::TensorInfo;
+use crate::module::SaveOptions;
 use crate::read::Reader;
 use crate::write::staged::Staged;
 
@@ -387,7 +387,8 @@ impl PackCheckpointer {
                 staged.finish(&metadata, &scalars)?;
             }
             None => {
-                assemble(&options, entries, scalars, metadata).write_to_file(self.path_for(epoch))?;
+                assemble(&options, entries, scalars, metadata)
+                    .write_to_file(self.path_for(epoch))?;
             }
         }
         assembly.held.clear();

@@ -12,7 +12,10 @@ type Provider = Box<dyn FnOnce() -> Result<Bytes, ProviderError> + Send + 'stati
 pub(crate) enum Source {
     Resident(Bytes),
     Lent(Lent),
-    Deferred { len: u64, provider: Provider },
+    Deferred {
+        len: u64,
+        provider: Provider,
+    },
     /// Already in the file (a staged write's earlier stage): only the length is left.
     Written(u64),
 }

@@ -184,7 +184,9 @@ mod tests {
     use crate::write::{Entry, WriteMode, Writer};
 
     fn entry(name: &str, len: usize, seed: u8) -> Entry {
-        let bytes: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
+        let bytes: Vec<u8> = (0..len)
+            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+            .collect();
         Entry::resident(name, DType::U8, vec![len], Bytes::from_bytes_vec(bytes))
             .with_param_id(u64::from(seed))
     }
@@ -193,7 +195,11 @@ mod tests {
     /// with a deferred one.
     fn stages() -> (Vec<Entry>, Vec<Entry>) {
         (
-            vec![entry("z.first", 1000, 1), entry("a.second", 3, 2), entry("m.empty", 0, 3)],
+            vec![
+                entry("z.first", 1000, 1),
+                entry("a.second", 3, 2),
+                entry("m.empty", 0, 3),
+            ],
             vec![
                 entry("b.third", 70_000, 4),
                 Entry::deferred("c.fourth", DType::U8, vec![5], 5, || {
@@ -265,7 +271,11 @@ mod tests {
             let reader = check(staged(reserve, WriteOptions::new()), true);
             let data_start = reader.tensors_by_position().next().unwrap().offset();
             assert_eq!(data_start, reserve.div_ceil(256) * 256, "reserve {reserve}");
-            assert!(reader.metadata().contains_key(super::super::plan::PADDING_KEY));
+            assert!(
+                reader
+                    .metadata()
+                    .contains_key(super::super::plan::PADDING_KEY)
+            );
         }
     }
 
@@ -273,14 +283,21 @@ mod tests {
     fn a_short_reservation_moves_the_data_and_zeroes_what_it_left() {
         // 11 bytes: nothing fits, the data moves behind the real head.
         let reader = check(staged(11, WriteOptions::new()), true);
-        assert!(!reader.metadata().contains_key(super::super::plan::PADDING_KEY));
+        assert!(
+            !reader
+                .metadata()
+                .contains_key(super::super::plan::PADDING_KEY)
+        );
     }
 
     #[test]
     fn without_checksums_and_in_place() {
         check(staged(4096, WriteOptions::new().checksums(false)), false);
         check(staged(11, WriteOptions::new().checksums(false)), false);
-        check(staged(4096, WriteOptions::new().mode(WriteMode::InPlace)), true);
+        check(
+            staged(4096, WriteOptions::new().mode(WriteMode::InPlace)),
+            true,
+        );
     }
 
     #[test]

@@ -363,7 +363,13 @@ impl Writer {
             .map_err(|e| WriteError::io("size", target.path(), e))?;
         let sums = Checksums::new(&plan);
         let jobs = batches(self.entries, plan.slots(), |i| plan.rank(i));
-        write_slots(jobs, plan.total_size(), &target, self.options.threads, &sums)?;
+        write_slots(
+            jobs,
+            plan.total_size(),
+            &target,
+            self.options.threads,
+            &sums,
+        )?;
         // The head goes last: it carries the checksums of what was just written.
         write_all_at(target.file(), &plan.seal(&sums.values()), 0)
             .map_err(|e| WriteError::io("write", target.path(), e))?;
@@ -467,7 +473,8 @@ pub(crate) fn write_slots(
     sums: &Checksums,
 ) -> Result<(), WriteError> {
     let (file, path) = (target.file(), target.path());
-    let sequential = total < PIPELINE_BYTES && !jobs.iter().flatten().any(|(e, ..)| e.is_deferred());
+    let sequential =
+        total < PIPELINE_BYTES && !jobs.iter().flatten().any(|(e, ..)| e.is_deferred());
     let write = |chunk: &Chunk| {
         chunk.write(file).map_err(|source| WriteError::Io {
             action: "write",
