@@ -177,9 +177,9 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
             }
             (meter, start.elapsed())
         }
-        "load" | "load-read" | "load-read-cold" => {
+        "load" | "load-read" | "load-cold" | "load-read-cold" => {
             let target = model(size, &device);
-            if op == "load-read-cold" {
+            if op.ends_with("-cold") {
                 common::evict_dir(dir);
             }
             let meter = common::Meter::start();
@@ -286,7 +286,7 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                     let meter = common::Meter::start();
                     let start = Instant::now();
                     let loaded = target.map(&mut ApiLoad(buffer));
-                    if op == "load-read" {
+                    if op.starts_with("load-read") {
                         std::hint::black_box(read_all(&loaded));
                     }
                     meter.report(start.elapsed());
@@ -303,7 +303,7 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                 }
                 _ => panic!("{who}"),
             };
-            if op == "load-read" {
+            if op.starts_with("load-read") {
                 std::hint::black_box(read_all(&loaded));
             }
             (meter, start.elapsed())
@@ -365,7 +365,7 @@ fn main() {
             "emb" => format!("{} MiB f32, one 98 MiB tensor", bytes >> 20),
             _ => format!("{} MiB f32", bytes >> 20),
         };
-        let plan: [(&str, &[&str]); 4] = [
+        let plan: [(&str, &[&str]); 5] = [
             (
                 "save",
                 &[
@@ -407,6 +407,15 @@ fn main() {
                     "safetensors-pytorch",
                     "pack-store-pytorch",
                     "safetensors-store-pytorch",
+                ],
+            ),
+            (
+                "load-cold",
+                &[
+                    "sequential-read",
+                    "burnpack-buffered",
+                    "burnpack",
+                    "burn-load-file",
                 ],
             ),
             (
@@ -468,7 +477,8 @@ fn main() {
                     .unwrap();
                 let op_label = match (op, *who) {
                     ("load-read", "in-memory") => "read all params",
-                    ("load-read-cold", "sequential-read") => "cold: read the file (8 MiB reads)",
+                    (_, "sequential-read") => "cold: read the file (8 MiB reads)",
+                    ("load-cold", _) => "cold: load",
                     ("load-read-cold", _) => "cold: load + read all params",
                     ("load-read", _) => "load + read all params",
                     (op, _) => op,
