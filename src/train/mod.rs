@@ -4,13 +4,17 @@
 //! burn-train hands the model, optimizer and scheduler records of an epoch to three
 //! checkpointers, each on its own thread ([`AsyncCheckpointer`](burn::train::checkpoint::AsyncCheckpointer)).
 //! A [`PackCheckpointer`] is one value shared by the three: each record is validated as it
-//! arrives and held (as the burnpack bytes Burn serialized it to) until the epoch's three parts
-//! are there; the thread that brings the last one writes them as one checkpoint
-//! (`ckpt-00000000000000000001.bpk` for epoch 1: the epoch zero-padded to 20 digits, the
-//! width of any `u64`, so that names sort in epoch order; the layout of
-//! [`checkpoint`](crate::checkpoint)), atomically: scratch
-//! file, fsync, rename, directory fsync. A file is therefore visible only complete and durable,
-//! and the tensors go from Burn's record bytes to the file without another copy.
+//! arrives (as the burnpack bytes Burn serializes it to). A part of at least 64 MiB of tensors
+//! goes to the epoch's scratch file at once, on its own thread, while the other parts are still
+//! being serialized (room for the head is reserved up front and filled with a
+//! `burnpack.padding` metadata entry); smaller parts are held until a large one opens the file
+//! or the epoch completes. The thread that brings the last part writes the head and publishes
+//! the one checkpoint (`ckpt-00000000000000000001.bpk` for epoch 1: the epoch zero-padded to 20
+//! digits, the width of any `u64`, so that names sort in epoch order; the layout of
+//! [`checkpoint`](crate::checkpoint)), atomically: fsync, rename, directory fsync. A file is
+//! therefore visible only complete and durable, and the tensors go from Burn's record bytes to
+//! the file without another copy. A part that fails to write removes the scratch file, and the
+//! epoch's other parts are refused with an error saying so.
 //!
 //! `delete` follows burn-train's checkpointing strategy: the file of an epoch is removed once
 //! all three of its parts were deleted. `restore` serves each record from that file. The files
