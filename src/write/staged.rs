@@ -148,6 +148,15 @@ impl Staged {
     /// are zeroed.
     fn relocate(&self, to: u64) -> Result<(), WriteError> {
         let (file, path) = (self.target.file(), self.target.path());
+        // The head only ever needs more room than was reserved: a plan whose data section
+        // starts before the reserved start leaves room for the padding (see
+        // `Plan::with_data_start`), so the data never moves back.
+        if to <= self.data_start {
+            return Err(WriteError::Layout(format!(
+                "the head cannot be fitted in front of the data at {} (it ends before {to})",
+                self.data_start
+            )));
+        }
         let io = |e| WriteError::io("move the data of", path, e);
         let mut buffer = vec![0u8; (8 << 20).min(usize::try_from(self.next).unwrap_or(8 << 20))];
         let mut end = self.next;
