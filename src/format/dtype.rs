@@ -74,7 +74,7 @@ pub fn element_align(dtype: DType) -> usize {
 /// ```
 #[must_use]
 pub fn checksum(bytes: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(bytes)
+    twox_hash::XxHash3_64::oneshot(bytes)
 }
 
 /// The checksum of a file's header and metadata that burnpack stores in the last 8 bytes of the
@@ -89,10 +89,11 @@ pub fn checksum(bytes: &[u8]) -> u64 {
 /// ```
 #[must_use]
 pub fn metadata_checksum(header: &[u8], covered_metadata: &[u8]) -> u64 {
-    let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
-    hasher.update(header);
-    hasher.update(covered_metadata);
-    hasher.digest()
+    use std::hash::Hasher;
+    let mut hasher = twox_hash::XxHash3_64::default();
+    hasher.write(header);
+    hasher.write(covered_metadata);
+    hasher.finish()
 }
 
 /// The accessors of a tensor's description (`name`, `dtype`, `shape`, `param_id`), for every

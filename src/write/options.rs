@@ -68,8 +68,10 @@ impl WriteOptions {
         self
     }
 
-    /// Number of producer threads (default: rayon's global pool size), which materialize and
-    /// checksum entries for the one writer thread. Each holds at most one chunk (an entry, or
+    /// Number of producer threads, which materialize and checksum entries for the one writer
+    /// thread of a file or stream (default: one fewer than rayon's global pool size, at least
+    /// one, since the writer thread keeps a core busy; a buffer, which has no writer thread,
+    /// gets the whole pool). Each holds at most one chunk (an entry, or
     /// neighbouring entries under 1 MiB together) at a time, and takes the next only once the
     /// writer is done with it: at most `threads` produced chunks exist at once.
     #[must_use]
