@@ -105,6 +105,12 @@ fn main() {
             .collect(),
     };
     common::read_all(&same_bytes);
+    // The state every burnpack contender saves: the model, Adam's state, the scheduler.
+    let state = |run| {
+        TrainingState::new(&model, Progress::new(0, run))
+            .optimizer(&optim)
+            .scheduler(sched.to_record())
+    };
     // Each contender returns how long the training thread was blocked; the whole save is
     // timed around it (every file written and synced where the contender syncs).
     type Contender<'a> = (&'static str, Box<dyn FnMut(u64) -> Duration + 'a>);
@@ -113,9 +119,7 @@ fn main() {
         "burnpack, synchronous (one file)",
         Box::new(|run| {
             let start = Instant::now();
-            let state = TrainingState::new(&model, Progress::new(0, run))
-                .optimizer(&optim)
-                .scheduler(sched.to_record());
+            let state = state(run);
             state.save(out.join("sync.bpk")).unwrap();
             start.elapsed()
         }),
@@ -124,9 +128,7 @@ fn main() {
         "burnpack, synchronous, one pass (into_writer + write_to_file)",
         Box::new(|run| {
             let start = Instant::now();
-            let state = TrainingState::new(&model, Progress::new(0, run))
-                .optimizer(&optim)
-                .scheduler(sched.to_record());
+            let state = state(run);
             state
                 .into_writer()
                 .unwrap()
@@ -141,9 +143,7 @@ fn main() {
             let manager = CheckpointManager::new(out.join("managed")).unwrap();
             let mut saver = AsyncSaver::new(manager, WhenBusy::Wait);
             let start = Instant::now();
-            let state = TrainingState::new(&model, Progress::new(0, run))
-                .optimizer(&optim)
-                .scheduler(sched.to_record());
+            let state = state(run);
             saver.save(state).unwrap();
             let stall = start.elapsed();
             saver.wait().unwrap();

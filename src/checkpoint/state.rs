@@ -15,7 +15,7 @@ use super::namespace::{
 use super::progress::Progress;
 use crate::format::Scalar;
 use crate::module::{PackModule, SaveOptions};
-use crate::write::staged::Staged;
+use crate::write::staged::{STAGED_BYTES, Staged};
 use crate::write::{Entry, Writer};
 
 /// What a checkpoint saves: the model, optionally the optimizer and the scheduler record, and
@@ -160,7 +160,8 @@ impl PreparedState {
             .sum::<u64>()
             + 64 * (options.scalars.len() as u64 + 8)
             + 4096;
-        let reserve = Staged::estimate(&entries, 3 * entries.len(), extra);
+        let known = entries.iter().map(|e| (e.name().len(), e.shape().len()));
+        let reserve = Staged::estimate(known, 3 * entries.len(), extra);
         let mut staged = Staged::create(path.as_ref(), options.write, reserve)?;
         let (model, parts) = std::thread::scope(|scope| {
             let serializer = scope.spawn(move || records.serialize());
@@ -177,10 +178,6 @@ impl PreparedState {
         Ok(staged.finish(&metadata, &scalars)?)
     }
 }
-
-/// Model size from which [`PreparedState::write_to_file`] writes the model while the
-/// optimizer's record is serialized (below it, one pass costs less than a thread).
-const STAGED_BYTES: u64 = 64 << 20;
 
 /// What a checkpoint holds besides the model, as handed over: the optimizer (a clone), the
 /// scheduler's record, the progress.

@@ -80,7 +80,7 @@ use crate::format::Scalar;
 use crate::format::TensorInfo;
 use crate::module::SaveOptions;
 use crate::read::Reader;
-use crate::write::staged::Staged;
+use crate::write::staged::{STAGED_BYTES, Staged};
 
 /// One of the three records burn-train checkpoints each epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,9 +159,6 @@ struct Assembly {
     /// Why an earlier part's write failed (the epoch's file is gone).
     failed: Option<String>,
 }
-
-/// Tensor bytes from which a part goes to the epoch's file as it arrives.
-const STAGED_BYTES: u64 = 64 << 20;
 
 fn prefix(part: Part) -> &'static str {
     match part {
@@ -326,20 +323,30 @@ impl PackCheckpointer {
         if assembly.staged.is_none() && tensor_bytes(&reader) >= STAGED_BYTES {
             // Room for the head: every name known so far, three more tensors per tensor for
             // parts not here yet (Adam's moments and scalars per parameter), the metadata.
-            let mut known = Vec::new();
-            let mut extra = 4096;
-            for r in assembly.held.iter().map(|(_, r)| r).chain([&reader]) {
-                let mut scalars = BTreeMap::new();
-                let mut metadata = BTreeMap::new();
-                absorb_reader(r, "optim.", &mut known, &mut scalars, &mut metadata)?;
-                extra += 64 * scalars.len() as u64
-                    + metadata
-                        .iter()
-                        .map(|(k, v)| (k.len() + v.len() + 16) as u64)
-                        .sum::<u64>();
-            }
-            let reserve = Staged::estimate(&known, 3 * known.len() + 64, 4 * extra);
-            drop(known);
+            let parts: Vec<&Reader> = assembly
+                .held
+                .iter()
+                .map(|(_, r)| r)
+                .chain([&reader])
+                .collect();
+            let known: Vec<(usize, usize)> = parts
+                .iter()
+                .flat_map(|r| r.tensors().iter())
+                .map(|t| (t.name().len() + OPTIM_PREFIX.len(), t.shape().len()))
+                .collect();
+            let extra: u64 = 4096
+                + parts
+                    .iter()
+                    .map(|r| {
+                        64 * r.scalars().len() as u64
+                            + r.metadata()
+                                .iter()
+                                .map(|(k, v)| (k.len() + v.len() + 16) as u64)
+                                .sum::<u64>()
+                    })
+                    .sum::<u64>();
+            let more = 3 * known.len() + 64;
+            let reserve = Staged::estimate(known.into_iter(), more, 4 * extra);
             let options = self.options.clone().overwrite(true);
             assembly.staged = Some(Staged::create(
                 &self.path_for(epoch),

@@ -98,8 +98,7 @@ pub(super) fn pipeline(
     // By default one producer per core but the one the writer thread keeps busy: on two
     // cores, a second producer only takes turns with the writer (and spins in rayon while it
     // waits), for the same wall time and more CPU.
-    let workers =
-        threads.unwrap_or_else(|| rayon::current_num_threads().saturating_sub(1).max(1));
+    let workers = threads.unwrap_or_else(|| rayon::current_num_threads().saturating_sub(1).max(1));
     // Each chunk travels with the sender its producer waits on: the producer takes its next
     // job only once the sink is done with this chunk (and has dropped it), so at most
     // `workers` produced chunks exist at once, the one being written included.

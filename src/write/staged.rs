@@ -21,6 +21,10 @@ use super::writer::{Target, stamped, write_slots};
 use crate::format::{HEADER_SIZE, Scalar, align_up};
 use crate::platform::{read_exact_at, write_all_at};
 
+/// Tensor bytes from which a checkpoint part is written while the others are still being
+/// serialized (below it, one pass costs less than a thread).
+pub(crate) const STAGED_BYTES: u64 = 64 << 20;
+
 /// Head bytes reserved per tensor name byte and per tensor (descriptor, checksum) when the
 /// caller does not know the final head.
 const PER_TENSOR: u64 = 96;
@@ -61,19 +65,20 @@ impl Staged {
         })
     }
 
-    /// A generous estimate of the head of a pack holding `entries` and about `more` further
-    /// tensors whose names are not known yet, plus `extra` bytes of metadata and scalars.
-    pub(crate) fn estimate(entries: &[Entry], more: usize, extra: u64) -> u64 {
-        let known: u64 = entries
-            .iter()
-            .map(|e| e.name.len() as u64 + 8 * e.shape.len() as u64 + PER_TENSOR)
+    /// A generous estimate of the head of a pack holding the tensors `known` describes (each
+    /// as its name's length and its rank) and about `more` further tensors whose names are
+    /// not known yet, plus `extra` bytes of metadata and scalars.
+    pub(crate) fn estimate(
+        known: impl ExactSizeIterator<Item = (usize, usize)>,
+        more: usize,
+        extra: u64,
+    ) -> u64 {
+        let count = known.len() as u64;
+        let bytes: u64 = known
+            .map(|(name, rank)| name as u64 + 8 * rank as u64 + PER_TENSOR)
             .sum();
-        let average = if entries.is_empty() {
-            2 * PER_TENSOR
-        } else {
-            known / entries.len() as u64 + PER_TENSOR
-        };
-        HEADER_SIZE as u64 + 64 + known + average * more as u64 + extra
+        let average = bytes.checked_div(count).unwrap_or(PER_TENSOR) + PER_TENSOR;
+        HEADER_SIZE as u64 + 64 + bytes + average * more as u64 + extra
     }
 
     /// Writes `entries` after everything written so far (in parallel, as a [`Writer`]
