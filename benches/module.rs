@@ -1,4 +1,8 @@
-//! Module save/load benchmark, side by side with Burn 0.22 in one run.
+//! Module save/load benchmark, side by side with Burn 0.22 in one run. Operations: save, open
+//! (`Reader::open` alone), load, load + read every parameter, and the cold loads (every input
+//! file dropped from the page cache first) with and without reading, beside one pass of 8 MiB
+//! reads over the file. Save children first warm the memory the save needs
+//! (`common::warm_memory`; `BURNPACK_BENCH_COLD_MEMORY=1` leaves it out).
 //!
 //! `cargo bench --features store --bench module` prints a markdown table. Every measurement runs in a child
 //! process of this binary (one operation per child); the child resets its peak resident size
@@ -176,6 +180,16 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                 _ => panic!("{who}"),
             }
             (meter, start.elapsed())
+        }
+        "open" => {
+            // Opening alone: header, metadata decoded and validated, the tensor table.
+            let path = file(dir, size, "burnpack.bpk");
+            let meter = common::Meter::start();
+            let start = Instant::now();
+            let reader = burnpack::read::Reader::open(&path).unwrap();
+            let time = start.elapsed();
+            std::hint::black_box(reader);
+            (meter, time)
         }
         "load" | "load-read" | "load-cold" | "load-read-cold" => {
             let target = model(size, &device);
@@ -365,7 +379,7 @@ fn main() {
             "emb" => format!("{} MiB f32, one 98 MiB tensor", bytes >> 20),
             _ => format!("{} MiB f32", bytes >> 20),
         };
-        let plan: [(&str, &[&str]); 5] = [
+        let plan: [(&str, &[&str]); 6] = [
             (
                 "save",
                 &[
@@ -379,6 +393,7 @@ fn main() {
                     "safetensors-store",
                 ],
             ),
+            ("open", &["burnpack"]),
             (
                 "load",
                 &[
@@ -479,6 +494,7 @@ fn main() {
                     ("load-read", "in-memory") => "read all params",
                     (_, "sequential-read") => "cold: read the file (8 MiB reads)",
                     ("load-cold", _) => "cold: load",
+                    ("open", _) => "open (Reader::open)",
                     ("load-read-cold", _) => "cold: load + read all params",
                     ("load-read", _) => "load + read all params",
                     (op, _) => op,
