@@ -8,7 +8,8 @@
 use burn::tensor::{BoolStore, DType};
 use ciborium_ll::{Decoder, Header, simple};
 
-use super::metadata::{Descriptor, Metadata, Scalar};
+use super::metadata::{Metadata, Scalar};
+use super::table::{Dims, Row, Table};
 use crate::format::Limits;
 
 struct Cursor<'a> {
@@ -68,6 +69,15 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// A text head and its bytes, unvalidated: for matching against known ASCII keys, where
+    /// text that is not UTF-8 matches none of them (and is then refused as before).
+    fn key(&mut self) -> Option<&'a [u8]> {
+        match self.header()? {
+            Header::Text(Some(len)) => self.take(len),
+            _ => None,
+        }
+    }
+
     /// A definite map's length, if it is within `max` entries.
     fn map(&mut self, max: usize) -> Option<usize> {
         match self.header()? {
@@ -84,7 +94,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// A definite array of unsigned integers (at most `remaining` bytes' worth).
-    fn uints(&mut self) -> Option<Vec<u64>> {
+    fn uints(&mut self) -> Option<Dims<u64>> {
         let Header::Array(Some(len)) = self.header()? else {
             return None;
         };
@@ -97,7 +107,16 @@ impl<'a> Cursor<'a> {
 }
 
 /// The metadata and where its map ends.
+#[cfg(test)]
 pub(super) fn decode(bytes: &[u8], limits: &Limits) -> Option<(Metadata, usize)> {
+    let (table, mut meta, end) = decode_table(bytes, limits)?;
+    meta.tensors = table.into_pairs();
+    Some((meta, end))
+}
+
+/// The tensors as a [`Table`], the rest of the metadata (its `tensors` empty), and where the
+/// map ends.
+pub(super) fn decode_table(bytes: &[u8], limits: &Limits) -> Option<(Table, Metadata, usize)> {
     let mut c = Cursor {
         input: bytes,
         pos: 0,
@@ -107,7 +126,7 @@ pub(super) fn decode(bytes: &[u8], limits: &Limits) -> Option<(Metadata, usize)>
     for _ in 0..c.map(4)? {
         match c.text()? {
             "tensors" if tensors.is_none() => {
-                tensors = Some(pairs(&mut c, limits, descriptor)?);
+                tensors = Some(table(&mut c, limits)?);
             }
             "metadata" if meta.metadata.is_empty() => {
                 meta.metadata = pairs(&mut c, limits, |c| c.text().map(str::to_owned))?;
@@ -122,8 +141,22 @@ pub(super) fn decode(bytes: &[u8], limits: &Limits) -> Option<(Metadata, usize)>
             _ => return None,
         }
     }
-    meta.tensors = tensors?;
-    Some((meta, c.pos))
+    Some((tensors?, meta, c.pos))
+}
+
+/// The `tensors` map: names into one buffer, descriptors beside them.
+fn table(c: &mut Cursor<'_>, limits: &Limits) -> Option<Table> {
+    let len = c.map(limits.max_tensor_count)?;
+    // Each entry takes at least two bytes, so the input bounds the allocation too.
+    if len > c.input.len() - c.pos {
+        return None;
+    }
+    let mut table = Table::with_capacity(len);
+    for _ in 0..len {
+        let name = table.push_name(c.text()?);
+        table.rows.push(descriptor(c, name)?);
+    }
+    Some(table)
 }
 
 fn pairs<'a, V>(
@@ -144,22 +177,23 @@ fn pairs<'a, V>(
     Some(out)
 }
 
-fn descriptor(c: &mut Cursor<'_>) -> Option<Descriptor> {
+fn descriptor(c: &mut Cursor<'_>, name: (usize, usize)) -> Option<Row> {
     let fields = c.map(4)?;
     let (mut dtype, mut shape, mut offsets, mut param_id) = (None, None, None, None);
     for _ in 0..fields {
-        match c.text()? {
-            "dtype" if dtype.is_none() => dtype = Some(self::dtype(c)?),
-            "shape" if shape.is_none() => shape = Some(c.uints()?),
-            "data_offsets" if offsets.is_none() => match c.header()? {
+        match c.key()? {
+            b"dtype" if dtype.is_none() => dtype = Some(self::dtype(c)?),
+            b"shape" if shape.is_none() => shape = Some(c.uints()?),
+            b"data_offsets" if offsets.is_none() => match c.header()? {
                 Header::Array(Some(2)) => offsets = Some((c.uint()?, c.uint()?)),
                 _ => return None,
             },
-            "param_id" if param_id.is_none() => param_id = Some(c.uint()?),
+            b"param_id" if param_id.is_none() => param_id = Some(c.uint()?),
             _ => return None,
         }
     }
-    Some(Descriptor {
+    Some(Row {
+        name,
         dtype: dtype?,
         shape: shape?,
         data_offsets: offsets?,
@@ -168,26 +202,26 @@ fn descriptor(c: &mut Cursor<'_>) -> Option<Descriptor> {
 }
 
 fn dtype(c: &mut Cursor<'_>) -> Option<DType> {
-    let unit = |name: &str| {
+    let unit = |name: &[u8]| {
         Some(match name {
-            "F64" => DType::F64,
-            "F32" => DType::F32,
-            "Flex32" => DType::Flex32,
-            "F16" => DType::F16,
-            "BF16" => DType::BF16,
-            "I64" => DType::I64,
-            "I32" => DType::I32,
-            "I16" => DType::I16,
-            "I8" => DType::I8,
-            "U64" => DType::U64,
-            "U32" => DType::U32,
-            "U16" => DType::U16,
-            "U8" => DType::U8,
+            b"F64" => DType::F64,
+            b"F32" => DType::F32,
+            b"Flex32" => DType::Flex32,
+            b"F16" => DType::F16,
+            b"BF16" => DType::BF16,
+            b"I64" => DType::I64,
+            b"I32" => DType::I32,
+            b"I16" => DType::I16,
+            b"I8" => DType::I8,
+            b"U64" => DType::U64,
+            b"U32" => DType::U32,
+            b"U16" => DType::U16,
+            b"U8" => DType::U8,
             _ => return None,
         })
     };
     match c.header()? {
-        Header::Text(Some(len)) => unit(std::str::from_utf8(c.take(len)?).ok()?),
+        Header::Text(Some(len)) => unit(c.take(len)?),
         Header::Map(Some(1)) => {
             if c.text()? != "Bool" {
                 return None;

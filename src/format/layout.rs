@@ -208,7 +208,7 @@ impl Layout {
         file_len: u64,
         limits: &Limits,
     ) -> Result<Self, FormatError> {
-        let (decoded, extras) = Metadata::decode_lenient(metadata, limits)?;
+        let (table, decoded, extras) = Metadata::decode_table(metadata, limits)?;
         let data_start = header.data_start();
         let has_checksums = decoded.checksums.is_some();
         // Burn's reader decodes the map and ignores what follows it inside `metadata_size`;
@@ -226,7 +226,7 @@ impl Layout {
             });
         }
         let checksums: Option<Vec<u64>> = match decoded.checksums {
-            Some(bytes) if bytes.len() == (decoded.tensors.len() + 1) * 8 => {
+            Some(bytes) if bytes.len() == (table.rows.len() + 1) * 8 => {
                 let mut sums: Vec<u64> = bytes
                     .chunks_exact(8)
                     .map(|w| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]))
@@ -241,7 +241,7 @@ impl Layout {
                 Some(sums)
             }
             // Files of earlier versions of this crate: tensor checksums only.
-            Some(bytes) if bytes.len() == decoded.tensors.len() * 8 => Some(
+            Some(bytes) if bytes.len() == table.rows.len() * 8 => Some(
                 bytes
                     .chunks_exact(8)
                     .map(|w| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]))
@@ -250,14 +250,15 @@ impl Layout {
             Some(bytes) => {
                 return Err(FormatError::Checksums {
                     found: bytes.len() as u64,
-                    tensors: decoded.tensors.len() as u64,
+                    tensors: table.rows.len() as u64,
                 });
             }
             None => None,
         };
-        let mut tensors = Vec::with_capacity(decoded.tensors.len());
-        for (i, (name, descriptor)) in decoded.tensors.into_iter().enumerate() {
-            let mut info = TensorInfo::validate(name, descriptor, data_start, file_len, limits)?;
+        let (names, rows) = table.into_names();
+        let mut tensors = Vec::with_capacity(rows.len());
+        for (i, row) in rows.into_iter().enumerate() {
+            let mut info = TensorInfo::validate(&names, row, data_start, file_len, limits)?;
             info.checksum = checksums.as_ref().map(|c| c[i]);
             tensors.push(info);
         }
@@ -266,7 +267,7 @@ impl Layout {
         if let Some(pair) = tensors.windows(2).find(|w| w[0].name == w[1].name) {
             return Err(FormatError::DuplicateKey {
                 map: "tensors",
-                key: pair[0].name.clone(),
+                key: pair[0].name.to_string(),
             });
         }
 
@@ -281,8 +282,8 @@ impl Layout {
                 let prev_end = tensors[prev].start + tensors[prev].len;
                 if tensors[i].start < prev_end {
                     return Err(FormatError::Overlap {
-                        tensor: tensors[i].name.clone(),
-                        other: tensors[prev].name.clone(),
+                        tensor: tensors[i].name.to_string(),
+                        other: tensors[prev].name.to_string(),
                     });
                 }
             }
@@ -336,7 +337,7 @@ impl Layout {
     #[must_use]
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
         self.tensors
-            .binary_search_by(|t| t.name.as_str().cmp(name))
+            .binary_search_by(|t| (*t.name).cmp(name))
             .ok()
             .map(|i| &self.tensors[i])
     }
@@ -491,7 +492,7 @@ impl Layout {
         }
         for t in self.tensors_by_position().filter(|t| t.len > 0) {
             if end < t.start {
-                out.push((end, t.start, t.name.as_str()));
+                out.push((end, t.start, &*t.name));
             }
             end = end.max(t.start + t.len);
         }

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use super::error::FormatError;
 use super::limits::Limits;
 pub(crate) use super::scalar::Scalar;
+use super::table::Table;
 
 /// One tensor's entry in the metadata, exactly as stored.
 ///
@@ -240,15 +241,28 @@ impl Metadata {
     /// # Errors
     /// As [`decode`](Self::decode), except for bytes after the map.
     pub fn decode_lenient(bytes: &[u8], limits: &Limits) -> Result<(Self, Extras), FormatError> {
+        let (table, mut meta, extras) = Self::decode_table(bytes, limits)?;
+        meta.tensors = table.into_pairs();
+        Ok((meta, extras))
+    }
+
+    /// [`decode_lenient`](Self::decode_lenient) with the tensors as a [`Table`] (one buffer
+    /// for every name) and `tensors` left empty: what opening a file uses.
+    pub(crate) fn decode_table(
+        bytes: &[u8],
+        limits: &Limits,
+    ) -> Result<(Table, Self, Extras), FormatError> {
         // Metadata as Burn and this crate write it takes the direct path; anything else
         // (other encodings of the same values, unknown keys, quantized dtypes, damage) is
         // decoded, or refused with its reason, by the general decoder below.
-        if let Some((meta, end)) = super::canonical::decode(bytes, limits)
+        if let Some((table, meta, end)) = super::canonical::decode_table(bytes, limits)
             && end == bytes.len()
         {
-            return Ok((meta, Extras::default()));
+            return Ok((table, meta, Extras::default()));
         }
-        Self::decode_general(bytes, limits)
+        let (mut meta, extras) = Self::decode_general(bytes, limits)?;
+        let table = Table::from_pairs(std::mem::take(&mut meta.tensors));
+        Ok((table, meta, extras))
     }
 
     /// The general decoder: serde over ciborium, for every encoding of the map.

@@ -18,6 +18,7 @@ mod layout;
 mod limits;
 mod metadata;
 mod scalar;
+mod table;
 mod tensor;
 
 #[cfg(any(test, feature = "internals"))]

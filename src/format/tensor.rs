@@ -5,7 +5,7 @@ use burn::tensor::DType;
 use super::dtype::{byte_len, element_align};
 use super::error::FormatError;
 use super::limits::Limits;
-use super::metadata::Descriptor;
+use super::table::{Dims, Name, Names, Row};
 
 /// One tensor of a validated file: what it is and where its bytes are.
 ///
@@ -25,9 +25,10 @@ use super::metadata::Descriptor;
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct TensorInfo {
-    pub(super) name: String,
+    /// A range of the file's one buffer of names.
+    pub(super) name: Name,
     dtype: DType,
-    shape: Vec<usize>,
+    shape: Dims<usize>,
     param_id: Option<u64>,
     pub(super) start: u64,
     pub(super) len: u64,
@@ -39,16 +40,17 @@ super::dtype::tensor_description!(TensorInfo);
 impl TensorInfo {
     /// Checks one descriptor against the data section start, the file length and the limits.
     pub(super) fn validate(
-        name: String,
-        d: Descriptor,
+        names: &Names,
+        d: Row,
         data_start: u64,
         file_len: u64,
         limits: &Limits,
     ) -> Result<Self, FormatError> {
+        let name = names.name(d.name);
         let (rel_start, rel_end) = d.data_offsets;
         if rel_end < rel_start {
             return Err(FormatError::EndBeforeStart {
-                tensor: name,
+                tensor: name.to_string(),
                 start: rel_start,
                 end: rel_end,
             });
@@ -58,14 +60,14 @@ impl TensorInfo {
             data_start.checked_add(rel_end),
         ) else {
             return Err(FormatError::OffsetOverflow {
-                tensor: name,
+                tensor: name.to_string(),
                 start: rel_start,
                 end: rel_end,
             });
         };
         if end > file_len {
             return Err(FormatError::PastEnd {
-                tensor: name,
+                tensor: name.to_string(),
                 end,
                 file_len,
             });
@@ -81,15 +83,15 @@ impl TensorInfo {
         if !matches!(d.dtype, DType::QFloat(_)) {
             let Some(expected) = byte_len(d.dtype, &d.shape) else {
                 return Err(FormatError::ShapeOverflow {
-                    tensor: name,
-                    shape: d.shape,
+                    tensor: name.to_string(),
+                    shape: d.shape.to_vec(),
                 });
             };
             if expected != len {
                 return Err(FormatError::LengthMismatch {
-                    tensor: name,
+                    tensor: name.to_string(),
                     dtype: d.dtype,
-                    shape: d.shape,
+                    shape: d.shape.to_vec(),
                     actual: len,
                     expected,
                 });
@@ -97,13 +99,12 @@ impl TensorInfo {
         }
         if d.shape.iter().any(|&dim| usize::try_from(dim).is_err()) {
             return Err(FormatError::ShapeOverflow {
-                tensor: name,
-                shape: d.shape,
+                tensor: name.to_string(),
+                shape: d.shape.to_vec(),
             });
         }
-        // Collected in place where `usize` is 64 bits (no second allocation per tensor).
         #[allow(clippy::cast_possible_truncation)] // every dimension fits, checked above
-        let shape = d.shape.into_iter().map(|dim| dim as usize).collect();
+        let shape = d.shape.iter().map(|&dim| dim as usize).collect();
         Ok(Self {
             name,
             dtype: d.dtype,
@@ -129,9 +130,9 @@ impl TensorInfo {
     #[must_use]
     pub fn external(name: String, dtype: DType, shape: Vec<usize>, start: u64, len: u64) -> Self {
         Self {
-            name,
+            name: Name::from(name),
             dtype,
-            shape,
+            shape: shape.into_iter().collect(),
             param_id: None,
             start,
             len,

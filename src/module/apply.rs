@@ -1,7 +1,6 @@
 //! Load side: map a module's parameters to zero-copy views of a reader's tensors.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
 use burn::module::{ModuleMapper, Param, ParamId, Parameter};
@@ -15,6 +14,11 @@ use crate::format::TensorInfo;
 use crate::panic::catch_quiet;
 use crate::read::{CopyReason, ReadError, TensorSource};
 
+/// File tensors by (renamed) path. foldhash: several times cheaper than SipHash on the short,
+/// shared-prefix names of a module, and seeded per process, so names crafted in a file cannot
+/// be chosen to collide.
+type Pending<'a> = foldhash::HashMap<Cow<'a, str>, &'a TensorInfo>;
+
 /// Replaces each parameter found in the reader with a tensor built from its bytes on the
 /// parameter's own device, and records everything that did not match.
 pub(crate) struct Applier<'a> {
@@ -22,14 +26,17 @@ pub(crate) struct Applier<'a> {
     options: &'a LoadOptions,
     walk: Walk,
     /// File tensors by (renamed) path, only those the filter accepts; removed when used.
-    pending: HashMap<Cow<'a, str>, &'a TensorInfo>,
+    pending: Pending<'a>,
     pub(crate) mismatch: Mismatch,
     report: LoadReport,
 }
 
 impl<'a> Applier<'a> {
     pub(crate) fn new(source: &'a dyn TensorSource, options: &'a LoadOptions) -> Self {
-        let mut pending = HashMap::with_capacity(source.tensors().len());
+        let mut pending = Pending::with_capacity_and_hasher(
+            source.tensors().len(),
+            foldhash::fast::RandomState::default(),
+        );
         let mut mismatch = Mismatch::default();
         // A source that holds more than a module (a checkpoint) declares the namespace of its
         // parameters.
@@ -89,24 +96,30 @@ impl<'a> Applier<'a> {
         Tensor<D, K>: Parameter,
     {
         let path = self.walk.path();
-        if !self.options.accepts(&path) {
+        if !self.options.accepts(path) {
             return param;
         }
-        let (key, transpose) = self.walk.lookup(self.options, &self.pending, &path, D);
-        let Some(info) = self.pending.remove(key.as_str()) else {
-            self.mismatch.missing.push(path);
+        let (key, transpose) = self.walk.lookup(self.options, &self.pending, D);
+        let Some(info) = self.pending.remove(&*key) else {
+            self.mismatch.missing.push(path.to_string());
             return param;
         };
         // Lazy shape and device: an uninitialized parameter is filled without running its
         // initializer. A transposed tensor is compared as Burn will hold it.
         let expected = param.lazy_shape();
-        let mut found = info.shape().to_vec();
-        if transpose {
-            found.reverse();
-        }
-        if expected.as_slice() != found {
+        let stored_shape = info.shape();
+        let same = if transpose {
+            expected.as_slice().iter().eq(stored_shape.iter().rev())
+        } else {
+            expected.as_slice() == stored_shape
+        };
+        if !same {
+            let mut found = stored_shape.to_vec();
+            if transpose {
+                found.reverse();
+            }
             self.mismatch.shapes.push(ShapeMismatch {
-                path,
+                path: path.to_string(),
                 expected: expected.to_vec(),
                 found,
             });
@@ -117,7 +130,7 @@ impl<'a> Applier<'a> {
         let stored = info.dtype();
         if TensorKind::of(stored) != kind {
             self.mismatch.kinds.push(KindMismatch {
-                path,
+                path: path.to_string(),
                 expected: kind,
                 found: stored,
             });
@@ -130,7 +143,7 @@ impl<'a> Applier<'a> {
         };
         if TensorKind::of(dtype) != kind || (dtype != stored && matches!(dtype, DType::QFloat(_))) {
             self.mismatch.failed.push((
-                path,
+                path.to_string(),
                 format!(
                     "the dtype policy asks for {dtype:?}, which a {kind} parameter holding \
                      {stored:?} cannot be cast to"
@@ -141,7 +154,7 @@ impl<'a> Applier<'a> {
         let bytes = match self.read_checked(info) {
             Ok(bytes) => bytes,
             Err(e) => {
-                self.mismatch.failed.push((path, e.to_string()));
+                self.mismatch.failed.push((path.to_string(), e.to_string()));
                 return param;
             }
         };
@@ -159,7 +172,7 @@ impl<'a> Applier<'a> {
             || matches!(dtype, DType::QFloat(scheme) if quantizable(&scheme));
         if !holds {
             self.mismatch.failed.push((
-                path,
+                path.to_string(),
                 format!("{dtype:?} is not supported on {device:?}; load with {hint}"),
             ));
             return param;
@@ -173,7 +186,7 @@ impl<'a> Applier<'a> {
         //   into a (pinned, where the backend has it) staging buffer that the device reads by
         //   DMA. That one copy is the minimum Burn allows; no intermediate `Vec` is made here.
         let copied = self.copy_reason(info, dtype, transpose, &device);
-        let data = TensorData::from_bytes(bytes, info.shape().to_vec(), stored);
+        let data = TensorData::from_bytes(bytes, info.shape().iter().copied(), stored);
         // Kinds, shapes and lengths were checked above. A backend can still refuse a dtype it
         // says it supports (Burn 0.22's cubecl backends, wgpu and CUDA, for Flex32): that
         // panic is caught without reaching the user's stderr and reported with the others.
@@ -186,13 +199,13 @@ impl<'a> Applier<'a> {
                 } else {
                     tensor
                 };
-                self.report.record(&path, copied);
+                self.report.record(path, copied);
                 let id = info.param_id().map_or(param.id, ParamId::from);
                 param.transform_for_load(tensor, id)
             }
             Err(why) => {
                 self.mismatch.failed.push((
-                    path,
+                    path.to_string(),
                     format!(
                         "{dtype:?} is not supported on {device:?} (the backend refused it: \
                          {why}); load with {hint}"
@@ -278,54 +291,69 @@ impl<'a> Applier<'a> {
     }
 }
 
-/// Where a walk over a module is: the path segments and the container types along them
-/// (`Struct:Linear`, `Vec`...), as Burn names them in `enter_module`.
+/// Where a walk over a module is: the current path, segments joined with `.`, and the
+/// container types along it (`Struct:Linear`, `Vec`...), as Burn names them in
+/// `enter_module`. Both are one buffer each, grown and cut back as the walk enters and leaves
+/// modules: no allocation per parameter.
 #[derive(Default)]
 struct Walk {
-    path: Vec<String>,
-    containers: Vec<String>,
+    path: String,
+    /// The container types, each ended by `\n`.
+    containers: String,
+    /// Where each entered module's segment starts in `path` (after its `.`) and its
+    /// container type in `containers`.
+    marks: Vec<(usize, usize)>,
 }
 
 impl Walk {
     fn enter(&mut self, name: &str, container_type: &str) {
-        self.path.push(name.to_string());
-        self.containers.push(container_type.to_string());
+        if !self.marks.is_empty() {
+            self.path.push('.');
+        }
+        self.marks.push((self.path.len(), self.containers.len()));
+        self.path.push_str(name);
+        self.containers.push_str(container_type);
+        self.containers.push('\n');
     }
 
     fn exit(&mut self) {
-        self.path.pop();
-        self.containers.pop();
+        if let Some((path, containers)) = self.marks.pop() {
+            // The separator before the segment goes with it.
+            self.path
+                .truncate(path.saturating_sub(usize::from(!self.marks.is_empty())));
+            self.containers.truncate(containers);
+        }
     }
 
     /// The current parameter's path, segments joined with `.`.
-    fn path(&self) -> String {
-        self.path.join(".")
+    fn path(&self) -> &str {
+        &self.path
     }
 
-    /// The file name to look up for the parameter at `path` (the current one, of rank
-    /// `rank`), and whether it is a `Linear` weight stored transposed. The path itself, but
-    /// under [`LoadOptions::pytorch`] (mirroring burn-store's `PyTorchToBurnAdapter`, where the
+    /// The file name to look up for the parameter at the current path (of rank `rank`), and
+    /// whether it is a `Linear` weight stored transposed. The path itself, but under
+    /// [`LoadOptions::pytorch`] (mirroring burn-store's `PyTorchToBurnAdapter`, where the
     /// innermost user-defined container decides) a normalization's `gamma` / `beta` is read
     /// from `weight` / `bias` when the file lacks Burn's name.
     fn lookup(
         &self,
         options: &LoadOptions,
-        pending: &HashMap<Cow<'_, str>, &TensorInfo>,
-        path: &str,
+        pending: &Pending<'_>,
         rank: usize,
-    ) -> (String, bool) {
+    ) -> (Cow<'_, str>, bool) {
+        let path = self.path.as_str();
         if !options.pytorch {
-            return (path.to_string(), false);
+            return (Cow::Borrowed(path), false);
         }
         let module = self
             .containers
-            .iter()
+            .split_terminator('\n')
             .rev()
             .find(|c| c.starts_with("Struct:") || c.starts_with("Enum:"))
-            .map_or("", String::as_str);
-        let leaf = self.path.last().map_or("", String::as_str);
+            .unwrap_or("");
+        let leaf = self.marks.last().map_or("", |&(start, _)| &path[start..]);
         if module == "Struct:Linear" && leaf == "weight" && rank == 2 {
-            return (path.to_string(), true);
+            return (Cow::Borrowed(path), true);
         }
         let norm = matches!(
             module,
@@ -338,28 +366,27 @@ impl Walk {
         };
         if norm && !pytorch_name.is_empty() && !pending.contains_key(path) {
             let parent = &path[..path.len() - leaf.len()];
-            return (format!("{parent}{pytorch_name}"), false);
+            return (Cow::Owned(format!("{parent}{pytorch_name}")), false);
         }
-        (path.to_string(), false)
+        (Cow::Borrowed(path), false)
     }
 }
 
 /// Collects the tensors a load will read (see [`Applier::wanted`]).
 struct Wanted<'s, 'a> {
     options: &'s LoadOptions,
-    pending: &'s HashMap<Cow<'a, str>, &'a TensorInfo>,
+    pending: &'s Pending<'a>,
     walk: Walk,
     found: Vec<&'a TensorInfo>,
 }
 
 impl Wanted<'_, '_> {
     fn want(&mut self, rank: usize) {
-        let path = self.walk.path();
-        if !self.options.accepts(&path) {
+        if !self.options.accepts(self.walk.path()) {
             return;
         }
-        let (key, _) = self.walk.lookup(self.options, self.pending, &path, rank);
-        if let Some(info) = self.pending.get(key.as_str()) {
+        let (key, _) = self.walk.lookup(self.options, self.pending, rank);
+        if let Some(info) = self.pending.get(&*key) {
             self.found.push(info);
         }
     }

@@ -1,0 +1,171 @@
+//! The tensors of a metadata blob as one table, for opening: every name in one shared buffer
+//! and shapes of rank up to 4 held inline, so a pack of 10,000 tensors opens (and its
+//! [`Layout`](super::Layout) drops) without 20,000 small allocations.
+
+use std::sync::Arc;
+
+use burn::tensor::DType;
+use smallvec::SmallVec;
+
+use super::metadata::Descriptor;
+
+/// Dimensions held inline up to rank 4 (every parameter of the common layers).
+pub(crate) type Dims<T> = SmallVec<[T; 4]>;
+
+/// A tensor's name: a range of a buffer shared by every tensor of one file (or the name
+/// alone, for tensors of other containers). Cloning it does not copy the text.
+#[derive(Clone)]
+pub(crate) struct Name {
+    arena: Arc<str>,
+    start: usize,
+    end: usize,
+}
+
+impl Name {
+    /// `range` of `arena`, which must lie on character boundaries (ranges pushed by
+    /// [`Table::push`] do).
+    fn new(arena: &Arc<str>, (start, end): (usize, usize)) -> Self {
+        debug_assert!(arena.is_char_boundary(start) && arena.is_char_boundary(end));
+        Self {
+            arena: Arc::clone(arena),
+            start,
+            end,
+        }
+    }
+}
+
+impl From<String> for Name {
+    fn from(name: String) -> Self {
+        let end = name.len();
+        Self {
+            arena: Arc::from(name),
+            start: 0,
+            end,
+        }
+    }
+}
+
+impl std::ops::Deref for Name {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        // In range and on boundaries by construction; `get` keeps a mistake from panicking.
+        self.arena.get(self.start..self.end).unwrap_or_default()
+    }
+}
+
+impl PartialEq for Name {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Name {}
+
+impl PartialOrd for Name {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Name {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (**self).cmp(&**other)
+    }
+}
+
+impl std::fmt::Debug for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
+/// One tensor's descriptor in a [`Table`].
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Row {
+    /// `[start, end)` of the name in [`Table::names`].
+    pub name: (usize, usize),
+    pub dtype: DType,
+    pub shape: Dims<u64>,
+    pub data_offsets: (u64, u64),
+    pub param_id: Option<u64>,
+}
+
+/// The `tensors` map of a metadata blob, in file order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Table {
+    names: String,
+    pub rows: Vec<Row>,
+}
+
+impl Table {
+    /// An empty table with room for `rows` tensors.
+    pub fn with_capacity(rows: usize) -> Self {
+        Self {
+            names: String::new(),
+            rows: Vec::with_capacity(rows),
+        }
+    }
+
+    /// Appends the name of the next row; returns its range for [`Row::name`].
+    pub fn push_name(&mut self, name: &str) -> (usize, usize) {
+        let start = self.names.len();
+        self.names.push_str(name);
+        (start, self.names.len())
+    }
+
+    /// The name of `row`.
+    pub fn name(&self, row: &Row) -> &str {
+        self.names.get(row.name.0..row.name.1).unwrap_or_default()
+    }
+
+    /// The shared buffer the [`Name`]s of this table's rows point into, and a way to make
+    /// them.
+    pub fn into_names(self) -> (Names, Vec<Row>) {
+        (Names(Arc::from(self.names)), self.rows)
+    }
+
+    /// From the general decoder's list of named descriptors.
+    pub fn from_pairs(pairs: Vec<(String, Descriptor)>) -> Self {
+        let mut table = Self::with_capacity(pairs.len());
+        for (name, d) in pairs {
+            let name = table.push_name(&name);
+            table.rows.push(Row {
+                name,
+                dtype: d.dtype,
+                shape: d.shape.into_iter().collect(),
+                data_offsets: d.data_offsets,
+                param_id: d.param_id,
+            });
+        }
+        table
+    }
+
+    /// As the public [`Metadata::tensors`](super::Metadata::tensors) list.
+    pub fn into_pairs(self) -> Vec<(String, Descriptor)> {
+        self.rows
+            .iter()
+            .map(|row| {
+                (
+                    self.name(row).to_string(),
+                    Descriptor {
+                        dtype: row.dtype,
+                        shape: row.shape.to_vec(),
+                        data_offsets: row.data_offsets,
+                        param_id: row.param_id,
+                    },
+                )
+            })
+            .collect()
+    }
+}
+
+/// The names of a table, shared by the [`Name`]s made from it.
+pub(crate) struct Names(Arc<str>);
+
+impl Names {
+    /// The name at `range` (a [`Row::name`] of the table this came from).
+    pub fn name(&self, range: (usize, usize)) -> Name {
+        Name::new(&self.0, range)
+    }
+}
