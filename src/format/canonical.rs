@@ -151,7 +151,9 @@ fn table(c: &mut Cursor<'_>, limits: &Limits) -> Option<Table> {
     if len > c.input.len() - c.pos {
         return None;
     }
-    let mut table = Table::with_capacity(len);
+    // The names are within the rest of the input: one buffer of that size (pages are only
+    // touched as names fill them) never grows.
+    let mut table = Table::with_capacity(len, c.input.len() - c.pos);
     for _ in 0..len {
         let name = table.push_name(c.text()?);
         table.rows.push(descriptor(c, name)?);

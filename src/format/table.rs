@@ -99,10 +99,10 @@ pub(crate) struct Table {
 }
 
 impl Table {
-    /// An empty table with room for `rows` tensors.
-    pub fn with_capacity(rows: usize) -> Self {
+    /// An empty table with room for `rows` tensors and `names` bytes of names.
+    pub fn with_capacity(rows: usize, names: usize) -> Self {
         Self {
-            names: String::new(),
+            names: String::with_capacity(names),
             rows: Vec::with_capacity(rows),
         }
     }
@@ -127,7 +127,8 @@ impl Table {
 
     /// From the general decoder's list of named descriptors.
     pub fn from_pairs(pairs: Vec<(String, Descriptor)>) -> Self {
-        let mut table = Self::with_capacity(pairs.len());
+        let names = pairs.iter().map(|(name, _)| name.len()).sum();
+        let mut table = Self::with_capacity(pairs.len(), names);
         for (name, d) in pairs {
             let name = table.push_name(&name);
             table.rows.push(Row {

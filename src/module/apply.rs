@@ -14,10 +14,96 @@ use crate::format::TensorInfo;
 use crate::panic::catch_quiet;
 use crate::read::{CopyReason, ReadError, TensorSource};
 
-/// File tensors by (renamed) path. foldhash: several times cheaper than SipHash on the short,
-/// shared-prefix names of a module, and seeded per process, so names crafted in a file cannot
-/// be chosen to collide.
-type Pending<'a> = foldhash::HashMap<Cow<'a, str>, &'a TensorInfo>;
+/// The file's tensors that a walk may take, by (renamed) path, in file order.
+///
+/// Writers of packs (this crate's and Burn's) and of safetensors files lay parameters out in
+/// the order a walk of the module meets them, so each lookup first tries the tensor after the
+/// one taken last: one comparison, no hashing. Only a lookup that misses builds the index by
+/// name (foldhash: fast on the short, shared-prefix names of a module, and seeded per process,
+/// so names crafted in a file cannot be chosen to collide).
+struct Pending<'a> {
+    /// Every tensor the filter accepts, in file order; `None` once taken.
+    order: Vec<(Cow<'a, str>, Option<&'a TensorInfo>)>,
+    /// Where the next lookup looks first.
+    next: usize,
+    /// Path -> place in `order`, built at the first miss.
+    index: Option<foldhash::HashMap<Cow<'a, str>, usize>>,
+}
+
+impl<'a> Pending<'a> {
+    /// The tensors in `accepted` (unique paths), put in file order.
+    fn new(mut accepted: Vec<(Cow<'a, str>, &'a TensorInfo)>) -> Self {
+        // Stable: tensors at one offset (zero-length ones) keep their name order.
+        accepted.sort_by_key(|(_, info)| info.offset());
+        Self {
+            order: accepted
+                .into_iter()
+                .map(|(path, info)| (path, Some(info)))
+                .collect(),
+            next: 0,
+            index: None,
+        }
+    }
+
+    /// Where `path` is in `order`, taken or not.
+    fn position(&mut self, path: &str) -> Option<usize> {
+        if let Some((key, _)) = self.order.get(self.next)
+            && key == path
+        {
+            return Some(self.next);
+        }
+        let order = &self.order;
+        self.index
+            .get_or_insert_with(|| {
+                let mut index = foldhash::HashMap::with_capacity_and_hasher(
+                    order.len(),
+                    foldhash::fast::RandomState::default(),
+                );
+                index.extend(
+                    order
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (key, _))| (key.clone(), i)),
+                );
+                index
+            })
+            .get(path)
+            .copied()
+    }
+
+    /// The tensor at `path`, if it is there and not taken yet.
+    fn get(&mut self, path: &str) -> Option<&'a TensorInfo> {
+        let i = self.position(path)?;
+        self.order[i].1
+    }
+
+    /// The tensor at `path`, if it is there and not taken yet, the next lookup looking after
+    /// it first (for a walk that reads without taking).
+    fn peek(&mut self, path: &str) -> Option<&'a TensorInfo> {
+        let i = self.position(path)?;
+        self.next = i + 1;
+        self.order[i].1
+    }
+
+    /// Takes the tensor at `path`: a second take of the same path finds nothing.
+    fn take(&mut self, path: &str) -> Option<&'a TensorInfo> {
+        let i = self.position(path)?;
+        self.next = i + 1;
+        self.order[i].1.take()
+    }
+
+    /// The paths of the tensors nobody took, sorted.
+    fn untaken(self) -> Vec<String> {
+        let mut paths: Vec<String> = self
+            .order
+            .into_iter()
+            .filter(|(_, info)| info.is_some())
+            .map(|(path, _)| path.into_owned())
+            .collect();
+        paths.sort();
+        paths
+    }
+}
 
 /// Replaces each parameter found in the reader with a tensor built from its bytes on the
 /// parameter's own device, and records everything that did not match.
@@ -33,14 +119,11 @@ pub(crate) struct Applier<'a> {
 
 impl<'a> Applier<'a> {
     pub(crate) fn new(source: &'a dyn TensorSource, options: &'a LoadOptions) -> Self {
-        let mut pending = Pending::with_capacity_and_hasher(
-            source.tensors().len(),
-            foldhash::fast::RandomState::default(),
-        );
         let mut mismatch = Mismatch::default();
         // A source that holds more than a module (a checkpoint) declares the namespace of its
         // parameters.
         let namespace = source.namespace();
+        let mut accepted = Vec::with_capacity(source.tensors().len());
         for info in source.tensors() {
             let name = match namespace {
                 Some(prefix) => match info.name().strip_prefix(prefix) {
@@ -50,19 +133,30 @@ impl<'a> Applier<'a> {
                 None => info.name(),
             };
             let path = options.renamed(name);
-            if !options.accepts(&path) {
-                continue;
-            }
-            match pending.entry(path) {
-                Entry::Occupied(mut taken) => {
-                    mismatch.collisions.push(taken.key().to_string());
-                    taken.insert(info);
-                }
-                Entry::Vacant(free) => {
-                    free.insert(info);
-                }
+            if options.accepts(&path) {
+                accepted.push((path, info));
             }
         }
+        // Distinct file names are distinct paths unless renames map two onto one: the later
+        // one (in name order) is kept, and the collision reported.
+        if !options.renames.is_empty() {
+            let mut seen: foldhash::HashMap<Cow<'a, str>, usize> = foldhash::HashMap::default();
+            let mut kept: Vec<Option<(Cow<'a, str>, &'a TensorInfo)>> = Vec::new();
+            for (path, info) in accepted {
+                match seen.entry(path.clone()) {
+                    Entry::Occupied(at) => {
+                        mismatch.collisions.push(at.key().to_string());
+                        kept[*at.get()] = Some((path, info));
+                    }
+                    Entry::Vacant(free) => {
+                        free.insert(kept.len());
+                        kept.push(Some((path, info)));
+                    }
+                }
+            }
+            accepted = kept.into_iter().flatten().collect();
+        }
+        let pending = Pending::new(accepted);
         Self {
             source,
             options,
@@ -77,9 +171,7 @@ impl<'a> Applier<'a> {
     /// and what was loaded.
     pub(crate) fn finish(mut self) -> (Mismatch, LoadReport) {
         if !self.options.allow_unused {
-            let mut unused: Vec<String> = self.pending.into_keys().map(Cow::into_owned).collect();
-            unused.sort();
-            self.mismatch.unused = unused;
+            self.mismatch.unused = self.pending.untaken();
         }
         if self.options.allow_partial {
             self.mismatch.missing.clear();
@@ -99,8 +191,8 @@ impl<'a> Applier<'a> {
         if !self.options.accepts(path) {
             return param;
         }
-        let (key, transpose) = self.walk.lookup(self.options, &self.pending, D);
-        let Some(info) = self.pending.remove(&*key) else {
+        let (key, transpose) = self.walk.lookup(self.options, &mut self.pending, D);
+        let Some(info) = self.pending.take(&key) else {
             self.mismatch.missing.push(path.to_string());
             return param;
         };
@@ -279,10 +371,10 @@ impl<'a> Applier<'a> {
 
     /// The tensors a walk of `module` will read, found without reading any parameter (lazy
     /// ones stay uninitialized): what a remote source fetches ahead of the walk.
-    pub(crate) fn wanted<M: burn::module::Module>(&self, module: &M) -> Vec<&'a TensorInfo> {
+    pub(crate) fn wanted<M: burn::module::Module>(&mut self, module: &M) -> Vec<&'a TensorInfo> {
         let mut wanted = Wanted {
             options: self.options,
-            pending: &self.pending,
+            pending: &mut self.pending,
             walk: Walk::default(),
             found: Vec::new(),
         };
@@ -338,7 +430,7 @@ impl Walk {
     fn lookup(
         &self,
         options: &LoadOptions,
-        pending: &Pending<'_>,
+        pending: &mut Pending<'_>,
         rank: usize,
     ) -> (Cow<'_, str>, bool) {
         let path = self.path.as_str();
@@ -364,7 +456,7 @@ impl Walk {
             "beta" => "bias",
             _ => "",
         };
-        if norm && !pytorch_name.is_empty() && !pending.contains_key(path) {
+        if norm && !pytorch_name.is_empty() && pending.get(path).is_none() {
             let parent = &path[..path.len() - leaf.len()];
             return (Cow::Owned(format!("{parent}{pytorch_name}")), false);
         }
@@ -375,7 +467,7 @@ impl Walk {
 /// Collects the tensors a load will read (see [`Applier::wanted`]).
 struct Wanted<'s, 'a> {
     options: &'s LoadOptions,
-    pending: &'s Pending<'a>,
+    pending: &'s mut Pending<'a>,
     walk: Walk,
     found: Vec<&'a TensorInfo>,
 }
@@ -386,7 +478,7 @@ impl Wanted<'_, '_> {
             return;
         }
         let (key, _) = self.walk.lookup(self.options, self.pending, rank);
-        if let Some(info) = self.pending.get(&*key) {
+        if let Some(info) = self.pending.peek(&key) {
             self.found.push(info);
         }
     }
