@@ -308,7 +308,7 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                 }
                 "in-memory" => {
                     let loaded = materialize(target);
-                    // Reading the parameters of a model already in memory: the reference.
+                    // Reading the parameters of a model already in memory.
                     let meter = common::Meter::start();
                     let start = Instant::now();
                     std::hint::black_box(read_all(&loaded));
@@ -409,8 +409,10 @@ fn main() {
             (
                 "load-read",
                 &[
-                    "in-memory",
+                    // The reference of load + read: the same parameters built through Burn's
+                    // API from bytes already in memory.
                     "api-floor",
+                    "in-memory",
                     "burnpack",
                     "burn-load-file",
                     "burnpack-store",
