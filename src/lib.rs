@@ -50,6 +50,12 @@
 // this platform's address space (`Writer::write_into` slices a buffer of that size).
 #![allow(clippy::cast_possible_truncation)]
 
+// The README's Rust snippets, compiled and run as doctests (with the features of the README's
+// test command).
+#[cfg(all(doctest, feature = "optim"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeSnippets;
+
 #[cfg(feature = "optim")]
 pub mod checkpoint;
 pub mod format;

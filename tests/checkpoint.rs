@@ -849,20 +849,24 @@ mod remote {
     }
 }
 
-/// Every checkpoint file name the README and the docs show is the one written for its step:
+/// Every checkpoint file name the README, the documents beside it (`docs/`, CONTRIBUTING,
+/// ARCHITECTURE) and the API docs show is the one written for its step:
 /// `ckpt-` and the step zero-padded to 20 digits (no `ckpt-<epoch>.bpk` placeholder that
 /// reads as `ckpt-3.bpk`).
 #[test]
 fn documented_checkpoint_names_are_the_written_ones() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut documents = vec![root.join("README.md")];
-    let mut dirs = vec![root.join("src")];
+    let mut documents: Vec<_> = ["README.md", "CONTRIBUTING.md", "ARCHITECTURE.md"]
+        .iter()
+        .map(|name| root.join(name))
+        .collect();
+    let mut dirs = vec![root.join("src"), root.join("docs")];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
             if path.is_dir() {
                 dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
+            } else if path.extension().is_some_and(|e| e == "rs" || e == "md") {
                 documents.push(path);
             }
         }
