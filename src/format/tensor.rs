@@ -140,6 +140,21 @@ impl TensorInfo {
         }
     }
 
+    /// The same tensor with the parameter id `id`: for sources of other containers that
+    /// record one (the `ParamId` of a Burn record's parameter).
+    ///
+    /// ```
+    /// use burn::tensor::DType;
+    /// use burnpack::format::TensorInfo;
+    /// let t = TensorInfo::external("w".into(), DType::F32, vec![1], 0, 4).with_param_id(7);
+    /// assert_eq!(t.param_id(), Some(7));
+    /// ```
+    #[must_use]
+    pub fn with_param_id(mut self, id: u64) -> Self {
+        self.param_id = Some(id);
+        self
+    }
+
     /// Absolute offset of the first byte in the file.
     #[must_use]
     pub fn offset(&self) -> u64 {

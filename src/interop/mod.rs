@@ -13,9 +13,13 @@
 //!   [`SafetensorsSource`](safetensors::SafetensorsSource): Hugging Face / `PyTorch` weights, one
 //!   file or shards with an index JSON, loaded into Burn modules zero-copy where aligned
 //!   (feature `safetensors`, on by default), with the `safetensors` crate.
+//! - `burn_record`: records of Burn 0.14-0.21 (`.mpk`, `.mpk.gz`, `.json`, `.json.gz`), which
+//!   Burn 0.22 cannot read, as a source of tensors (feature `legacy`, on by default).
 //! - `object_store`: packs on S3 and compatibles: ranged loads of only
 //!   what a module reads, saves as multipart uploads (feature `object-store`).
 
+#[cfg(feature = "legacy")]
+pub mod burn_record;
 #[cfg(feature = "object-store")]
 pub mod object_store;
 #[cfg(feature = "safetensors")]

@@ -177,6 +177,12 @@ pub enum CopyReason {
     /// a transposed borrowed tensor out anew (ndarray); flex and GPU backends transpose by
     /// strides.
     Transposed,
+    /// The container stores the bytes in another form (text numbers in a JSON record of Burn
+    /// 0.14-0.21): they were decoded into memory of their own when the source was opened.
+    Decoded {
+        /// The container's format, as its users call it (`"JSON"`).
+        format: &'static str,
+    },
 }
 
 impl std::fmt::Display for CopyReason {
@@ -188,6 +194,7 @@ impl std::fmt::Display for CopyReason {
             Self::Buffered => f.write_str("buffered read"),
             Self::Cast { from, to } => write!(f, "cast from {from:?} to {to:?}"),
             Self::Transposed => f.write_str("transposed by the backend"),
+            Self::Decoded { format } => write!(f, "decoded from {format}"),
         }
     }
 }

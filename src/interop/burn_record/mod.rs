@@ -1,0 +1,514 @@
+//! Records of Burn 0.14 to 0.21 (which Burn 0.22 can no longer read) as a [`TensorSource`]:
+//! the files of `NamedMpkFileRecorder` (`.mpk`, Burn's default), `NamedMpkGzFileRecorder`
+//! (`.mpk.gz`), `PrettyJsonFileRecorder` (`.json`) and `JsonGzFileRecorder` (`.json.gz`).
+//!
+//! Such a file is `BurnRecord { metadata, item }` serialized with field names: the item is the
+//! module's record tree (struct fields, `Vec` items, enum variants, `Option`s), each parameter
+//! a `ParamSerde { id, param }` whose tensor is a `TensorData { bytes, shape, dtype }`. Every
+//! tensor comes out under the dotted path Burn 0.22 gives the same module's parameter, with its
+//! `ParamId`, so [`PackModule::load_from_source`](crate::module::PackModule::load_from_source)
+//! loads a Burn 0.21 model into the same model under Burn 0.22 in one call, with every
+//! [`LoadOptions`](crate::LoadOptions).
+//!
+//! MessagePack is decoded with `rmp-serde` over the mapped file: tensor bytes are windows of
+//! the mapping where aligned for their element type, copied otherwise (the load report says
+//! which). A `.gz` file is decompressed into memory once, and its tensors are windows of that
+//! buffer. JSON stores bytes as numbers: they are decoded when the file is opened
+//! ([`CopyReason::Decoded`]). Bincode records (`.bin`, `.bin.gz`) do not describe themselves
+//! (no field names, no lengths) and are refused with an explanation.
+
+mod walk;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use burn::tensor::{AllocationProperty, BoolStore, Bytes, DType};
+
+use crate::format::{Limits, TensorInfo, byte_len, element_align};
+use crate::read::source::Source;
+use crate::read::{CopyReason, ReadError, TensorSource};
+use walk::{Found, Node, Payload, Walk};
+
+/// An error opening a Burn 0.14-0.21 record, naming the file (and the tensor's path where
+/// there is one).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LegacyError {
+    /// The file could not be read.
+    #[error("{path}: cannot {action}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a record this source reads, or is damaged.
+    #[error("{path}: not a valid Burn record: {reason}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A tensor of the record is not one Burn 0.22 can hold as stored.
+    #[error("{path}: tensor '{tensor}': {reason}")]
+    Tensor {
+        /// The file.
+        path: PathBuf,
+        /// The tensor's path in the record.
+        tensor: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A bincode record (`BinFileRecorder`, `BinGzFileRecorder`).
+    #[error(
+        "{path}: a bincode record (BinFileRecorder / BinGzFileRecorder) does not describe itself \
+         (no field names, no lengths), so it cannot be read without the Burn 0.21 module type \
+         that wrote it: load it with that module under Burn 0.21 and save it with \
+         NamedMpkFileRecorder (or burn-store's BurnpackStore), then open that file here"
+    )]
+    Bincode {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+/// The record formats of Burn 0.14-0.21 that describe themselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecordFormat {
+    /// `NamedMpkFileRecorder` (`.mpk`): MessagePack with field names.
+    NamedMpk,
+    /// `NamedMpkGzFileRecorder` (`.mpk.gz`).
+    NamedMpkGz,
+    /// `PrettyJsonFileRecorder` (`.json`).
+    Json,
+    /// `JsonGzFileRecorder` (`.json.gz`).
+    JsonGz,
+}
+
+impl RecordFormat {
+    /// The format a file name's ending says, if it is one of these.
+    ///
+    /// ```
+    /// use burnpack::interop::burn_record::RecordFormat;
+    /// assert_eq!(RecordFormat::from_path("model.mpk.gz"), Some(RecordFormat::NamedMpkGz));
+    /// assert_eq!(RecordFormat::from_path("model.bpk"), None);
+    /// ```
+    #[must_use]
+    pub fn from_path(path: impl AsRef<Path>) -> Option<Self> {
+        let name = path.as_ref().file_name()?.to_str()?.to_ascii_lowercase();
+        [
+            (".mpk.gz", Self::NamedMpkGz),
+            (".json.gz", Self::JsonGz),
+            (".mpk", Self::NamedMpk),
+            (".json", Self::Json),
+        ]
+        .into_iter()
+        .find_map(|(ending, format)| name.ends_with(ending).then_some(format))
+    }
+
+    fn is_gzip(self) -> bool {
+        matches!(self, Self::NamedMpkGz | Self::JsonGz)
+    }
+
+    fn is_json(self) -> bool {
+        matches!(self, Self::Json | Self::JsonGz)
+    }
+
+    /// The recorder that writes this format, as Burn names it.
+    #[must_use]
+    pub fn recorder(self) -> &'static str {
+        match self {
+            Self::NamedMpk => "NamedMpkFileRecorder",
+            Self::NamedMpkGz => "NamedMpkGzFileRecorder",
+            Self::Json => "PrettyJsonFileRecorder",
+            Self::JsonGz => "JsonGzFileRecorder",
+        }
+    }
+}
+
+/// The `metadata` of a Burn record: the element types and the Burn version that wrote it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordMetadata {
+    /// The float element type of the precision settings (`"f32"`, `"f16"`...).
+    pub float: String,
+    /// The int element type of the precision settings.
+    pub int: String,
+    /// The recorder's format name (`"NamedMpk"`...).
+    pub format: String,
+    /// The Burn version that wrote the record (`"0.21.0"`).
+    pub version: String,
+    /// The precision settings' type, as Burn printed it.
+    pub settings: String,
+}
+
+/// A Burn 0.14-0.21 record file as a [`TensorSource`].
+///
+/// ```no_run
+/// use burn::module::Module;
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::tensor::Device;
+/// use burnpack::interop::burn_record::LegacySource;
+/// use burnpack::{LoadOptions, PackModule};
+///
+/// #[derive(Module, Debug)]
+/// struct Model { fc: Linear }
+///
+/// let device = Device::flex();
+/// // A file that Burn 0.21's `NamedMpkGzFileRecorder` wrote.
+/// let source = LegacySource::open("model.mpk.gz").unwrap();
+/// println!("written by Burn {}", source.record_metadata().version);
+/// let model = Model { fc: LinearConfig::new(3, 4).init(&device) }
+///     .load_from_source(&source, &LoadOptions::new())
+///     .unwrap();
+/// ```
+pub struct LegacySource {
+    file: String,
+    format: RecordFormat,
+    metadata: RecordMetadata,
+    /// The mapped file, the decompressed file, or (JSON) the decoded bytes of every tensor.
+    data: Source,
+    /// Sorted by name.
+    tensors: Vec<TensorInfo>,
+}
+
+impl std::fmt::Debug for LegacySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LegacySource")
+            .field("file", &self.file)
+            .field("format", &self.format)
+            .field("tensors", &self.tensors.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Decoded JSON tensors are laid out at offsets that are multiples of this (every element
+/// type's alignment), so each is a window of one buffer.
+const DECODED_ALIGN: usize = 64;
+
+impl LegacySource {
+    /// Opens a record, its format told by the file name (`.mpk`, `.mpk.gz`, `.json`,
+    /// `.json.gz`), with the default [`Limits`].
+    ///
+    /// # Errors
+    /// See [`open_with`](Self::open_with).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, LegacyError> {
+        let path = path.as_ref();
+        let format = RecordFormat::from_path(path).ok_or_else(|| {
+            let name = path.display().to_string();
+            if name.ends_with(".bin") || name.ends_with(".bin.gz") {
+                LegacyError::Bincode {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                LegacyError::Invalid {
+                    path: path.to_path_buf(),
+                    reason: "the file name does not end in .mpk, .mpk.gz, .json or .json.gz \
+                             (name the format with LegacySource::open_with)"
+                        .into(),
+                }
+            }
+        })?;
+        Self::open_with(path, format, &Limits::default())
+    }
+
+    /// Opens a record of `format`. Nesting deeper than `limits.max_cbor_depth`, more tensors
+    /// than `limits.max_tensor_count`, a tensor over `limits.max_tensor_size` and a
+    /// decompressed size over `limits.max_file_size` are refused.
+    ///
+    /// # Errors
+    /// [`LegacyError::Io`] when the file cannot be read, [`LegacyError::Invalid`] when it is
+    /// not a record of `format`, [`LegacyError::Tensor`] naming a tensor whose bytes, shape
+    /// or dtype do not agree, or whose dtype Burn 0.22 does not have.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        format: RecordFormat,
+        limits: &Limits,
+    ) -> Result<Self, LegacyError> {
+        let path = path.as_ref();
+        let io = |action: &'static str| {
+            move |source| LegacyError::Io {
+                path: path.to_path_buf(),
+                action,
+                source,
+            }
+        };
+        let invalid = |reason: String| LegacyError::Invalid {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let file = std::fs::File::open(path).map_err(io("open"))?;
+        let len = file.metadata().map_err(io("stat"))?.len();
+        if len > limits.max_file_size {
+            return Err(invalid(format!(
+                "{len} bytes is over the file-size limit ({} bytes)",
+                limits.max_file_size
+            )));
+        }
+        let input: Bytes = if format.is_gzip() {
+            // Grown as data comes, up to the limit: a small bomb cannot ask for more.
+            let mut out = Vec::new();
+            let mut reader = flate2::read::GzDecoder::new(std::io::BufReader::new(file))
+                .take(limits.max_file_size.saturating_add(1));
+            reader.read_to_end(&mut out).map_err(io("decompress"))?;
+            if out.len() as u64 > limits.max_file_size {
+                return Err(invalid(format!(
+                    "decompresses to more than the file-size limit ({} bytes)",
+                    limits.max_file_size
+                )));
+            }
+            Bytes::from_shared(bytes::Bytes::from(out), AllocationProperty::Other)
+        } else {
+            // As for packs, the file must not be truncated or rewritten while it is mapped.
+            crate::read::source::map_file(&file).map_err(io("map"))?
+        };
+        if input.first() == Some(&b'\0') || input.is_empty() {
+            return Err(invalid("empty, or starts with a zero byte".into()));
+        }
+        let mut walk = Walk::new(&input, limits.max_cbor_depth, limits.max_tensor_count);
+        let root = if format.is_json() {
+            let mut de = serde_json::Deserializer::from_slice(&input);
+            let root = walk.record(&mut de).map_err(|e| invalid(e.to_string()))?;
+            de.end().map_err(|e| invalid(e.to_string()))?;
+            root
+        } else {
+            let mut de = rmp_serde::Deserializer::from_read_ref(&input[..]);
+            walk.record(&mut de).map_err(|e| invalid(e.to_string()))?
+        };
+        let metadata = record_metadata(&root).ok_or_else(|| {
+            invalid(format!(
+                "no BurnRecord metadata (float, int, format, version, settings) at the top: \
+                 not a file of {}",
+                format.recorder()
+            ))
+        })?;
+        let found = std::mem::take(&mut walk.found);
+        drop(walk);
+        let (data, tensors) = Self::table(path, &input, format, found, limits)?;
+        Ok(Self {
+            file: path.display().to_string(),
+            format,
+            metadata,
+            data,
+            tensors,
+        })
+    }
+
+    /// The tensors' table and where their bytes are.
+    fn table(
+        path: &Path,
+        input: &Bytes,
+        format: RecordFormat,
+        found: Vec<Found>,
+        limits: &Limits,
+    ) -> Result<(Source, Vec<TensorInfo>), LegacyError> {
+        let tensor_error = |tensor: &str, reason: String| LegacyError::Tensor {
+            path: path.to_path_buf(),
+            tensor: tensor.to_string(),
+            reason,
+        };
+        let mut decoded: Vec<u8> = Vec::new();
+        let mut tensors = Vec::with_capacity(found.len());
+        for Found {
+            path: name,
+            id,
+            tensor,
+        } in found
+        {
+            let dtype = dtype(&tensor.dtype).ok_or_else(|| {
+                let quantized =
+                    matches!(&tensor.dtype, Node::Map(e) if e.iter().any(|(k, _)| k == "QFloat"));
+                tensor_error(
+                    &name,
+                    if quantized {
+                        "a quantized tensor: quantized tensors of Burn 0.14-0.21 records are not \
+                         read yet (dequantize under Burn 0.21 and save again)"
+                            .to_string()
+                    } else {
+                        format!("dtype {:?} is not one Burn 0.22 has", tensor.dtype)
+                    },
+                )
+            })?;
+            let shape: Vec<usize> = tensor
+                .shape
+                .iter()
+                .map(|&d| usize::try_from(d))
+                .collect::<Result<_, _>>()
+                .map_err(|_| tensor_error(&name, "a dimension does not fit in memory".into()))?;
+            let expected = byte_len(dtype, &tensor.shape);
+            if expected != Some(tensor.len as u64) {
+                return Err(tensor_error(
+                    &name,
+                    format!(
+                        "{} bytes for shape {shape:?} of {dtype:?} (expected {})",
+                        tensor.len,
+                        expected.map_or("more than fits".to_string(), |e| e.to_string())
+                    ),
+                ));
+            }
+            if tensor.len as u64 > limits.max_tensor_size {
+                return Err(tensor_error(
+                    &name,
+                    format!("{} bytes is over the tensor-size limit", tensor.len),
+                ));
+            }
+            let start = match tensor.payload {
+                Payload::At(at) if !format.is_json() => at,
+                Payload::At(at) => append_aligned(&mut decoded, &input[at..at + tensor.len]),
+                Payload::Owned(bytes) if format.is_json() => append_aligned(&mut decoded, &bytes),
+                Payload::Owned(_) => {
+                    return Err(tensor_error(&name, "bytes not found in the file".into()));
+                }
+            };
+            let mut info =
+                TensorInfo::external(name, dtype, shape, start as u64, tensor.len as u64);
+            if let Some(id) = id.as_deref().and_then(param_id) {
+                info = info.with_param_id(id);
+            }
+            tensors.push(info);
+        }
+        tensors.sort_by(|a, b| a.name().cmp(b.name()));
+        if let Some(pair) = tensors.windows(2).find(|w| w[0].name() == w[1].name()) {
+            return Err(tensor_error(
+                pair[0].name(),
+                "two tensors with this path".into(),
+            ));
+        }
+        let data = if format.is_json() {
+            // One buffer of every decoded tensor (the allocator aligns it for any element
+            // type, and each tensor starts at a multiple of 64 in it; a window that is not
+            // aligned is still copied on read).
+            Source::Memory(Bytes::from_shared(
+                bytes::Bytes::from(decoded),
+                AllocationProperty::Other,
+            ))
+        } else {
+            Source::Memory(input.clone())
+        };
+        Ok((data, tensors))
+    }
+
+    /// The record's metadata: the Burn version and precision settings that wrote it.
+    #[must_use]
+    pub fn record_metadata(&self) -> &RecordMetadata {
+        &self.metadata
+    }
+
+    /// The record's format.
+    #[must_use]
+    pub fn format(&self) -> RecordFormat {
+        self.format
+    }
+}
+
+/// Appends `bytes` at the next multiple of [`DECODED_ALIGN`]; returns where.
+fn append_aligned(out: &mut Vec<u8>, bytes: &[u8]) -> usize {
+    let start = out.len().next_multiple_of(DECODED_ALIGN);
+    out.resize(start, 0);
+    out.extend_from_slice(bytes);
+    start
+}
+
+/// `metadata` of the root map, if it has the fields of Burn's `BurnMetadata`.
+fn record_metadata(root: &Node) -> Option<RecordMetadata> {
+    let Node::Map(entries) = root else {
+        return None;
+    };
+    let (_, Node::Map(meta)) = entries.iter().find(|(k, _)| k == "metadata")? else {
+        return None;
+    };
+    entries.iter().find(|(k, _)| k == "item")?;
+    let field = |name: &str| {
+        meta.iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.as_str())
+            .map(str::to_string)
+    };
+    Some(RecordMetadata {
+        float: field("float")?,
+        int: field("int")?,
+        format: field("format")?,
+        version: field("version")?,
+        settings: field("settings").unwrap_or_default(),
+    })
+}
+
+/// A dtype as serde wrote Burn 0.14-0.21's `DType`: a unit variant's name, or a one-entry
+/// map for `Bool(store)` (Burn 0.21; earlier versions wrote `Bool` alone: native bytes).
+fn dtype(node: &Node) -> Option<DType> {
+    Some(match node {
+        Node::Str(name) => match name.as_str() {
+            "F64" => DType::F64,
+            "F32" => DType::F32,
+            "Flex32" => DType::Flex32,
+            "F16" => DType::F16,
+            "BF16" => DType::BF16,
+            "I64" => DType::I64,
+            "I32" => DType::I32,
+            "I16" => DType::I16,
+            "I8" => DType::I8,
+            "U64" => DType::U64,
+            "U32" => DType::U32,
+            "U16" => DType::U16,
+            "U8" => DType::U8,
+            "Bool" => DType::Bool(BoolStore::Native),
+            _ => return None,
+        },
+        Node::Map(entries) if entries.len() == 1 => match (entries[0].0.as_str(), &entries[0].1) {
+            ("Bool", Node::Str(store)) => DType::Bool(match store.as_str() {
+                "Native" => BoolStore::Native,
+                "U8" => BoolStore::U8,
+                "U32" => BoolStore::U32,
+                _ => return None,
+            }),
+
+            _ => return None,
+        },
+        _ => return None,
+    })
+}
+
+/// A `ParamId` as Burn 0.14-0.21 serialized it: the id's little-endian bytes in base32
+/// (DNSSEC alphabet: `0-9a-v`, no padding), 8 bytes, or 6 in the oldest format. Ids of the
+/// uuid era (before 0.14) were hashed by Burn with a per-build hasher and are not recovered.
+fn param_id(text: &str) -> Option<u64> {
+    let bytes = data_encoding::BASE32_DNSSEC.decode(text.as_bytes()).ok()?;
+    if bytes.is_empty() || bytes.len() > 8 {
+        return None;
+    }
+    let mut buffer = [0u8; 8];
+    buffer[..bytes.len()].copy_from_slice(&bytes);
+    Some(u64::from_le_bytes(buffer))
+}
+
+impl TensorSource for LegacySource {
+    fn file(&self) -> &str {
+        &self.file
+    }
+
+    fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
+        self.data
+            .read(info.offset(), info.len(), element_align(info.dtype()))
+            .map_err(|source| ReadError::Io {
+                file: self.file.clone(),
+                action: "read tensor data",
+                source,
+            })
+    }
+
+    fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
+        if self.format.is_json() {
+            return Some(CopyReason::Decoded { format: "JSON" });
+        }
+        self.data
+            .copy_reason(info.offset(), element_align(info.dtype()))
+    }
+}

@@ -1,0 +1,411 @@
+//! One walk over a Burn 0.14-0.21 record, through serde, for every self-describing recorder
+//! format (named MessagePack, JSON): the record tree's map keys and sequence indices become
+//! the path, and every `TensorData` map (`bytes`, `shape`, `dtype`) is taken out as it is met,
+//! under its `ParamSerde` (`id`, `param`) when it has one. Nothing else of the tree is kept:
+//! memory is the tensors' bytes (none for MessagePack read in place) and a few small values.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+/// Where a tensor's bytes are.
+#[derive(Debug)]
+pub(super) enum Payload {
+    /// At this offset of the input (MessagePack `bin`, read in place).
+    At(usize),
+    /// Decoded into bytes of their own (JSON's arrays of numbers, or a deserializer that
+    /// does not lend its input).
+    Owned(Vec<u8>),
+}
+
+/// A `TensorData` as the record holds it.
+#[derive(Debug)]
+pub(super) struct RawTensor {
+    pub payload: Payload,
+    pub len: usize,
+    pub shape: Vec<u64>,
+    /// The dtype as serde wrote it: `"F32"`, or a one-entry map such as `{"Bool": "Native"}`.
+    pub dtype: Node,
+}
+
+/// A tensor found in the record: its dotted path (as Burn 0.22 names module parameters) and
+/// the parameter id string of its `ParamSerde`, if it had one.
+#[derive(Debug)]
+pub(super) struct Found {
+    pub path: String,
+    pub id: Option<String>,
+    pub tensor: RawTensor,
+}
+
+/// A small value of the tree: what a tensor's fields and the record's metadata are made of.
+/// Maps and sequences of anything else are walked and dropped (`Other`).
+#[derive(Debug)]
+pub(super) enum Node {
+    Str(String),
+    UInt(u64),
+    /// Another number or a boolean: nothing a tensor or the metadata is made of.
+    Scalar,
+    Nil,
+    /// Bytes: a MessagePack `bin`, or a sequence of numbers 0..=255 (JSON writes bytes so).
+    Bytes(Payload, usize),
+    Seq(Vec<Node>),
+    Map(Vec<(String, Node)>),
+    Tensor(Box<RawTensor>),
+    Other,
+}
+
+impl Node {
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Node::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn is_small(&self) -> bool {
+        !matches!(self, Node::Other | Node::Tensor(_))
+    }
+}
+
+/// The walk's state, shared by every level.
+pub(super) struct Walk<'i> {
+    /// The input, for telling borrowed bytes' offsets.
+    input: &'i [u8],
+    path: Vec<String>,
+    depth: usize,
+    max_depth: usize,
+    max_tensors: usize,
+    pub found: Vec<Found>,
+}
+
+/// Maps and sequences with more entries than this keep no small values (a tensor's fields and
+/// the record's metadata have a handful).
+const SMALL: usize = 64;
+
+impl<'i> Walk<'i> {
+    pub fn new(input: &'i [u8], max_depth: usize, max_tensors: usize) -> Self {
+        Self {
+            input,
+            path: Vec::new(),
+            depth: 0,
+            max_depth,
+            max_tensors,
+            found: Vec::new(),
+        }
+    }
+
+    /// The record's `metadata` and the number of tensors found in its `item`.
+    pub fn record<'de, D: Deserializer<'de>>(&mut self, deserializer: D) -> Result<Node, D::Error>
+    where
+        'i: 'de,
+    {
+        NodeSeed { walk: self }.deserialize(deserializer)
+    }
+
+    fn emit<E: de::Error>(
+        &mut self,
+        path: String,
+        id: Option<String>,
+        tensor: RawTensor,
+    ) -> Result<(), E> {
+        if self.found.len() >= self.max_tensors {
+            return Err(E::custom(format!(
+                "more than {} tensors (the tensor-count limit)",
+                self.max_tensors
+            )));
+        }
+        self.found.push(Found { path, id, tensor });
+        Ok(())
+    }
+
+    /// The current path: segments joined by `.`, the record's top-level `item` left out.
+    fn joined(&self, last: Option<&str>) -> String {
+        let mut segments = self.path.iter().map(String::as_str).chain(last);
+        if self.path.first().map(String::as_str) == Some("item") {
+            segments.next();
+        }
+        segments.collect::<Vec<_>>().join(".")
+    }
+
+    fn offset_of(&self, bytes: &[u8]) -> Option<usize> {
+        let start = self.input.as_ptr() as usize;
+        let at = bytes.as_ptr() as usize;
+        (at >= start && at + bytes.len() <= start + self.input.len()).then(|| at - start)
+    }
+}
+
+struct NodeSeed<'w, 'i> {
+    walk: &'w mut Walk<'i>,
+}
+
+impl<'de, 'i: 'de> DeserializeSeed<'de> for NodeSeed<'_, 'i> {
+    type Value = Node;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Node, D::Error> {
+        if self.walk.depth >= self.walk.max_depth {
+            return Err(de::Error::custom(format!(
+                "nested deeper than {} levels",
+                self.walk.max_depth
+            )));
+        }
+        self.walk.depth += 1;
+        let node = deserializer.deserialize_any(NodeVisitor {
+            walk: &mut *self.walk,
+        });
+        self.walk.depth -= 1;
+        node
+    }
+}
+
+struct NodeVisitor<'w, 'i> {
+    walk: &'w mut Walk<'i>,
+}
+
+impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
+    type Value = Node;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a Burn record")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Node, E> {
+        Ok(Node::Scalar)
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
+        Ok(u64::try_from(v).map_or(Node::Scalar, Node::UInt))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
+        Ok(Node::UInt(v))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Node, E> {
+        Ok(Node::Scalar)
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Node, E> {
+        Ok(Node::Str(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Node, E> {
+        Ok(Node::Str(v))
+    }
+    fn visit_unit<E>(self) -> Result<Node, E> {
+        Ok(Node::Nil)
+    }
+    fn visit_none<E>(self) -> Result<Node, E> {
+        Ok(Node::Nil)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Node, D::Error> {
+        NodeSeed { walk: self.walk }.deserialize(d)
+    }
+    fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Node, D::Error> {
+        NodeSeed { walk: self.walk }.deserialize(d)
+    }
+    fn visit_borrowed_bytes<E>(self, v: &'de [u8]) -> Result<Node, E> {
+        Ok(match self.walk.offset_of(v) {
+            Some(at) => Node::Bytes(Payload::At(at), v.len()),
+            None => Node::Bytes(Payload::Owned(v.to_vec()), v.len()),
+        })
+    }
+    fn visit_bytes<E>(self, v: &[u8]) -> Result<Node, E> {
+        Ok(Node::Bytes(Payload::Owned(v.to_vec()), v.len()))
+    }
+    fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Node, E> {
+        let len = v.len();
+        Ok(Node::Bytes(Payload::Owned(v), len))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+        // Numbers 0..=255 gather as bytes (JSON's form of a tensor's bytes) until something
+        // else comes; growth follows what was read, never a declared length.
+        let mut bytes: Option<Vec<u8>> = Some(Vec::new());
+        let mut items: Vec<Node> = Vec::new();
+        let mut count = 0usize;
+        loop {
+            self.walk.path.push(count.to_string());
+            let next = seq.next_element_seed(NodeSeed {
+                walk: &mut *self.walk,
+            });
+            self.walk.path.pop();
+            let Some(item) = next? else { break };
+            match (&mut bytes, &item) {
+                (Some(b), Node::UInt(v)) if *v <= 255 => {
+                    #[allow(clippy::cast_possible_truncation)] // checked just above
+                    b.push(*v as u8);
+                }
+                _ => {
+                    if let Some(b) = bytes.take() {
+                        items.extend(b.into_iter().map(|v| Node::UInt(u64::from(v))));
+                    }
+                    if let Node::Tensor(tensor) = item {
+                        let path = self.walk.joined(Some(&count.to_string()));
+                        self.walk.emit(path, None, *tensor)?;
+                        items.push(Node::Other);
+                    } else {
+                        items.push(item);
+                    }
+                }
+            }
+            count += 1;
+        }
+        Ok(match bytes {
+            Some(b) if count > 0 => {
+                let len = b.len();
+                Node::Bytes(Payload::Owned(b), len)
+            }
+            Some(_) => Node::Seq(Vec::new()),
+            None if count > SMALL || !items.iter().all(Node::is_small) => Node::Other,
+            None => Node::Seq(items),
+        })
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+        let mut entries: Vec<(String, Node)> = Vec::new();
+        let mut count = 0usize;
+        while let Some(key) = map.next_key::<KeyString>()? {
+            let key = key.0;
+            self.walk.path.push(key.clone());
+            let value = map.next_value_seed(NodeSeed {
+                walk: &mut *self.walk,
+            });
+            self.walk.path.pop();
+            let value = value?;
+            count += 1;
+            // A tensor under any key but `param` (a `ParamSerde`'s) is taken out at once.
+            let value = match value {
+                Node::Tensor(tensor) if key != "param" => {
+                    let path = self.walk.joined(Some(&key));
+                    self.walk.emit(path, None, *tensor)?;
+                    Node::Other
+                }
+                other => other,
+            };
+            if count <= SMALL {
+                entries.push((key, value));
+            }
+        }
+        if count > SMALL {
+            return Ok(Node::Other);
+        }
+        if let Some(tensor) = tensor_data(&mut entries) {
+            return Ok(Node::Tensor(Box::new(tensor)));
+        }
+        // A `ParamSerde`: `id` and `param`, the tensor taken out under this map's path.
+        let keys: Vec<&str> = entries.iter().map(|(k, _)| k.as_str()).collect();
+        if keys.len() == 2 && keys.contains(&"id") && keys.contains(&"param") {
+            let mut id = None;
+            let mut tensor = None;
+            for (key, value) in entries.drain(..) {
+                match (key.as_str(), value) {
+                    ("id", Node::Str(s)) => id = Some(s),
+                    ("param", Node::Tensor(t)) => tensor = Some(t),
+                    _ => {}
+                }
+            }
+            if let Some(tensor) = tensor {
+                let path = self.walk.joined(None);
+                self.walk.emit(path, id, *tensor)?;
+            }
+            return Ok(Node::Other);
+        }
+        // A `param` tensor outside a `ParamSerde`: taken out under its own key.
+        for (key, value) in &mut entries {
+            if matches!(value, Node::Tensor(_)) {
+                let Node::Tensor(tensor) = std::mem::replace(value, Node::Other) else {
+                    unreachable!("matched above")
+                };
+                let path = self.walk.joined(Some(key));
+                self.walk.emit(path, None, *tensor)?;
+            }
+        }
+        // The record's root keeps its entries (`metadata` beside the walked `item`).
+        Ok(
+            if self.walk.depth == 1 || entries.iter().all(|(_, v)| v.is_small()) {
+                Node::Map(entries)
+            } else {
+                Node::Other
+            },
+        )
+    }
+
+    fn visit_enum<A: de::EnumAccess<'de>>(self, data: A) -> Result<Node, A::Error> {
+        use de::VariantAccess;
+        let (variant, access) = data.variant::<KeyString>()?;
+        self.walk.path.push(variant.0.clone());
+        let value = access.newtype_variant_seed(NodeSeed {
+            walk: &mut *self.walk,
+        });
+        self.walk.path.pop();
+        let value = value?;
+        Ok(if value.is_small() {
+            Node::Map(vec![(variant.0, value)])
+        } else {
+            if let Node::Tensor(tensor) = value {
+                let path = self.walk.joined(Some(&variant.0));
+                self.walk.emit(path, None, *tensor)?;
+            }
+            Node::Other
+        })
+    }
+}
+
+/// A `TensorData` map: exactly `bytes`, `shape` and `dtype`.
+fn tensor_data(entries: &mut Vec<(String, Node)>) -> Option<RawTensor> {
+    if entries.len() != 3 {
+        return None;
+    }
+    let position = |name: &str| entries.iter().position(|(k, _)| k == name);
+    let (b, s, d) = (position("bytes")?, position("shape")?, position("dtype")?);
+    let shape = match &entries[s].1 {
+        Node::Seq(items) => items
+            .iter()
+            .map(|n| match n {
+                Node::UInt(v) => Some(*v),
+                _ => None,
+            })
+            .collect::<Option<Vec<u64>>>()?,
+        Node::Bytes(Payload::Owned(v), _) => v.iter().map(|&x| u64::from(x)).collect(),
+        _ => return None,
+    };
+    if !matches!(entries[b].1, Node::Bytes(..)) {
+        return None;
+    }
+    let dtype = std::mem::replace(&mut entries[d].1, Node::Nil);
+    let Node::Bytes(payload, len) = std::mem::replace(&mut entries[b].1, Node::Nil) else {
+        return None;
+    };
+    Some(RawTensor {
+        payload,
+        len,
+        shape,
+        dtype,
+    })
+}
+
+/// A map key: a string (MessagePack and JSON records key every map by field or variant name),
+/// or a number written as its decimal text (maps keyed by integers).
+struct KeyString(String);
+
+impl<'de> de::Deserialize<'de> for KeyString {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = KeyString;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map key")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<KeyString, E> {
+                Ok(KeyString(v.to_string()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<KeyString, E> {
+                Ok(KeyString(v.to_string()))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<KeyString, E> {
+                Ok(KeyString(v.to_string()))
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<KeyString, E> {
+                std::str::from_utf8(v)
+                    .map(|s| KeyString(s.to_string()))
+                    .map_err(|_| E::custom("a map key that is not UTF-8"))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
