@@ -1,6 +1,6 @@
 //! Replays the committed fuzz corpora (`fuzz/corpus/<target>`) and a few thousand seeded
 //! mutations of each file through the same checks as the fuzz targets (`reader`,
-//! `safetensors`, `object_source`), under a time bound. Set `BURNPACK_WRITE_CORPUS=1` to
+//! `safetensors`, `object_source`, `burn_record`), under a time bound. Set `BURNPACK_WRITE_CORPUS=1` to
 //! regenerate the corpus files.
 
 mod common;
@@ -182,4 +182,39 @@ fn exercise_object_source(data: &[u8]) {
 #[test]
 fn object_source_corpus_and_mutations_never_panic() {
     replay("object_source", seeds(), exercise_object_source, 500);
+}
+
+/// The `burn_record` fuzz target's body: bytes as a named-MessagePack and as a JSON record of
+/// Burn 0.14-0.21, opened, every tensor read.
+#[cfg(feature = "legacy")]
+fn exercise_burn_record(data: &[u8]) {
+    use burnpack::format::Limits;
+    use burnpack::interop::burn_record::{LegacySource, RecordFormat};
+    use burnpack::read::TensorSource;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fuzz.record");
+    std::fs::write(&path, data).unwrap();
+    for format in [RecordFormat::NamedMpk, RecordFormat::Json] {
+        if let Ok(source) = LegacySource::open_with(&path, format, &Limits::default()) {
+            for info in source.tensors() {
+                assert_eq!(source.read(info).unwrap().len() as u64, info.len());
+            }
+        }
+    }
+}
+
+/// Records Burn 0.21's own recorders wrote (`tests/data/legacy`, see `tests/legacy.rs`).
+#[cfg(feature = "legacy")]
+fn burn_record_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/legacy");
+    ["zoo.mpk", "zoo-half.mpk", "zoo.json"]
+        .into_iter()
+        .map(|name| (name, std::fs::read(data.join(name)).unwrap()))
+        .collect()
+}
+
+#[cfg(feature = "legacy")]
+#[test]
+fn burn_record_corpus_and_mutations_never_panic() {
+    replay("burn_record", burn_record_seeds(), exercise_burn_record, 500);
 }
