@@ -671,3 +671,59 @@ fn verify_names_unknown_keys_and_converted_files_carry_the_producer() {
     assert!(out.contains("warning") && out.contains("'future'"), "{out}");
     assert!(out.contains("OK"), "{out}");
 }
+
+/// Records of Burn 0.14-0.21 (written by Burn 0.21's recorders, `tests/data/legacy`):
+/// `inspect` says the format and Burn version, `verify` reads every tensor, `convert` writes a
+/// pack that keeps the record's metadata and verifies, `diff` finds the same values; bincode is
+/// refused with exit 3 and what to do.
+#[test]
+fn burn_records_are_inspected_verified_and_converted() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/legacy");
+    for name in ["zoo.mpk", "zoo.mpk.gz", "zoo.json", "zoo.json.gz"] {
+        let file = data.join(name);
+        let (code, out, err) = run(&["inspect", s(&file)]);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert!(out.contains("Burn 0.21.0 record"), "{out}");
+        assert!(out.contains("tensors: 22"), "{out}");
+        assert!(out.contains("linear.weight"), "{out}");
+        let (code, out, _) = run(&["inspect", s(&file), "--json"]);
+        assert_eq!(code, 0);
+        let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(json["burn_version"], "0.21.0");
+        assert_eq!(json["tensor_count"], 22);
+        let (code, out, err) = run(&["verify", s(&file), "--nan"]);
+        assert_eq!(code, 0, "{name}: {out}{err}");
+        assert!(out.contains("OK"), "{out}");
+        let dir = tempfile::tempdir().unwrap();
+        let pack = dir.path().join("zoo.bpk");
+        let (code, _, err) = run(&["convert", s(&file), s(&pack)]);
+        assert_eq!(code, 0, "{name}: {err}");
+        let reader = Reader::open(&pack).unwrap();
+        assert_eq!(reader.tensors().len(), 22);
+        assert_eq!(reader.metadata()["burn.record.version"], "0.21.0");
+        assert!(reader.layout().has_checksums());
+        let (code, out, _) = run(&["verify", s(&pack)]);
+        assert_eq!(code, 0, "{out}");
+        // Same tensors, same values: only the metadata differs.
+        let (code, out, _) = run(&["diff", s(&file), s(&pack)]);
+        assert!(out.contains("22 tensors with identical values"), "{out}");
+        assert_eq!(code, 1, "the pack adds metadata: {out}");
+    }
+    let (code, _, err) = run(&["verify", s(&data.join("zoo.bin"))]);
+    assert_eq!(code, 3);
+    assert!(
+        err.contains("bincode") && err.contains("NamedMpkFileRecorder"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let damaged = dir.path().join("damaged.mpk");
+    let mut bytes = std::fs::read(data.join("zoo.mpk")).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    std::fs::write(&damaged, bytes).unwrap();
+    let (code, out, _) = run(&["verify", s(&damaged)]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAILED") && out.contains("damaged.mpk"),
+        "{out}"
+    );
+}

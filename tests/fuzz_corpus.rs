@@ -216,5 +216,10 @@ fn burn_record_seeds() -> Vec<(&'static str, Vec<u8>)> {
 #[cfg(feature = "legacy")]
 #[test]
 fn burn_record_corpus_and_mutations_never_panic() {
-    replay("burn_record", burn_record_seeds(), exercise_burn_record, 500);
+    replay(
+        "burn_record",
+        burn_record_seeds(),
+        exercise_burn_record,
+        500,
+    );
 }

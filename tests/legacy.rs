@@ -479,3 +479,59 @@ fn damaged_and_foreign_files_are_clear_errors() {
         LegacySource::open_with(&other, RecordFormat::NamedMpk, &Limits::default()).unwrap();
     assert_eq!(source.tensors().len(), expected("zoo.expected.json").len());
 }
+
+#[test]
+fn a_converted_record_is_a_pack_that_burn_0_22_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = Device::flex();
+    for file in ["zoo.mpk", "zoo.mpk.gz", "zoo.json", "zoo.json.gz"] {
+        let source = LegacySource::open(data(file)).unwrap();
+        let pack = dir.path().join("zoo.bpk");
+        source.to_writer().unwrap().write_to_file(&pack).unwrap();
+        // Through this crate, and through Burn's own loader.
+        let ours = Zoo::new(&device).load_pack(&pack).unwrap();
+        let burns = Zoo::new(&device).try_load_file(&pack).unwrap();
+        let expected = expected("zoo.expected.json");
+        for model in [ours, burns] {
+            let mut held = Held::default();
+            model.visit(&mut held);
+            for want in &expected {
+                let (_, _, _, values) = held.params.iter().find(|(p, ..)| *p == want.path).unwrap();
+                assert_eq!(*values, want.values, "{file}: {}", want.path);
+            }
+        }
+        let reader = burnpack::Reader::open(&pack).unwrap();
+        assert_eq!(reader.metadata()["burn.record.version"], "0.21.0");
+        assert!(reader.metadata()["burn.record.format"].contains("Recorder"));
+    }
+}
+
+#[test]
+fn named_messagepack_tensors_are_windows_of_the_mapping_where_aligned() {
+    let source = LegacySource::open(data("zoo.mpk")).unwrap();
+    let (_, report) = Zoo::new(&Device::flex())
+        .load_from_source_with_report(&source, &LoadOptions::new())
+        .unwrap();
+    // MessagePack puts a tensor's bytes wherever the encoding ends: each is either a view or
+    // a copy that says it was unaligned, and the counts add up.
+    for copied in report.copied() {
+        assert!(
+            matches!(copied.reason, CopyReason::Unaligned { .. }),
+            "{}: {}",
+            copied.path,
+            copied.reason
+        );
+    }
+    assert_eq!(report.views() + report.copied().len(), report.loaded());
+    for info in source.tensors() {
+        let aligned = source.copy_reason(info).is_none();
+        let bytes = source.read(info).unwrap();
+        assert_eq!(bytes.len() as u64, info.len());
+        if aligned {
+            assert_eq!(
+                bytes.as_ptr() as usize % burnpack::format::element_align(info.dtype()),
+                0
+            );
+        }
+    }
+}

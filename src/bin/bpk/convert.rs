@@ -34,6 +34,23 @@ pub(crate) fn convert(
     if is_url(input) || is_url(output) {
         return convert_remote(input, output, to, shard_size);
     }
+    if crate::legacy::is_legacy(input) {
+        // A Burn 0.14-0.21 record becomes a pack (checksums, producer, the record's metadata
+        // kept as `burn.record.*` entries).
+        if to != Format::Burnpack {
+            return Err(Failure::usage(format!(
+                "{}: a Burn record converts to a pack (.bpk); convert that pack further",
+                input.display()
+            )));
+        }
+        let source = crate::legacy::open(input)?;
+        let size = source
+            .to_writer()
+            .map_err(Failure::file)?
+            .write_to_file(output)
+            .map_err(Failure::file)?;
+        return Ok(converted(input, output, size));
+    }
     let size = match (is_burnpack_file(input)?, to) {
         (false, Format::Burnpack) => {
             burnpack::interop::safetensors::safetensors_to_burnpack(input, output)

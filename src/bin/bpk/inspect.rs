@@ -28,6 +28,9 @@ pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&str>) -> Resul
             })
         })
         .transpose()?;
+    if crate::legacy::is_legacy(path) {
+        return crate::legacy::inspect(path, as_json, filter.as_ref());
+    }
     if is_safetensors(path) {
         return inspect_safetensors(path, as_json, filter.as_ref());
     }

@@ -15,6 +15,7 @@
 mod convert;
 mod diff;
 mod inspect;
+mod legacy;
 mod open;
 mod print;
 mod remote;
@@ -30,7 +31,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[command(
     name = "bpk",
     version,
-    about = "Inspect, verify, diff and convert burnpack (.bpk) files and safetensors weights"
+    about = "Inspect, verify, diff and convert burnpack (.bpk) files, safetensors weights and Burn 0.14-0.21 records"
 )]
 struct Cli {
     #[command(subcommand)]

@@ -24,6 +24,7 @@ pub(crate) fn is_url(arg: &Path) -> bool {
 pub(crate) enum Opened {
     Pack(Reader),
     Safetensors(SafetensorsSource),
+    Legacy(burnpack::interop::burn_record::LegacySource),
     #[cfg(feature = "object-store")]
     Remote(burnpack::interop::object_store::ObjectSource),
 }
@@ -42,6 +43,9 @@ impl Opened {
             #[cfg(not(feature = "object-store"))]
             match source {}
         }
+        if crate::legacy::is_legacy(path) {
+            return crate::legacy::open(path).map(Opened::Legacy);
+        }
         if is_safetensors(path) {
             SafetensorsSource::open(path)
                 .map(Opened::Safetensors)
@@ -55,6 +59,7 @@ impl Opened {
         match self {
             Opened::Pack(r) => r,
             Opened::Safetensors(s) => s,
+            Opened::Legacy(s) => s,
             #[cfg(feature = "object-store")]
             Opened::Remote(s) => s,
         }
@@ -64,7 +69,7 @@ impl Opened {
     pub(crate) fn layout(&self) -> Option<&Layout> {
         match self {
             Opened::Pack(r) => Some(r.layout()),
-            Opened::Safetensors(_) => None,
+            Opened::Safetensors(_) | Opened::Legacy(_) => None,
             #[cfg(feature = "object-store")]
             Opened::Remote(s) => Some(s.layout()),
         }
@@ -74,6 +79,7 @@ impl Opened {
         match self {
             Opened::Pack(r) => r.tensor(name),
             Opened::Safetensors(s) => s.tensor(name),
+            Opened::Legacy(s) => s.tensors().iter().find(|t| t.name() == name),
             #[cfg(feature = "object-store")]
             Opened::Remote(s) => s.layout().tensor(name),
         }
@@ -83,6 +89,7 @@ impl Opened {
         match self {
             Opened::Pack(r) => r.metadata(),
             Opened::Safetensors(s) => s.metadata(),
+            Opened::Legacy(s) => s.metadata(),
             #[cfg(feature = "object-store")]
             Opened::Remote(s) => s.layout().metadata(),
         }

@@ -46,6 +46,9 @@ pub(crate) fn verify_safetensors(path: &Path, nan: bool) -> Result<u8, Failure> 
 }
 
 pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
+    if crate::legacy::is_legacy(path) {
+        return crate::legacy::verify(path, nan);
+    }
     if is_safetensors(path) {
         return verify_safetensors(path, nan);
     }

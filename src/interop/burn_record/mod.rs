@@ -24,9 +24,12 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{AllocationProperty, BoolStore, Bytes, DType};
 
+use std::collections::BTreeMap;
+
 use crate::format::{Limits, TensorInfo, byte_len, element_align};
 use crate::read::source::Source;
 use crate::read::{CopyReason, ReadError, TensorSource};
+use crate::write::{Entry, Writer};
 use walk::{Found, Node, Payload, Walk};
 
 /// An error opening a Burn 0.14-0.21 record, naming the file (and the tensor's path where
@@ -170,6 +173,8 @@ pub struct LegacySource {
     file: String,
     format: RecordFormat,
     metadata: RecordMetadata,
+    /// `metadata` as string entries (`burn.record.version`...), what a conversion keeps.
+    entries: BTreeMap<String, String>,
     /// The mapped file, the decompressed file, or (JSON) the decoded bytes of every tensor.
     data: Source,
     /// Sorted by name.
@@ -289,10 +294,21 @@ impl LegacySource {
         let found = std::mem::take(&mut walk.found);
         drop(walk);
         let (data, tensors) = Self::table(path, &input, format, found, limits)?;
+        let entries = [
+            ("version", &metadata.version),
+            ("float", &metadata.float),
+            ("int", &metadata.int),
+            ("format", &metadata.format),
+            ("settings", &metadata.settings),
+        ]
+        .into_iter()
+        .map(|(key, value)| (format!("{METADATA_PREFIX}{key}"), value.clone()))
+        .collect();
         Ok(Self {
             file: path.display().to_string(),
             format,
             metadata,
+            entries,
             data,
             tensors,
         })
@@ -403,7 +419,40 @@ impl LegacySource {
     pub fn format(&self) -> RecordFormat {
         self.format
     }
+
+    /// The record's metadata as string entries under [`METADATA_PREFIX`]
+    /// (`burn.record.version`, `.float`, `.int`, `.format`, `.settings`): what
+    /// [`to_writer`](Self::to_writer) keeps in the pack.
+    #[must_use]
+    pub fn metadata(&self) -> &BTreeMap<String, String> {
+        &self.entries
+    }
+
+    /// A pack [`Writer`] of every tensor (names, dtypes, shapes, parameter ids) in the
+    /// record's order, with the record's metadata kept as metadata entries: what
+    /// `bpk convert old.mpk.gz new.bpk` writes. Tensors are windows of the source where it
+    /// allows.
+    ///
+    /// # Errors
+    /// A tensor's bytes could not be read.
+    pub fn to_writer(&self) -> Result<Writer, ReadError> {
+        let mut infos: Vec<&TensorInfo> = self.tensors.iter().collect();
+        infos.sort_by_key(|t| t.offset());
+        let entries = infos
+            .into_iter()
+            .map(|info| Ok(Entry::from_stored(info, self.read(info)?)))
+            .collect::<Result<Vec<_>, ReadError>>()?;
+        let mut writer = Writer::new(entries);
+        for (key, value) in &self.entries {
+            writer = writer.metadata(key.clone(), value.clone());
+        }
+        Ok(writer)
+    }
 }
+
+/// The prefix of the metadata entries that keep a record's `BurnMetadata` in a pack
+/// converted from it.
+pub const METADATA_PREFIX: &str = "burn.record.";
 
 /// Appends `bytes` at the next multiple of [`DECODED_ALIGN`]; returns where.
 fn append_aligned(out: &mut Vec<u8>, bytes: &[u8]) -> usize {

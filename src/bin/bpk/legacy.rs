@@ -1,0 +1,119 @@
+//! Records of Burn 0.14-0.21 (`.mpk`, `.mpk.gz`, `.json`, `.json.gz`) in `inspect` and
+//! `verify`; `convert` writes them as packs (`convert.rs`).
+
+use burnpack::format::TensorInfo;
+use burnpack::interop::burn_record::{LegacySource, RecordFormat};
+use burnpack::read::TensorSource;
+use regex::Regex;
+use serde_json::json;
+use std::path::Path;
+
+use crate::Failure;
+use crate::print::*;
+use crate::scan::{Scan, scan};
+
+/// Whether `path` names a Burn 0.14-0.21 record (bincode ones included, to refuse them with
+/// the reason).
+pub(crate) fn is_legacy(path: &Path) -> bool {
+    let name = path.to_string_lossy().to_ascii_lowercase();
+    RecordFormat::from_path(path).is_some() && !name.ends_with(".index.json")
+        || name.ends_with(".bin")
+        || name.ends_with(".bin.gz")
+}
+
+pub(crate) fn open(path: &Path) -> Result<LegacySource, Failure> {
+    LegacySource::open(path).map_err(Failure::file)
+}
+
+/// `inspect`: the format, the Burn version and precision that wrote it, totals, the tensors.
+pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&Regex>) -> Result<u8, Failure> {
+    let source = open(path)?;
+    let meta = source.record_metadata();
+    let tensors = source.tensors();
+    let census = Census::of(tensors);
+    let shown: Vec<&TensorInfo> = tensors
+        .iter()
+        .filter(|t| filter.is_none_or(|re| re.is_match(t.name())))
+        .collect();
+    if as_json {
+        let out = json!({
+            "file": path.display().to_string(),
+            "format": format!("{:?}", source.format()),
+            "recorder": source.format().recorder(),
+            "burn_version": meta.version,
+            "float": meta.float,
+            "int": meta.int,
+            "tensor_count": census.count,
+            "elements": census.elements,
+            "data_bytes": census.data_bytes,
+            "bytes_by_dtype": census.by_dtype,
+            "metadata": source.metadata(),
+            "tensors": shown.iter().map(|t| tensor_json(t)).collect::<Vec<_>>(),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("JSON of plain values")
+        );
+        return Ok(0);
+    }
+    println!(
+        "{}: Burn {} record ({}), {} of tensor data",
+        path.display(),
+        meta.version,
+        source.format().recorder(),
+        mib(census.data_bytes)
+    );
+    println!("precision: float {}, int {}", meta.float, meta.int);
+    census.print();
+    let width = name_width(&shown);
+    println!(
+        "{:<width$}  {:>9}  {:>16}  {:>12}  {:>20}",
+        "name", "dtype", "shape", "bytes", "param id"
+    );
+    for t in &shown {
+        println!(
+            "{:<width$}  {:>9}  {:>16}  {:>12}  {:>20}",
+            t.name(),
+            dtype_name(t.dtype()),
+            format!("{:?}", t.shape()),
+            t.len(),
+            t.param_id().map_or_else(String::new, |id| id.to_string())
+        );
+    }
+    filtered(filter, shown.len(), census.count);
+    Ok(0)
+}
+
+/// `verify`: the record decoded and validated (every tensor's bytes against its shape and
+/// dtype), every tensor read, optionally scanned for NaN / Inf. Records carry no checksums.
+pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
+    let source = match LegacySource::open(path) {
+        Ok(source) => source,
+        Err(e @ burnpack::interop::burn_record::LegacyError::Bincode { .. }) => {
+            return Err(Failure::file(e));
+        }
+        Err(e) => {
+            println!("{e}");
+            println!("{}: FAILED: 1 problem", path.display());
+            return Ok(1);
+        }
+    };
+    let Scan { bad, total, .. } = scan(&source, path, nan)?;
+    if bad > 0 {
+        println!("{}: FAILED: {bad} problems", path.display());
+        return Ok(1);
+    }
+    println!(
+        "{}: OK: Burn {} record valid, {} tensors ({}) read, no checksums in Burn records (contents unverified){}",
+        path.display(),
+        source.record_metadata().version,
+        source.tensors().len(),
+        mib(total),
+        if nan {
+            ", float values scanned for NaN/Inf"
+        } else {
+            ""
+        }
+    );
+    Ok(0)
+}
