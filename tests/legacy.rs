@@ -535,3 +535,138 @@ fn named_messagepack_tensors_are_windows_of_the_mapping_where_aligned() {
         }
     }
 }
+
+mod train {
+    //! burn-train 0.21 checkpoints (`tests/data/legacy/train-*`: model, optimizer and
+    //! scheduler records of epoch 1, after 4 steps, as burn-train's `FileCheckpointer`s write
+    //! them) resume under Burn 0.22 after the migration to the same parameters Burn 0.21
+    //! reaches by resuming from them (`expected.json`, 4 more steps).
+
+    use super::*;
+    use burn::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
+    use burn::lr_scheduler::exponential::ExponentialLrSchedulerConfig;
+    use burn::optim::momentum::MomentumConfig;
+    use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer, SgdConfig};
+    use burnpack::checkpoint::Checkpoint;
+    use burnpack::interop::burn_record::{
+        SchedulerKind, burn_train_epochs, import_legacy_burn_train,
+    };
+
+    #[derive(Module, Debug)]
+    struct Mlp {
+        a: Linear,
+        b: Linear,
+    }
+
+    /// The generator's batches.
+    fn batch(step: usize, device: &Device) -> (Tensor<2>, Tensor<2>) {
+        let xs: Vec<f32> = (0..12)
+            .map(|i| ((i * 5 + step * 3) % 11) as f32 / 11.0 - 0.5)
+            .collect();
+        let ys: Vec<f32> = xs
+            .chunks(3)
+            .map(|r| r[0] - 2.0 * r[1] + r[2] * r[0])
+            .collect();
+        (
+            Tensor::from_data(TensorData::new(xs, [4, 3]), device),
+            Tensor::from_data(TensorData::new(ys, [4, 1]), device),
+        )
+    }
+
+    fn resume(
+        dir: &str,
+        kind: SchedulerKind,
+        optim: ModuleOptimizer,
+        mut sched: impl FnMut(
+            &Checkpoint,
+        ) -> Box<
+            dyn FnMut() -> burn::lr_scheduler::module_lr_scheduler::ModuleLearningRate,
+        >,
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("ckpt.bpk");
+        assert_eq!(burn_train_epochs(data(dir)).unwrap(), [1]);
+        import_legacy_burn_train(data(dir), 1, kind, &out).unwrap();
+        let ckpt = Checkpoint::open(&out).unwrap();
+        assert!(ckpt.has_optimizer() && ckpt.has_scheduler());
+        assert_eq!(ckpt.progress().epoch, 1);
+        let device = Device::flex().autodiff();
+        let mut model = ckpt
+            .load_model(Mlp {
+                a: LinearConfig::new(3, 4).init(&device),
+                b: LinearConfig::new(4, 1).init(&device),
+            })
+            .unwrap();
+        let mut optim = ckpt.load_optimizer(optim).unwrap();
+        let mut lr = sched(&ckpt);
+        for step in 4..8 {
+            let (x, y) = batch(step, &device);
+            let loss = (model.b.forward(model.a.forward(x)) - y)
+                .powf_scalar(2.0)
+                .mean();
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            model = optim.step(lr(), model, grads);
+        }
+        let mut held = Held::default();
+        model.visit(&mut held);
+        let text = std::fs::read_to_string(data(dir).join("expected.json")).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for want in json["tensors"].as_array().unwrap() {
+            let path = want["path"].as_str().unwrap();
+            let values: Vec<f64> = serde_json::from_value(want["values"].clone()).unwrap();
+            let (_, _, _, got) = held.params.iter().find(|(p, ..)| p == path).unwrap();
+            for (g, w) in got.iter().zip(&values) {
+                assert!(
+                    (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+                    "{dir}: {path}: {got:?} vs Burn 0.21's {values:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn adam_with_an_exponential_schedule_resumes_to_burn_0_21s_values() {
+        resume(
+            "train-adam",
+            SchedulerKind::Exponential,
+            AdamConfig::new().init(),
+            |ckpt| {
+                let mut s = ExponentialLrSchedulerConfig::new(0.05, 0.9)
+                    .init()
+                    .unwrap()
+                    .load_record(ckpt.scheduler_record().unwrap());
+                Box::new(move || s.step())
+            },
+        );
+    }
+
+    #[test]
+    fn adamw_with_a_cosine_schedule_resumes_to_burn_0_21s_values() {
+        resume(
+            "train-adamw",
+            SchedulerKind::Cosine,
+            AdamWConfig::new().init(),
+            |ckpt| {
+                let mut s = CosineAnnealingLrSchedulerConfig::new(0.05, 10)
+                    .init()
+                    .unwrap()
+                    .load_record(ckpt.scheduler_record().unwrap());
+                Box::new(move || s.step())
+            },
+        );
+    }
+
+    #[test]
+    fn sgd_with_momentum_resumes_to_burn_0_21s_values() {
+        let sgd = SgdConfig::new()
+            .with_momentum(Some(MomentumConfig::new()))
+            .init();
+        resume("train-sgd", SchedulerKind::Exponential, sgd, |ckpt| {
+            let mut s = ExponentialLrSchedulerConfig::new(0.05, 0.9)
+                .init()
+                .unwrap()
+                .load_record(ckpt.scheduler_record().unwrap());
+            Box::new(move || s.step())
+        });
+    }
+}

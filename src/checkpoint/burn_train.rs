@@ -55,29 +55,47 @@ pub fn import_burn_train(
     out: impl AsRef<Path>,
 ) -> Result<u64, CheckpointError> {
     let dir = dir.as_ref();
+    let model = Reader::open(dir.join(format!("model-{epoch}.bpk")))?;
+    let part = |name: &str| -> Result<Option<Reader>, CheckpointError> {
+        let path = dir.join(format!("{name}-{epoch}.bpk"));
+        Ok(if path.exists() {
+            Some(Reader::open(&path)?)
+        } else {
+            None
+        })
+    };
+    let (optim, scheduler) = (part("optim")?, part("scheduler")?);
+    import_parts(&model, optim.as_ref(), scheduler.as_ref(), epoch, out)
+}
+
+/// Builds one checkpoint at `out` of epoch `epoch` from the packs of burn-train's three parts
+/// (the model, as `Module::save_file` writes it; the optimizer's and scheduler's records, as
+/// Burn writes them), wherever they were read from. Returns the size written.
+pub(crate) fn import_parts(
+    model: &Reader,
+    optim: Option<&Reader>,
+    scheduler: Option<&Reader>,
+    epoch: u64,
+    out: impl AsRef<Path>,
+) -> Result<u64, CheckpointError> {
     let mut entries = Vec::new();
     let mut scalars = BTreeMap::new();
     let mut metadata = BTreeMap::new();
-    let model = Reader::open(dir.join(format!("model-{epoch}.bpk")))?;
     absorb_reader(
-        &model,
+        model,
         MODEL_PREFIX,
         &mut entries,
         &mut scalars,
         &mut metadata,
     )?;
     let mut parts = Vec::new();
-    for (name, prefix) in [("optim", OPTIM_PREFIX), ("scheduler", SCHEDULER_PREFIX)] {
-        let path = dir.join(format!("{name}-{epoch}.bpk"));
-        if path.exists() {
+    for (name, prefix, reader) in [
+        ("optim", OPTIM_PREFIX, optim),
+        ("scheduler", SCHEDULER_PREFIX, scheduler),
+    ] {
+        if let Some(reader) = reader {
             parts.push(name);
-            absorb_reader(
-                &Reader::open(&path)?,
-                prefix,
-                &mut entries,
-                &mut scalars,
-                &mut metadata,
-            )?;
+            absorb_reader(reader, prefix, &mut entries, &mut scalars, &mut metadata)?;
         }
     }
     // The model file's own metadata (burn-store's `producer`...) is not the checkpoint's.

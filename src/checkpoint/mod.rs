@@ -61,6 +61,7 @@ mod storage;
 
 pub use async_save::{AsyncSaver, CheckpointTarget, WhenBusy};
 pub use burn_train::import_burn_train;
+pub(crate) use burn_train::import_parts;
 pub use directory::{CheckpointEntry, CheckpointManager, Directory};
 pub use error::CheckpointError;
 pub use file::Checkpoint;

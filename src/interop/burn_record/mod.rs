@@ -17,7 +17,12 @@
 //! ([`CopyReason::Decoded`]). Bincode records (`.bin`, `.bin.gz`) do not describe themselves
 //! (no field names, no lengths) and are refused with an explanation.
 
+mod train;
 mod walk;
+
+#[cfg(feature = "optim")]
+pub use train::import_legacy_burn_train;
+pub use train::{SchedulerKind, burn_train_epochs};
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -179,6 +184,8 @@ pub struct LegacySource {
     data: Source,
     /// Sorted by name.
     tensors: Vec<TensorInfo>,
+    /// Numbers of the record by path (an optimizer's step count, a scheduler's state).
+    leaves: Vec<(String, walk::Leaf)>,
 }
 
 impl std::fmt::Debug for LegacySource {
@@ -292,6 +299,7 @@ impl LegacySource {
             ))
         })?;
         let found = std::mem::take(&mut walk.found);
+        let leaves = std::mem::take(&mut walk.leaves);
         drop(walk);
         let (data, tensors) = Self::table(path, &input, format, found, limits)?;
         let entries = [
@@ -311,6 +319,7 @@ impl LegacySource {
             entries,
             data,
             tensors,
+            leaves,
         })
     }
 

@@ -37,6 +37,16 @@ pub(super) struct Found {
     pub tensor: RawTensor,
 }
 
+/// A number or boolean of the record, under its dotted path: the state that optimizer and
+/// scheduler records keep beside their tensors (Adam's `time`, a scheduler's step).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Leaf {
+    UInt(u64),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+}
+
 /// A small value of the tree: what a tensor's fields and the record's metadata are made of.
 /// Maps and sequences of anything else are walked and dropped (`Other`).
 #[derive(Debug)]
@@ -75,7 +85,11 @@ pub(super) struct Walk<'i> {
     depth: usize,
     max_depth: usize,
     max_tensors: usize,
+    /// For each open container, whether it is a sequence.
+    in_sequence: Vec<bool>,
     pub found: Vec<Found>,
+    /// Numbers and booleans that are values of map entries (or the whole item), by path.
+    pub leaves: Vec<(String, Leaf)>,
 }
 
 /// Maps and sequences with more entries than this keep no small values (a tensor's fields and
@@ -90,7 +104,9 @@ impl<'i> Walk<'i> {
             depth: 0,
             max_depth,
             max_tensors,
+            in_sequence: Vec::new(),
             found: Vec::new(),
+            leaves: Vec::new(),
         }
     }
 
@@ -125,6 +141,16 @@ impl<'i> Walk<'i> {
             segments.next();
         }
         segments.collect::<Vec<_>>().join(".")
+    }
+
+    /// Records a number met as a map entry's value (or as the whole item); numbers in
+    /// sequences are elements (a tensor's bytes or shape in JSON), not state.
+    fn leaf(&mut self, leaf: Leaf) {
+        let in_sequence = self.in_sequence.last().copied().unwrap_or(false);
+        if !in_sequence && self.leaves.len() < self.max_tensors {
+            let path = self.joined(None);
+            self.leaves.push((path, leaf));
+        }
     }
 
     fn offset_of(&self, bytes: &[u8]) -> Option<usize> {
@@ -168,16 +194,20 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
         f.write_str("a Burn record")
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Node, E> {
+    fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
+        self.walk.leaf(Leaf::Bool(v));
         Ok(Node::Scalar)
     }
     fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
+        self.walk.leaf(Leaf::Int(v));
         Ok(u64::try_from(v).map_or(Node::Scalar, Node::UInt))
     }
     fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
+        self.walk.leaf(Leaf::UInt(v));
         Ok(Node::UInt(v))
     }
-    fn visit_f64<E>(self, _: f64) -> Result<Node, E> {
+    fn visit_f64<E>(self, v: f64) -> Result<Node, E> {
+        self.walk.leaf(Leaf::Float(v));
         Ok(Node::Scalar)
     }
     fn visit_str<E>(self, v: &str) -> Result<Node, E> {
@@ -220,9 +250,11 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
         let mut count = 0usize;
         loop {
             self.walk.path.push(count.to_string());
+            self.walk.in_sequence.push(true);
             let next = seq.next_element_seed(NodeSeed {
                 walk: &mut *self.walk,
             });
+            self.walk.in_sequence.pop();
             self.walk.path.pop();
             let Some(item) = next? else { break };
             match (&mut bytes, &item) {
@@ -262,9 +294,11 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
         while let Some(key) = map.next_key::<KeyString>()? {
             let key = key.0;
             self.walk.path.push(key.clone());
+            self.walk.in_sequence.push(false);
             let value = map.next_value_seed(NodeSeed {
                 walk: &mut *self.walk,
             });
+            self.walk.in_sequence.pop();
             self.walk.path.pop();
             let value = value?;
             count += 1;
@@ -329,9 +363,11 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
         use de::VariantAccess;
         let (variant, access) = data.variant::<KeyString>()?;
         self.walk.path.push(variant.0.clone());
+        self.walk.in_sequence.push(false);
         let value = access.newtype_variant_seed(NodeSeed {
             walk: &mut *self.walk,
         });
+        self.walk.in_sequence.pop();
         self.walk.path.pop();
         let value = value?;
         Ok(if value.is_small() {

@@ -13,7 +13,13 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::backend::NdArray;
+use burn::backend::{Autodiff, NdArray};
+use burn::lr_scheduler::LrScheduler;
+use burn::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
+use burn::lr_scheduler::exponential::ExponentialLrSchedulerConfig;
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, Optimizer, SgdConfig};
+use burn::tensor::backend::AutodiffBackend;
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::{
@@ -30,6 +36,88 @@ use burn::tensor::{Bool, Int, Tensor, TensorData};
 use serde_json::{Value, json};
 
 type B = NdArray<f32>;
+type AB = Autodiff<NdArray<f32>>;
+
+/// A small model trained for the checkpoint fixtures.
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    a: Linear<B>,
+    b: Linear<B>,
+}
+
+/// The same batches on every run: inputs of 3 features, one target.
+fn batch<B: Backend>(step: usize, device: &B::Device) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    let xs: Vec<f32> = (0..12)
+        .map(|i| ((i * 5 + step * 3) % 11) as f32 / 11.0 - 0.5)
+        .collect();
+    let ys: Vec<f32> = xs.chunks(3).map(|r| r[0] - 2.0 * r[1] + r[2] * r[0]).collect();
+    (
+        Tensor::from_data(TensorData::new(xs, [4, 3]), device),
+        Tensor::from_data(TensorData::new(ys, [4, 1]), device),
+    )
+}
+
+fn train<B: AutodiffBackend, O: Optimizer<Mlp<B>, B>, S: LrScheduler>(
+    mut model: Mlp<B>,
+    optim: &mut O,
+    sched: &mut S,
+    steps: std::ops::Range<usize>,
+    device: &B::Device,
+) -> Mlp<B> {
+    for step in steps {
+        let (x, y) = batch::<B>(step, device);
+        let out = model.b.forward(model.a.forward(x));
+        let loss = (out - y).powf_scalar(2.0).mean();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(sched.step(), model, grads);
+    }
+    model
+}
+
+/// A burn-train 0.21 checkpoint directory (`model-1.mpk.gz`, `optim-1.mpk.gz`,
+/// `scheduler-1.mpk.gz`, as its `FileCheckpointer`s write them with the default
+/// `NamedMpkGzFileRecorder`) after 4 steps, and the parameters Burn 0.21 reaches by resuming
+/// from it for 4 more steps (`expected.json`).
+fn checkpoint<O: Optimizer<Mlp<AB>, AB>, S: LrScheduler>(
+    dir: &Path,
+    mut optim: O,
+    mut sched: S,
+    resume: impl FnOnce() -> (O, S),
+) {
+    std::fs::create_dir_all(dir).unwrap();
+    let device = Default::default();
+    AB::seed(&device, 7);
+    let recorder = NamedMpkGzFileRecorder::<FullPrecisionSettings>::new();
+    // Lazy parameters: recorded once and loaded back, so the run starts from known values.
+    let init = Mlp::<AB> {
+        a: LinearConfig::new(3, 4).init(&device),
+        b: LinearConfig::new(4, 1).init(&device),
+    };
+    recorder.record(init.into_record(), dir.join("init")).unwrap();
+    let fresh = || Mlp::<AB> {
+        a: LinearConfig::new(3, 4).init(&device),
+        b: LinearConfig::new(4, 1).init(&device),
+    };
+    let model = fresh().load_record(recorder.load(dir.join("init"), &device).unwrap());
+    std::fs::remove_file(dir.join("init.mpk.gz")).unwrap();
+    let model = train(model, &mut optim, &mut sched, 0..4, &device);
+    recorder.record(model.clone().into_record(), dir.join("model-1")).unwrap();
+    recorder.record(optim.to_record(), dir.join("optim-1")).unwrap();
+    recorder.record(sched.to_record::<AB>(), dir.join("scheduler-1")).unwrap();
+    // Resumed as burn-train resumes: each record loaded into a fresh value.
+    let (optim, sched) = resume();
+    let mut optim = optim.load_record(recorder.load(dir.join("optim-1"), &device).unwrap());
+    let mut sched = sched.load_record::<AB>(recorder.load(dir.join("scheduler-1"), &device).unwrap());
+    let model = fresh().load_record(recorder.load(dir.join("model-1"), &device).unwrap());
+    let model = train(model, &mut optim, &mut sched, 4..8, &device);
+    let mut expected = Expected::default();
+    model.visit(&mut expected);
+    std::fs::write(
+        dir.join("expected.json"),
+        serde_json::to_string_pretty(&json!({ "burn": "0.21.0", "steps": 8, "tensors": expected.tensors })).unwrap(),
+    )
+    .unwrap();
+}
 
 #[derive(Module, Debug)]
 enum Head<B: Backend> {
@@ -187,5 +275,19 @@ fn main() {
         "zoo-half.expected.json",
         expected::<HalfPrecisionSettings>(&file("zoo-half.mpk")),
     );
+    // burn-train 0.21 checkpoints: Adam with an exponential schedule, AdamW with a cosine one,
+    // SGD with momentum with an exponential one.
+    let exponential = || ExponentialLrSchedulerConfig::new(0.05, 0.9).init().unwrap();
+    let cosine = || CosineAnnealingLrSchedulerConfig::new(0.05, 10).init().unwrap();
+    let adam = || AdamConfig::new().init::<AB, Mlp<AB>>();
+    let adamw = || AdamWConfig::new().init::<AB, Mlp<AB>>();
+    let sgd = || {
+        SgdConfig::new()
+            .with_momentum(Some(MomentumConfig::new()))
+            .init::<AB, Mlp<AB>>()
+    };
+    checkpoint(&out.join("train-adam"), adam(), exponential(), || (adam(), exponential()));
+    checkpoint(&out.join("train-adamw"), adamw(), cosine(), || (adamw(), cosine()));
+    checkpoint(&out.join("train-sgd"), sgd(), exponential(), || (sgd(), exponential()));
     println!("wrote the fixtures to {}", out.display());
 }

@@ -1,0 +1,275 @@
+//! burn-train 0.14-0.21 checkpoints (`model-<epoch>`, `optim-<epoch>`, `scheduler-<epoch>`
+//! records, `.mpk.gz` by default) into one checkpoint of this crate that Burn 0.22's
+//! `ModuleOptimizer` and LR schedulers resume from.
+//!
+//! Burn 0.21 records an optimizer as a map from each parameter's id to its state, wrapped in
+//! the state's rank (`<id>.V1.Rank2.momentum.moment_1`, `<id>.V1.Rank2.momentum.time`); Burn
+//! 0.22 names the same state `<id as decimal>.momentum.moment_1` and `<id>.momentum.time`, with
+//! `<id>.__rank` and the parameter's module path beside it. The fields are the same for Adam,
+//! AdamW and SGD with momentum (checked against files Burn 0.21 wrote, resumed to the same
+//! values under Burn 0.22). An LR scheduler of Burn 0.21 records a bare number, which says
+//! nothing of the scheduler it belongs to: [`SchedulerKind`] names it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::walk::Leaf;
+use super::{LegacyError, LegacySource, param_id};
+use crate::format::Scalar;
+use crate::read::{Reader, TensorSource};
+use crate::write::{Entry, Writer};
+
+/// The LR scheduler a Burn 0.14-0.21 scheduler record belongs to (its record is a bare
+/// number, or nothing), and so the field Burn 0.22's scheduler keeps it in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SchedulerKind {
+    /// `ConstantLr` (and a plain learning rate): nothing recorded.
+    Constant,
+    /// `ExponentialLrScheduler`: the previous learning rate.
+    Exponential,
+    /// `CosineAnnealingLrScheduler`: the current iteration.
+    Cosine,
+    /// `LinearLrScheduler`: the remaining iterations.
+    Linear,
+    /// `StepLrScheduler`: the iteration index.
+    Step,
+}
+
+impl SchedulerKind {
+    /// Burn 0.22's scalar for the recorded number, if the scheduler records one.
+    fn scalar(self, leaf: Leaf) -> Option<Result<(&'static str, Scalar), String>> {
+        let (name, value) = match (self, leaf) {
+            (Self::Constant, _) => return None,
+            (Self::Exponential, Leaf::Float(v)) => ("0.previous_lr", Scalar::Float(v)),
+            #[allow(clippy::cast_precision_loss)] // a learning rate written as an integer
+            (Self::Exponential, Leaf::UInt(v)) => ("0.previous_lr", Scalar::Float(v as f64)),
+            (Self::Cosine, Leaf::UInt(v)) => ("0.current_iter", Scalar::UInt(v)),
+            (Self::Linear, Leaf::UInt(v)) => ("0.remaining_iters", Scalar::UInt(v)),
+            (Self::Step, Leaf::Int(v)) => ("0.iter_idx", Scalar::Int(v)),
+            (Self::Step, Leaf::UInt(v)) => match i64::try_from(v) {
+                Ok(v) => ("0.iter_idx", Scalar::Int(v)),
+                Err(_) => return Some(Err(format!("an iteration index past i64: {v}"))),
+            },
+            (kind, leaf) => {
+                return Some(Err(format!(
+                    "a {kind:?} scheduler records a number of another type than {leaf:?}"
+                )));
+            }
+        };
+        Some(Ok((name, value)))
+    }
+}
+
+impl LegacySource {
+    /// This record, a Burn 0.14-0.21 optimizer's (`optim-<epoch>`), as the pack Burn 0.22's
+    /// `ModuleOptimizer::from_bytes` / `load_record` reads: each parameter's state under its
+    /// id, its rank, and (from `model`, the same epoch's model record, when given) its module
+    /// path.
+    ///
+    /// # Errors
+    /// [`LegacyError::Tensor`] for a tensor that is not a parameter's state (an id Burn did
+    /// not write, no rank).
+    pub fn optimizer_writer(&self, model: Option<&LegacySource>) -> Result<Writer, LegacyError> {
+        let paths: BTreeMap<u64, &str> = model
+            .map(|m| {
+                m.tensors()
+                    .iter()
+                    .filter_map(|t| Some((t.param_id()?, t.name())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut ranks = BTreeMap::new();
+        let mut entries = Vec::with_capacity(self.tensors.len());
+        let mut infos: Vec<_> = self.tensors.iter().collect();
+        infos.sort_by_key(|t| t.offset());
+        for info in infos {
+            let (id, rank, field) = self.state_path(info.name())?;
+            ranks.insert(id, rank);
+            let bytes = self.read(info).map_err(|e| LegacyError::Tensor {
+                path: PathBuf::from(&self.file),
+                tensor: info.name().to_string(),
+                reason: e.to_string(),
+            })?;
+            entries.push(
+                Entry::from_stored(info, bytes)
+                    .renamed(format!("{id}.{field}"))
+                    .with_param_id(id),
+            );
+        }
+        let mut writer = Writer::new(entries);
+        for (path, leaf) in &self.leaves {
+            let (id, rank, field) = self.state_path(path)?;
+            ranks.insert(id, rank);
+            let value = match *leaf {
+                Leaf::UInt(v) => Scalar::UInt(v),
+                Leaf::Int(v) => Scalar::Int(v),
+                Leaf::Float(v) => Scalar::Float(v),
+                Leaf::Bool(v) => Scalar::Bool(v),
+            };
+            writer = writer.scalar(format!("{id}.{field}"), value);
+        }
+        for (id, rank) in ranks {
+            writer = writer.scalar(format!("{id}.__rank"), Scalar::UInt(rank));
+            if let Some(path) = paths.get(&id) {
+                writer = writer.metadata(id.to_string(), (*path).to_string());
+            }
+        }
+        Ok(writer)
+    }
+
+    /// `<id in base32>.V1.Rank<r>.<field>` (the `V1` absent in older records) as (id, rank,
+    /// field).
+    fn state_path(&self, path: &str) -> Result<(u64, u64, String), LegacyError> {
+        let bad = |reason: &str| LegacyError::Tensor {
+            path: PathBuf::from(&self.file),
+            tensor: path.to_string(),
+            reason: format!("not an optimizer state of Burn 0.14-0.21: {reason}"),
+        };
+        let mut segments = path.split('.');
+        let id = segments
+            .next()
+            .and_then(param_id)
+            .ok_or_else(|| bad("the first segment is not a parameter id"))?;
+        let mut next = segments.next();
+        if next == Some("V1") {
+            next = segments.next();
+        }
+        let rank = next
+            .and_then(|s| s.strip_prefix("Rank"))
+            .and_then(|r| r.parse().ok())
+            .ok_or_else(|| bad("no `Rank<n>` after the id"))?;
+        let field: Vec<&str> = segments.collect();
+        if field.is_empty() {
+            return Err(bad("no state field"));
+        }
+        Ok((id, rank, field.join(".")))
+    }
+
+    /// This record, a Burn 0.14-0.21 LR scheduler's (`scheduler-<epoch>`), as the pack Burn
+    /// 0.22's scheduler of `kind` reads with `load_record`.
+    ///
+    /// # Errors
+    /// [`LegacyError::Invalid`] when the record holds tensors, more than one number, or a
+    /// number of another type than `kind` records.
+    pub fn scheduler_writer(&self, kind: SchedulerKind) -> Result<Writer, LegacyError> {
+        let invalid = |reason: String| LegacyError::Invalid {
+            path: PathBuf::from(&self.file),
+            reason,
+        };
+        if !self.tensors.is_empty() || self.leaves.len() > 1 {
+            return Err(invalid(
+                "not an LR scheduler's record: it holds tensors or several numbers".into(),
+            ));
+        }
+        let mut writer = Writer::new(Vec::new());
+        if let Some(&(_, leaf)) = self.leaves.first()
+            && let Some(scalar) = kind.scalar(leaf)
+        {
+            let (name, value) = scalar.map_err(invalid)?;
+            writer = writer.scalar(name, value);
+        }
+        Ok(writer)
+    }
+}
+
+/// The record of `part` for `epoch` in a burn-train directory, whichever recorder wrote it.
+fn find_part(dir: &Path, part: &str, epoch: u64) -> Option<PathBuf> {
+    ["mpk.gz", "mpk", "json.gz", "json"]
+        .into_iter()
+        .map(|ext| dir.join(format!("{part}-{epoch}.{ext}")))
+        .find(|p| p.exists())
+}
+
+/// The epochs of a burn-train 0.14-0.21 checkpoint directory: those with a model record.
+///
+/// # Errors
+/// The directory cannot be listed.
+pub fn burn_train_epochs(dir: impl AsRef<Path>) -> Result<Vec<u64>, LegacyError> {
+    let dir = dir.as_ref();
+    let mut epochs: Vec<u64> = std::fs::read_dir(dir)
+        .map_err(|source| LegacyError::Io {
+            path: dir.to_path_buf(),
+            action: "list",
+            source,
+        })?
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let rest = name.strip_prefix("model-")?;
+            rest.split('.').next()?.parse().ok()
+        })
+        .collect();
+    epochs.sort_unstable();
+    epochs.dedup();
+    Ok(epochs)
+}
+
+/// Builds one checkpoint of this crate at `out` from epoch `epoch` of a burn-train 0.14-0.21
+/// checkpoint directory (`model-<epoch>`, and `optim-<epoch>` / `scheduler-<epoch>` when
+/// present; `.mpk.gz` as burn-train writes them, or another self-describing recorder's file).
+/// `CheckpointManager`, `PackCheckpointer` and `Checkpoint` resume from it with Burn 0.22's
+/// `ModuleOptimizer` (`load_optimizer`) and LR schedulers (`scheduler_record`); `scheduler`
+/// names the scheduler the run used. Returns the size written.
+///
+/// ```no_run
+/// use burnpack::interop::burn_record::{SchedulerKind, import_legacy_burn_train};
+/// import_legacy_burn_train("old-run/checkpoint", 3, SchedulerKind::Exponential, "ckpt.bpk").unwrap();
+/// ```
+///
+/// # Errors
+/// A record is missing or invalid, or the checkpoint could not be written.
+#[cfg(feature = "optim")]
+pub fn import_legacy_burn_train(
+    dir: impl AsRef<Path>,
+    epoch: u64,
+    scheduler: SchedulerKind,
+    out: impl AsRef<Path>,
+) -> Result<u64, LegacyError> {
+    let dir = dir.as_ref();
+    let out = out.as_ref();
+    let missing = || LegacyError::Invalid {
+        path: dir.join(format!("model-{epoch}.mpk.gz")),
+        reason: "no model record of this epoch in the directory".into(),
+    };
+    let model = LegacySource::open(find_part(dir, "model", epoch).ok_or_else(missing)?)?;
+    let optim = find_part(dir, "optim", epoch)
+        .map(LegacySource::open)
+        .transpose()?;
+    let sched = find_part(dir, "scheduler", epoch)
+        .map(LegacySource::open)
+        .transpose()?;
+    let write_error = |e: crate::write::WriteError| LegacyError::Invalid {
+        path: out.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let pack = |writer: Writer| -> Result<Reader, LegacyError> {
+        let bytes = writer.into_bytes().map_err(write_error)?;
+        Reader::from_bytes(bytes).map_err(|e| LegacyError::Invalid {
+            path: out.to_path_buf(),
+            reason: e.to_string(),
+        })
+    };
+    let model_pack = pack(model.to_writer().map_err(|e| LegacyError::Invalid {
+        path: PathBuf::from(&model.file),
+        reason: e.to_string(),
+    })?)?;
+    let optim_pack = optim
+        .as_ref()
+        .map(|o| pack(o.optimizer_writer(Some(&model))?))
+        .transpose()?;
+    let sched_pack = sched
+        .as_ref()
+        .map(|s| pack(s.scheduler_writer(scheduler)?))
+        .transpose()?;
+    crate::checkpoint::import_parts(
+        &model_pack,
+        optim_pack.as_ref(),
+        sched_pack.as_ref(),
+        epoch,
+        out,
+    )
+    .map_err(|e| LegacyError::Invalid {
+        path: out.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
