@@ -369,7 +369,7 @@ fn usage_errors_exit_2_and_every_command_has_help_with_an_example() {
     Writer::new(vec![]).write_to_file(&p).unwrap();
     let (code, _, err) = run(&["convert", s(&p), s(&dir.path().join("out.weird"))]);
     assert_eq!(code, 2, "{err}");
-    for cmd in ["inspect", "verify", "diff", "convert"] {
+    for cmd in ["inspect", "verify", "diff", "convert", "migrate"] {
         let (code, out, _) = run(&[cmd, "--help"]);
         assert_eq!(code, 0);
         assert!(out.contains("Example"), "{cmd} --help has no example");
@@ -726,4 +726,29 @@ fn burn_records_are_inspected_verified_and_converted() {
         out.contains("FAILED") && out.contains("damaged.mpk"),
         "{out}"
     );
+}
+
+/// `bpk migrate`: a burn-train 0.21 checkpoint directory becomes one checkpoint per epoch,
+/// named as `PackCheckpointer` names it; the scheduler must be named when its record holds a
+/// number.
+#[test]
+fn migrate_turns_a_burn_train_0_21_directory_into_checkpoints() {
+    let old = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/legacy/train-adam");
+    let dir = tempfile::tempdir().unwrap();
+    let new = dir.path().join("checkpoint");
+    let (code, out, err) = run(&["migrate", s(&old), s(&new), "--scheduler", "exponential"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("epoch 1"), "{out}");
+    let file = new.join("ckpt-00000000000000000001.bpk");
+    let ckpt = burnpack::checkpoint::Checkpoint::open(&file).unwrap();
+    assert!(ckpt.has_optimizer() && ckpt.has_scheduler());
+    assert_eq!(ckpt.progress().epoch, 1);
+    let (code, out, _) = run(&["verify", s(&file)]);
+    assert_eq!(code, 0, "{out}");
+    let (code, _, err) = run(&["migrate", s(&old), s(&dir.path().join("other"))]);
+    assert_eq!(code, 3);
+    assert!(err.contains("name the scheduler"), "{err}");
+    let (code, _, err) = run(&["migrate", s(dir.path()), s(&dir.path().join("x"))]);
+    assert_eq!(code, 3);
+    assert!(err.contains("no model-<epoch> record"), "{err}");
 }

@@ -117,3 +117,37 @@ pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
     );
     Ok(0)
 }
+
+/// `migrate`: every epoch of a burn-train 0.14-0.21 checkpoint directory into one checkpoint
+/// in `new`, named as `PackCheckpointer` names it.
+pub(crate) fn migrate(old: &Path, new: &Path, scheduler: crate::Scheduler) -> Result<u8, Failure> {
+    use burnpack::interop::burn_record::{
+        SchedulerKind, burn_train_epochs, import_legacy_burn_train,
+    };
+    let kind = match scheduler {
+        crate::Scheduler::Constant => SchedulerKind::Constant,
+        crate::Scheduler::Exponential => SchedulerKind::Exponential,
+        crate::Scheduler::Cosine => SchedulerKind::Cosine,
+        crate::Scheduler::Linear => SchedulerKind::Linear,
+        crate::Scheduler::Step => SchedulerKind::Step,
+    };
+    let epochs = burn_train_epochs(old).map_err(Failure::file)?;
+    if epochs.is_empty() {
+        return Err(Failure::file(format!(
+            "{}: no model-<epoch> record (a burn-train checkpoint directory holds model-1.mpk.gz, ...)",
+            old.display()
+        )));
+    }
+    let manager = burnpack::checkpoint::CheckpointManager::new(new).map_err(Failure::file)?;
+    for epoch in epochs {
+        let out = manager.path_for(epoch);
+        let size = import_legacy_burn_train(old, epoch, kind, &out).map_err(Failure::file)?;
+        println!(
+            "{} epoch {epoch} -> {} ({})",
+            old.display(),
+            out.display(),
+            mib(size)
+        );
+    }
+    Ok(0)
+}

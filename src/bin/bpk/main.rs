@@ -81,10 +81,26 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Convert between burnpack and safetensors (format chosen by the output's extension,
-    /// or --to); a pack also copies to or from object storage (s3:// URLs).
+    /// Convert a burn-train 0.14-0.21 checkpoint directory (`model-<epoch>.mpk.gz`,
+    /// `optim-<epoch>.mpk.gz`, `scheduler-<epoch>.mpk.gz`) into one checkpoint per epoch that
+    /// Burn 0.22 resumes from (`PackCheckpointer`, `CheckpointManager`).
     #[command(
-        after_help = "Examples:\n  bpk convert model.safetensors model.bpk\n  bpk convert model.safetensors.index.json model.bpk\n  bpk convert model.bpk model.safetensors --shard-size 5000000000\n  bpk convert model.safetensors s3://models/run-7/model.bpk\n  bpk convert s3://models/run-7/model.bpk model.safetensors"
+        after_help = "Example:\n  bpk migrate old-run/checkpoint new-run/checkpoint --scheduler exponential"
+    )]
+    Migrate {
+        /// The burn-train 0.14-0.21 checkpoint directory.
+        old: PathBuf,
+        /// The directory to write `ckpt-<epoch, 20 digits>.bpk` files into (created).
+        new: PathBuf,
+        /// The LR scheduler the run used (Burn 0.21's scheduler record does not say).
+        #[arg(long, value_enum, default_value = "constant")]
+        scheduler: Scheduler,
+    },
+    /// Convert between burnpack and safetensors (format chosen by the output's extension,
+    /// or --to), and Burn 0.14-0.21 records to burnpack; a pack also copies to or from object
+    /// storage (s3:// URLs).
+    #[command(
+        after_help = "Examples:\n  bpk convert model.safetensors model.bpk\n  bpk convert model.safetensors.index.json model.bpk\n  bpk convert model.bpk model.safetensors --shard-size 5000000000\n  bpk convert model.safetensors s3://models/run-7/model.bpk\n  bpk convert s3://models/run-7/model.bpk model.safetensors\n  bpk convert model-3.mpk.gz model.bpk"
     )]
     Convert {
         /// The source file (burnpack or safetensors, recognised by its content), or a pack's
@@ -100,6 +116,16 @@ enum Command {
         #[arg(long, value_name = "BYTES")]
         shard_size: Option<u64>,
     },
+}
+
+/// The LR schedulers whose Burn 0.21 records `bpk migrate` converts.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scheduler {
+    Constant,
+    Exponential,
+    Cosine,
+    Linear,
+    Step,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -142,6 +168,11 @@ fn main() -> ExitCode {
         Command::Inspect { file, json, filter } => inspect::inspect(&file, json, filter.as_deref()),
         Command::Verify { file, nan } => verify::verify(&file, nan),
         Command::Diff { a, b, json } => diff::diff(&a, &b, json),
+        Command::Migrate {
+            old,
+            new,
+            scheduler,
+        } => legacy::migrate(&old, &new, scheduler),
         Command::Convert {
             input,
             output,

@@ -24,7 +24,8 @@ use crate::write::{Entry, Writer};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SchedulerKind {
-    /// `ConstantLr` (and a plain learning rate): nothing recorded.
+    /// `ConstantLr` (and a plain learning rate): nothing recorded (a record holding a number
+    /// is refused: it was another scheduler's).
     Constant,
     /// `ExponentialLrScheduler`: the previous learning rate.
     Exponential,
@@ -40,7 +41,13 @@ impl SchedulerKind {
     /// Burn 0.22's scalar for the recorded number, if the scheduler records one.
     fn scalar(self, leaf: Leaf) -> Option<Result<(&'static str, Scalar), String>> {
         let (name, value) = match (self, leaf) {
-            (Self::Constant, _) => return None,
+            (Self::Constant, _) => {
+                return Some(Err(
+                    "the record holds a number, which a constant learning rate does not record: \
+                     name the scheduler the run used"
+                        .to_string(),
+                ));
+            }
             (Self::Exponential, Leaf::Float(v)) => ("0.previous_lr", Scalar::Float(v)),
             #[allow(clippy::cast_precision_loss)] // a learning rate written as an integer
             (Self::Exponential, Leaf::UInt(v)) => ("0.previous_lr", Scalar::Float(v as f64)),
@@ -242,8 +249,10 @@ pub fn import_legacy_burn_train(
         path: out.to_path_buf(),
         reason: e.to_string(),
     };
+    // In-memory packs of Burn 0.22's three files, as burn-train 0.22 would have written them
+    // (no checksums: the checkpoint written from them carries its own).
     let pack = |writer: Writer| -> Result<Reader, LegacyError> {
-        let bytes = writer.into_bytes().map_err(write_error)?;
+        let bytes = writer.checksums(false).into_bytes().map_err(write_error)?;
         Reader::from_bytes(bytes).map_err(|e| LegacyError::Invalid {
             path: out.to_path_buf(),
             reason: e.to_string(),
