@@ -670,3 +670,36 @@ mod train {
         });
     }
 }
+
+/// A MessagePack record whose tensor bytes are arrays of numbers rather than `bin` (as a
+/// writer without `serde_bytes` leaves them): decoded, every tensor, with the reason.
+#[test]
+fn messagepack_bytes_written_as_arrays_are_decoded() {
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data("zoo.json")).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("arrays.mpk");
+    std::fs::write(&path, rmp_serde::to_vec_named(&json).unwrap()).unwrap();
+    let source = LegacySource::open(&path).unwrap();
+    let expected = expected("zoo.expected.json");
+    assert_eq!(source.tensors().len(), expected.len());
+    for want in &expected {
+        let info = source
+            .tensors()
+            .iter()
+            .find(|t| t.name() == want.path)
+            .unwrap();
+        assert_eq!(
+            source.copy_reason(info),
+            Some(CopyReason::Decoded {
+                format: "MessagePack arrays"
+            })
+        );
+        let bytes = source.read(info).unwrap();
+        let got = match info.dtype() {
+            DType::Bool(_) => bytes.iter().map(|&b| f64::from(b)).collect(),
+            dtype => values(&bytes, dtype),
+        };
+        assert_eq!(got, want.values, "{}", want.path);
+    }
+}

@@ -186,6 +186,9 @@ pub struct LegacySource {
     tensors: Vec<TensorInfo>,
     /// Numbers of the record by path (an optimizer's step count, a scheduler's state).
     leaves: Vec<(String, walk::Leaf)>,
+    /// Whether the tensors were decoded into memory of their own (JSON, or MessagePack
+    /// arrays of numbers) rather than read in place.
+    decoded: bool,
 }
 
 impl std::fmt::Debug for LegacySource {
@@ -301,7 +304,7 @@ impl LegacySource {
         let found = std::mem::take(&mut walk.found);
         let leaves = std::mem::take(&mut walk.leaves);
         drop(walk);
-        let (data, tensors) = Self::table(path, &input, format, found, limits)?;
+        let (data, tensors, decoded) = Self::table(path, &input, format, found, limits)?;
         let entries = [
             ("version", &metadata.version),
             ("float", &metadata.float),
@@ -320,6 +323,7 @@ impl LegacySource {
             data,
             tensors,
             leaves,
+            decoded,
         })
     }
 
@@ -330,12 +334,18 @@ impl LegacySource {
         format: RecordFormat,
         found: Vec<Found>,
         limits: &Limits,
-    ) -> Result<(Source, Vec<TensorInfo>), LegacyError> {
+    ) -> Result<(Source, Vec<TensorInfo>, bool), LegacyError> {
         let tensor_error = |tensor: &str, reason: String| LegacyError::Tensor {
             path: path.to_path_buf(),
             tensor: tensor.to_string(),
             reason,
         };
+        // JSON's bytes are numbers; a MessagePack record whose bytes are arrays of numbers
+        // rather than `bin` (an older writer's) is decoded the same way, every tensor of it.
+        let decode = format.is_json()
+            || found
+                .iter()
+                .any(|f| matches!(f.tensor.payload, Payload::Owned(_)));
         let mut decoded: Vec<u8> = Vec::new();
         let mut tensors = Vec::with_capacity(found.len());
         for Found {
@@ -382,12 +392,9 @@ impl LegacySource {
                 ));
             }
             let start = match tensor.payload {
-                Payload::At(at) if !format.is_json() => at,
+                Payload::At(at) if !decode => at,
                 Payload::At(at) => append_aligned(&mut decoded, &input[at..at + tensor.len]),
-                Payload::Owned(bytes) if format.is_json() => append_aligned(&mut decoded, &bytes),
-                Payload::Owned(_) => {
-                    return Err(tensor_error(&name, "bytes not found in the file".into()));
-                }
+                Payload::Owned(bytes) => append_aligned(&mut decoded, &bytes),
             };
             let mut info =
                 TensorInfo::external(name, dtype, shape, start as u64, tensor.len as u64);
@@ -403,7 +410,7 @@ impl LegacySource {
                 "two tensors with this path".into(),
             ));
         }
-        let data = if format.is_json() {
+        let data = if decode {
             // One buffer of every decoded tensor (the allocator aligns it for any element
             // type, and each tensor starts at a multiple of 64 in it; a window that is not
             // aligned is still copied on read).
@@ -414,7 +421,7 @@ impl LegacySource {
         } else {
             Source::Memory(input.clone())
         };
-        Ok((data, tensors))
+        Ok((data, tensors, decode))
     }
 
     /// The record's metadata: the Burn version and precision settings that wrote it.
@@ -563,8 +570,13 @@ impl TensorSource for LegacySource {
     }
 
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
-        if self.format.is_json() {
-            return Some(CopyReason::Decoded { format: "JSON" });
+        if self.decoded {
+            let format = if self.format.is_json() {
+                "JSON"
+            } else {
+                "MessagePack arrays"
+            };
+            return Some(CopyReason::Decoded { format });
         }
         self.data
             .copy_reason(info.offset(), element_align(info.dtype()))
