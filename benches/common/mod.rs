@@ -104,11 +104,15 @@ pub fn report(time: Duration) {
 
 /// Runs this benchmark binary again as `--child ARGS...` and returns what it [`report`]ed.
 pub fn run_child(args: &[&str]) -> Sample {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .arg("--child")
-        .args(args)
-        .output()
-        .unwrap();
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.arg("--child").args(args);
+    run_command(command, args)
+}
+
+/// Runs `command` (a child that prints a `RESULT` line as [`Meter::report`] does) and returns
+/// its sample; `args` name it in failures.
+pub fn run_command(mut command: Command, args: &[&str]) -> Sample {
+    let out = command.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -10,6 +10,10 @@
 //! refuses with an explanation), and `zoo.expected.json` / `zoo-half.expected.json`: every
 //! parameter's path (as Burn 0.22 names it), parameter id, dtype, shape and values, read back
 //! through `NamedMpkFileRecorder::load` into a fresh module.
+//!
+//! For burnpack's `legacy` benchmark (`cargo bench --bench legacy`): `big DIR LAYERS` writes
+//! `big.mpk` / `big.mpk.gz` of LAYERS square 1024 layers, and `load FILE LAYERS` times Burn
+//! 0.21's own recorder loading one of them (one measurement a process).
 
 use std::path::{Path, PathBuf};
 
@@ -230,7 +234,93 @@ fn expected<S: PrecisionSettings>(file: &Path) -> Value {
     json!({ "burn": "0.21.0", "tensors": expected.tensors })
 }
 
+/// The benchmark's model: square layers of 1024 (4 MiB of f32 weights each).
+#[derive(Module, Debug)]
+struct Stack<B: Backend> {
+    layers: Vec<Linear<B>>,
+}
+
+fn stack(layers: usize, device: &burn::backend::ndarray::NdArrayDevice) -> Stack<B> {
+    Stack {
+        layers: (0..layers)
+            .map(|_| LinearConfig::new(1024, 1024).init(device))
+            .collect(),
+    }
+}
+
+/// `big DIR LAYERS`: `big.mpk` and `big.mpk.gz` of a `Stack` (the same values in both), for
+/// burnpack's `legacy` benchmark.
+fn big(dir: &Path, layers: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    let device = Default::default();
+    let mpk = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    mpk.record(stack(layers, &device).into_record(), dir.join("big"))
+        .unwrap();
+    let model = stack(layers, &device).load_record(mpk.load(dir.join("big"), &device).unwrap());
+    NamedMpkGzFileRecorder::<FullPrecisionSettings>::new()
+        .record(model.into_record(), dir.join("big"))
+        .unwrap();
+}
+
+/// CPU time of every thread of this process.
+fn cpu_time() -> std::time::Duration {
+    // SAFETY: getrusage writes into the zeroed struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let tv = |t: libc::timeval| {
+        std::time::Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000)
+    };
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+fn status_kib(key: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with(key)).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// `load FILE LAYERS`: Burn 0.21's own recorder loads FILE into a fresh `Stack` and every
+/// parameter is read back; prints `RESULT wall_ns peak_kib cpu_ns base_kib` as burnpack's
+/// benchmark children do.
+fn load(file: &Path, layers: usize) {
+    let device = Default::default();
+    let target = stack(layers, &device);
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let (base, cpu, start) = (status_kib("VmRSS:"), cpu_time(), std::time::Instant::now());
+    let name = file.to_string_lossy();
+    let stem = PathBuf::from(name.trim_end_matches(".gz").trim_end_matches(".mpk"));
+    let record = if name.ends_with(".gz") {
+        NamedMpkGzFileRecorder::<FullPrecisionSettings>::new().load(stem, &device)
+    } else {
+        NamedMpkFileRecorder::<FullPrecisionSettings>::new().load(stem, &device)
+    }
+    .unwrap();
+    let model = target.load_record(record);
+    let mut sum = 0f64;
+    for layer in &model.layers {
+        sum += f64::from(layer.weight.val().into_data().as_slice::<f32>().unwrap()[0]);
+    }
+    let elapsed = start.elapsed();
+    std::hint::black_box(sum);
+    println!(
+        "RESULT {} {} {} {}",
+        elapsed.as_nanos(),
+        status_kib("VmHWM:"),
+        (cpu_time() - cpu).as_nanos(),
+        base
+    );
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("big") => return big(Path::new(&args[2]), args[3].parse().unwrap()),
+        Some("load") => return load(Path::new(&args[2]), args[3].parse().unwrap()),
+        _ => {}
+    }
     let out = PathBuf::from(std::env::args().nth(1).expect("usage: legacy-fixtures OUT_DIR"));
     std::fs::create_dir_all(&out).unwrap();
     let device = Default::default();
