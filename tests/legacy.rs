@@ -684,3 +684,18 @@ fn messagepack_bytes_written_as_arrays_are_decoded() {
         assert_eq!(got, want.values, "{}", want.path);
     }
 }
+
+/// A decompressed record is this source's own memory: every tensor is moved to an aligned
+/// place in it once, and then loads as a view (no copy beyond the decompression).
+#[test]
+fn gzipped_records_load_every_tensor_as_a_view_of_the_decompressed_file() {
+    let source = LegacySource::open(data("zoo.mpk.gz")).unwrap();
+    for info in source.tensors() {
+        assert_eq!(source.copy_reason(info), None, "{}", info.name());
+    }
+    let (_, report) = Zoo::new(&Device::flex())
+        .load_from_source_with_report(&source, &LoadOptions::new())
+        .unwrap();
+    assert!(report.copied().is_empty(), "{report}");
+    assert_eq!(report.views(), report.loaded());
+}

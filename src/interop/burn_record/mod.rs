@@ -32,6 +32,8 @@ use burn::tensor::{AllocationProperty, BoolStore, Bytes, DType};
 use std::collections::BTreeMap;
 
 use crate::format::{Limits, TensorInfo, byte_len, element_align};
+use std::sync::atomic::AtomicU64;
+
 use crate::read::source::Source;
 use crate::read::{CopyReason, ReadError, TensorSource};
 use crate::write::{Entry, Writer};
@@ -182,6 +184,10 @@ pub struct LegacySource {
     entries: BTreeMap<String, String>,
     /// The mapped file, the decompressed file, or (JSON) the decoded bytes of every tensor.
     data: Source,
+    /// For a mapped file, the file read with positional reads: a tensor whose bytes are not
+    /// aligned in the mapping is read from it into a buffer of its own, so that the mapping's
+    /// pages are not also made resident (peak memory stays the model's size).
+    unaligned: Option<Source>,
     /// Sorted by name.
     tensors: Vec<TensorInfo>,
     /// Numbers of the record by path (an optimizer's step count, a scheduler's state).
@@ -264,7 +270,7 @@ impl LegacySource {
                 limits.max_file_size
             )));
         }
-        let input: Bytes = if format.is_gzip() {
+        let input = if format.is_gzip() {
             // Grown as data comes, up to the limit: a small bomb cannot ask for more.
             let mut out = Vec::new();
             let mut reader = flate2::read::GzDecoder::new(std::io::BufReader::new(file))
@@ -276,22 +282,24 @@ impl LegacySource {
                     limits.max_file_size
                 )));
             }
-            Bytes::from_shared(bytes::Bytes::from(out), AllocationProperty::Other)
+            Input::Owned(out)
         } else {
             // As for packs, the file must not be truncated or rewritten while it is mapped.
-            crate::read::source::map_file(&file).map_err(io("map"))?
+            let mapping = crate::read::source::map_file(&file).map_err(io("map"))?;
+            Input::Mapped(mapping, file)
         };
-        if input.first() == Some(&b'\0') || input.is_empty() {
+        let bytes = input.bytes();
+        if bytes.first() == Some(&b'\0') || bytes.is_empty() {
             return Err(invalid("empty, or starts with a zero byte".into()));
         }
-        let mut walk = Walk::new(&input, limits.max_cbor_depth, limits.max_tensor_count);
+        let mut walk = Walk::new(bytes, limits.max_cbor_depth, limits.max_tensor_count);
         let root = if format.is_json() {
-            let mut de = serde_json::Deserializer::from_slice(&input);
+            let mut de = serde_json::Deserializer::from_slice(bytes);
             let root = walk.record(&mut de).map_err(|e| invalid(e.to_string()))?;
             de.end().map_err(|e| invalid(e.to_string()))?;
             root
         } else {
-            let mut de = rmp_serde::Deserializer::from_read_ref(&input[..]);
+            let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
             walk.record(&mut de).map_err(|e| invalid(e.to_string()))?
         };
         let metadata = record_metadata(&root).ok_or_else(|| {
@@ -304,7 +312,7 @@ impl LegacySource {
         let found = std::mem::take(&mut walk.found);
         let leaves = std::mem::take(&mut walk.leaves);
         drop(walk);
-        let (data, tensors, decoded) = Self::table(path, &input, format, found, limits)?;
+        let (data, unaligned, tensors, decoded) = Self::table(path, input, format, found, limits)?;
         let entries = [
             ("version", &metadata.version),
             ("float", &metadata.float),
@@ -321,6 +329,7 @@ impl LegacySource {
             metadata,
             entries,
             data,
+            unaligned,
             tensors,
             leaves,
             decoded,
@@ -328,13 +337,14 @@ impl LegacySource {
     }
 
     /// The tensors' table and where their bytes are.
+    #[allow(clippy::type_complexity)]
     fn table(
         path: &Path,
-        input: &Bytes,
+        input: Input,
         format: RecordFormat,
-        found: Vec<Found>,
+        mut found: Vec<Found>,
         limits: &Limits,
-    ) -> Result<(Source, Vec<TensorInfo>, bool), LegacyError> {
+    ) -> Result<(Source, Option<Source>, Vec<TensorInfo>, bool), LegacyError> {
         let tensor_error = |tensor: &str, reason: String| LegacyError::Tensor {
             path: path.to_path_buf(),
             tensor: tensor.to_string(),
@@ -347,6 +357,16 @@ impl LegacySource {
                 .iter()
                 .any(|f| matches!(f.tensor.payload, Payload::Owned(_)));
         let mut decoded: Vec<u8> = Vec::new();
+        // A decompressed file is this source's own memory: each tensor's bytes are moved down
+        // to the 8-byte boundary at or below them (what lies in between is MessagePack heads,
+        // already read), so every tensor is a window of it and nothing is copied again.
+        let input = match input {
+            Input::Owned(mut buffer) if !decode => {
+                compact(&mut buffer, &mut found);
+                Input::Owned(buffer)
+            }
+            other => other,
+        };
         let mut tensors = Vec::with_capacity(found.len());
         for Found {
             path: name,
@@ -393,7 +413,9 @@ impl LegacySource {
             }
             let start = match tensor.payload {
                 Payload::At(at) if !decode => at,
-                Payload::At(at) => append_aligned(&mut decoded, &input[at..at + tensor.len]),
+                Payload::At(at) => {
+                    append_aligned(&mut decoded, &input.bytes()[at..at + tensor.len])
+                }
                 Payload::Owned(bytes) => append_aligned(&mut decoded, &bytes),
             };
             let mut info =
@@ -410,18 +432,33 @@ impl LegacySource {
                 "two tensors with this path".into(),
             ));
         }
-        let data = if decode {
+        if decode {
             // One buffer of every decoded tensor (the allocator aligns it for any element
             // type, and each tensor starts at a multiple of 64 in it; a window that is not
             // aligned is still copied on read).
-            Source::Memory(Bytes::from_shared(
+            let data = Source::Memory(Bytes::from_shared(
                 bytes::Bytes::from(decoded),
                 AllocationProperty::Other,
-            ))
-        } else {
-            Source::Memory(input.clone())
-        };
-        Ok((data, tensors, decode))
+            ));
+            return Ok((data, None, tensors, true));
+        }
+        Ok(match input {
+            Input::Mapped(mapping, file) => (
+                Source::Memory(mapping),
+                Some(Source::Buffered(file, AtomicU64::new(0))),
+                tensors,
+                false,
+            ),
+            Input::Owned(buffer) => (
+                Source::Memory(Bytes::from_shared(
+                    bytes::Bytes::from(buffer),
+                    AllocationProperty::Other,
+                )),
+                None,
+                tensors,
+                false,
+            ),
+        })
     }
 
     /// The record's metadata: the Burn version and precision settings that wrote it.
@@ -469,6 +506,46 @@ impl LegacySource {
 /// The prefix of the metadata entries that keep a record's `BurnMetadata` in a pack
 /// converted from it.
 pub const METADATA_PREFIX: &str = "burn.record.";
+
+/// What a record is read from: the mapped file (and the file, for unaligned tensors), or the
+/// decompressed file in memory of this source's own.
+enum Input {
+    Mapped(Bytes, std::fs::File),
+    Owned(Vec<u8>),
+}
+
+impl Input {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Input::Mapped(mapping, _) => mapping,
+            Input::Owned(buffer) => buffer,
+        }
+    }
+}
+
+/// Moves each tensor's bytes in `buffer` down to the 8-byte boundary at or below them, when
+/// that stays clear of the previous tensor's bytes (between two tensors lie their MessagePack
+/// heads, which the walk has read), and updates the offsets in `found`.
+fn compact(buffer: &mut [u8], found: &mut [Found]) {
+    let mut order: Vec<usize> = (0..found.len()).collect();
+    order.sort_by_key(|&i| match found[i].tensor.payload {
+        Payload::At(at) => at,
+        Payload::Owned(_) => usize::MAX,
+    });
+    let mut previous_end = 0;
+    for i in order {
+        let len = found[i].tensor.len;
+        let Payload::At(at) = &mut found[i].tensor.payload else {
+            continue;
+        };
+        let to = *at & !7;
+        if to >= previous_end && to != *at {
+            buffer.copy_within(*at..*at + len, to);
+            *at = to;
+        }
+        previous_end = *at + len;
+    }
+}
 
 /// Appends `bytes` at the next multiple of [`DECODED_ALIGN`]; returns where.
 fn append_aligned(out: &mut Vec<u8>, bytes: &[u8]) -> usize {
@@ -560,8 +637,13 @@ impl TensorSource for LegacySource {
     }
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
-        self.data
-            .read(info.offset(), info.len(), element_align(info.dtype()))
+        let align = element_align(info.dtype());
+        let source = match &self.unaligned {
+            Some(file) if self.data.copy_reason(info.offset(), align).is_some() => file,
+            _ => &self.data,
+        };
+        source
+            .read(info.offset(), info.len(), align)
             .map_err(|source| ReadError::Io {
                 file: self.file.clone(),
                 action: "read tensor data",
