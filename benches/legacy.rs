@@ -52,17 +52,7 @@ fn child(file: &Path, layers: usize) {
 fn sequential_read(file: &Path) {
     let meter = common::Meter::start();
     let start = Instant::now();
-    let mut f = std::fs::File::open(file).unwrap();
-    let mut buf = vec![0u8; 8 << 20];
-    let mut total = 0u64;
-    loop {
-        let n = std::io::Read::read(&mut f, &mut buf).unwrap();
-        if n == 0 {
-            break;
-        }
-        total += n as u64;
-    }
-    std::hint::black_box(total);
+    std::hint::black_box(common::read_sequentially(file));
     meter.report(start.elapsed());
 }
 

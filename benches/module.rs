@@ -208,16 +208,7 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                     .unwrap(),
                 "sequential-read" => {
                     // One pass of large reads over the file, nothing loaded: the disk's speed.
-                    let mut f = std::fs::File::open(file(dir, size, "burnpack.bpk")).unwrap();
-                    let mut buf = vec![0u8; 8 << 20];
-                    let mut total = 0u64;
-                    loop {
-                        let n = std::io::Read::read(&mut f, &mut buf).unwrap();
-                        if n == 0 {
-                            break;
-                        }
-                        total += n as u64;
-                    }
+                    let total = common::read_sequentially(&file(dir, size, "burnpack.bpk"));
                     std::hint::black_box(total);
                     meter.report(start.elapsed());
                     return;

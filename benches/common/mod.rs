@@ -231,3 +231,19 @@ pub fn evict_dir(dir: &std::path::Path) {
         }
     }
 }
+
+/// One pass of 8 MiB reads over `path`, nothing kept: the disk's (or page cache's) part of
+/// any load. Returns the bytes read.
+pub fn read_sequentially(path: &std::path::Path) -> u64 {
+    let mut f = std::fs::File::open(path).unwrap();
+    let mut buf = vec![0u8; 8 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = std::io::Read::read(&mut f, &mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+    }
+    total
+}

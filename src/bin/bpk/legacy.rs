@@ -109,11 +109,7 @@ pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
         source.record_metadata().version,
         source.tensors().len(),
         mib(total),
-        if nan {
-            ", float values scanned for NaN/Inf"
-        } else {
-            ""
-        }
+        scanned(nan)
     );
     Ok(0)
 }

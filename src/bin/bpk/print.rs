@@ -105,3 +105,12 @@ pub(crate) fn filtered(filter: Option<&Regex>, shown: usize, total: usize) {
         println!("({shown} of {total} tensors match the filter)");
     }
 }
+
+/// What `verify --nan` adds to its verdict.
+pub(crate) fn scanned(nan: bool) -> &'static str {
+    if nan {
+        ", float values scanned for NaN/Inf"
+    } else {
+        ""
+    }
+}

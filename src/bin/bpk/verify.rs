@@ -36,11 +36,7 @@ pub(crate) fn verify_safetensors(path: &Path, nan: bool) -> Result<u8, Failure> 
         if source.shards().len() == 1 { "" } else { "s" },
         source.tensors().len(),
         mib(total),
-        if nan {
-            ", float values scanned for NaN/Inf"
-        } else {
-            ""
-        }
+        scanned(nan)
     );
     Ok(0)
 }
@@ -94,11 +90,7 @@ pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
         println!("{}: FAILED: {bad} problems", path.display());
         return Ok(1);
     }
-    let scanned = if nan {
-        ", float values scanned for NaN/Inf"
-    } else {
-        ""
-    };
+    let scanned = scanned(nan);
     let sums = if reader.layout().has_checksums() {
         format!("header and metadata checksum and all {verified} tensor checksums match")
     } else {
