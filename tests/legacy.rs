@@ -124,6 +124,15 @@ fn values(bytes: &[u8], dtype: DType) -> Vec<f64> {
     )
 }
 
+/// The values of `info` as `source` reads them (booleans as 0 and 1).
+fn read_values(source: &LegacySource, info: &burnpack::format::TensorInfo) -> Vec<f64> {
+    let bytes = source.read(info).unwrap();
+    match info.dtype() {
+        DType::Bool(_) => bytes.iter().map(|&b| f64::from(b)).collect(),
+        dtype => values(&bytes, dtype),
+    }
+}
+
 /// `values` rounded to f32, as the expected values are compared.
 fn as_f32(values: Vec<f64>) -> Vec<f64> {
     values.into_iter().map(|v| f64::from(v as f32)).collect()
@@ -174,12 +183,12 @@ fn check_source(file: &str, expected_file: &str, format: RecordFormat) {
         }
         assert_eq!(info.shape(), want.shape, "{file}: {}", want.path);
         assert_eq!(info.param_id(), Some(want.id), "{file}: {}", want.path);
-        let bytes = source.read(info).unwrap();
-        let got = match info.dtype() {
-            DType::Bool(_) => bytes.iter().map(|&b| f64::from(b)).collect(),
-            dtype => values(&bytes, dtype),
-        };
-        assert_eq!(got, want.values, "{file}: {}", want.path);
+        assert_eq!(
+            read_values(&source, info),
+            want.values,
+            "{file}: {}",
+            want.path
+        );
     }
 }
 
@@ -676,12 +685,7 @@ fn messagepack_bytes_written_as_arrays_are_decoded() {
                 format: "MessagePack arrays"
             })
         );
-        let bytes = source.read(info).unwrap();
-        let got = match info.dtype() {
-            DType::Bool(_) => bytes.iter().map(|&b| f64::from(b)).collect(),
-            dtype => values(&bytes, dtype),
-        };
-        assert_eq!(got, want.values, "{}", want.path);
+        assert_eq!(read_values(&source, info), want.values, "{}", want.path);
     }
 }
 
