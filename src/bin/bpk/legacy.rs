@@ -126,6 +126,7 @@ pub(crate) fn migrate(old: &Path, new: &Path, scheduler: crate::Scheduler) -> Re
         crate::Scheduler::Cosine => SchedulerKind::Cosine,
         crate::Scheduler::Linear => SchedulerKind::Linear,
         crate::Scheduler::Step => SchedulerKind::Step,
+        crate::Scheduler::Noam => SchedulerKind::Noam,
     };
     let epochs = burn_train_epochs(old).map_err(Failure::file)?;
     if epochs.is_empty() {

@@ -126,6 +126,7 @@ enum Scheduler {
     Cosine,
     Linear,
     Step,
+    Noam,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]

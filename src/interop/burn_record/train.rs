@@ -35,6 +35,8 @@ pub enum SchedulerKind {
     Linear,
     /// `StepLrScheduler`: the iteration index.
     Step,
+    /// `NoamLrScheduler`: the step count (a float under Burn 0.22).
+    Noam,
 }
 
 impl SchedulerKind {
@@ -54,6 +56,8 @@ impl SchedulerKind {
             (Self::Cosine, Leaf::UInt(v)) => ("0.current_iter", Scalar::UInt(v)),
             (Self::Linear, Leaf::UInt(v)) => ("0.remaining_iters", Scalar::UInt(v)),
             (Self::Step, Leaf::Int(v)) => ("0.iter_idx", Scalar::Int(v)),
+            #[allow(clippy::cast_precision_loss)] // a step count, exact below 2^53
+            (Self::Noam, Leaf::UInt(v)) => ("0.step", Scalar::Float(v as f64)),
             (Self::Step, Leaf::UInt(v)) => match i64::try_from(v) {
                 Ok(v) => ("0.iter_idx", Scalar::Int(v)),
                 Err(_) => return Some(Err(format!("an iteration index past i64: {v}"))),

@@ -9,11 +9,14 @@
 //! `zoo-half.mpk` (half precision settings: f16 floats), `zoo.bin` (bincode, which burnpack
 //! refuses with an explanation), and `zoo.expected.json` / `zoo-half.expected.json`: every
 //! parameter's path (as Burn 0.22 names it), parameter id, dtype, shape and values, read back
-//! through `NamedMpkFileRecorder::load` into a fresh module.
+//! through `NamedMpkFileRecorder::load` into a fresh module. `quant.mpk` and
+//! `quant.expected.json`: quantized linears (per-tensor and per-block schemes) and the values
+//! Burn 0.21 dequantizes them to.
 //!
 //! For burnpack's `legacy` benchmark (`cargo bench --bench legacy`): `big DIR LAYERS` writes
 //! `big.mpk` / `big.mpk.gz` of LAYERS square 1024 layers, and `load FILE LAYERS` times Burn
-//! 0.21's own recorder loading one of them (one measurement a process).
+//! 0.21's own recorder loading one of them (one measurement a process). `quant DIR` and
+//! `schedulers DIR` write the quantized and the LR scheduler fixtures alone.
 
 use std::path::{Path, PathBuf};
 
@@ -212,7 +215,20 @@ impl<B: Backend> ModuleVisitor<B> for Expected {
         self.path.pop();
     }
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        self.push(param.id.val(), param.val().into_data());
+        let tensor = param.val();
+        // A quantized parameter: its dtype (with the scheme) and the values it dequantizes to.
+        if let burn::tensor::DType::QFloat(scheme) = tensor.dtype() {
+            let values: Vec<f64> = tensor.dequantize().into_data().iter::<f64>().collect();
+            self.tensors.push(json!({
+                "path": self.path.join("."),
+                "id": param.id.val().to_string(),
+                "dtype": format!("{:?}", burn::tensor::DType::QFloat(scheme)),
+                "shape": param.val().shape().to_vec(),
+                "values": values,
+            }));
+            return;
+        }
+        self.push(param.id.val(), tensor.into_data());
     }
     fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<B, D, Int>>) {
         self.push(param.id.val(), param.val().into_data());
@@ -232,6 +248,94 @@ fn expected<S: PrecisionSettings>(file: &Path) -> Value {
     let mut expected = Expected::default();
     module.visit(&mut expected);
     json!({ "burn": "0.21.0", "tensors": expected.tensors })
+}
+
+/// Quantized linears, each with its own scheme, as Burn 0.21's ndarray backend quantizes (its
+/// `Native` store: 8-bit values one byte each, then the scales as f32): per-tensor `Q8F`,
+/// per-block `Q8S` (blocks of 16), and per-tensor `Q8S` whose scheme asks for f16 scales (the
+/// bytes still hold f32 ones) over rows of 5.
+#[derive(Module, Debug)]
+struct Quant<B: Backend> {
+    tensor: Linear<B>,
+    block: Linear<B>,
+    odd: Linear<B>,
+}
+
+fn quant(device: &burn::backend::ndarray::NdArrayDevice) -> Quant<B> {
+    use burn::module::Quantizer;
+    use burn::tensor::quantization::{
+        Calibration, QuantLevel, QuantParam, QuantScheme, QuantStore, QuantValue,
+    };
+    let native = QuantScheme::default().with_store(QuantStore::Native);
+    let quantizer = |scheme| Quantizer {
+        calibration: Calibration::MinMax,
+        scheme,
+    };
+    Quant {
+        tensor: LinearConfig::new(4, 8)
+            .init(device)
+            .quantize_weights(&mut quantizer(native)),
+        block: LinearConfig::new(4, 32)
+            .with_bias(false)
+            .init(device)
+            .quantize_weights(&mut quantizer(
+                native
+                    .with_value(QuantValue::Q8S)
+                    .with_level(QuantLevel::block([16])),
+            )),
+        odd: LinearConfig::new(3, 5).init(device).quantize_weights(&mut quantizer(
+            native
+                .with_value(QuantValue::Q8S)
+                .with_param(QuantParam::F16),
+        )),
+    }
+}
+
+/// `schedulers DIR`: each LR scheduler burn-train 0.21 can record, recorded after 3 steps
+/// (`<kind>.mpk.gz`, as burn-train's checkpointer writes it), and the 4 learning rates Burn 0.21
+/// gives after resuming from it (`expected.json`).
+fn write_schedulers(out: &Path) {
+    use burn::lr_scheduler::linear::LinearLrSchedulerConfig;
+    use burn::lr_scheduler::noam::NoamLrSchedulerConfig;
+    use burn::lr_scheduler::step::StepLrSchedulerConfig;
+    fn run<S: LrScheduler>(out: &Path, kind: &str, make: impl Fn() -> S) -> Value {
+        let device = Default::default();
+        let recorder = NamedMpkGzFileRecorder::<FullPrecisionSettings>::new();
+        let mut sched = make();
+        for _ in 0..3 {
+            sched.step();
+        }
+        recorder.record(sched.to_record::<B>(), out.join(kind)).unwrap();
+        let mut resumed = make().load_record::<B>(recorder.load(out.join(kind), &device).unwrap());
+        json!((0..4).map(|_| resumed.step()).collect::<Vec<f64>>())
+    }
+    std::fs::create_dir_all(out).unwrap();
+    let expected = json!({
+        "burn": "0.21.0",
+        "exponential": run(out, "exponential", || ExponentialLrSchedulerConfig::new(0.05, 0.9).init().unwrap()),
+        "cosine": run(out, "cosine", || CosineAnnealingLrSchedulerConfig::new(0.05, 10).init().unwrap()),
+        "linear": run(out, "linear", || LinearLrSchedulerConfig::new(0.05, 0.01, 10).init().unwrap()),
+        "step": run(out, "step", || StepLrSchedulerConfig::new(0.05, 2).init().unwrap()),
+        "noam": run(out, "noam", || NoamLrSchedulerConfig::new(0.5).with_warmup_steps(5).with_model_size(64).init().unwrap()),
+    });
+    std::fs::write(out.join("expected.json"), serde_json::to_string_pretty(&expected).unwrap()).unwrap();
+}
+
+/// `quant DIR`: `quant.mpk` and `quant.expected.json`.
+fn write_quant(out: &Path) {
+    let device = Default::default();
+    B::seed(&device, 18);
+    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    recorder.record(quant(&device).into_record(), out.join("quant")).unwrap();
+    let loaded = quant(&device).load_record(recorder.load(out.join("quant.mpk"), &device).unwrap());
+    let mut expected = Expected::default();
+    loaded.visit(&mut expected);
+    std::fs::write(
+        out.join("quant.expected.json"),
+        serde_json::to_string_pretty(&json!({ "burn": "0.21.0", "tensors": expected.tensors }))
+            .unwrap(),
+    )
+    .unwrap();
 }
 
 /// The benchmark's model: square layers of 1024 (4 MiB of f32 weights each).
@@ -319,6 +423,8 @@ fn main() {
     match args.get(1).map(String::as_str) {
         Some("big") => return big(Path::new(&args[2]), args[3].parse().unwrap()),
         Some("load") => return load(Path::new(&args[2]), args[3].parse().unwrap()),
+        Some("quant") => return write_quant(Path::new(&args[2])),
+        Some("schedulers") => return write_schedulers(Path::new(&args[2])),
         _ => {}
     }
     let out = PathBuf::from(std::env::args().nth(1).expect("usage: legacy-fixtures OUT_DIR"));
@@ -365,6 +471,8 @@ fn main() {
         "zoo-half.expected.json",
         expected::<HalfPrecisionSettings>(&file("zoo-half.mpk")),
     );
+    write_quant(&out);
+    write_schedulers(&out.join("schedulers"));
     // burn-train 0.21 checkpoints: Adam with an exponential schedule, AdamW with a cosine one,
     // SGD with momentum with an exponential one.
     let exponential = || ExponentialLrSchedulerConfig::new(0.05, 0.9).init().unwrap();
