@@ -15,13 +15,20 @@
 //!   (feature `safetensors`, on by default), with the `safetensors` crate.
 //! - `burn_record`: records of Burn 0.14-0.21 (`.mpk`, `.mpk.gz`, `.json`, `.json.gz`), which
 //!   Burn 0.22 cannot read, as a source of tensors (feature `legacy`, on by default).
+//! - `pytorch`: `torch.save` files (`.pt`, `.pth`, `.bin`; zip and legacy; sharded through
+//!   an index) through a restricted unpickler that runs nothing (feature `pytorch`, on by
+//!   default).
 //! - `object_store`: packs on S3 and compatibles: ranged loads of only
 //!   what a module reads, saves as multipart uploads (feature `object-store`).
 
 #[cfg(feature = "legacy")]
 pub mod burn_record;
+#[cfg(any(feature = "safetensors", feature = "pytorch"))]
+mod index;
 #[cfg(feature = "object-store")]
 pub mod object_store;
+#[cfg(feature = "pytorch")]
+pub mod pytorch;
 #[cfg(feature = "safetensors")]
 pub mod safetensors;
 

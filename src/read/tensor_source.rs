@@ -183,6 +183,10 @@ pub enum CopyReason {
         /// The container's format, as its users call it (`"JSON"`).
         format: &'static str,
     },
+    /// The tensor is a non-contiguous view of its storage (a `PyTorch` tensor saved with its
+    /// strides, such as a transposed weight): its elements were gathered into memory of their
+    /// own.
+    Strided,
 }
 
 impl std::fmt::Display for CopyReason {
@@ -192,6 +196,7 @@ impl std::fmt::Display for CopyReason {
                 write!(f, "unaligned: offset {offset} is not a multiple of {align}")
             }
             Self::Buffered => f.write_str("buffered read"),
+            Self::Strided => f.write_str("non-contiguous view: gathered from its strides"),
             Self::Cast { from, to } => write!(f, "cast from {from:?} to {to:?}"),
             Self::Transposed => f.write_str("transposed by the backend"),
             Self::Decoded { format } => write!(f, "decoded from {format}"),

@@ -3,13 +3,14 @@
 //! (offsets, overlaps, lengths against dtype and shape, header size), and each tensor handed
 //! out as a window of its mapping where aligned for its element type.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::Bytes;
 use safetensors::SafeTensors;
 
 use super::{ConvertError, map_file, to_burn};
+use crate::interop::index::{IndexError, ShardIndex};
 use crate::format::{TensorInfo, element_align};
 use crate::read::source::Source;
 use crate::read::{CopyReason, ReadError, TensorSource};
@@ -76,18 +77,6 @@ impl std::fmt::Debug for SafetensorsSource {
     }
 }
 
-/// The index JSON of a sharded checkpoint (`model.safetensors.index.json`).
-#[derive(serde::Deserialize)]
-struct Index {
-    #[serde(default)]
-    metadata: Option<serde_json::Map<String, serde_json::Value>>,
-    weight_map: BTreeMap<String, String>,
-}
-
-/// Index files larger than this are refused before they are read (a real one lists tensor
-/// names: a few MiB at most).
-const MAX_INDEX_BYTES: u64 = 64 << 20;
-
 impl SafetensorsSource {
     /// Opens a `.safetensors` file, or an index JSON (a path ending in `.json`) and the shards
     /// it names (file names in the index's directory).
@@ -112,66 +101,24 @@ impl SafetensorsSource {
             path: path.to_path_buf(),
             message,
         };
-        let len = std::fs::metadata(path)
-            .map_err(ConvertError::io(path, "stat"))?
-            .len();
-        if len > MAX_INDEX_BYTES {
-            return Err(invalid(format!(
-                "index of {len} bytes is over the {MAX_INDEX_BYTES}-byte limit"
-            )));
-        }
-        let text = std::fs::read(path).map_err(ConvertError::io(path, "read"))?;
-        let index: Index = serde_json::from_slice(&text)
-            .map_err(|e| invalid(format!("not a safetensors index: {e}")))?;
-        let dir = path.parent().unwrap_or(Path::new("."));
-        // Each shard once, in name order; names only (no directories, no `..`).
-        let mut shard_names: Vec<&String> = index.weight_map.values().collect();
-        shard_names.sort();
-        shard_names.dedup();
-        let mut shards = Vec::with_capacity(shard_names.len());
+        let index = ShardIndex::read(path).map_err(|e| match e {
+            IndexError::Io(action, source) => ConvertError::Io {
+                path: path.to_path_buf(),
+                action,
+                source,
+            },
+            IndexError::Invalid(message) => invalid(message),
+        })?;
+        let mut shards = Vec::with_capacity(index.shards.len());
         let mut tables = Vec::new();
-        for (i, name) in shard_names.iter().enumerate() {
-            let plain = Path::new(name.as_str());
-            if plain.components().count() != 1 || plain.file_name().is_none() {
-                return Err(invalid(format!(
-                    "shard '{name}' is not a file name in the index's directory"
-                )));
-            }
-            shards.push(open_shard(&dir.join(plain), &mut tables, i)?);
+        for (i, shard) in index.shards.iter().enumerate() {
+            shards.push(open_shard(shard, &mut tables, i)?);
         }
         // The index and the shards must agree tensor for tensor.
-        let by_name: HashMap<&str, usize> = shard_names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.as_str(), i))
-            .collect();
-        for (tensor, shard) in &index.weight_map {
-            let i = by_name[shard.as_str()];
-            if !tables.iter().any(|(name, s, ..)| name == tensor && *s == i) {
-                return Err(invalid(format!(
-                    "tensor '{tensor}' is listed in shard '{shard}', which does not hold it"
-                )));
-            }
-        }
-        if let Some((name, s, ..)) = tables
-            .iter()
-            .find(|(name, s, ..)| index.weight_map.get(name) != Some(shard_names[*s]))
-        {
-            return Err(invalid(format!(
-                "tensor '{name}' of shard '{}' is not in the index's weight_map",
-                shard_names[*s]
-            )));
-        }
-        let metadata = index
-            .metadata
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| match v {
-                serde_json::Value::String(s) => (k, s),
-                other => (k, other.to_string()),
-            })
-            .collect();
-        Self::assemble(path, shards, tables, metadata)
+        index
+            .check(tables.iter().map(|(name, s, _)| (name.as_str(), *s)))
+            .map_err(invalid)?;
+        Self::assemble(path, shards, tables, index.metadata)
     }
 
     fn assemble(

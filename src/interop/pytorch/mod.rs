@@ -1,0 +1,1005 @@
+//! `PyTorch` `torch.save` files (`.pt`, `.pth`, `.bin`) as a [`TensorSource`], read without
+//! running anything in them: a restricted unpickler reads the state dict's object graph and
+//! refuses every global a state dict does not need, by name.
+//!
+//! Both containers `torch.save` has written are read:
+//! - the zip archive of `PyTorch` 1.6 and later: `<name>/data.pkl` (the pickle) and one stored
+//!   (uncompressed) entry per storage, `<name>/data/<key>`, each aligned to 64 bytes by recent
+//!   versions. The file is mapped once and each contiguous tensor of an aligned storage is a
+//!   zero-copy window of the mapping.
+//! - the legacy format (before 1.6): pickles in a row (magic number, protocol, system info, the
+//!   object, the storage keys), then each storage's element count and bytes.
+//!
+//! Tensors are views of storages: at an offset, several sharing one storage, with any strides.
+//! A contiguous view is a window; a non-contiguous one (a transposed weight saved as is) is
+//! gathered into memory of its own, once, in parallel across tensors when the module loader
+//! asks for them together, and the load report says why ([`CopyReason::Strided`]).
+//!
+//! The state dict is found at the top, or under a key: the one the options name, else the
+//! first of `state_dict`, `model_state_dict` and `model` that holds tensors when the top holds
+//! none directly. Nested dicts and lists are flattened with `.` (`encoder.layers.0.weight`).
+//! A sharded checkpoint (`pytorch_model.bin.index.json`) is opened through its index, as for
+//! safetensors.
+//!
+//! ```no_run
+//! use burnpack::interop::pytorch::PytorchSource;
+//! use burnpack::{LoadOptions, PackModule};
+//! # use burn::module::Module;
+//! # #[derive(Module, Debug)] struct Net { fc: burn::nn::Linear }
+//! # let device = burn::tensor::Device::flex();
+//! # let net = Net { fc: burn::nn::LinearConfig::new(2, 2).init(&device) };
+//! let source = PytorchSource::open("resnet18.pth")?;
+//! // PyTorch's Linear stores [out, in]; `pytorch(true)` transposes and renames norm parameters.
+//! let net = net.load_from_source(&source, &LoadOptions::new().pytorch(true))?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod pickle;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use burn::tensor::{Bytes, DType};
+use rayon::prelude::*;
+
+use crate::format::{Limits, TensorInfo, element_align};
+use crate::interop::index::{IndexError, ShardIndex};
+use crate::read::source::{Source, aligned_bytes};
+use crate::read::{CopyReason, ReadError, TensorSource};
+use pickle::{Node, Pickle, PickleError, TensorView};
+
+/// Why a `torch.save` file could not be opened. Every variant names the file; tensor errors
+/// name the tensor too.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PytorchError {
+    /// The file could not be read.
+    #[error("{path}: cannot {action}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a `torch.save` file this source reads, or is damaged.
+    #[error("{path}: not a readable torch.save file: {reason}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The pickle references a global outside the table of those a state dict needs (what a
+    /// malicious file would use to run code). Nothing was run.
+    #[error("{path}: refused: the pickle references `{global}`, which a state dict never needs (nothing in the file is run)")]
+    Refused {
+        /// The file.
+        path: PathBuf,
+        /// The global, as `module.name`.
+        global: String,
+    },
+    /// A tensor of the file is not one Burn can hold, or does not fit its storage.
+    #[error("{path}: tensor '{tensor}': {reason}")]
+    Tensor {
+        /// The file.
+        path: PathBuf,
+        /// The tensor's flattened name.
+        tensor: String,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+/// How to open a `torch.save` file.
+///
+/// ```
+/// use burnpack::interop::pytorch::PytorchOptions;
+/// let options = PytorchOptions::new().key("ema_state_dict");
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct PytorchOptions {
+    key: Option<String>,
+    limits: Limits,
+}
+
+impl PytorchOptions {
+    /// The defaults: the state dict found at the top or under a well-known key, the default
+    /// [`Limits`].
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The state dict is under this key of the top-level dict (an error if it is not).
+    #[must_use]
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Bounds on the file: its size, the pickle's size (`max_metadata_size`), the number of
+    /// tensors, one tensor's size (a gathered view included), the nesting of the state dict.
+    #[must_use]
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+}
+
+/// The two containers `torch.save` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PytorchFormat {
+    /// The zip archive of `PyTorch` 1.6 and later.
+    Zip,
+    /// The pickle-and-records format before 1.6.
+    Legacy,
+}
+
+/// The keys under which checkpoints keep their state dict, tried in this order when the top
+/// holds no tensor itself.
+const WELL_KNOWN_KEYS: [&str; 3] = ["state_dict", "model_state_dict", "model"];
+
+/// `torch.save` weights as a [`TensorSource`]: one file (zip or legacy), or a sharded
+/// checkpoint through its index JSON. Load a Burn module from it with
+/// [`PackModule::load_from_source`](crate::module::PackModule::load_from_source) and the same
+/// [`LoadOptions`](crate::LoadOptions) as for packs and safetensors (`pytorch(true)` for
+/// `PyTorch`'s `[out, in]` linear weights and norm names).
+///
+/// The file is mapped: it must not be truncated or rewritten while the source (or a tensor
+/// loaded from it without a copy) lives, as for [`Reader::open`](crate::read::Reader::open).
+///
+/// ```
+/// use burnpack::interop::pytorch::PytorchSource;
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("not-a-checkpoint.pt");
+/// std::fs::write(&path, b"hello").unwrap();
+/// let err = PytorchSource::open(&path).unwrap_err();
+/// assert!(err.to_string().contains("not-a-checkpoint.pt"));
+/// ```
+pub struct PytorchSource {
+    file: String,
+    shards: Vec<Shard>,
+    /// Sorted by name.
+    tensors: Vec<TensorInfo>,
+    /// Where each tensor's bytes are, by position in `tensors`.
+    places: Vec<Place>,
+    globals: Vec<String>,
+    key: Option<String>,
+    /// Gathered views, by position, from [`TensorSource::prefetch`] until read.
+    gathered: Mutex<HashMap<usize, Bytes>>,
+}
+
+struct Shard {
+    path: PathBuf,
+    source: Source,
+    format: PytorchFormat,
+}
+
+/// Where a tensor's bytes are.
+struct Place {
+    shard: usize,
+    /// `None` for a contiguous view: the window `info.offset()..+info.len()` of the shard.
+    strided: Option<Strided>,
+}
+
+/// A non-contiguous view: gathered element by element (runs where the last stride is 1).
+struct Strided {
+    /// The storage's first byte in the file.
+    base: u64,
+    /// The storage's length in bytes.
+    storage_len: u64,
+    /// The view's first element in the storage.
+    offset: u64,
+    strides: Vec<u64>,
+}
+
+impl std::fmt::Debug for PytorchSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PytorchSource")
+            .field("file", &self.file)
+            .field("shards", &self.shards.len())
+            .field("tensors", &self.tensors.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PytorchSource {
+    /// Opens a `torch.save` file, or an index JSON (a path ending in `.json`) and the shards it
+    /// names, with the default [`PytorchOptions`].
+    ///
+    /// # Errors
+    /// [`PytorchError`] naming the file (and the tensor, or the refused global).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, PytorchError> {
+        Self::open_with(path, &PytorchOptions::new())
+    }
+
+    /// [`open`](Self::open) with options.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_with(path: impl AsRef<Path>, options: &PytorchOptions) -> Result<Self, PytorchError> {
+        let path = path.as_ref();
+        let invalid = |reason: String| PytorchError::Invalid {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if path.extension().is_some_and(|e| e == "json") {
+            let index = ShardIndex::read(path).map_err(|e| match e {
+                IndexError::Io(action, source) => PytorchError::Io {
+                    path: path.to_path_buf(),
+                    action,
+                    source,
+                },
+                IndexError::Invalid(reason) => invalid(reason),
+            })?;
+            let mut opened = Vec::with_capacity(index.shards.len());
+            for shard in &index.shards {
+                opened.push(Opened::open(shard, options)?);
+            }
+            index
+                .check(
+                    opened
+                        .iter()
+                        .enumerate()
+                        .flat_map(|(i, o)| o.tensors.iter().map(move |t| (t.0.name(), i))),
+                )
+                .map_err(invalid)?;
+            return Self::assemble(path, opened, options);
+        }
+        let opened = Opened::open(path, options)?;
+        Self::assemble(path, vec![opened], options)
+    }
+
+    fn assemble(path: &Path, opened: Vec<Opened>, options: &PytorchOptions) -> Result<Self, PytorchError> {
+        let mut table: Vec<(TensorInfo, Place)> = Vec::new();
+        let mut shards = Vec::with_capacity(opened.len());
+        let mut globals: Vec<String> = Vec::new();
+        let mut key = None;
+        for (i, o) in opened.into_iter().enumerate() {
+            table.extend(o.tensors.into_iter().map(|(info, strided)| {
+                (info, Place { shard: i, strided })
+            }));
+            for g in o.globals {
+                if !globals.contains(&g) {
+                    globals.push(g);
+                }
+            }
+            key = key.or(o.key);
+            shards.push(o.shard);
+        }
+        if table.len() > options.limits.max_tensor_count {
+            return Err(PytorchError::Invalid {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "{} tensors, over the limit of {}",
+                    table.len(),
+                    options.limits.max_tensor_count
+                ),
+            });
+        }
+        table.sort_by(|a, b| a.0.name().cmp(b.0.name()));
+        if let Some(pair) = table.windows(2).find(|w| w[0].0.name() == w[1].0.name()) {
+            return Err(PytorchError::Tensor {
+                path: path.to_path_buf(),
+                tensor: pair[0].0.name().to_string(),
+                reason: "two tensors with this name".into(),
+            });
+        }
+        let (tensors, places) = table.into_iter().unzip();
+        Ok(Self {
+            file: path.display().to_string(),
+            shards,
+            tensors,
+            places,
+            globals,
+            key,
+            gathered: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The container of the (first) file.
+    ///
+    /// ```no_run
+    /// use burnpack::interop::pytorch::{PytorchFormat, PytorchSource};
+    /// let source = PytorchSource::open("model.pt").unwrap();
+    /// assert_eq!(source.format(), PytorchFormat::Zip);
+    /// ```
+    #[must_use]
+    pub fn format(&self) -> PytorchFormat {
+        self.shards[0].format
+    }
+
+    /// Every global the pickles reference, as `module.name` (all of them from the table a
+    /// state dict needs: any other is refused when the file is opened).
+    ///
+    /// ```no_run
+    /// let source = burnpack::interop::pytorch::PytorchSource::open("model.pt").unwrap();
+    /// for global in source.globals() {
+    ///     println!("{global}");
+    /// }
+    /// ```
+    #[must_use]
+    pub fn globals(&self) -> &[String] {
+        &self.globals
+    }
+
+    /// The key of the top-level dict the state dict was found under, if it was not the top.
+    ///
+    /// ```no_run
+    /// let source = burnpack::interop::pytorch::PytorchSource::open("checkpoint.pth").unwrap();
+    /// println!("{:?}", source.key()); // Some("model_state_dict")
+    /// ```
+    #[must_use]
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// The files read: the one file, or the shards in name order.
+    ///
+    /// ```no_run
+    /// let source = burnpack::interop::pytorch::PytorchSource::open("pytorch_model.bin.index.json").unwrap();
+    /// println!("{} shards", source.shards().count());
+    /// ```
+    #[must_use]
+    pub fn shards(&self) -> impl ExactSizeIterator<Item = &Path> {
+        self.shards.iter().map(|s| s.path.as_path())
+    }
+
+    /// The tensor called `name`, if any.
+    ///
+    /// ```no_run
+    /// let source = burnpack::interop::pytorch::PytorchSource::open("model.pt").unwrap();
+    /// assert!(source.tensor("no.such.tensor").is_none());
+    /// ```
+    #[must_use]
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.position(name).map(|i| &self.tensors[i])
+    }
+
+    fn position(&self, name: &str) -> Option<usize> {
+        self.tensors.binary_search_by(|t| t.name().cmp(name)).ok()
+    }
+
+    fn io_error(&self, shard: usize) -> impl Fn(std::io::Error) -> ReadError + '_ {
+        move |source| ReadError::Io {
+            file: self.shards[shard].path.display().to_string(),
+            action: "read tensor data",
+            source,
+        }
+    }
+
+    /// A non-contiguous view's bytes, gathered into memory of their own.
+    fn gather(&self, info: &TensorInfo, place: &Place, strided: &Strided) -> Result<Bytes, ReadError> {
+        let shard = &self.shards[place.shard];
+        let storage = shard
+            .source
+            .read(strided.base, strided.storage_len, 1)
+            .map_err(self.io_error(place.shard))?;
+        let size = element_size(info.dtype());
+        let len = usize::try_from(info.len()).map_err(|_| ReadError::Io {
+            file: self.file.clone(),
+            action: "gather a strided tensor",
+            source: std::io::Error::other("larger than memory"),
+        })?;
+        aligned_bytes(len, |out| {
+            gather_into(out, &storage, info.shape(), &strided.strides, strided.offset, size);
+            Ok(())
+        })
+    }
+}
+
+/// The bytes of each element of a view of `storage` (elements of `size` bytes) at `offset`
+/// with `strides`, in row-major order into `out` (validated when the file was opened: every
+/// element lies inside `storage`).
+fn gather_into(out: &mut [u8], storage: &[u8], shape: &[usize], strides: &[u64], offset: u64, size: usize) {
+    let rank = shape.len();
+    if out.is_empty() {
+        return;
+    }
+    if rank == 0 {
+        let at = offset as usize * size;
+        out.copy_from_slice(&storage[at..at + size]);
+        return;
+    }
+    // Runs along the last dimension when it is contiguous.
+    let inner = shape[rank - 1];
+    let run = if strides[rank - 1] == 1 { inner * size } else { size };
+    let per_outer = if strides[rank - 1] == 1 { 1 } else { inner };
+    let mut index = vec![0usize; rank];
+    let mut written = 0;
+    while written < out.len() {
+        let mut at = offset;
+        for d in 0..rank {
+            at += index[d] as u64 * strides[d];
+        }
+        for k in 0..per_outer {
+            let from = (at + k as u64 * strides[rank - 1]) as usize * size;
+            out[written..written + run].copy_from_slice(&storage[from..from + run]);
+            written += run;
+        }
+        // Next index, the last dimension taken whole above.
+        let mut d = rank - 1;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            index[d] += 1;
+            if index[d] < shape[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+}
+
+fn element_size(dtype: DType) -> usize {
+    match dtype {
+        DType::Bool(_) => 1,
+        other => other.size(),
+    }
+}
+
+/// One file opened: its tensors (with their gathers), its globals and the key used.
+struct Opened {
+    shard: Shard,
+    tensors: Vec<(TensorInfo, Option<Strided>)>,
+    globals: Vec<String>,
+    key: Option<String>,
+}
+
+/// A storage's bytes in the file: (first byte, length).
+type Storages = HashMap<String, (u64, u64)>;
+
+/// The magic number of the legacy format, as its pickle writes it (LONG1, little-endian).
+const LEGACY_MAGIC: [u8; 10] = [0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
+
+impl Opened {
+    fn open(path: &Path, options: &PytorchOptions) -> Result<Self, PytorchError> {
+        let invalid = |reason: String| PytorchError::Invalid {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let io = |action: &'static str| {
+            move |source| PytorchError::Io {
+                path: path.to_path_buf(),
+                action,
+                source,
+            }
+        };
+        let file = File::open(path).map_err(io("open"))?;
+        let size = file.metadata().map_err(io("stat"))?.len();
+        if size > options.limits.max_file_size {
+            return Err(invalid(format!(
+                "{size} bytes, over the file-size limit of {}",
+                options.limits.max_file_size
+            )));
+        }
+        // As for `Reader::open`, the file must not be truncated while mapped (documented on
+        // `PytorchSource`).
+        let all = crate::read::source::map_file(&file).map_err(io("map"))?;
+        let fault = |e| match e {
+            Fault::Pickle(e) => pickle_error(path, e),
+            Fault::Other(reason) => invalid(reason),
+        };
+        let (format, pickle, storages) = if all.starts_with(b"PK\x03\x04") {
+            let (pickle, storages) = zip_parts(&all, options).map_err(fault)?;
+            (PytorchFormat::Zip, pickle, storages)
+        } else if all.starts_with(&[0x80, 0x02]) {
+            let (pickle, storages) = legacy_parts(&all, options).map_err(fault)?;
+            (PytorchFormat::Legacy, pickle, storages)
+        } else {
+            return Err(invalid(
+                "neither a zip archive (PyTorch 1.6 and later) nor a legacy pickle".into(),
+            ));
+        };
+        let (root, key) = state_dict(&pickle, options.key.as_deref()).map_err(invalid)?;
+        let mut found = Vec::new();
+        let mut name = String::new();
+        let mut budget = Budget {
+            visits: 0,
+            max_visits: pickle_visit_limit(&options.limits),
+            max_depth: options.limits.max_cbor_depth,
+        };
+        flatten(&pickle, root, &mut name, 0, &mut budget, &mut found).map_err(invalid)?;
+        if found.len() > options.limits.max_tensor_count {
+            return Err(invalid(format!(
+                "{} tensors, over the limit of {}",
+                found.len(),
+                options.limits.max_tensor_count
+            )));
+        }
+        let tensors = found
+            .into_iter()
+            .map(|(name, view)| {
+                place(&name, view, &storages, &options.limits).map_err(|reason| {
+                    PytorchError::Tensor {
+                        path: path.to_path_buf(),
+                        tensor: name.clone(),
+                        reason,
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            shard: Shard {
+                path: path.to_path_buf(),
+                source: Source::Memory(all),
+                format,
+            },
+            tensors,
+            globals: pickle.globals,
+            key,
+        })
+    }
+}
+
+fn pickle_error(path: &Path, e: PickleError) -> PytorchError {
+    match e.refused {
+        Some(global) => PytorchError::Refused {
+            path: path.to_path_buf(),
+            global,
+        },
+        None => PytorchError::Invalid {
+            path: path.to_path_buf(),
+            reason: format!("pickle: {} (at byte {})", e.reason, e.offset),
+        },
+    }
+}
+
+enum Fault {
+    Pickle(PickleError),
+    Other(String),
+}
+
+/// Bound on the nodes one walk of the state dict visits (a pickle's graph can share nodes, so
+/// a walk could otherwise revisit them exponentially).
+fn pickle_visit_limit(limits: &Limits) -> usize {
+    limits.max_tensor_count.saturating_mul(64).max(1 << 16)
+}
+
+/// The zip format: the pickle (read) and where each storage's bytes are.
+fn zip_parts(all: &[u8], options: &PytorchOptions) -> Result<(Pickle, Storages), Fault> {
+    zip_layout(all, options).map_err(Fault::Other).and_then(|(range, storages)| {
+        let (pickle, _) = pickle::load(&all[range]).map_err(Fault::Pickle)?;
+        Ok((pickle, storages))
+    })
+}
+
+/// The zip format's pickle (its byte range) and storages.
+fn zip_layout(
+    all: &[u8],
+    options: &PytorchOptions,
+) -> Result<(std::ops::Range<usize>, Storages), String> {
+    let mut archive = zip::ZipArchive::new(Cursor::new(all)).map_err(|e| format!("zip: {e}"))?;
+    let mut entries = Vec::with_capacity(archive.len());
+    for i in 0..archive.len() {
+        let entry = archive.by_index_raw(i).map_err(|e| format!("zip entry {i}: {e}"))?;
+        let name = entry
+            .name()
+            .map_err(|e| format!("zip entry {i}: a name that is not UTF-8: {e}"))?
+            .to_string();
+        let start = entry
+            .data_start()
+            .ok_or_else(|| format!("zip entry '{name}': no data offset"))?;
+        let (len, stored) = (entry.size(), entry.compression() == zip::CompressionMethod::Stored);
+        if start.checked_add(len).is_none_or(|end| end > all.len() as u64)
+            || entry.compressed_size() != len && stored
+        {
+            return Err(format!("zip entry '{name}' lies past the end of the file"));
+        }
+        entries.push((name, start, len, stored, entry.compression()));
+    }
+    let pickles: Vec<_> = entries
+        .iter()
+        .filter(|(n, ..)| n.ends_with("data.pkl") && n.matches('/').count() == 1)
+        .collect();
+    let [(pkl_name, pkl_start, pkl_len, pkl_stored, method)] = pickles.as_slice() else {
+        return Err(format!(
+            "{} entries named <archive>/data.pkl (torch.save writes one)",
+            pickles.len()
+        ));
+    };
+    let prefix = pkl_name.trim_end_matches("data.pkl").to_string();
+    let stored_only = |name: &str, stored: bool, method: zip::CompressionMethod| {
+        if stored {
+            Ok(())
+        } else {
+            Err(format!(
+                "zip entry '{name}' is compressed ({method}): torch.save stores every entry \
+                 as is, and this reader decompresses nothing"
+            ))
+        }
+    };
+    stored_only(pkl_name, *pkl_stored, *method)?;
+    if *pkl_len > u64::from(options.limits.max_metadata_size) {
+        return Err(format!(
+            "a pickle of {pkl_len} bytes, over the limit of {}",
+            options.limits.max_metadata_size
+        ));
+    }
+    let data_prefix = format!("{prefix}data/");
+    let mut storages = Storages::new();
+    for (name, start, len, stored, method) in &entries {
+        if name == &format!("{prefix}byteorder") {
+            let order = &all[*start as usize..(*start + *len) as usize];
+            if order != b"little" {
+                return Err(format!(
+                    "byte order '{}': only little-endian files are read",
+                    String::from_utf8_lossy(order)
+                ));
+            }
+        }
+        if let Some(key) = name.strip_prefix(&data_prefix) {
+            stored_only(name, *stored, *method)?;
+            storages.insert(key.to_string(), (*start, *len));
+        }
+    }
+    Ok((*pkl_start as usize..(*pkl_start + *pkl_len) as usize, storages))
+}
+
+/// The legacy format: magic, protocol, system info, the object, the storage keys, then each
+/// storage as its element count (8 bytes) and its bytes.
+fn legacy_parts(all: &[u8], options: &PytorchOptions) -> Result<(Pickle, Storages), Fault> {
+    let other = |s: &str| Fault::Other(s.to_string());
+    let mut at = 0usize;
+    let next = |at: &mut usize| -> Result<Pickle, Fault> {
+        let rest = &all[*at..];
+        let window = &rest[..rest.len().min(options.limits.max_metadata_size as usize)];
+        let (pickle, used) = pickle::load(window).map_err(|mut e| {
+            e.offset += *at;
+            Fault::Pickle(e)
+        })?;
+        *at += used;
+        Ok(pickle)
+    };
+    let magic = next(&mut at)?;
+    if !matches!(magic.node(magic.root), Node::BigInt(b) if b[..] == LEGACY_MAGIC) {
+        return Err(other("a pickle without torch.save's magic number"));
+    }
+    let protocol = next(&mut at)?;
+    if !matches!(protocol.node(protocol.root), Node::Int(1001)) {
+        return Err(other("a legacy torch.save file of another protocol than 1001"));
+    }
+    let info = next(&mut at)?;
+    if let Node::Dict(entries) = info.node(info.root) {
+        for &(k, v) in entries {
+            if matches!(info.node(k), Node::Str(s) if s == "little_endian")
+                && matches!(info.node(v), Node::Bool(false))
+            {
+                return Err(other("a big-endian file: only little-endian files are read"));
+            }
+        }
+    }
+    let object = next(&mut at)?;
+    let keys = next(&mut at)?;
+    let Node::List(items) = keys.node(keys.root) else {
+        return Err(other("no list of storage keys after the object"));
+    };
+    let sizes: HashMap<&str, u64> = object
+        .storages()
+        .map(|s| (s.key.as_str(), s.kind.element_size))
+        .collect();
+    let mut storages = Storages::new();
+    for &item in items {
+        let Node::Str(key) = keys.node(item) else {
+            return Err(other("a storage key that is not a string"));
+        };
+        let element = *sizes.get(key.as_str()).ok_or_else(|| {
+            Fault::Other(format!(
+                "storage '{key}' is listed, but nothing in the pickle names it: its size is unknown"
+            ))
+        })?;
+        let head: [u8; 8] = all
+            .get(at..at + 8)
+            .and_then(|h| h.try_into().ok())
+            .ok_or_else(|| Fault::Other(format!("storage '{key}' is missing: the file ends first")))?;
+        at += 8;
+        let numel = u64::from_le_bytes(head);
+        let len = numel
+            .checked_mul(element)
+            .filter(|&len| len <= (all.len() - at) as u64)
+            .ok_or_else(|| {
+                Fault::Other(format!(
+                    "storage '{key}' of {numel} elements runs past the end of the file"
+                ))
+            })?;
+        storages.insert(key.clone(), (at as u64, len));
+        at += len as usize;
+    }
+    Ok((object, storages))
+}
+
+/// The state dict: under `key` when given, else the top, or the first well-known key holding
+/// a dict when the top holds no tensor itself.
+fn state_dict(p: &Pickle, key: Option<&str>) -> Result<(usize, Option<String>), String> {
+    let entries = match p.node(p.root) {
+        Node::Dict(entries) => entries.as_slice(),
+        _ => &[],
+    };
+    let lookup = |k: &str| {
+        entries
+            .iter()
+            .find(|&&(name, _)| matches!(p.node(name), Node::Str(s) if s == k))
+            .map(|&(_, value)| value)
+    };
+    if let Some(k) = key {
+        let keys: Vec<&str> = entries
+            .iter()
+            .filter_map(|&(name, _)| match p.node(name) {
+                Node::Str(s) => Some(s.as_str()),
+                _ => None,
+            })
+            .take(16)
+            .collect();
+        return lookup(k)
+            .map(|v| (v, Some(k.to_string())))
+            .ok_or_else(|| format!("no key '{k}' at the top level (its keys: {keys:?})"));
+    }
+    if !entries
+        .iter()
+        .any(|&(_, v)| matches!(p.node(v), Node::Tensor(_)))
+    {
+        for k in WELL_KNOWN_KEYS {
+            if let Some(v) = lookup(k)
+                && matches!(p.node(v), Node::Dict(_))
+            {
+                return Ok((v, Some(k.to_string())));
+            }
+        }
+    }
+    Ok((p.root, None))
+}
+
+struct Budget {
+    visits: usize,
+    max_visits: usize,
+    max_depth: usize,
+}
+
+/// Every tensor under `id`, named by its dotted path (dict keys, list indices).
+fn flatten(
+    p: &Pickle,
+    id: usize,
+    name: &mut String,
+    depth: usize,
+    budget: &mut Budget,
+    out: &mut Vec<(String, TensorView)>,
+) -> Result<(), String> {
+    budget.visits += 1;
+    if budget.visits > budget.max_visits {
+        return Err(format!(
+            "the pickle's object graph has more than {} nodes to walk (shared or cyclic)",
+            budget.max_visits
+        ));
+    }
+    if depth > budget.max_depth {
+        return Err(format!(
+            "nested deeper than {} levels at '{name}'",
+            budget.max_depth
+        ));
+    }
+    let mut child = |name: &mut String, segment: &str, value: usize, budget: &mut Budget| {
+        let len = name.len();
+        if !name.is_empty() {
+            name.push('.');
+        }
+        name.push_str(segment);
+        let result = flatten(p, value, name, depth + 1, budget, out);
+        name.truncate(len);
+        result
+    };
+    match p.node(id) {
+        Node::Tensor(view) => {
+            if name.is_empty() {
+                return Err("the file holds one tensor, not a dict of named tensors".into());
+            }
+            out.push((name.clone(), view.clone()));
+        }
+        Node::Dict(entries) => {
+            for &(k, v) in entries {
+                let segment = match p.node(k) {
+                    Node::Str(s) => s.clone(),
+                    Node::Int(i) => i.to_string(),
+                    _ => continue,
+                };
+                child(name, &segment, v, budget)?;
+            }
+        }
+        Node::List(items) | Node::Tuple(items) => {
+            for (i, &v) in items.iter().enumerate() {
+                child(name, &i.to_string(), v, budget)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Whether `strides` are the row-major strides of `shape` (dimensions of 1 aside).
+fn is_contiguous(shape: &[u64], strides: &[u64]) -> bool {
+    let mut expected = 1u64;
+    for (&d, &s) in shape.iter().zip(strides).rev() {
+        if d != 1 && s != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(d);
+    }
+    true
+}
+
+/// A tensor's table entry: checked against its storage's bytes in the file.
+fn place(
+    name: &str,
+    view: TensorView,
+    storages: &Storages,
+    limits: &Limits,
+) -> Result<(TensorInfo, Option<Strided>), String> {
+    let kind = view.storage.kind;
+    let dtype = kind
+        .dtype
+        .ok_or_else(|| format!("a torch.{} tensor, which Burn has no dtype for", kind.name))?;
+    let size = kind.element_size;
+    let key = &view.storage.key;
+    let &(start, bytes) = storages
+        .get(key)
+        .ok_or_else(|| format!("its storage '{key}' is not in the file"))?;
+    let numel_storage = view.storage.numel;
+    let storage_len = numel_storage
+        .checked_mul(size)
+        .filter(|&len| len <= bytes)
+        .ok_or_else(|| {
+            format!(
+                "its storage '{key}' declares {numel_storage} elements of {size} bytes; the file \
+                 holds {bytes} bytes of it"
+            )
+        })?;
+    let shape: Vec<usize> = view
+        .shape
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<Result<_, _>>()
+        .map_err(|_| "a dimension that does not fit in memory".to_string())?;
+    let len = view
+        .shape
+        .iter()
+        .try_fold(size, |n, &d| n.checked_mul(d))
+        .filter(|&len| len <= limits.max_tensor_size)
+        .ok_or_else(|| {
+            format!(
+                "shape {shape:?} is over the tensor-size limit of {} bytes",
+                limits.max_tensor_size
+            )
+        })?;
+    let offset = view
+        .offset
+        .checked_add(view.storage.view_offset)
+        .ok_or_else(|| "an offset past any storage".to_string())?;
+    if len == 0 {
+        return Ok((TensorInfo::external(name.to_string(), dtype, shape, start, 0), None));
+    }
+    let last = view
+        .shape
+        .iter()
+        .zip(&view.stride)
+        .try_fold(offset, |at, (&d, &s)| at.checked_add((d - 1).checked_mul(s)?));
+    if last.is_none_or(|last| last >= numel_storage) {
+        return Err(format!(
+            "a view past the end of its storage: offset {offset}, shape {shape:?}, strides {:?}, \
+             over a storage of {numel_storage} elements",
+            view.stride
+        ));
+    }
+    let at = start + offset * size;
+    let info = TensorInfo::external(name.to_string(), dtype, shape, at, len);
+    if is_contiguous(&view.shape, &view.stride) {
+        return Ok((info, None));
+    }
+    Ok((
+        info,
+        Some(Strided {
+            base: start,
+            storage_len,
+            offset,
+            strides: view.stride,
+        }),
+    ))
+}
+
+impl TensorSource for PytorchSource {
+    fn file(&self) -> &str {
+        &self.file
+    }
+
+    fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
+        let i = self.position(info.name()).ok_or_else(|| ReadError::NotFound {
+            file: self.file.clone(),
+            tensor: info.name().to_string(),
+        })?;
+        let place = &self.places[i];
+        match &place.strided {
+            None => self.shards[place.shard]
+                .source
+                .read(info.offset(), info.len(), element_align(info.dtype()))
+                .map_err(self.io_error(place.shard)),
+            Some(strided) => {
+                let ready = self
+                    .gathered
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .remove(&i);
+                match ready {
+                    Some(bytes) => Ok(bytes),
+                    None => self.gather(info, place, strided),
+                }
+            }
+        }
+    }
+
+    fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
+        let place = &self.places[self.position(info.name())?];
+        if place.strided.is_some() {
+            return Some(CopyReason::Strided);
+        }
+        self.shards[place.shard]
+            .source
+            .copy_reason(info.offset(), element_align(info.dtype()))
+    }
+
+    /// With several non-contiguous tensors, the loader hands them over at once so that they
+    /// are gathered in parallel.
+    fn wants_prefetch(&self) -> bool {
+        self.places.iter().filter(|p| p.strided.is_some()).nth(1).is_some()
+    }
+
+    fn prefetch(&self, wanted: &[&TensorInfo]) -> Result<(), ReadError> {
+        let strided: Vec<(usize, &TensorInfo, &Strided)> = wanted
+            .iter()
+            .filter_map(|info| {
+                let i = self.position(info.name())?;
+                Some((i, *info, self.places[i].strided.as_ref()?))
+            })
+            .collect();
+        let done = strided
+            .par_iter()
+            .map(|&(i, info, s)| self.gather(info, &self.places[i], s).map(|b| (i, b)))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.gathered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(done);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strided_views_gather_row_major() {
+        // A 2x3 matrix stored transposed (strides [1, 2]) over a 6-element storage.
+        let storage: Vec<u8> = (0u8..6).collect();
+        let mut out = [0u8; 6];
+        gather_into(&mut out, &storage, &[2, 3], &[1, 2], 0, 1);
+        assert_eq!(out, [0, 2, 4, 1, 3, 5]);
+        // Rows of a contiguous last dimension at an offset, every other row.
+        let storage: Vec<u8> = (0u8..12).collect();
+        let mut out = [0u8; 6];
+        gather_into(&mut out, &storage, &[2, 3], &[6, 1], 1, 1);
+        assert_eq!(out, [1, 2, 3, 7, 8, 9]);
+        assert!(is_contiguous(&[2, 1, 3], &[3, 7, 1]));
+        assert!(!is_contiguous(&[2, 3], &[1, 2]));
+    }
+}

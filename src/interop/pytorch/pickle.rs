@@ -1,0 +1,792 @@
+//! A restricted pickle machine: it reads the object graph a `torch.save` state dict is made of
+//! and nothing else. It never imports or calls anything: a `GLOBAL` is looked up in a fixed
+//! table of the names a state dict needs ([`Global`]), each with its meaning written here
+//! (`collections.OrderedDict()` is an empty dict, `torch._utils._rebuild_tensor_v2(...)` a
+//! [`TensorView`]); any other name is an error that names it, before anything else happens.
+//!
+//! Bounded by construction: every opcode consumes at least one byte of the input and creates
+//! at most one node, so the graph, the stack and the memo are at most a small multiple of the
+//! pickle's length; lengths in the input are checked against what is left of it before
+//! anything is taken; containers refer to nodes by index (a memo "bomb" of repeated `GET`s adds
+//! indices, never copies); cycles are possible in a hostile pickle and are the walker's to
+//! bound ([`Pickle::node`] does not recurse).
+
+use std::collections::HashMap;
+
+use burn::tensor::{BoolStore, DType};
+
+/// A node of the object graph. Containers hold indices of other nodes.
+#[derive(Debug, Clone)]
+pub(crate) enum Node {
+    None,
+    Bool(bool),
+    Int(i64),
+    /// An integer wider than 64 bits, as its little-endian two's complement bytes.
+    BigInt(Vec<u8>),
+    /// A float (its value is nothing a tensor is made of).
+    Float,
+    Str(String),
+    /// Bytes (their contents are nothing a tensor is made of).
+    Bytes,
+    Tuple(Vec<usize>),
+    List(Vec<usize>),
+    Dict(Vec<(usize, usize)>),
+    Set(Vec<usize>),
+    Global(Global),
+    Storage(Storage),
+    Tensor(TensorView),
+}
+
+/// The globals a state dict needs, and nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Global {
+    /// `collections.OrderedDict`: called with no arguments, an empty dict.
+    OrderedDict,
+    /// `builtins.set` / `frozenset`.
+    Set,
+    /// `_codecs.encode(text, "latin1")`: how protocol 2 writes `bytes`.
+    CodecsEncode,
+    /// `torch.Size(tuple)`: the tuple.
+    TorchSize,
+    /// `torch._utils._rebuild_tensor(storage, offset, size, stride)`.
+    RebuildTensor,
+    /// `torch._utils._rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata])`.
+    RebuildTensorV2,
+    /// `torch._utils._rebuild_parameter(data, requires_grad, hooks)`: the data.
+    RebuildParameter,
+    /// `torch._utils._rebuild_parameter_with_state(data, requires_grad, hooks, state)`.
+    RebuildParameterWithState,
+    /// `torch._tensor._rebuild_from_type_v2(func, type, args, state)`: `func(*args)`.
+    RebuildFromTypeV2,
+    /// `torch.Tensor` or `torch.nn.parameter.Parameter`, as the type argument above.
+    TensorType,
+    /// A `torch.<Name>Storage` type: its element type, if Burn has one.
+    Storage(StorageType),
+}
+
+/// A `torch.<Name>Storage` type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StorageType {
+    /// The type's name (`FloatStorage`), for errors.
+    pub name: &'static str,
+    /// Burn's dtype for its elements; `None` for those Burn has none for (complex, quantized).
+    pub dtype: Option<DType>,
+    /// Bytes per element (what a legacy file's storage records are sized in).
+    pub element_size: u64,
+}
+
+/// A storage, as a persistent id names it: `('storage', type, key, location, numel[, view])`.
+#[derive(Debug, Clone)]
+pub(crate) struct Storage {
+    pub kind: StorageType,
+    pub key: String,
+    /// Elements of the whole storage.
+    pub numel: u64,
+    /// A legacy storage view: its offset (elements) in the storage `key`.
+    pub view_offset: u64,
+}
+
+/// A tensor: a view of a storage.
+#[derive(Debug, Clone)]
+pub(crate) struct TensorView {
+    pub storage: Storage,
+    /// Elements from the storage's start.
+    pub offset: u64,
+    pub shape: Vec<u64>,
+    pub stride: Vec<u64>,
+}
+
+/// A pickle read: its graph and where its top object is.
+pub(crate) struct Pickle {
+    nodes: Vec<Node>,
+    pub root: usize,
+    /// Every global the pickle references, as `module.name`, in order of first use.
+    pub globals: Vec<String>,
+}
+
+impl Pickle {
+    pub fn node(&self, id: usize) -> &Node {
+        &self.nodes[id]
+    }
+
+    /// Every storage the pickle names (a legacy file's storage records follow it, sized by
+    /// their types).
+    pub fn storages(&self) -> impl Iterator<Item = &Storage> {
+        self.nodes.iter().filter_map(|n| match n {
+            Node::Storage(s) => Some(s),
+            _ => None,
+        })
+    }
+}
+
+/// What is wrong, and at which byte of the pickle.
+#[derive(Debug)]
+pub(crate) struct PickleError {
+    pub offset: usize,
+    pub reason: String,
+    /// A global outside the table, as `module.name`.
+    pub refused: Option<String>,
+}
+
+/// Most entries in the memo (a state dict uses a few per tensor).
+const MAX_MEMO: usize = 1 << 22;
+
+/// The names a state dict needs.
+fn global(module: &str, name: &str) -> Option<Global> {
+    Some(match (module, name) {
+        ("collections", "OrderedDict") => Global::OrderedDict,
+        ("builtins" | "__builtin__", "set" | "frozenset") => Global::Set,
+        ("_codecs", "encode") => Global::CodecsEncode,
+        ("torch", "Size") => Global::TorchSize,
+        ("torch._utils", "_rebuild_tensor") => Global::RebuildTensor,
+        ("torch._utils", "_rebuild_tensor_v2") => Global::RebuildTensorV2,
+        ("torch._utils", "_rebuild_parameter") => Global::RebuildParameter,
+        ("torch._utils", "_rebuild_parameter_with_state") => Global::RebuildParameterWithState,
+        ("torch._tensor", "_rebuild_from_type_v2") => Global::RebuildFromTypeV2,
+        ("torch", "Tensor") | ("torch.nn.parameter", "Parameter") => Global::TensorType,
+        ("torch", storage) => Global::Storage(storage_type(storage)?),
+        _ => return None,
+    })
+}
+
+/// `torch.<name>`, a storage type.
+fn storage_type(name: &str) -> Option<StorageType> {
+    const TYPES: [(&str, Option<DType>, u64); 16] = [
+        ("FloatStorage", Some(DType::F32), 4),
+        ("DoubleStorage", Some(DType::F64), 8),
+        ("HalfStorage", Some(DType::F16), 2),
+        ("BFloat16Storage", Some(DType::BF16), 2),
+        ("LongStorage", Some(DType::I64), 8),
+        ("IntStorage", Some(DType::I32), 4),
+        ("ShortStorage", Some(DType::I16), 2),
+        ("CharStorage", Some(DType::I8), 1),
+        ("ByteStorage", Some(DType::U8), 1),
+        ("BoolStorage", Some(DType::Bool(BoolStore::Native)), 1),
+        ("ComplexFloatStorage", None, 8),
+        ("ComplexDoubleStorage", None, 16),
+        ("QInt8Storage", None, 1),
+        ("QUInt8Storage", None, 1),
+        ("QInt32Storage", None, 4),
+        ("UntypedStorage", None, 1),
+    ];
+    TYPES
+        .iter()
+        .find(|(n, ..)| *n == name)
+        .map(|&(name, dtype, element_size)| StorageType {
+            name,
+            dtype,
+            element_size,
+        })
+}
+
+struct Machine<'a> {
+    input: &'a [u8],
+    at: usize,
+    nodes: Vec<Node>,
+    stack: Vec<usize>,
+    marks: Vec<usize>,
+    memo: HashMap<u32, usize>,
+    globals: Vec<String>,
+}
+
+/// Reads one pickle from the start of `input`; returns it and the bytes it took (the legacy
+/// format is several pickles in a row).
+pub(crate) fn load(input: &[u8]) -> Result<(Pickle, usize), PickleError> {
+    let mut m = Machine {
+        input,
+        at: 0,
+        nodes: Vec::new(),
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: HashMap::new(),
+        globals: Vec::new(),
+    };
+    let root = m.run().map_err(|(reason, refused)| PickleError {
+        offset: m.at,
+        reason,
+        refused,
+    })?;
+    Ok((
+        Pickle {
+            nodes: m.nodes,
+            root,
+            globals: m.globals,
+        },
+        m.at,
+    ))
+}
+
+type Fault = (String, Option<String>);
+
+fn fault(reason: impl Into<String>) -> Fault {
+    (reason.into(), None)
+}
+
+impl Machine<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], Fault> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.input.len())
+            .ok_or_else(|| fault(format!("{n} bytes announced, {} left", self.input.len() - self.at)))?;
+        let bytes = &self.input[self.at..end];
+        self.at = end;
+        Ok(bytes)
+    }
+
+    fn byte(&mut self) -> Result<u8, Fault> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn le<const N: usize>(&mut self) -> Result<[u8; N], Fault> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.take(N)?);
+        Ok(out)
+    }
+
+    /// A length of `N` little-endian bytes, checked against what is left.
+    fn len<const N: usize>(&mut self) -> Result<usize, Fault> {
+        let mut wide = [0u8; 8];
+        wide[..N].copy_from_slice(&self.le::<N>()?);
+        let n = u64::from_le_bytes(wide);
+        usize::try_from(n)
+            .ok()
+            .filter(|&n| n <= self.input.len() - self.at)
+            .ok_or_else(|| fault(format!("a length of {n} bytes, past the end of the pickle")))
+    }
+
+    fn line(&mut self) -> Result<String, Fault> {
+        let rest = &self.input[self.at..];
+        let end = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .ok_or_else(|| fault("a GLOBAL without its newline"))?;
+        let text = std::str::from_utf8(&rest[..end])
+            .map_err(|_| fault("a GLOBAL name that is not UTF-8"))?
+            .to_string();
+        self.at += end + 1;
+        Ok(text)
+    }
+
+    fn push(&mut self, node: Node) {
+        self.nodes.push(node);
+        self.stack.push(self.nodes.len() - 1);
+    }
+
+    fn pop(&mut self) -> Result<usize, Fault> {
+        if self.marks.last().is_some_and(|&m| m >= self.stack.len()) {
+            return Err(fault("a value taken from below a MARK"));
+        }
+        self.stack.pop().ok_or_else(|| fault("the stack is empty"))
+    }
+
+    fn top(&self) -> Result<usize, Fault> {
+        self.stack.last().copied().ok_or_else(|| fault("the stack is empty"))
+    }
+
+    /// Everything above the last MARK, which is removed.
+    fn pop_mark(&mut self) -> Result<Vec<usize>, Fault> {
+        let mark = self.marks.pop().ok_or_else(|| fault("no MARK to pop to"))?;
+        Ok(self.stack.split_off(mark.min(self.stack.len())))
+    }
+
+    fn text(&mut self, bytes: &[u8]) -> Result<Node, Fault> {
+        String::from_utf8(bytes.to_vec())
+            .map(Node::Str)
+            .map_err(|_| fault("a string that is not UTF-8"))
+    }
+
+    fn int(&self, id: usize) -> Option<i64> {
+        match self.nodes[id] {
+            Node::Int(v) => Some(v),
+            Node::Bool(b) => Some(i64::from(b)),
+            _ => None,
+        }
+    }
+
+    fn memo_put(&mut self, key: u32) -> Result<(), Fault> {
+        let top = self.top()?;
+        if self.memo.len() >= MAX_MEMO && !self.memo.contains_key(&key) {
+            return Err(fault(format!("more than {MAX_MEMO} memo entries")));
+        }
+        self.memo.insert(key, top);
+        Ok(())
+    }
+
+    fn memo_get(&mut self, key: u32) -> Result<(), Fault> {
+        let id = *self
+            .memo
+            .get(&key)
+            .ok_or_else(|| fault(format!("memo entry {key} was never stored")))?;
+        self.stack.push(id);
+        Ok(())
+    }
+
+    fn global(&mut self, module: &str, name: &str) -> Result<(), Fault> {
+        let full = format!("{module}.{name}");
+        let Some(global) = global(module, name) else {
+            return Err((
+                format!(
+                    "it references the global `{full}`, which a state dict never needs: refused \
+                     (nothing in the file is ever run)"
+                ),
+                Some(full),
+            ));
+        };
+        if !self.globals.contains(&full) {
+            self.globals.push(full);
+        }
+        self.push(Node::Global(global));
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<usize, Fault> {
+        loop {
+            let op = self.byte()?;
+            match op {
+                0x80 => {
+                    let proto = self.byte()?;
+                    if proto > 5 {
+                        return Err(fault(format!("pickle protocol {proto}")));
+                    }
+                }
+                0x95 => {
+                    self.le::<8>()?;
+                }
+                b'.' => {
+                    let root = self.pop()?;
+                    return Ok(root);
+                }
+                b'(' => self.marks.push(self.stack.len()),
+                b'0' => {
+                    self.pop()?;
+                }
+                b'1' => {
+                    self.pop_mark()?;
+                }
+                b'2' => {
+                    let top = self.top()?;
+                    self.stack.push(top);
+                }
+                b'N' => self.push(Node::None),
+                0x88 => self.push(Node::Bool(true)),
+                0x89 => self.push(Node::Bool(false)),
+                b'J' => {
+                    let v = i32::from_le_bytes(self.le()?);
+                    self.push(Node::Int(i64::from(v)));
+                }
+                b'K' => {
+                    let v = self.byte()?;
+                    self.push(Node::Int(i64::from(v)));
+                }
+                b'M' => {
+                    let v = u16::from_le_bytes(self.le()?);
+                    self.push(Node::Int(i64::from(v)));
+                }
+                0x8a | 0x8b => {
+                    let n = if op == 0x8a {
+                        usize::from(self.byte()?)
+                    } else {
+                        self.len::<4>()?
+                    };
+                    let bytes = self.take(n)?.to_vec();
+                    self.push(long(bytes));
+                }
+                b'G' => {
+                    self.le::<8>()?;
+                    self.push(Node::Float);
+                }
+                b'X' | 0x8c | 0x8d => {
+                    let n = match op {
+                        b'X' => self.len::<4>()?,
+                        0x8c => usize::from(self.byte()?),
+                        _ => self.len::<8>()?,
+                    };
+                    let bytes = self.take(n)?.to_vec();
+                    let node = self.text(&bytes)?;
+                    self.push(node);
+                }
+                b'U' | b'T' => {
+                    // Python 2 `str`: bytes, read as Latin-1 text.
+                    let n = if op == b'U' {
+                        usize::from(self.byte()?)
+                    } else {
+                        self.len::<4>()?
+                    };
+                    let text = self.take(n)?.iter().map(|&b| char::from(b)).collect();
+                    self.push(Node::Str(text));
+                }
+                b'C' | b'B' | 0x8e => {
+                    let n = match op {
+                        b'C' => usize::from(self.byte()?),
+                        b'B' => self.len::<4>()?,
+                        _ => self.len::<8>()?,
+                    };
+                    self.take(n)?;
+                    self.push(Node::Bytes);
+                }
+                b')' => self.push(Node::Tuple(Vec::new())),
+                b't' => {
+                    let items = self.pop_mark()?;
+                    self.push(Node::Tuple(items));
+                }
+                0x85..=0x87 => {
+                    let n = usize::from(op - 0x84);
+                    if self.stack.len() < n
+                        || self.marks.last().is_some_and(|&m| m > self.stack.len() - n)
+                    {
+                        return Err(fault("a TUPLE of more values than the stack holds"));
+                    }
+                    let items = self.stack.split_off(self.stack.len() - n);
+                    self.push(Node::Tuple(items));
+                }
+                b']' => self.push(Node::List(Vec::new())),
+                b'l' => {
+                    let items = self.pop_mark()?;
+                    self.push(Node::List(items));
+                }
+                b'a' => {
+                    let item = self.pop()?;
+                    self.extend(vec![item])?;
+                }
+                b'e' => {
+                    let items = self.pop_mark()?;
+                    self.extend(items)?;
+                }
+                b'}' => self.push(Node::Dict(Vec::new())),
+                b'd' => {
+                    let items = self.pop_mark()?;
+                    let pairs = pairs(&items)?;
+                    self.push(Node::Dict(pairs));
+                }
+                b's' => {
+                    let value = self.pop()?;
+                    let key = self.pop()?;
+                    self.set_items(vec![(key, value)])?;
+                }
+                b'u' => {
+                    let items = self.pop_mark()?;
+                    let pairs = pairs(&items)?;
+                    self.set_items(pairs)?;
+                }
+                0x8f => self.push(Node::Set(Vec::new())),
+                0x90 => {
+                    let items = self.pop_mark()?;
+                    self.extend(items)?;
+                }
+                0x91 => {
+                    let items = self.pop_mark()?;
+                    self.push(Node::Set(items));
+                }
+                b'c' => {
+                    let module = self.line()?;
+                    let name = self.line()?;
+                    self.global(&module, &name)?;
+                }
+                0x93 => {
+                    let name = self.pop()?;
+                    let module = self.pop()?;
+                    let (Node::Str(module), Node::Str(name)) =
+                        (self.nodes[module].clone(), self.nodes[name].clone())
+                    else {
+                        return Err(fault("a STACK_GLOBAL whose names are not strings"));
+                    };
+                    self.global(&module, &name)?;
+                }
+                b'R' | 0x81 => {
+                    let args = self.pop()?;
+                    let callable = self.pop()?;
+                    let node = self.call(callable, args)?;
+                    self.push(node);
+                }
+                b'b' => {
+                    // State set on an object (an OrderedDict's `_metadata`, a tensor's
+                    // attributes): nothing a state dict's tensors are made of.
+                    self.pop()?;
+                    self.top()?;
+                }
+                b'Q' => {
+                    let pid = self.pop()?;
+                    let storage = self.persistent(pid)?;
+                    self.push(Node::Storage(storage));
+                }
+                b'q' => {
+                    let key = self.byte()?;
+                    self.memo_put(u32::from(key))?;
+                }
+                b'r' => {
+                    let key = u32::from_le_bytes(self.le()?);
+                    self.memo_put(key)?;
+                }
+                0x94 => {
+                    let key = u32::try_from(self.memo.len())
+                        .map_err(|_| fault("memo full"))?;
+                    self.memo_put(key)?;
+                }
+                b'h' => {
+                    let key = self.byte()?;
+                    self.memo_get(u32::from(key))?;
+                }
+                b'j' => {
+                    let key = u32::from_le_bytes(self.le()?);
+                    self.memo_get(key)?;
+                }
+                other => {
+                    return Err(fault(format!(
+                        "opcode 0x{other:02x} ({}), which a torch.save pickle does not use",
+                        opcode_name(other)
+                    )));
+                }
+            }
+        }
+    }
+
+    /// APPEND / APPENDS / ADDITEMS onto the list or set on the stack.
+    fn extend(&mut self, items: Vec<usize>) -> Result<(), Fault> {
+        let target = self.top()?;
+        match &mut self.nodes[target] {
+            Node::List(list) | Node::Set(list) => {
+                list.extend(items);
+                Ok(())
+            }
+            _ => Err(fault("APPEND to something that is not a list")),
+        }
+    }
+
+    /// SETITEM / SETITEMS onto the dict on the stack.
+    fn set_items(&mut self, pairs: Vec<(usize, usize)>) -> Result<(), Fault> {
+        let target = self.top()?;
+        match &mut self.nodes[target] {
+            Node::Dict(entries) => {
+                entries.extend(pairs);
+                Ok(())
+            }
+            _ => Err(fault("SETITEM on something that is not a dict")),
+        }
+    }
+
+    /// `('storage', type, key, location, numel[, (view_key, offset, size)])`.
+    fn persistent(&self, pid: usize) -> Result<Storage, Fault> {
+        let bad = || fault("a persistent id that is not a storage of torch.save");
+        let Node::Tuple(items) = &self.nodes[pid] else {
+            return Err(bad());
+        };
+        if !(5..=6).contains(&items.len()) {
+            return Err(bad());
+        }
+        let is = |i: usize, s: &str| matches!(&self.nodes[items[i]], Node::Str(t) if t == s);
+        if !is(0, "storage") {
+            return Err(bad());
+        }
+        let Node::Global(Global::Storage(kind)) = self.nodes[items[1]] else {
+            return Err(bad());
+        };
+        let key = match &self.nodes[items[2]] {
+            Node::Str(s) => s.clone(),
+            Node::Int(v) => v.to_string(),
+            _ => return Err(bad()),
+        };
+        let numel = self
+            .int(items[4])
+            .and_then(|v| u64::try_from(v).ok())
+            .ok_or_else(bad)?;
+        let mut storage = Storage {
+            kind,
+            key,
+            numel,
+            view_offset: 0,
+        };
+        if items.len() == 6
+            && let Node::Tuple(view) = &self.nodes[items[5]]
+        {
+            // A legacy view of the storage `key`: (view_key, offset, size).
+            let (Some(offset), Some(size)) = (
+                view.get(1).and_then(|&i| self.int(i)),
+                view.get(2).and_then(|&i| self.int(i)),
+            ) else {
+                return Err(bad());
+            };
+            let (Ok(offset), Ok(size)) = (u64::try_from(offset), u64::try_from(size)) else {
+                return Err(bad());
+            };
+            if offset.checked_add(size).is_none_or(|end| end > numel) {
+                return Err(fault("a storage view past the end of its storage"));
+            }
+            storage.view_offset = offset;
+        }
+        Ok(storage)
+    }
+
+    fn ints(&self, id: usize, what: &str) -> Result<Vec<u64>, Fault> {
+        let (Node::Tuple(items) | Node::List(items)) = &self.nodes[id] else {
+            return Err(fault(format!("a tensor's {what} that is not a tuple")));
+        };
+        items
+            .iter()
+            .map(|&i| self.int(i).and_then(|v| u64::try_from(v).ok()))
+            .collect::<Option<Vec<u64>>>()
+            .ok_or_else(|| fault(format!("a tensor's {what} that is not non-negative integers")))
+    }
+
+    /// REDUCE / NEWOBJ with a global of the table.
+    fn call(&self, callable: usize, args: usize) -> Result<Node, Fault> {
+        let Node::Global(global) = self.nodes[callable] else {
+            return Err(fault("a call of something that is not a global"));
+        };
+        let Node::Tuple(args) = &self.nodes[args] else {
+            return Err(fault("a call whose arguments are not a tuple"));
+        };
+        let arg = |i: usize| {
+            args.get(i)
+                .copied()
+                .ok_or_else(|| fault(format!("{global:?} called with {} arguments", args.len())))
+        };
+        match global {
+            Global::OrderedDict => Ok(Node::Dict(Vec::new())),
+            Global::Set => match args.first().map(|&i| &self.nodes[i]) {
+                None => Ok(Node::Set(Vec::new())),
+                Some(Node::List(items) | Node::Tuple(items) | Node::Set(items)) => {
+                    Ok(Node::Set(items.clone()))
+                }
+                Some(_) => Err(fault("set() of something that is not a list")),
+            },
+            Global::CodecsEncode => match &self.nodes[arg(0)?] {
+                Node::Str(_) => Ok(Node::Bytes),
+                _ => Err(fault("_codecs.encode of something that is not text")),
+            },
+            Global::TorchSize => match &self.nodes[arg(0)?] {
+                Node::Tuple(items) | Node::List(items) => Ok(Node::Tuple(items.clone())),
+                _ => Err(fault("torch.Size of something that is not a tuple")),
+            },
+            Global::RebuildTensor | Global::RebuildTensorV2 => {
+                let Node::Storage(storage) = &self.nodes[arg(0)?] else {
+                    return Err(fault("a tensor rebuilt from something that is not a storage"));
+                };
+                let offset = self
+                    .int(arg(1)?)
+                    .and_then(|v| u64::try_from(v).ok())
+                    .ok_or_else(|| fault("a tensor's storage offset that is not a count"))?;
+                let shape = self.ints(arg(2)?, "size")?;
+                let stride = self.ints(arg(3)?, "stride")?;
+                if shape.len() != stride.len() {
+                    return Err(fault(format!(
+                        "a tensor of {} dimensions with {} strides",
+                        shape.len(),
+                        stride.len()
+                    )));
+                }
+                Ok(Node::Tensor(TensorView {
+                    storage: storage.clone(),
+                    offset,
+                    shape,
+                    stride,
+                }))
+            }
+            Global::RebuildParameter | Global::RebuildParameterWithState => {
+                match &self.nodes[arg(0)?] {
+                    Node::Tensor(tensor) => Ok(Node::Tensor(tensor.clone())),
+                    _ => Err(fault("a parameter rebuilt from something that is not a tensor")),
+                }
+            }
+            Global::RebuildFromTypeV2 => {
+                let (func, kind, inner) = (arg(0)?, arg(1)?, arg(2)?);
+                if !matches!(self.nodes[kind], Node::Global(Global::TensorType)) {
+                    return Err(fault("a tensor subclass other than torch.Tensor or Parameter"));
+                }
+                if !matches!(
+                    self.nodes[func],
+                    Node::Global(
+                        Global::RebuildTensor
+                            | Global::RebuildTensorV2
+                            | Global::RebuildParameter
+                            | Global::RebuildParameterWithState
+                    )
+                ) {
+                    return Err(fault("_rebuild_from_type_v2 of something other than a tensor"));
+                }
+                self.call(func, inner)
+            }
+            Global::TensorType | Global::Storage(_) => Err(fault(format!(
+                "a call of {global:?}, which a state dict never calls"
+            ))),
+        }
+    }
+}
+
+/// Key-value pairs from a flat list (DICT / SETITEMS).
+fn pairs(items: &[usize]) -> Result<Vec<(usize, usize)>, Fault> {
+    if !items.len().is_multiple_of(2) {
+        return Err(fault("a dict of an odd number of items"));
+    }
+    Ok(items.chunks_exact(2).map(|p| (p[0], p[1])).collect())
+}
+
+/// LONG1 / LONG4: little-endian two's complement.
+fn long(bytes: Vec<u8>) -> Node {
+    if bytes.is_empty() {
+        return Node::Int(0);
+    }
+    if bytes.len() <= 8 {
+        let fill = if bytes[bytes.len() - 1] & 0x80 != 0 { 0xff } else { 0 };
+        let mut wide = [fill; 8];
+        wide[..bytes.len()].copy_from_slice(&bytes);
+        return Node::Int(i64::from_le_bytes(wide));
+    }
+    Node::BigInt(bytes)
+}
+
+/// An opcode's name, for errors.
+fn opcode_name(op: u8) -> &'static str {
+    match op {
+        b'I' => "INT",
+        b'L' => "LONG",
+        b'F' => "FLOAT",
+        b'S' => "STRING",
+        b'V' => "UNICODE",
+        b'P' => "PERSID",
+        b'g' => "GET",
+        b'p' => "PUT",
+        b'i' => "INST",
+        b'o' => "OBJ",
+        0x82..=0x84 => "EXT",
+        0x92 => "NEWOBJ_EX",
+        0x96 => "BYTEARRAY8",
+        0x97 => "NEXT_BUFFER",
+        0x98 => "READONLY_BUFFER",
+        _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_state_dict_is_read() {
+        // pickle.dumps(OrderedDict(a=1), protocol=2) with the global table's names only.
+        let mut p = vec![0x80, 2];
+        p.extend_from_slice(b"ccollections\nOrderedDict\nq\x00)R");
+        p.extend_from_slice(b"q\x01X\x01\x00\x00\x00aK\x01s.");
+        let (pickle, used) = load(&p).unwrap();
+        assert_eq!(used, p.len());
+        let Node::Dict(entries) = pickle.node(pickle.root) else { panic!() };
+        assert_eq!(entries.len(), 1);
+        assert!(matches!(pickle.node(entries[0].1), Node::Int(1)));
+        assert_eq!(pickle.globals, ["collections.OrderedDict"]);
+    }
+
+    #[test]
+    fn globals_outside_the_table_are_refused_by_name() {
+        let p = b"\x80\x02cposix\nsystem\nX\x02\x00\x00\x00lsR.";
+        let err = load(p).err().unwrap();
+        assert_eq!(err.refused.as_deref(), Some("posix.system"));
+        assert!(err.reason.contains("posix.system"), "{}", err.reason);
+    }
+
+    #[test]
+    fn truncated_and_overlong_lengths_are_errors() {
+        for p in [&b"\x80\x02X\xff\xff\xff\x7fab"[..], b"\x80\x02(", b"\x80\x02h\x05.", b"\x80\x02s."] {
+            assert!(load(p).is_err(), "{p:?}");
+        }
+    }
+}
