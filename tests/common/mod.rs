@@ -4,6 +4,7 @@
 
 pub mod lazy;
 pub mod model;
+pub mod torch;
 
 use burn::tensor::quantization::QuantScheme;
 use burn::tensor::{Bytes, DType};

@@ -589,11 +589,17 @@ fn zip_layout(
         let start = entry
             .data_start()
             .ok_or_else(|| format!("zip entry '{name}': no data offset"))?;
-        let (len, stored) = (entry.size(), entry.compression() == zip::CompressionMethod::Stored);
-        if start.checked_add(len).is_none_or(|end| end > all.len() as u64)
-            || entry.compressed_size() != len && stored
-        {
+        let stored = entry.compression() == zip::CompressionMethod::Stored;
+        // What lies in the file (a stored entry's bytes are its contents).
+        let len = entry.compressed_size();
+        if start.checked_add(len).is_none_or(|end| end > all.len() as u64) {
             return Err(format!("zip entry '{name}' lies past the end of the file"));
+        }
+        if stored && entry.size() != len {
+            return Err(format!(
+                "zip entry '{name}' is stored with {len} bytes but says it holds {}",
+                entry.size()
+            ));
         }
         entries.push((name, start, len, stored, entry.compression()));
     }

@@ -1,0 +1,406 @@
+//! `torch.save` files: every file of `tests/data/pytorch/` (written by PyTorch's own
+//! `torch.save`, from Burn's test data; see its README) read here and compared tensor by tensor
+//! with what burn-store's `PytorchReader` (the reader behind `PytorchStore`) reads from the same
+//! file; model-shaped ones loaded into Burn modules; hostile files made here refused clearly.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::Device;
+use burnpack::{LoadOptions, PackModule};
+use common::torch::{Pickler, StorageSpec, View, ZipOptions, save, write_zip};
+
+use burn::tensor::DType;
+use burn_store::pytorch_reader::PytorchReader;
+use burnpack::interop::pytorch::{PytorchError, PytorchFormat, PytorchOptions, PytorchSource};
+use burnpack::read::{CopyReason, TensorSource};
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/pytorch")
+        .join(name)
+}
+
+fn shared_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(data(""))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pt"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 54);
+    files
+}
+
+fn burn_dtype(dtype: burn_store::pytorch_reader::DType) -> DType {
+    use burn_store::pytorch_reader::DType as T;
+    match dtype {
+        T::F64 => DType::F64,
+        T::F32 => DType::F32,
+        T::F16 => DType::F16,
+        T::BF16 => DType::BF16,
+        T::I64 => DType::I64,
+        T::I32 => DType::I32,
+        T::I16 => DType::I16,
+        T::I8 => DType::I8,
+        T::U64 => DType::U64,
+        T::U32 => DType::U32,
+        T::U16 => DType::U16,
+        T::U8 => DType::U8,
+        T::Bool => DType::Bool(burn::tensor::BoolStore::Native),
+    }
+}
+
+#[test]
+fn every_file_torch_save_wrote_reads_as_burn_stores_reader_reads_it() {
+    let mut compared = 0;
+    for path in shared_files() {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let ours = PytorchSource::open(&path);
+        if name.contains("broken") {
+            let err = ours.unwrap_err();
+            assert!(err.to_string().contains(&name), "{err}");
+            assert!(PytorchReader::new(&path).is_err());
+            continue;
+        }
+        let ours = ours.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let oracle = match ours.key() {
+            Some(key) => PytorchReader::with_top_level_key(&path, key),
+            None => PytorchReader::new(&path),
+        }
+        .unwrap_or_else(|e| panic!("{name}: burn-store: {e}"));
+        let mut theirs: Vec<&String> = oracle.tensors().keys().collect();
+        theirs.sort();
+        let mine: Vec<&str> = ours.tensors().iter().map(|t| t.name()).collect();
+        assert_eq!(mine, theirs, "{name}: names");
+        for info in ours.tensors() {
+            let want = oracle.get(info.name()).unwrap();
+            assert_eq!(info.dtype(), burn_dtype(want.dtype()), "{name}: {}", info.name());
+            assert_eq!(info.shape(), want.shape(), "{name}: {}", info.name());
+            let bytes = ours.read(info).unwrap();
+            assert_eq!(&bytes[..], &want.read().unwrap()[..], "{name}: {}", info.name());
+            compared += 1;
+        }
+    }
+    assert!(compared > 100, "{compared}");
+}
+
+
+/// Zip files of PyTorch 2 align every storage to 64 bytes: each tensor of them is a window of
+/// the mapping (no copy); legacy files put storages anywhere, so their f32 tensors are copied
+/// and say why.
+#[test]
+fn tensors_of_aligned_storages_are_views_of_the_mapping() {
+    for path in shared_files() {
+        let Ok(source) = PytorchSource::open(&path) else {
+            continue;
+        };
+        for info in source.tensors() {
+            let reason = source.copy_reason(info);
+            match source.format() {
+                PytorchFormat::Zip => assert_eq!(reason, None, "{path:?}: {}", info.name()),
+                _ => assert!(
+                    reason.is_none() || matches!(reason, Some(CopyReason::Unaligned { .. })),
+                    "{path:?}: {reason:?}"
+                ),
+            }
+            let bytes = source.read(info).unwrap();
+            if reason.is_none() {
+                assert_eq!(
+                    bytes.as_ptr() as usize % burnpack::format::element_align(info.dtype()),
+                    0
+                );
+            }
+        }
+    }
+}
+
+fn values(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// One storage of 12 values viewed four ways: whole (3x4), transposed as saved by
+/// `w.t()` (4x3, strides [1, 4]), a row at an offset, and every other column (strides [4, 2]).
+fn views_file(dir: &Path) -> PathBuf {
+    let path = dir.join("views.pt");
+    let storage = StorageSpec::f32(&(0..12).map(|v| v as f32).collect::<Vec<_>>());
+    let views = [
+        View::whole("whole", 0, &[3, 4]),
+        View {
+            name: "transposed".into(),
+            storage: 0,
+            offset: 0,
+            shape: vec![4, 3],
+            stride: vec![1, 4],
+        },
+        View {
+            name: "row".into(),
+            storage: 0,
+            offset: 4,
+            shape: vec![4],
+            stride: vec![1],
+        },
+        View {
+            name: "even_columns".into(),
+            storage: 0,
+            offset: 0,
+            shape: vec![3, 2],
+            stride: vec![4, 2],
+        },
+    ];
+    save(&path, &[storage], &views);
+    path
+}
+
+#[test]
+fn views_offsets_shared_storages_and_strides_read_as_pytorch_lays_them_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = views_file(dir.path());
+    let source = PytorchSource::open(&path).unwrap();
+    let oracle = PytorchReader::new(&path).unwrap();
+    let read = |name: &str| values(&source.read(source.tensor(name).unwrap()).unwrap());
+    assert_eq!(read("whole"), (0..12).map(|v| v as f32).collect::<Vec<_>>());
+    assert_eq!(
+        read("transposed"),
+        [0., 4., 8., 1., 5., 9., 2., 6., 10., 3., 7., 11.]
+    );
+    assert_eq!(read("row"), [4., 5., 6., 7.]);
+    assert_eq!(read("even_columns"), [0., 2., 4., 6., 8., 10.]);
+    for info in source.tensors() {
+        let want = oracle.get(info.name()).unwrap().read().unwrap();
+        assert_eq!(&source.read(info).unwrap()[..], &want[..], "{}", info.name());
+        let strided = ["transposed", "even_columns"].contains(&info.name());
+        assert_eq!(
+            source.copy_reason(info),
+            strided.then_some(CopyReason::Strided),
+            "{}",
+            info.name()
+        );
+    }
+}
+
+#[derive(Module, Debug)]
+struct Net {
+    fc1: Linear,
+}
+
+/// PyTorch's Linear weight is `[out, in]`; `pytorch(true)` loads it into Burn's `[in, out]`.
+#[test]
+fn a_pytorch_linear_loads_into_a_burn_module_in_one_call() {
+    let path = data("linear__linear_with_bias.pt");
+    let oracle = PytorchReader::new(&path).unwrap();
+    let weight = values(&oracle.get("fc1.weight").unwrap().read().unwrap());
+    let bias = values(&oracle.get("fc1.bias").unwrap().read().unwrap());
+    let source = PytorchSource::open(&path).unwrap();
+    for device in [Device::flex(), Device::ndarray()] {
+        let (net, report) = Net {
+            fc1: LinearConfig::new(2, 3).init(&device),
+        }
+        .load_from_source_with_report(&source, &LoadOptions::new().pytorch(true))
+        .unwrap_or_else(|e| panic!("{device:?}: {e}"));
+        assert_eq!(report.loaded(), 2);
+        let got = net.fc1.weight.val().into_data().to_vec::<f32>().unwrap();
+        // [3, 2] transposed to [2, 3].
+        let want: Vec<f32> = (0..2)
+            .flat_map(|i| (0..3).map(move |o| (i, o)))
+            .map(|(i, o)| weight[o * 2 + i])
+            .collect();
+        assert_eq!(got, want, "{device:?}");
+        let got = net.fc1.bias.as_ref().unwrap().val().into_data().to_vec::<f32>().unwrap();
+        assert_eq!(got, bias);
+    }
+    // Without the PyTorch conventions the shapes do not match: one error naming the weight.
+    let err = Net {
+        fc1: LinearConfig::new(2, 3).init(&Device::flex()),
+    }
+    .load_from_source(&source, &LoadOptions::new())
+    .unwrap_err();
+    assert!(err.to_string().contains("fc1.weight"), "{err}");
+}
+
+/// A weight saved transposed (`w.t()` as is) is gathered once, in parallel with the others,
+/// and the report says why.
+#[test]
+fn a_weight_saved_with_its_strides_loads_gathered_and_reported() {
+    #[derive(Module, Debug)]
+    struct Two {
+        a: Linear,
+        b: Linear,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("strided.pt");
+    // Burn's [in, out] = [2, 3] weights stored as PyTorch's [out, in] storage, viewed transposed.
+    let storages = [
+        StorageSpec::f32(&[1., 2., 3., 4., 5., 6.]),
+        StorageSpec::f32(&[7., 8., 9., 10., 11., 12.]),
+    ];
+    let view = |name: &str, storage| View {
+        name: name.into(),
+        storage,
+        offset: 0,
+        shape: vec![2, 3],
+        stride: vec![1, 2],
+    };
+    save(&path, &storages, &[view("a.weight", 0), view("b.weight", 1)]);
+    let source = PytorchSource::open(&path).unwrap();
+    let device = Device::flex();
+    let (two, report) = Two {
+        a: LinearConfig::new(2, 3).with_bias(false).init(&device),
+        b: LinearConfig::new(2, 3).with_bias(false).init(&device),
+    }
+    .load_from_source_with_report(&source, &LoadOptions::new())
+    .unwrap();
+    assert_eq!(
+        two.a.weight.val().into_data().to_vec::<f32>().unwrap(),
+        [1., 3., 5., 2., 4., 6.]
+    );
+    assert_eq!(
+        two.b.weight.val().into_data().to_vec::<f32>().unwrap(),
+        [7., 9., 11., 8., 10., 12.]
+    );
+    assert_eq!(report.copied().len(), 2, "{report}");
+    assert!(report.copied().iter().all(|c| c.reason == CopyReason::Strided), "{report}");
+}
+
+#[test]
+fn the_state_dict_is_found_under_a_key_or_the_named_one() {
+    // `checkpoint`: {'epoch', 'model_state_dict', 'optimizer_state_dict', ...}
+    let source = PytorchSource::open(data("reader__test_data__checkpoint.pt")).unwrap();
+    assert_eq!(source.key(), Some("model_state_dict"));
+    assert!(source.tensor("fc1.weight").is_some());
+    // A key of the user's.
+    let path = data("top_level_key__top_level_key.pt");
+    let source =
+        PytorchSource::open_with(&path, &PytorchOptions::new().key("my_state_dict")).unwrap();
+    assert_eq!(source.key(), Some("my_state_dict"));
+    assert!(source.tensor("conv1.weight").is_some());
+    let err = PytorchSource::open_with(&path, &PytorchOptions::new().key("nope")).unwrap_err();
+    assert!(matches!(err, PytorchError::Invalid { .. }), "{err}");
+    assert!(err.to_string().contains("no key 'nope'") && err.to_string().contains("my_state_dict"), "{err}");
+}
+
+/// Opening `path` fails naming the file and saying `what`.
+fn refused(path: &Path, what: &str) -> PytorchError {
+    let err = PytorchSource::open(path).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains(&path.display().to_string()), "{text}");
+    assert!(text.contains(what), "'{text}' does not say '{what}'");
+    err
+}
+
+#[test]
+fn hostile_files_are_clear_errors_and_nothing_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str| dir.path().join(name);
+    let storage = || vec![StorageSpec::f32(&[1., 2., 3., 4.])];
+    let zip = |name: &str, pickle: Vec<u8>| {
+        write_zip(&file(name), &pickle, &storage(), ZipOptions::default());
+        file(name)
+    };
+    // The classic: `os.system("...")` (posix.system in a pickle written on Linux).
+    let pickle = Pickler::new()
+        .global("posix", "system")
+        .str("touch /tmp/burnpack-pwned")
+        .op(b"\x85R")
+        .finish();
+    let err = refused(&zip("system.pt", pickle), "posix.system");
+    assert!(matches!(err, PytorchError::Refused { ref global, .. } if global == "posix.system"));
+    // Another module's callable inside an otherwise real state dict.
+    let pickle = Pickler::new()
+        .global("collections", "OrderedDict")
+        .op(b")R(")
+        .str("w")
+        .global("builtins", "eval")
+        .op(b"u")
+        .finish();
+    refused(&zip("eval.pt", pickle), "builtins.eval");
+    // A memo bomb: a list, then the same list put into a tuple twice, over and over. The graph
+    // is shared (no copies); walking it would take 2^40 steps and is cut off.
+    let mut p = Pickler::new();
+    p.op(b"]q\x00");
+    for _ in 0..40 {
+        p.op(b"h\x00h\x00\x86q\x00");
+    }
+    refused(&zip("memo-bomb.pt", p.finish()), "nodes to walk");
+    // Deep nesting: 100,000 lists, each inside the next.
+    let mut p = Pickler::new();
+    for _ in 0..100_000 {
+        p.op(b"]");
+    }
+    for _ in 0..99_999 {
+        p.op(b"a");
+    }
+    refused(&zip("deep.pt", p.finish()), "nested deeper than");
+    // A storage shorter than its tensor: 4 values stored, 10 declared.
+    let mut p = Pickler::new();
+    p.global("collections", "OrderedDict").op(b")R(").str("w");
+    let view = View::whole("w", 0, &[10]);
+    p.tensor(&view, "FloatStorage", 10).op(b"u");
+    refused(&zip("short.pt", p.finish()), "declares 10 elements");
+    // An offset past the end of the storage.
+    let mut p = Pickler::new();
+    p.global("collections", "OrderedDict").op(b")R(").str("w");
+    let view = View {
+        offset: 3,
+        ..View::whole("w", 0, &[2])
+    };
+    p.tensor(&view, "FloatStorage", 4).op(b"u");
+    refused(&zip("offset.pt", p.finish()), "past the end of its storage");
+    // A compressed storage, and a zip bomb (64 MiB of zeros deflated as the pickle): refused
+    // before anything is decompressed.
+    let pickle = Pickler::new().state_dict(&storage(), &[View::whole("w", 0, &[4])]).finish();
+    let compressed = file("compressed.pt");
+    let deflate = ZipOptions {
+        deflate_storages: true,
+        ..ZipOptions::default()
+    };
+    write_zip(&compressed, &pickle, &storage(), deflate);
+    refused(&compressed, "is compressed");
+    let bomb = file("bomb.pt");
+    let zeros = vec![0u8; 64 << 20];
+    let deflate = ZipOptions {
+        deflate_pickle: true,
+        ..ZipOptions::default()
+    };
+    write_zip(&bomb, &zeros, &storage(), deflate);
+    assert!(std::fs::metadata(&bomb).unwrap().len() < 1 << 20);
+    refused(&bomb, "archive/data.pkl' is compressed");
+    // Not a torch.save file at all; a truncated one.
+    std::fs::write(file("text.pt"), b"hello").unwrap();
+    refused(&file("text.pt"), "neither a zip archive");
+    let whole = std::fs::read(data("linear__linear.pt")).unwrap();
+    std::fs::write(file("cut.pt"), &whole[..whole.len() / 2]).unwrap();
+    refused(&file("cut.pt"), "zip");
+    assert!(!Path::new("/tmp/burnpack-pwned").exists());
+}
+
+#[test]
+fn sharded_checkpoints_load_through_their_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = [StorageSpec::f32(&[1., 2.])];
+    let b = [StorageSpec::f32(&[3., 4., 5.])];
+    save(&dir.path().join("pytorch_model-00001-of-00002.bin"), &a, &[View::whole("x.weight", 0, &[2])]);
+    save(&dir.path().join("pytorch_model-00002-of-00002.bin"), &b, &[View::whole("y.weight", 0, &[3])]);
+    let index = dir.path().join("pytorch_model.bin.index.json");
+    std::fs::write(
+        &index,
+        r#"{"metadata": {"total_size": 20}, "weight_map": {"x.weight": "pytorch_model-00001-of-00002.bin", "y.weight": "pytorch_model-00002-of-00002.bin"}}"#,
+    )
+    .unwrap();
+    let source = PytorchSource::open(&index).unwrap();
+    assert_eq!(source.shards().count(), 2);
+    assert_eq!(values(&source.read(source.tensor("y.weight").unwrap()).unwrap()), [3., 4., 5.]);
+    // An index that routes a tensor to the wrong shard.
+    std::fs::write(
+        &index,
+        r#"{"weight_map": {"x.weight": "pytorch_model-00002-of-00002.bin", "y.weight": "pytorch_model-00002-of-00002.bin"}}"#,
+    )
+    .unwrap();
+    refused(&index, "which does not hold it");
+}
