@@ -1,6 +1,6 @@
 //! Replays the committed fuzz corpora (`fuzz/corpus/<target>`) and a few thousand seeded
 //! mutations of each file through the same checks as the fuzz targets (`reader`,
-//! `safetensors`, `object_source`, `burn_record`), under a time bound. Set `BURNPACK_WRITE_CORPUS=1` to
+//! `safetensors`, `object_source`, `burn_record`, `pytorch`), under a time bound. Set `BURNPACK_WRITE_CORPUS=1` to
 //! regenerate the corpus files.
 
 mod common;
@@ -222,4 +222,55 @@ fn burn_record_corpus_and_mutations_never_panic() {
         exercise_burn_record,
         500,
     );
+}
+
+/// The `pytorch` fuzz target's body: bytes as a `torch.save` file, opened, every tensor read.
+#[cfg(feature = "pytorch")]
+fn exercise_pytorch(data: &[u8]) {
+    use burnpack::interop::pytorch::PytorchSource;
+    use burnpack::read::TensorSource;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fuzz.pt");
+    std::fs::write(&path, data).unwrap();
+    if let Ok(source) = PytorchSource::open(&path) {
+        for info in source.tensors() {
+            assert_eq!(source.read(info).unwrap().len() as u64, info.len());
+        }
+    }
+}
+
+/// Files `torch.save` wrote (zip and legacy, `tests/data/pytorch`), and one with strided views
+/// written by the tests' own writer.
+#[cfg(feature = "pytorch")]
+fn pytorch_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    use common::torch::{StorageSpec, View, save};
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/pytorch");
+    let mut seeds: Vec<(&'static str, Vec<u8>)> = [
+        "linear__linear_with_bias.pt",
+        "reader__test_data__mixed_types.pt",
+        "reader__test_data__checkpoint.pt",
+        "reader__test_data__legacy_with_offsets.pt",
+        "reader__test_data__legacy_shared_storage.pt",
+    ]
+    .into_iter()
+    .map(|name| (name, std::fs::read(data.join(name)).unwrap()))
+    .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("strided.pt");
+    let view = View {
+        name: "t".into(),
+        storage: 0,
+        offset: 1,
+        shape: vec![2, 2],
+        stride: vec![1, 2],
+    };
+    save(&path, &[StorageSpec::f32(&[1., 2., 3., 4., 5.])], &[view]);
+    seeds.push(("strided.pt", std::fs::read(&path).unwrap()));
+    seeds
+}
+
+#[cfg(feature = "pytorch")]
+#[test]
+fn pytorch_corpus_and_mutations_never_panic() {
+    replay("pytorch", pytorch_seeds(), exercise_pytorch, 500);
 }

@@ -125,6 +125,42 @@ impl Writer {
         Ok(writer)
     }
 
+    /// A writer of every tensor of any [`TensorSource`](crate::read::TensorSource) (a
+    /// safetensors file, a Burn 0.21 record, a `torch.save` file): in the source's file order,
+    /// fetched first when the source [wants it](crate::read::TensorSource::wants_prefetch),
+    /// each checked against its checksum where the source has one, views of the source's
+    /// memory where it hands them out. No metadata or scalars: the caller adds the source's.
+    ///
+    /// ```
+    /// use burn::tensor::{Bytes, DType};
+    /// use burnpack::read::Reader;
+    /// use burnpack::{Entry, Writer};
+    /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1]))])
+    ///     .into_bytes()
+    ///     .unwrap();
+    /// let copy = Writer::from_source(&Reader::from_bytes(pack).unwrap()).unwrap();
+    /// assert_eq!(copy.into_entries()[0].name(), "w");
+    /// ```
+    ///
+    /// # Errors
+    /// A tensor could not be read, or failed its checksum.
+    pub fn from_source<S: crate::read::TensorSource + ?Sized>(
+        source: &S,
+    ) -> Result<Self, crate::read::ReadError> {
+        let mut wanted: Vec<&crate::format::TensorInfo> = source.tensors().iter().collect();
+        wanted.sort_by_key(|t| t.offset());
+        if source.wants_prefetch() {
+            source.prefetch(&wanted)?;
+        }
+        let mut entries = Vec::with_capacity(wanted.len());
+        for info in wanted {
+            let bytes = source.read(info)?;
+            source.check(info, &bytes)?;
+            entries.push(Entry::from_stored(info, bytes));
+        }
+        Ok(Self::new(entries))
+    }
+
     /// The entries, in write order, for a writer of another format (the safetensors writer
     /// takes them this way); metadata and scalars are dropped.
     ///

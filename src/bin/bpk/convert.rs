@@ -1,4 +1,5 @@
-//! `bpk convert`: safetensors to burnpack and back (sharded with `--shard-size`), files and URLs.
+//! `bpk convert`: safetensors to burnpack and back (sharded with `--shard-size`), files and URLs;
+//! Burn 0.14-0.21 records to packs; `torch.save` files to packs or safetensors.
 
 use std::path::{Path, PathBuf};
 
@@ -33,6 +34,22 @@ pub(crate) fn convert(
     }
     if is_url(input) || is_url(output) {
         return convert_remote(input, output, to, shard_size);
+    }
+    if crate::pytorch::is_pytorch(input) {
+        // A torch.save file becomes a pack (its origin as metadata) or safetensors.
+        let source = crate::pytorch::open(input)?;
+        if to == Format::Safetensors {
+            let written =
+                burnpack::interop::safetensors::source_to_safetensors(&source, output, shard_size)
+                    .map_err(Failure::file)?;
+            return Ok(converted_to_safetensors(input, output, &written));
+        }
+        let size = source
+            .to_writer()
+            .map_err(Failure::file)?
+            .write_to_file(output)
+            .map_err(Failure::file)?;
+        return Ok(converted(input, output, size));
     }
     if crate::legacy::is_legacy(input) {
         // A Burn 0.14-0.21 record becomes a pack (checksums, producer, the record's metadata

@@ -28,6 +28,9 @@ pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&str>) -> Resul
             })
         })
         .transpose()?;
+    if crate::pytorch::is_pytorch(path) {
+        return crate::pytorch::inspect(path, as_json, filter.as_ref());
+    }
     if crate::legacy::is_legacy(path) {
         return crate::legacy::inspect(path, as_json, filter.as_ref());
     }

@@ -16,6 +16,7 @@ mod convert;
 mod diff;
 mod inspect;
 mod legacy;
+mod pytorch;
 mod open;
 mod print;
 mod remote;

@@ -1,4 +1,5 @@
-//! Opening what a command names: burnpack files, safetensors weights, packs on object storage.
+//! Opening what a command names: burnpack files, safetensors weights, Burn 0.14-0.21 records,
+//! `torch.save` files, packs on object storage.
 
 use burnpack::format::{Layout, TensorInfo};
 use burnpack::interop::safetensors::SafetensorsSource;
@@ -25,6 +26,7 @@ pub(crate) enum Opened {
     Pack(Reader),
     Safetensors(SafetensorsSource),
     Legacy(burnpack::interop::burn_record::LegacySource),
+    Pytorch(burnpack::interop::pytorch::PytorchSource),
     #[cfg(feature = "object-store")]
     Remote(burnpack::interop::object_store::ObjectSource),
 }
@@ -43,6 +45,9 @@ impl Opened {
             #[cfg(not(feature = "object-store"))]
             match source {}
         }
+        if crate::pytorch::is_pytorch(path) {
+            return crate::pytorch::open(path).map(Opened::Pytorch);
+        }
         if crate::legacy::is_legacy(path) {
             return crate::legacy::open(path).map(Opened::Legacy);
         }
@@ -60,6 +65,7 @@ impl Opened {
             Opened::Pack(r) => r,
             Opened::Safetensors(s) => s,
             Opened::Legacy(s) => s,
+            Opened::Pytorch(s) => s,
             #[cfg(feature = "object-store")]
             Opened::Remote(s) => s,
         }
@@ -69,7 +75,7 @@ impl Opened {
     pub(crate) fn layout(&self) -> Option<&Layout> {
         match self {
             Opened::Pack(r) => Some(r.layout()),
-            Opened::Safetensors(_) | Opened::Legacy(_) => None,
+            Opened::Safetensors(_) | Opened::Legacy(_) | Opened::Pytorch(_) => None,
             #[cfg(feature = "object-store")]
             Opened::Remote(s) => Some(s.layout()),
         }
@@ -80,6 +86,7 @@ impl Opened {
             Opened::Pack(r) => r.tensor(name),
             Opened::Safetensors(s) => s.tensor(name),
             Opened::Legacy(s) => s.tensors().iter().find(|t| t.name() == name),
+            Opened::Pytorch(s) => s.tensor(name),
             #[cfg(feature = "object-store")]
             Opened::Remote(s) => s.layout().tensor(name),
         }
@@ -90,6 +97,7 @@ impl Opened {
             Opened::Pack(r) => r.metadata(),
             Opened::Safetensors(s) => s.metadata(),
             Opened::Legacy(s) => s.metadata(),
+            Opened::Pytorch(_) => &NO_METADATA,
             #[cfg(feature = "object-store")]
             Opened::Remote(s) => s.layout().metadata(),
         }
@@ -106,6 +114,9 @@ impl Opened {
         })
     }
 }
+
+/// What a source without string metadata (a `torch.save` file) shows.
+static NO_METADATA: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
 
 pub(crate) fn open(path: &Path) -> Result<Reader, Failure> {
     Reader::open(path).map_err(Failure::file)

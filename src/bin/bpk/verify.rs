@@ -42,6 +42,9 @@ pub(crate) fn verify_safetensors(path: &Path, nan: bool) -> Result<u8, Failure> 
 }
 
 pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
+    if crate::pytorch::is_pytorch(path) {
+        return crate::pytorch::verify(path, nan);
+    }
     if crate::legacy::is_legacy(path) {
         return crate::legacy::verify(path, nan);
     }

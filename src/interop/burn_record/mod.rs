@@ -36,7 +36,7 @@ use std::sync::atomic::AtomicU64;
 
 use crate::read::source::Source;
 use crate::read::{CopyReason, ReadError, TensorSource};
-use crate::write::{Entry, Writer};
+use crate::write::Writer;
 use walk::{Found, Node, Payload, Walk};
 
 /// An error opening a Burn 0.14-0.21 record, naming the file (and the tensor's path where
@@ -478,13 +478,7 @@ impl LegacySource {
     /// # Errors
     /// A tensor's bytes could not be read.
     pub fn to_writer(&self) -> Result<Writer, ReadError> {
-        let mut infos: Vec<&TensorInfo> = self.tensors.iter().collect();
-        infos.sort_by_key(|t| t.offset());
-        let entries = infos
-            .into_iter()
-            .map(|info| Ok(Entry::from_stored(info, self.read(info)?)))
-            .collect::<Result<Vec<_>, ReadError>>()?;
-        let mut writer = Writer::new(entries);
+        let mut writer = Writer::from_source(self)?;
         for (key, value) in &self.entries {
             writer = writer.metadata(key.clone(), value.clone());
         }

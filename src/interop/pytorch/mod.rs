@@ -363,6 +363,26 @@ impl PytorchSource {
         self.position(name).map(|i| &self.tensors[i])
     }
 
+    /// A [`Writer`](crate::Writer) of every tensor (non-contiguous views gathered, the rest
+    /// windows of the mapping), with the origin as metadata (`pytorch.format`, and
+    /// `pytorch.key` when the state dict was under one): `bpk convert model.pt model.bpk`.
+    ///
+    /// ```no_run
+    /// let source = burnpack::interop::pytorch::PytorchSource::open("model.pt").unwrap();
+    /// source.to_writer().unwrap().write_to_file("model.bpk").unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// A tensor could not be read.
+    pub fn to_writer(&self) -> Result<crate::Writer, ReadError> {
+        let mut writer = crate::Writer::from_source(self)?
+            .metadata("pytorch.format", format!("{:?}", self.format()).to_lowercase());
+        if let Some(key) = &self.key {
+            writer = writer.metadata("pytorch.key", key.clone());
+        }
+        Ok(writer)
+    }
+
     fn position(&self, name: &str) -> Option<usize> {
         self.tensors.binary_search_by(|t| t.name().cmp(name)).ok()
     }

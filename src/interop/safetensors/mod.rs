@@ -240,6 +240,32 @@ pub fn burnpack_to_safetensors_sharded(
     pack_to_safetensors(&Reader::open(input.as_ref())?, output, max_shard_bytes)
 }
 
+/// Any [`TensorSource`](crate::read::TensorSource) (a `torch.save` file, a Burn 0.21 record)
+/// written as safetensors: one file, or shards and their index past `max_shard_bytes`. Returns
+/// the paths written, the index last.
+///
+/// ```
+/// use burn::tensor::{Bytes, DType};
+/// use burnpack::{Entry, Writer, read::Reader, interop::safetensors as convert};
+/// let pack = Writer::new(vec![Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32]))])
+///     .into_bytes()
+///     .unwrap();
+/// let dir = tempfile::tempdir().unwrap();
+/// let out = dir.path().join("m.safetensors");
+/// assert_eq!(convert::source_to_safetensors(&Reader::from_bytes(pack).unwrap(), &out, None).unwrap(), [out]);
+/// ```
+///
+/// # Errors
+/// A tensor could not be read, has no safetensors dtype, or the output could not be written.
+pub fn source_to_safetensors<S: crate::read::TensorSource + ?Sized>(
+    source: &S,
+    output: impl AsRef<Path>,
+    max_shard_bytes: Option<u64>,
+) -> Result<Vec<PathBuf>, ConvertError> {
+    let entries = Writer::from_source(source)?.into_entries();
+    write::write_safetensors(entries, output.as_ref(), max_shard_bytes, None)
+}
+
 /// [`burnpack_to_safetensors_sharded`] from any open pack (a [`Reader`], a pack on object
 /// storage): each tensor checked against its checksum, then written by the `safetensors`
 /// crate. Returns the paths written, the index last.

@@ -1,0 +1,133 @@
+//! `PyTorch` `torch.save` files (`.pt`, `.pth`, `.ckpt`, a `.bin` that is one, and
+//! `pytorch_model.bin.index.json`) in `inspect` and `verify`; `convert` writes them as packs or
+//! safetensors (`convert.rs`), `diff` reads them through `open.rs`.
+
+use burnpack::format::TensorInfo;
+use burnpack::interop::pytorch::PytorchSource;
+use burnpack::read::TensorSource;
+use regex::Regex;
+use serde_json::json;
+use std::path::Path;
+
+use crate::Failure;
+use crate::print::*;
+use crate::scan::{Scan, scan};
+
+/// Whether `path` names `torch.save` weights: by extension, or a `.bin` whose first bytes are
+/// a zip archive's or a pickle's (Burn's bincode records are `.bin` too).
+pub(crate) fn is_pytorch(path: &Path) -> bool {
+    let name = path.to_string_lossy().to_ascii_lowercase();
+    if [".pt", ".pth", ".ckpt", ".bin.index.json", ".pt.index.json", ".pth.index.json"]
+        .iter()
+        .any(|ext| name.ends_with(ext))
+    {
+        return true;
+    }
+    if !name.ends_with(".bin") {
+        return false;
+    }
+    let mut head = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+        .is_ok_and(|()| head == *b"PK\x03\x04" || head[..2] == [0x80, 0x02])
+}
+
+pub(crate) fn open(path: &Path) -> Result<PytorchSource, Failure> {
+    PytorchSource::open(path).map_err(Failure::file)
+}
+
+/// `inspect`: the container, where the state dict was, the globals the pickle references,
+/// totals, the tensors (with why a load would copy one).
+pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&Regex>) -> Result<u8, Failure> {
+    let source = open(path)?;
+    let tensors = source.tensors();
+    let census = Census::of(tensors);
+    let shown: Vec<&TensorInfo> = tensors
+        .iter()
+        .filter(|t| filter.is_none_or(|re| re.is_match(t.name())))
+        .collect();
+    let copy = |t: &TensorInfo| source.copy_reason(t).map(|r| r.to_string());
+    if as_json {
+        let out = json!({
+            "file": path.display().to_string(),
+            "format": format!("{:?}", source.format()),
+            "shards": source.shards().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            "key": source.key(),
+            "globals": source.globals(),
+            "tensor_count": census.count,
+            "elements": census.elements,
+            "data_bytes": census.data_bytes,
+            "bytes_by_dtype": census.by_dtype,
+            "tensors": shown.iter().map(|t| {
+                let mut row = tensor_json(t);
+                row["copied"] = json!(copy(t));
+                row
+            }).collect::<Vec<_>>(),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("JSON of plain values")
+        );
+        return Ok(0);
+    }
+    println!(
+        "{}: PyTorch torch.save file ({:?}{}), {} of tensor data",
+        path.display(),
+        source.format(),
+        match source.shards().len() {
+            1 => String::new(),
+            n => format!(", {n} shards"),
+        },
+        mib(census.data_bytes)
+    );
+    if let Some(key) = source.key() {
+        println!("state dict: under '{key}'");
+    }
+    println!("globals: {}", source.globals().join(", "));
+    census.print();
+    let width = name_width(&shown);
+    println!(
+        "{:<width$}  {:>9}  {:>16}  {:>12}  {}",
+        "name", "dtype", "shape", "bytes", "load"
+    );
+    for t in &shown {
+        println!(
+            "{:<width$}  {:>9}  {:>16}  {:>12}  {}",
+            t.name(),
+            dtype_name(t.dtype()),
+            format!("{:?}", t.shape()),
+            t.len(),
+            copy(t).unwrap_or_else(|| "view".to_string())
+        );
+    }
+    filtered(filter, shown.len(), census.count);
+    Ok(0)
+}
+
+/// `verify`: the pickle read by the restricted unpickler, every view checked against its
+/// storage, every tensor read, optionally scanned for NaN / Inf. `torch.save` stores no
+/// checksums.
+pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
+    let source = match PytorchSource::open(path) {
+        Ok(source) => source,
+        Err(e) => {
+            println!("{e}");
+            println!("{}: FAILED: 1 problem", path.display());
+            return Ok(1);
+        }
+    };
+    let Scan { bad, total, .. } = scan(&source, path, nan)?;
+    if bad > 0 {
+        println!("{}: FAILED: {bad} problems", path.display());
+        return Ok(1);
+    }
+    println!(
+        "{}: OK: torch.save file valid ({:?}), {} tensors ({}) read, no globals beyond a state dict's, no checksums in torch.save files (contents unverified){}",
+        path.display(),
+        source.format(),
+        source.tensors().len(),
+        mib(total),
+        scanned(nan)
+    );
+    Ok(0)
+}
