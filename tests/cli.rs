@@ -791,6 +791,18 @@ fn pytorch_files_are_inspected_verified_converted_and_diffed() {
     }
     let (_, out, _) = run(&["inspect", s(&data.join("reader__test_data__checkpoint.pt"))]);
     assert!(out.contains("state dict: under 'model_state_dict'"), "{out}");
+    let (_, out, _) = run(&["verify", s(&data.join("linear__linear.pt"))]);
+    assert!(out.contains("3 tensors' storages match their zip CRC-32"), "{out}");
+    // One flipped bit in a storage: the CRC-32 catches it.
+    let mut bytes = std::fs::read(data.join("linear__linear.pt")).unwrap();
+    let source = burnpack::interop::pytorch::PytorchSource::open(data.join("linear__linear.pt")).unwrap();
+    let at = source.tensor("fc2.weight").unwrap().offset() as usize;
+    bytes[at + 3] ^= 1;
+    let flipped = dir.path().join("flipped.pt");
+    std::fs::write(&flipped, bytes).unwrap();
+    let (code, out, _) = run(&["verify", s(&flipped)]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("fc2.weight") && out.contains("checksum mismatch"), "{out}");
     // A pickle that references a global no state dict needs.
     let hostile = dir.path().join("hostile.pt");
     let pickle = common::torch::Pickler::new()

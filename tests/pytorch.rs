@@ -404,3 +404,192 @@ fn sharded_checkpoints_load_through_their_index() {
     .unwrap();
     refused(&index, "which does not hold it");
 }
+
+/// The model-shaped files load into the Burn modules their names promise, with PyTorch's
+/// conventions, every value equal to what burn-store's reader reads (weights of Linear
+/// transposed, norms' weight/bias as gamma/beta).
+#[test]
+fn model_shaped_files_load_into_burn_modules() {
+    use burn::module::{ModuleVisitor, Param};
+    use burn::nn::conv::{Conv2d, Conv2dConfig};
+    use burn::nn::{BatchNorm, BatchNormConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig};
+    use burn::tensor::Tensor;
+
+    #[derive(Module, Debug)]
+    struct Convs {
+        conv1: Conv2d,
+        conv2: Conv2d,
+    }
+    #[derive(Module, Debug)]
+    struct Norm {
+        norm1: BatchNorm,
+    }
+    #[derive(Module, Debug)]
+    struct Embed {
+        embed: Embedding,
+    }
+    #[derive(Module, Debug)]
+    struct Layer {
+        norm1: LayerNorm,
+    }
+    #[derive(Module, Debug)]
+    struct Mlp {
+        fc1: Linear,
+        fc2: Linear,
+    }
+    /// Every float parameter's path and values.
+    #[derive(Default)]
+    struct Held {
+        path: Vec<String>,
+        params: Vec<(String, Vec<usize>, Vec<f32>)>,
+    }
+    impl ModuleVisitor for Held {
+        fn enter_module(&mut self, name: &str, _: &str) {
+            self.path.push(name.to_string());
+        }
+        fn exit_module(&mut self, _: &str, _: &str) {
+            self.path.pop();
+        }
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            let t = param.val();
+            self.params.push((
+                self.path.join("."),
+                t.dims().to_vec(),
+                t.into_data().to_vec::<f32>().unwrap(),
+            ));
+        }
+    }
+    /// Loads `file` into `module` and checks every parameter against the oracle's tensor of
+    /// the PyTorch name `torch_name(path)`, transposed when `transposed(path)`.
+    fn check<M: Module>(
+        file: &str,
+        module: M,
+        torch_name: impl Fn(&str) -> String,
+        transposed: impl Fn(&str) -> bool,
+    ) {
+        let path = data(file);
+        let source = PytorchSource::open(&path).unwrap();
+        let oracle = PytorchReader::new(&path).unwrap();
+        let loaded = module
+            .load_from_source(&source, &LoadOptions::new().pytorch(true).allow_unused(true))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let mut held = Held::default();
+        loaded.visit(&mut held);
+        assert!(!held.params.is_empty());
+        for (name, dims, got) in &held.params {
+            let want = oracle.get(&torch_name(name)).unwrap_or_else(|| panic!("{file}: {name}"));
+            let values = values(&want.read().unwrap());
+            let want: Vec<f32> = if transposed(name) {
+                let (rows, cols) = (want.shape()[0], want.shape()[1]);
+                (0..cols)
+                    .flat_map(|c| (0..rows).map(move |r| (r, c)))
+                    .map(|(r, c)| values[r * cols + c])
+                    .collect()
+            } else {
+                values
+            };
+            assert_eq!(got, &want, "{file}: {name} {dims:?}");
+        }
+    }
+    let device = Device::flex();
+    let same = |p: &str| p.to_string();
+    let norms = |p: &str| p.replace("gamma", "weight").replace("beta", "bias");
+    check(
+        "conv2d__conv2d.pt",
+        Convs {
+            conv1: Conv2dConfig::new([2, 2], [2, 2]).init(&device),
+            conv2: Conv2dConfig::new([2, 2], [2, 2]).with_bias(false).init(&device),
+        },
+        same,
+        |_| false,
+    );
+    check(
+        "batch_norm__batch_norm2d.pt",
+        Norm {
+            norm1: BatchNormConfig::new(5).init(&device),
+        },
+        norms,
+        |_| false,
+    );
+    check(
+        "embedding__embedding.pt",
+        Embed {
+            embed: EmbeddingConfig::new(10, 3).init(&device),
+        },
+        same,
+        |_| false,
+    );
+    check(
+        "layer_norm__layer_norm.pt",
+        Layer {
+            norm1: LayerNormConfig::new(2).init(&device),
+        },
+        norms,
+        |_| false,
+    );
+    check(
+        "linear__linear.pt",
+        Mlp {
+            fc1: LinearConfig::new(2, 3).init(&device),
+            fc2: LinearConfig::new(3, 4).with_bias(false).init(&device),
+        },
+        same,
+        |p| p.ends_with("weight"),
+    );
+}
+
+/// Dtypes Burn has no equivalent for and big-endian files are errors naming what they are.
+#[test]
+fn unsupported_dtypes_and_byte_orders_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("complex.pt");
+    let storage = StorageSpec {
+        kind: "ComplexFloatStorage",
+        element: 8,
+        bytes: vec![0; 16],
+    };
+    save(&path, &[storage], &[View::whole("z", 0, &[2])]);
+    let err = refused(&path, "torch.ComplexFloatStorage");
+    assert!(matches!(err, PytorchError::Tensor { ref tensor, .. } if tensor == "z"), "{err}");
+    // The same archive with its byte order said to be big-endian.
+    let mut bytes = std::fs::read(data("linear__linear.pt")).unwrap();
+    let at = bytes.windows(6).position(|w| w == b"little").unwrap();
+    bytes[at..at + 6].copy_from_slice(b"bigend");
+    let path = dir.path().join("big.pt");
+    std::fs::write(&path, bytes).unwrap();
+    refused(&path, "only little-endian files are read");
+}
+
+/// A flipped bit in a storage or in the pickle of a zip archive is caught by a verified load
+/// (and `bpk verify`) through the archive's CRC-32; an unverified load reads what is there.
+#[test]
+fn bit_flips_in_zip_archives_fail_verified_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(data("linear__linear_with_bias.pt")).unwrap();
+    let source = PytorchSource::open(data("linear__linear_with_bias.pt")).unwrap();
+    let weight = source.tensor("fc1.weight").unwrap();
+    for (what, at) in [
+        ("a storage", weight.offset() as usize + 5),
+        ("the pickle", bytes.windows(8).position(|w| w == b"fc1.bias").unwrap() + 2),
+    ] {
+        let mut flipped = bytes.clone();
+        flipped[at] ^= 0x10;
+        let path = dir.path().join("flipped.pt");
+        std::fs::write(&path, &flipped).unwrap();
+        let Ok(source) = PytorchSource::open(&path) else {
+            // A flip in a name can make the pickle unreadable: refused, as it should be.
+            continue;
+        };
+        let load = |verify| {
+            Net {
+                fc1: LinearConfig::new(2, 3).init(&Device::flex()),
+            }
+            .load_from_source(&source, &LoadOptions::new().pytorch(true).verify_checksums(verify))
+        };
+        let err = load(true).unwrap_err();
+        assert!(err.to_string().contains("checksum"), "{what}: {err}");
+        if what == "a storage" {
+            assert!(load(false).is_ok());
+        }
+    }
+}

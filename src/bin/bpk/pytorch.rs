@@ -105,8 +105,8 @@ pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&Regex>) -> Res
 }
 
 /// `verify`: the pickle read by the restricted unpickler, every view checked against its
-/// storage, every tensor read, optionally scanned for NaN / Inf. `torch.save` stores no
-/// checksums.
+/// storage, the pickle and every storage against the zip archive's CRC-32 (the legacy format
+/// keeps none), every tensor read, optionally scanned for NaN / Inf.
 pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
     let source = match PytorchSource::open(path) {
         Ok(source) => source,
@@ -116,13 +116,27 @@ pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
             return Ok(1);
         }
     };
-    let Scan { bad, total, .. } = scan(&source, path, nan)?;
+    if let Err(e) = source.verify_structure() {
+        println!("{e}");
+        println!("{}: FAILED: 1 problem", path.display());
+        return Ok(1);
+    }
+    let Scan {
+        bad,
+        verified,
+        total,
+    } = scan(&source, path, nan)?;
     if bad > 0 {
         println!("{}: FAILED: {bad} problems", path.display());
         return Ok(1);
     }
+    let sums = if verified == 0 {
+        "no checksums in the legacy format (contents unverified)".to_string()
+    } else {
+        format!("{verified} tensors' storages match their zip CRC-32")
+    };
     println!(
-        "{}: OK: torch.save file valid ({:?}), {} tensors ({}) read, no globals beyond a state dict's, no checksums in torch.save files (contents unverified){}",
+        "{}: OK: torch.save file valid ({:?}), {} tensors ({}) read, no globals beyond a state dict's, {sums}{}",
         path.display(),
         source.format(),
         source.tensors().len(),

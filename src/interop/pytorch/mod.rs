@@ -174,12 +174,16 @@ pub struct PytorchSource {
     key: Option<String>,
     /// Gathered views, by position, from [`TensorSource::prefetch`] until read.
     gathered: Mutex<HashMap<usize, Bytes>>,
+    /// Storages already checked against their CRC-32, by (shard, first byte): the outcome.
+    checked: Mutex<HashMap<(usize, u64), u32>>,
 }
 
 struct Shard {
     path: PathBuf,
     source: Source,
     format: PytorchFormat,
+    /// The zip archive's `data.pkl` (with its CRC-32); `None` for the legacy format.
+    pickle: Option<StorageEntry>,
 }
 
 /// Where a tensor's bytes are.
@@ -187,6 +191,8 @@ struct Place {
     shard: usize,
     /// `None` for a contiguous view: the window `info.offset()..+info.len()` of the shard.
     strided: Option<Strided>,
+    /// The storage it views (checked whole against its CRC-32).
+    storage: StorageEntry,
 }
 
 /// A non-contiguous view: gathered element by element (runs where the last stride is 1).
@@ -263,8 +269,9 @@ impl PytorchSource {
         let mut globals: Vec<String> = Vec::new();
         let mut key = None;
         for (i, o) in opened.into_iter().enumerate() {
-            table.extend(o.tensors.into_iter().map(|(info, strided)| {
-                (info, Place { shard: i, strided })
+            table.extend(o.tensors.into_iter().map(|(info, placed)| {
+                let Placed { strided, storage } = placed;
+                (info, Place { shard: i, strided, storage })
             }));
             for g in o.globals {
                 if !globals.contains(&g) {
@@ -301,6 +308,7 @@ impl PytorchSource {
             globals,
             key,
             gathered: Mutex::new(HashMap::new()),
+            checked: Mutex::new(HashMap::new()),
         })
     }
 
@@ -467,16 +475,31 @@ fn element_size(dtype: DType) -> usize {
     }
 }
 
+/// Where a tensor of one file is: its gather (for a non-contiguous view) and its storage.
+struct Placed {
+    strided: Option<Strided>,
+    storage: StorageEntry,
+}
+
 /// One file opened: its tensors (with their gathers), its globals and the key used.
 struct Opened {
     shard: Shard,
-    tensors: Vec<(TensorInfo, Option<Strided>)>,
+    tensors: Vec<(TensorInfo, Placed)>,
     globals: Vec<String>,
     key: Option<String>,
 }
 
-/// A storage's bytes in the file: (first byte, length).
-type Storages = HashMap<String, (u64, u64)>;
+/// A storage's bytes in the file.
+#[derive(Clone, Copy)]
+struct StorageEntry {
+    start: u64,
+    len: u64,
+    /// The zip entry's CRC-32 (the legacy format stores none).
+    crc: Option<u32>,
+}
+
+/// Each storage by key.
+type Storages = HashMap<String, StorageEntry>;
 
 /// The magic number of the legacy format, as its pickle writes it (LONG1, little-endian).
 const LEGACY_MAGIC: [u8; 10] = [0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
@@ -509,12 +532,12 @@ impl Opened {
             Fault::Pickle(e) => pickle_error(path, e),
             Fault::Other(reason) => invalid(reason),
         };
-        let (format, pickle, storages) = if all.starts_with(b"PK\x03\x04") {
-            let (pickle, storages) = zip_parts(&all, options).map_err(fault)?;
-            (PytorchFormat::Zip, pickle, storages)
+        let (format, pickle, storages, pickle_entry) = if all.starts_with(b"PK\x03\x04") {
+            let (pickle, storages, entry) = zip_parts(&all, options).map_err(fault)?;
+            (PytorchFormat::Zip, pickle, storages, Some(entry))
         } else if all.starts_with(&[0x80, 0x02]) {
             let (pickle, storages) = legacy_parts(&all, options).map_err(fault)?;
-            (PytorchFormat::Legacy, pickle, storages)
+            (PytorchFormat::Legacy, pickle, storages, None)
         } else {
             return Err(invalid(
                 "neither a zip archive (PyTorch 1.6 and later) nor a legacy pickle".into(),
@@ -553,6 +576,7 @@ impl Opened {
                 path: path.to_path_buf(),
                 source: Source::Memory(all),
                 format,
+                pickle: pickle_entry,
             },
             tensors,
             globals: pickle.globals,
@@ -586,18 +610,21 @@ fn pickle_visit_limit(limits: &Limits) -> usize {
 }
 
 /// The zip format: the pickle (read) and where each storage's bytes are.
-fn zip_parts(all: &[u8], options: &PytorchOptions) -> Result<(Pickle, Storages), Fault> {
-    zip_layout(all, options).map_err(Fault::Other).and_then(|(range, storages)| {
-        let (pickle, _) = pickle::load(&all[range]).map_err(Fault::Pickle)?;
-        Ok((pickle, storages))
-    })
+fn zip_parts(
+    all: &[u8],
+    options: &PytorchOptions,
+) -> Result<(Pickle, Storages, StorageEntry), Fault> {
+    let (entry, storages) = zip_layout(all, options).map_err(Fault::Other)?;
+    let range = entry.start as usize..(entry.start + entry.len) as usize;
+    let (pickle, _) = pickle::load(&all[range]).map_err(Fault::Pickle)?;
+    Ok((pickle, storages, entry))
 }
 
 /// The zip format's pickle (its byte range) and storages.
 fn zip_layout(
     all: &[u8],
     options: &PytorchOptions,
-) -> Result<(std::ops::Range<usize>, Storages), String> {
+) -> Result<(StorageEntry, Storages), String> {
     let mut archive = zip::ZipArchive::new(Cursor::new(all)).map_err(|e| format!("zip: {e}"))?;
     let mut entries = Vec::with_capacity(archive.len());
     for i in 0..archive.len() {
@@ -621,13 +648,13 @@ fn zip_layout(
                 entry.size()
             ));
         }
-        entries.push((name, start, len, stored, entry.compression()));
+        entries.push((name, start, len, stored, entry.compression(), entry.crc32()));
     }
     let pickles: Vec<_> = entries
         .iter()
         .filter(|(n, ..)| n.ends_with("data.pkl") && n.matches('/').count() == 1)
         .collect();
-    let [(pkl_name, pkl_start, pkl_len, pkl_stored, method)] = pickles.as_slice() else {
+    let [(pkl_name, pkl_start, pkl_len, pkl_stored, method, pkl_crc)] = pickles.as_slice() else {
         return Err(format!(
             "{} entries named <archive>/data.pkl (torch.save writes one)",
             pickles.len()
@@ -653,7 +680,7 @@ fn zip_layout(
     }
     let data_prefix = format!("{prefix}data/");
     let mut storages = Storages::new();
-    for (name, start, len, stored, method) in &entries {
+    for (name, start, len, stored, method, crc) in &entries {
         if name == &format!("{prefix}byteorder") {
             let order = &all[*start as usize..(*start + *len) as usize];
             if order != b"little" {
@@ -665,10 +692,22 @@ fn zip_layout(
         }
         if let Some(key) = name.strip_prefix(&data_prefix) {
             stored_only(name, *stored, *method)?;
-            storages.insert(key.to_string(), (*start, *len));
+            storages.insert(
+                key.to_string(),
+                StorageEntry {
+                    start: *start,
+                    len: *len,
+                    crc: Some(*crc),
+                },
+            );
         }
     }
-    Ok((*pkl_start as usize..(*pkl_start + *pkl_len) as usize, storages))
+    let pickle = StorageEntry {
+        start: *pkl_start,
+        len: *pkl_len,
+        crc: Some(*pkl_crc),
+    };
+    Ok((pickle, storages))
 }
 
 /// The legacy format: magic, protocol, system info, the object, the storage keys, then each
@@ -737,7 +776,14 @@ fn legacy_parts(all: &[u8], options: &PytorchOptions) -> Result<(Pickle, Storage
                     "storage '{key}' of {numel} elements runs past the end of the file"
                 ))
             })?;
-        storages.insert(key.clone(), (at as u64, len));
+        storages.insert(
+            key.clone(),
+            StorageEntry {
+                start: at as u64,
+                len,
+                crc: None,
+            },
+        );
         at += len as usize;
     }
     Ok((object, storages))
@@ -867,16 +913,17 @@ fn place(
     view: TensorView,
     storages: &Storages,
     limits: &Limits,
-) -> Result<(TensorInfo, Option<Strided>), String> {
+) -> Result<(TensorInfo, Placed), String> {
     let kind = view.storage.kind;
     let dtype = kind
         .dtype
         .ok_or_else(|| format!("a torch.{} tensor, which Burn has no dtype for", kind.name))?;
     let size = kind.element_size;
     let key = &view.storage.key;
-    let &(start, bytes) = storages
+    let entry = *storages
         .get(key)
         .ok_or_else(|| format!("its storage '{key}' is not in the file"))?;
+    let (start, bytes) = (entry.start, entry.len);
     let numel_storage = view.storage.numel;
     let storage_len = numel_storage
         .checked_mul(size)
@@ -909,7 +956,8 @@ fn place(
         .checked_add(view.storage.view_offset)
         .ok_or_else(|| "an offset past any storage".to_string())?;
     if len == 0 {
-        return Ok((TensorInfo::external(name.to_string(), dtype, shape, start, 0), None));
+        let info = TensorInfo::external(name.to_string(), dtype, shape, start, 0);
+        return Ok((info, Placed { strided: None, storage: entry }));
     }
     let last = view
         .shape
@@ -925,18 +973,13 @@ fn place(
     }
     let at = start + offset * size;
     let info = TensorInfo::external(name.to_string(), dtype, shape, at, len);
-    if is_contiguous(&view.shape, &view.stride) {
-        return Ok((info, None));
-    }
-    Ok((
-        info,
-        Some(Strided {
-            base: start,
-            storage_len,
-            offset,
-            strides: view.stride,
-        }),
-    ))
+    let strided = (!is_contiguous(&view.shape, &view.stride)).then(|| Strided {
+        base: start,
+        storage_len,
+        offset,
+        strides: view.stride,
+    });
+    Ok((info, Placed { strided, storage: entry }))
 }
 
 impl TensorSource for PytorchSource {
@@ -981,6 +1024,84 @@ impl TensorSource for PytorchSource {
         self.shards[place.shard]
             .source
             .copy_reason(info.offset(), element_align(info.dtype()))
+    }
+
+    /// The CRC-32 the zip archive keeps of the storage `info` views, against that storage's
+    /// bytes (each storage hashed once); `false` for the legacy format, which keeps none.
+    fn check(&self, info: &TensorInfo, _bytes: &[u8]) -> Result<bool, ReadError> {
+        let Some(i) = self.position(info.name()) else {
+            return Ok(false);
+        };
+        let place = &self.places[i];
+        let Some(expected) = place.storage.crc else {
+            return Ok(false);
+        };
+        let key = (place.shard, place.storage.start);
+        let known = self
+            .checked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+            .copied();
+        let actual = match known {
+            Some(actual) => actual,
+            None => {
+                let storage = self.shards[place.shard]
+                    .source
+                    .read(place.storage.start, place.storage.len, 1)
+                    .map_err(self.io_error(place.shard))?;
+                let actual = crc32fast::hash(&storage);
+                self.checked
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(key, actual);
+                actual
+            }
+        };
+        if actual == expected {
+            Ok(true)
+        } else {
+            Err(ReadError::Checksum {
+                file: self.shards[place.shard].path.display().to_string(),
+                tensor: info.name().to_string(),
+                expected: u64::from(expected),
+                actual: u64::from(actual),
+            })
+        }
+    }
+
+    /// Every zip archive's pickle against its CRC-32 (the storages are checked per tensor, by
+    /// [`check`](TensorSource::check)).
+    fn verify_structure(&self) -> Result<(), ReadError> {
+        for shard in &self.shards {
+            let Some(StorageEntry {
+                start,
+                len,
+                crc: Some(expected),
+            }) = shard.pickle
+            else {
+                continue;
+            };
+            let file = shard.path.display().to_string();
+            let bytes = shard
+                .source
+                .read(start, len, 1)
+                .map_err(|source| ReadError::Io {
+                    file: file.clone(),
+                    action: "read the pickle",
+                    source,
+                })?;
+            let actual = crc32fast::hash(&bytes);
+            if actual != expected {
+                return Err(ReadError::Checksum {
+                    file,
+                    tensor: "data.pkl".into(),
+                    expected: u64::from(expected),
+                    actual: u64::from(actual),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// With several non-contiguous tensors, the loader hands them over at once so that they
