@@ -61,6 +61,9 @@ pub struct Sample {
     pub cpu: Duration,
     pub peak_kib: u64,
     pub base_kib: u64,
+    /// Anonymous memory (`RssAnon`) gained from the start of the operation to its end: memory
+    /// of the process's own, not the page cache's (absent from children of other programs).
+    pub anon_kib: Option<u64>,
 }
 
 /// Meters one operation in a child: [`Meter::start`] resets the peak resident size (Linux
@@ -69,6 +72,7 @@ pub struct Sample {
 pub struct Meter {
     cpu: Duration,
     base_kib: u64,
+    anon_kib: u64,
 }
 
 impl Meter {
@@ -78,16 +82,18 @@ impl Meter {
         Self {
             cpu: cpu_time(),
             base_kib: status_kib("VmRSS:"),
+            anon_kib: status_kib("RssAnon:"),
         }
     }
 
     pub fn report(self, time: Duration) {
         println!(
-            "RESULT {} {} {} {}",
+            "RESULT {} {} {} {} {}",
             time.as_nanos(),
             peak_kib(),
             (cpu_time() - self.cpu).as_nanos(),
-            self.base_kib
+            self.base_kib,
+            status_kib("RssAnon:").saturating_sub(self.anon_kib)
         );
     }
 }
@@ -98,6 +104,7 @@ pub fn report(time: Duration) {
     Meter {
         cpu: Duration::ZERO,
         base_kib: 0,
+        anon_kib: 0,
     }
     .report(time);
 }
@@ -140,6 +147,7 @@ pub fn run_command(mut command: Command, args: &[&str]) -> Sample {
         peak_kib: v[1],
         cpu: Duration::from_nanos(v[2]),
         base_kib: v[3],
+        anon_kib: v.get(4).copied(),
     }
 }
 
