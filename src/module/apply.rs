@@ -172,6 +172,12 @@ impl<'a> Applier<'a> {
     pub(crate) fn finish(mut self) -> (Mismatch, LoadReport) {
         if !self.options.allow_unused {
             self.mismatch.unused = self.pending.untaken();
+            // PyTorch's BatchNorm counts its batches in a buffer Burn's has no counterpart of.
+            if self.options.pytorch {
+                self.mismatch
+                    .unused
+                    .retain(|name| !name.ends_with("num_batches_tracked"));
+            }
         }
         if self.options.allow_partial {
             self.mismatch.missing.clear();

@@ -238,7 +238,9 @@ impl LoadOptions {
     /// `PyTorch` conventions, as burn-store's `PyTorchToBurnAdapter` applies them: a `Linear`'s
     /// `weight` is stored `[out, in]` and becomes Burn's `[in, out]`; a `BatchNorm`,
     /// `LayerNorm`, `GroupNorm` or `RmsNorm`'s `gamma` / `beta` are read from `weight` / `bias`
-    /// (Burn's own names are taken first when the file has them). Default off.
+    /// (Burn's own names are taken first when the file has them); a `BatchNorm`'s
+    /// `num_batches_tracked` buffer, which Burn's has no counterpart of, is not reported as
+    /// unused. Default off.
     ///
     /// The transpose is a view: the tensor is built from the stored bytes (zero copy where the
     /// source allows) and transposed as Burn does it, by its strides, so a transposed load costs
