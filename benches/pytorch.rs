@@ -51,10 +51,20 @@ fn write(path: &Path, layers: usize) {
     let mut storages = Vec::with_capacity(2 * layers);
     let mut views = Vec::with_capacity(2 * layers);
     for i in 0..layers {
-        let weight: Vec<f32> = (0..1024 * 1024).map(|k| ((k + i) % 97) as f32 / 97.0).collect();
-        views.push(torch::View::whole(&format!("layers.{i}.weight"), storages.len(), &[1024, 1024]));
+        let weight: Vec<f32> = (0..1024 * 1024)
+            .map(|k| ((k + i) % 97) as f32 / 97.0)
+            .collect();
+        views.push(torch::View::whole(
+            &format!("layers.{i}.weight"),
+            storages.len(),
+            &[1024, 1024],
+        ));
         storages.push(torch::StorageSpec::f32(&weight));
-        views.push(torch::View::whole(&format!("layers.{i}.bias"), storages.len(), &[1024]));
+        views.push(torch::View::whole(
+            &format!("layers.{i}.bias"),
+            storages.len(),
+            &[1024],
+        ));
         storages.push(torch::StorageSpec::f32(&vec![i as f32; 1024]));
     }
     torch::save(path, &storages, &views);

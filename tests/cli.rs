@@ -785,24 +785,43 @@ fn pytorch_files_are_inspected_verified_converted_and_diffed() {
             let (code, _, err) = run(&["convert", s(&file), s(&out_file)]);
             assert_eq!(code, 0, "{file:?} -> {target}: {err}");
             let (_, out, _) = run(&["diff", s(&file), s(&out_file)]);
-            assert!(out.contains(&format!("{count} tensors with identical values")), "{out}");
+            assert!(
+                out.contains(&format!("{count} tensors with identical values")),
+                "{out}"
+            );
         }
-        assert_eq!(Reader::open(dir.path().join("model.bpk")).unwrap().tensors().len(), count);
+        assert_eq!(
+            Reader::open(dir.path().join("model.bpk"))
+                .unwrap()
+                .tensors()
+                .len(),
+            count
+        );
     }
     let (_, out, _) = run(&["inspect", s(&data.join("reader__test_data__checkpoint.pt"))]);
-    assert!(out.contains("state dict: under 'model_state_dict'"), "{out}");
+    assert!(
+        out.contains("state dict: under 'model_state_dict'"),
+        "{out}"
+    );
     let (_, out, _) = run(&["verify", s(&data.join("linear__linear.pt"))]);
-    assert!(out.contains("3 tensors' storages match their zip CRC-32"), "{out}");
+    assert!(
+        out.contains("3 tensors' storages match their zip CRC-32"),
+        "{out}"
+    );
     // One flipped bit in a storage: the CRC-32 catches it.
     let mut bytes = std::fs::read(data.join("linear__linear.pt")).unwrap();
-    let source = burnpack::interop::pytorch::PytorchSource::open(data.join("linear__linear.pt")).unwrap();
+    let source =
+        burnpack::interop::pytorch::PytorchSource::open(data.join("linear__linear.pt")).unwrap();
     let at = source.tensor("fc2.weight").unwrap().offset() as usize;
     bytes[at + 3] ^= 1;
     let flipped = dir.path().join("flipped.pt");
     std::fs::write(&flipped, bytes).unwrap();
     let (code, out, _) = run(&["verify", s(&flipped)]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("fc2.weight") && out.contains("checksum mismatch"), "{out}");
+    assert!(
+        out.contains("fc2.weight") && out.contains("checksum mismatch"),
+        "{out}"
+    );
     // A pickle that references a global no state dict needs.
     let hostile = dir.path().join("hostile.pt");
     let pickle = common::torch::Pickler::new()
@@ -813,5 +832,8 @@ fn pytorch_files_are_inspected_verified_converted_and_diffed() {
     common::torch::write_zip(&hostile, &pickle, &[], common::torch::ZipOptions::default());
     let (code, out, _) = run(&["verify", s(&hostile)]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("posix.system") && out.contains("FAILED"), "{out}");
+    assert!(
+        out.contains("posix.system") && out.contains("FAILED"),
+        "{out}"
+    );
 }

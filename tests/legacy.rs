@@ -97,7 +97,10 @@ struct Expected {
 fn expected(name: &str) -> Vec<Expected> {
     let text = std::fs::read_to_string(data(name)).unwrap();
     let json: serde_json::Value = serde_json::from_str(&text).unwrap();
-    assert!(json["burn"] == "0.21.0" || json["burn"] == "0.16.1", "{name}");
+    assert!(
+        json["burn"] == "0.21.0" || json["burn"] == "0.16.1",
+        "{name}"
+    );
     json["tensors"]
         .as_array()
         .unwrap()
@@ -675,7 +678,9 @@ mod train {
             (
                 "cosine",
                 SchedulerKind::Cosine,
-                CosineAnnealingLrSchedulerConfig::new(0.05, 10).init().unwrap(),
+                CosineAnnealingLrSchedulerConfig::new(0.05, 10)
+                    .init()
+                    .unwrap(),
             ),
             (
                 "linear",
@@ -705,7 +710,10 @@ mod train {
             let got: Vec<f64> = (0..4).map(|_| sched.step().base()).collect();
             let want: Vec<f64> = serde_json::from_value(expected[name].clone()).unwrap();
             for (g, w) in got.iter().zip(&want) {
-                assert!((g - w).abs() <= 1e-12 * w.abs(), "{name}: {got:?} vs Burn 0.21's {want:?}");
+                assert!(
+                    (g - w).abs() <= 1e-12 * w.abs(),
+                    "{name}: {got:?} vs Burn 0.21's {want:?}"
+                );
             }
             // An exponential record (a float) read as a cosine one (an iteration) is refused.
             if name == "exponential" {
@@ -797,7 +805,12 @@ fn quantized_records_of_burn_0_21_load_quantized_and_dequantize_to_what_burn_0_2
     let native = QuantScheme::default().with_store(QuantStore::Native);
     let schemes = [
         ("tensor.weight", native),
-        ("block.weight", native.with_value(QuantValue::Q8S).per_block([16], ScaleDtype::F32)),
+        (
+            "block.weight",
+            native
+                .with_value(QuantValue::Q8S)
+                .per_block([16], ScaleDtype::F32),
+        ),
         ("odd.weight", native.with_value(QuantValue::Q8S)),
     ];
     for (path, scheme) in schemes {
@@ -834,7 +847,11 @@ fn quantized_records_of_burn_0_21_load_quantized_and_dequantize_to_what_burn_0_2
         for (path, tensor) in params {
             let want = expected.iter().find(|t| t.path == path).unwrap();
             assert!(want.dtype.starts_with("QFloat"), "{}", want.dtype);
-            assert!(matches!(tensor.dtype(), DType::QFloat(_)), "{path}: {:?}", tensor.dtype());
+            assert!(
+                matches!(tensor.dtype(), DType::QFloat(_)),
+                "{path}: {:?}",
+                tensor.dtype()
+            );
             assert_eq!(tensor.shape().to_vec(), want.shape, "{path}");
             let got = as_f32(
                 tensor
@@ -849,7 +866,13 @@ fn quantized_records_of_burn_0_21_load_quantized_and_dequantize_to_what_burn_0_2
         let bias = model.odd.bias.as_ref().unwrap().val();
         let want = expected.iter().find(|t| t.path == "odd.bias").unwrap();
         assert_eq!(
-            as_f32(bias.dequantize().into_data().convert::<f64>().iter::<f64>().collect()),
+            as_f32(
+                bias.dequantize()
+                    .into_data()
+                    .convert::<f64>()
+                    .iter::<f64>()
+                    .collect()
+            ),
             want.values
         );
     }
@@ -866,7 +889,11 @@ fn quantized_tensors_whose_scheme_or_bytes_do_not_fit_are_errors_naming_them() {
     };
     // A value type no Burn has and a mode Burn 0.22 does not know.
     refused("quant-value.mpk", &replace(b"Q8F", b"Q9F"), "values are");
-    refused("quant-mode.mpk", &replace(b"Symmetric", b"Asymmetri"), "mode is");
+    refused(
+        "quant-mode.mpk",
+        &replace(b"Symmetric", b"Asymmetri"),
+        "mode is",
+    );
     // A shape of 36 values over the 32 bytes of values that `tensor.weight` has.
     refused(
         "quant-shape.mpk",
@@ -895,8 +922,18 @@ fn records_written_by_burn_0_16_load_into_the_same_model_under_burn_0_22() {
                 .iter()
                 .find(|w| Some(w.id) == info.param_id())
                 .unwrap_or_else(|| panic!("{file}: '{}' has no id Burn 0.16 gave", info.name()));
-            assert_eq!(info.shape(), want.shape.as_slice(), "{file}: {}", info.name());
-            assert_eq!(as_f32(read_values(&source, info)), want.values, "{file}: {}", info.name());
+            assert_eq!(
+                info.shape(),
+                want.shape.as_slice(),
+                "{file}: {}",
+                info.name()
+            );
+            assert_eq!(
+                as_f32(read_values(&source, info)),
+                want.values,
+                "{file}: {}",
+                info.name()
+            );
         }
         let (model, report) = Zoo::new(&Device::flex())
             .load_from_source_with_report(&source, &LoadOptions::new())
@@ -906,10 +943,18 @@ fn records_written_by_burn_0_16_load_into_the_same_model_under_burn_0_22() {
         model.visit(&mut held);
         for (path, _, _, values) in &held.params {
             let info = source.tensors().iter().find(|t| t.name() == path).unwrap();
-            assert_eq!(*values, as_f32(read_values(&source, info)), "{file}: {path}");
+            assert_eq!(
+                *values,
+                as_f32(read_values(&source, info)),
+                "{file}: {path}"
+            );
         }
         if file.ends_with("zoo.mpk") {
-            let mask = source.tensors().iter().find(|t| t.name() == "mask").unwrap();
+            let mask = source
+                .tensors()
+                .iter()
+                .find(|t| t.name() == "mask")
+                .unwrap();
             assert_eq!(mask.dtype(), DType::Bool(burn::tensor::BoolStore::Native));
         }
     }

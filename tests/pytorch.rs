@@ -3,6 +3,8 @@
 //! with what burn-store's `PytorchReader` (the reader behind `PytorchStore`) reads from the same
 //! file; model-shaped ones loaded into Burn modules; hostile files made here refused clearly.
 
+#![allow(deprecated)] // ndarray: deprecated in Burn 0.22, still a backend users load onto
+
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -78,16 +80,25 @@ fn every_file_torch_save_wrote_reads_as_burn_stores_reader_reads_it() {
         assert_eq!(mine, theirs, "{name}: names");
         for info in ours.tensors() {
             let want = oracle.get(info.name()).unwrap();
-            assert_eq!(info.dtype(), burn_dtype(want.dtype()), "{name}: {}", info.name());
+            assert_eq!(
+                info.dtype(),
+                burn_dtype(want.dtype()),
+                "{name}: {}",
+                info.name()
+            );
             assert_eq!(info.shape(), want.shape(), "{name}: {}", info.name());
             let bytes = ours.read(info).unwrap();
-            assert_eq!(&bytes[..], &want.read().unwrap()[..], "{name}: {}", info.name());
+            assert_eq!(
+                &bytes[..],
+                &want.read().unwrap()[..],
+                "{name}: {}",
+                info.name()
+            );
             compared += 1;
         }
     }
     assert!(compared > 100, "{compared}");
 }
-
 
 /// Zip files of PyTorch 2 align every storage to 64 bytes: each tensor of them is a window of
 /// the mapping (no copy); legacy files put storages anywhere, so their f32 tensors are copied
@@ -174,7 +185,12 @@ fn views_offsets_shared_storages_and_strides_read_as_pytorch_lays_them_out() {
     assert_eq!(read("even_columns"), [0., 2., 4., 6., 8., 10.]);
     for info in source.tensors() {
         let want = oracle.get(info.name()).unwrap().read().unwrap();
-        assert_eq!(&source.read(info).unwrap()[..], &want[..], "{}", info.name());
+        assert_eq!(
+            &source.read(info).unwrap()[..],
+            &want[..],
+            "{}",
+            info.name()
+        );
         let strided = ["transposed", "even_columns"].contains(&info.name());
         assert_eq!(
             source.copy_reason(info),
@@ -209,14 +225,28 @@ fn a_pytorch_linear_loads_into_a_burn_module_in_one_call() {
             // Windows of the mapped file, the weight transposed by its strides: no copy.
             assert_eq!(report.views(), 2, "{report}");
         }
-        let got = net.fc1.weight.val().into_data().to_vec::<f32>().unwrap();
+        let got = net
+            .fc1
+            .weight
+            .val()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
         // [3, 2] transposed to [2, 3].
         let want: Vec<f32> = (0..2)
             .flat_map(|i| (0..3).map(move |o| (i, o)))
             .map(|(i, o)| weight[o * 2 + i])
             .collect();
         assert_eq!(got, want, "{device:?}");
-        let got = net.fc1.bias.as_ref().unwrap().val().into_data().to_vec::<f32>().unwrap();
+        let got = net
+            .fc1
+            .bias
+            .as_ref()
+            .unwrap()
+            .val()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
         assert_eq!(got, bias);
     }
     // Without the PyTorch conventions the shapes do not match: one error naming the weight.
@@ -251,7 +281,11 @@ fn a_weight_saved_with_its_strides_loads_gathered_and_reported() {
         shape: vec![2, 3],
         stride: vec![1, 2],
     };
-    save(&path, &storages, &[view("a.weight", 0), view("b.weight", 1)]);
+    save(
+        &path,
+        &storages,
+        &[view("a.weight", 0), view("b.weight", 1)],
+    );
     let source = PytorchSource::open(&path).unwrap();
     let device = Device::flex();
     let (two, report) = Two {
@@ -261,15 +295,21 @@ fn a_weight_saved_with_its_strides_loads_gathered_and_reported() {
     .load_from_source_with_report(&source, &LoadOptions::new())
     .unwrap();
     assert_eq!(
-        two.a.weight.val().into_data().to_vec::<f32>().unwrap(),
+        two.a.weight.val().into_data().try_to_vec::<f32>().unwrap(),
         [1., 3., 5., 2., 4., 6.]
     );
     assert_eq!(
-        two.b.weight.val().into_data().to_vec::<f32>().unwrap(),
+        two.b.weight.val().into_data().try_to_vec::<f32>().unwrap(),
         [7., 9., 11., 8., 10., 12.]
     );
     assert_eq!(report.copied().len(), 2, "{report}");
-    assert!(report.copied().iter().all(|c| c.reason == CopyReason::Strided), "{report}");
+    assert!(
+        report
+            .copied()
+            .iter()
+            .all(|c| c.reason == CopyReason::Strided),
+        "{report}"
+    );
 }
 
 #[test]
@@ -286,7 +326,10 @@ fn the_state_dict_is_found_under_a_key_or_the_named_one() {
     assert!(source.tensor("conv1.weight").is_some());
     let err = PytorchSource::open_with(&path, &PytorchOptions::new().key("nope")).unwrap_err();
     assert!(matches!(err, PytorchError::Invalid { .. }), "{err}");
-    assert!(err.to_string().contains("no key 'nope'") && err.to_string().contains("my_state_dict"), "{err}");
+    assert!(
+        err.to_string().contains("no key 'nope'") && err.to_string().contains("my_state_dict"),
+        "{err}"
+    );
 }
 
 /// Opening `path` fails naming the file and saying `what`.
@@ -358,7 +401,9 @@ fn hostile_files_are_clear_errors_and_nothing_runs() {
     refused(&zip("offset.pt", p.finish()), "past the end of its storage");
     // A compressed storage, and a zip bomb (64 MiB of zeros deflated as the pickle): refused
     // before anything is decompressed.
-    let pickle = Pickler::new().state_dict(&storage(), &[View::whole("w", 0, &[4])]).finish();
+    let pickle = Pickler::new()
+        .state_dict(&storage(), &[View::whole("w", 0, &[4])])
+        .finish();
     let compressed = file("compressed.pt");
     let deflate = ZipOptions {
         deflate_storages: true,
@@ -389,8 +434,16 @@ fn sharded_checkpoints_load_through_their_index() {
     let dir = tempfile::tempdir().unwrap();
     let a = [StorageSpec::f32(&[1., 2.])];
     let b = [StorageSpec::f32(&[3., 4., 5.])];
-    save(&dir.path().join("pytorch_model-00001-of-00002.bin"), &a, &[View::whole("x.weight", 0, &[2])]);
-    save(&dir.path().join("pytorch_model-00002-of-00002.bin"), &b, &[View::whole("y.weight", 0, &[3])]);
+    save(
+        &dir.path().join("pytorch_model-00001-of-00002.bin"),
+        &a,
+        &[View::whole("x.weight", 0, &[2])],
+    );
+    save(
+        &dir.path().join("pytorch_model-00002-of-00002.bin"),
+        &b,
+        &[View::whole("y.weight", 0, &[3])],
+    );
     let index = dir.path().join("pytorch_model.bin.index.json");
     std::fs::write(
         &index,
@@ -399,7 +452,10 @@ fn sharded_checkpoints_load_through_their_index() {
     .unwrap();
     let source = PytorchSource::open(&index).unwrap();
     assert_eq!(source.shards().count(), 2);
-    assert_eq!(values(&source.read(source.tensor("y.weight").unwrap()).unwrap()), [3., 4., 5.]);
+    assert_eq!(
+        values(&source.read(source.tensor("y.weight").unwrap()).unwrap()),
+        [3., 4., 5.]
+    );
     // An index that routes a tensor to the wrong shard.
     std::fs::write(
         &index,
@@ -416,7 +472,9 @@ fn sharded_checkpoints_load_through_their_index() {
 fn model_shaped_files_load_into_burn_modules() {
     use burn::module::{ModuleVisitor, Param};
     use burn::nn::conv::{Conv2d, Conv2dConfig};
-    use burn::nn::{BatchNorm, BatchNormConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig};
+    use burn::nn::{
+        BatchNorm, BatchNormConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig,
+    };
     use burn::tensor::Tensor;
 
     #[derive(Module, Debug)]
@@ -459,7 +517,7 @@ fn model_shaped_files_load_into_burn_modules() {
             self.params.push((
                 self.path.join("."),
                 t.dims().to_vec(),
-                t.into_data().to_vec::<f32>().unwrap(),
+                t.into_data().try_to_vec::<f32>().unwrap(),
             ));
         }
     }
@@ -481,7 +539,9 @@ fn model_shaped_files_load_into_burn_modules() {
         loaded.visit(&mut held);
         assert!(!held.params.is_empty());
         for (name, dims, got) in &held.params {
-            let want = oracle.get(&torch_name(name)).unwrap_or_else(|| panic!("{file}: {name}"));
+            let want = oracle
+                .get(&torch_name(name))
+                .unwrap_or_else(|| panic!("{file}: {name}"));
             let values = values(&want.read().unwrap());
             let want: Vec<f32> = if transposed(name) {
                 let (rows, cols) = (want.shape()[0], want.shape()[1]);
@@ -502,7 +562,9 @@ fn model_shaped_files_load_into_burn_modules() {
         "conv2d__conv2d.pt",
         Convs {
             conv1: Conv2dConfig::new([2, 2], [2, 2]).init(&device),
-            conv2: Conv2dConfig::new([2, 2], [2, 2]).with_bias(false).init(&device),
+            conv2: Conv2dConfig::new([2, 2], [2, 2])
+                .with_bias(false)
+                .init(&device),
         },
         same,
         |_| false,
@@ -554,7 +616,10 @@ fn unsupported_dtypes_and_byte_orders_are_named() {
     };
     save(&path, &[storage], &[View::whole("z", 0, &[2])]);
     let err = refused(&path, "torch.ComplexFloatStorage");
-    assert!(matches!(err, PytorchError::Tensor { ref tensor, .. } if tensor == "z"), "{err}");
+    assert!(
+        matches!(err, PytorchError::Tensor { ref tensor, .. } if tensor == "z"),
+        "{err}"
+    );
     // The same archive with its byte order said to be big-endian.
     let mut bytes = std::fs::read(data("linear__linear.pt")).unwrap();
     let at = bytes.windows(6).position(|w| w == b"little").unwrap();
@@ -574,7 +639,10 @@ fn bit_flips_in_zip_archives_fail_verified_loads() {
     let weight = source.tensor("fc1.weight").unwrap();
     for (what, at) in [
         ("a storage", weight.offset() as usize + 5),
-        ("the pickle", bytes.windows(8).position(|w| w == b"fc1.bias").unwrap() + 2),
+        (
+            "the pickle",
+            bytes.windows(8).position(|w| w == b"fc1.bias").unwrap() + 2,
+        ),
     ] {
         let mut flipped = bytes.clone();
         flipped[at] ^= 0x10;
@@ -588,7 +656,10 @@ fn bit_flips_in_zip_archives_fail_verified_loads() {
             Net {
                 fc1: LinearConfig::new(2, 3).init(&Device::flex()),
             }
-            .load_from_source(&source, &LoadOptions::new().pytorch(true).verify_checksums(verify))
+            .load_from_source(
+                &source,
+                &LoadOptions::new().pytorch(true).verify_checksums(verify),
+            )
         };
         let err = load(true).unwrap_err();
         assert!(err.to_string().contains("checksum"), "{what}: {err}");

@@ -258,7 +258,7 @@ impl Layout {
         let (names, rows) = table.into_names();
         let mut tensors = Vec::with_capacity(rows.len());
         for (i, row) in rows.into_iter().enumerate() {
-            let mut info = TensorInfo::validate(&names, row, data_start, file_len, limits)?;
+            let mut info = TensorInfo::validate(&names, &row, data_start, file_len, limits)?;
             info.checksum = checksums.as_ref().map(|c| c[i]);
             tensors.push(info);
         }

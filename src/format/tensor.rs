@@ -41,7 +41,7 @@ impl TensorInfo {
     /// Checks one descriptor against the data section start, the file length and the limits.
     pub(super) fn validate(
         names: &Names,
-        d: Row,
+        d: &Row,
         data_start: u64,
         file_len: u64,
         limits: &Limits,

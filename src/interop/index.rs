@@ -3,7 +3,7 @@
 //! sharded source; each source maps its shards and then asks [`ShardIndex::check`] whether they
 //! agree with the index, tensor for tensor.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// Index files larger than this are refused before they are read (a real one lists tensor
@@ -34,9 +34,10 @@ pub(crate) struct ShardIndex {
 }
 
 impl ShardIndex {
-    /// Reads the index at `path` (at most [`MAX_INDEX_BYTES`]); shard names must be plain file
-    /// names in the index's directory (no directories, no `..`).
-    pub fn read(path: &Path) -> Result<Self, IndexError> {
+    /// Reads the index at `path` (at most [`MAX_INDEX_BYTES`]) of `kind` (`"safetensors"`,
+    /// for errors); shard names must be plain file names in the index's directory (no
+    /// directories, no `..`).
+    pub fn read(path: &Path, kind: &str) -> Result<Self, IndexError> {
         let len = std::fs::metadata(path)
             .map_err(|e| IndexError::Io("stat", e))?
             .len();
@@ -47,7 +48,7 @@ impl ShardIndex {
         }
         let text = std::fs::read(path).map_err(|e| IndexError::Io("read", e))?;
         let json: Json = serde_json::from_slice(&text)
-            .map_err(|e| IndexError::Invalid(format!("not a shard index: {e}")))?;
+            .map_err(|e| IndexError::Invalid(format!("not a {kind} index: {e}")))?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut names: Vec<String> = json.weight_map.values().cloned().collect();
         names.sort();
@@ -83,29 +84,42 @@ impl ShardIndex {
 
     /// Whether the shards hold exactly what the index routes to them: `held` is every tensor
     /// found, as (name, position of its shard in [`shards`](Self::shards)).
-    pub fn check<'a>(&self, held: impl IntoIterator<Item = (&'a str, usize)>) -> Result<(), String> {
+    pub fn check<'a>(
+        &self,
+        held: impl IntoIterator<Item = (&'a str, usize)>,
+    ) -> Result<(), String> {
         let by_name: HashMap<&str, usize> = self
             .names
             .iter()
             .enumerate()
             .map(|(i, n)| (n.as_str(), i))
             .collect();
-        let held: HashMap<&str, usize> = held.into_iter().collect();
+        let held: HashSet<(&str, usize)> = held.into_iter().collect();
         for (tensor, shard) in &self.weight_map {
-            if held.get(tensor.as_str()) != Some(&by_name[shard.as_str()]) {
+            if !held.contains(&(tensor.as_str(), by_name[shard.as_str()])) {
                 return Err(format!(
                     "tensor '{tensor}' is listed in shard '{shard}', which does not hold it"
                 ));
             }
         }
-        if let Some((name, &shard)) = held
-            .iter()
-            .find(|(name, _)| !self.weight_map.contains_key(**name))
-        {
-            return Err(format!(
-                "tensor '{name}' of shard '{}' is not in the index's weight_map",
-                self.names[shard]
-            ));
+        let mut held: Vec<_> = held.into_iter().collect();
+        held.sort_unstable();
+        for (name, shard) in held {
+            match self.weight_map.get(name) {
+                None => {
+                    return Err(format!(
+                        "tensor '{name}' of shard '{}' is not in the index's weight_map",
+                        self.names[shard]
+                    ));
+                }
+                Some(routed) if by_name[routed.as_str()] != shard => {
+                    return Err(format!(
+                        "tensor '{name}' is in shard '{}' too, but the index routes it to '{routed}'",
+                        self.names[shard]
+                    ));
+                }
+                Some(_) => {}
+            }
         }
         Ok(())
     }

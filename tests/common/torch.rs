@@ -65,7 +65,8 @@ impl Pickler {
     }
     pub fn global(&mut self, module: &str, name: &str) -> &mut Self {
         self.0.push(b'c');
-        self.0.extend_from_slice(format!("{module}\n{name}\n").as_bytes());
+        self.0
+            .extend_from_slice(format!("{module}\n{name}\n").as_bytes());
         self
     }
     pub fn str(&mut self, s: &str) -> &mut Self {

@@ -17,9 +17,16 @@ use crate::scan::{Scan, scan};
 /// a zip archive's or a pickle's (Burn's bincode records are `.bin` too).
 pub(crate) fn is_pytorch(path: &Path) -> bool {
     let name = path.to_string_lossy().to_ascii_lowercase();
-    if [".pt", ".pth", ".ckpt", ".bin.index.json", ".pt.index.json", ".pth.index.json"]
-        .iter()
-        .any(|ext| name.ends_with(ext))
+    if [
+        ".pt",
+        ".pth",
+        ".ckpt",
+        ".bin.index.json",
+        ".pt.index.json",
+        ".pth.index.json",
+    ]
+    .iter()
+    .any(|ext| name.ends_with(ext))
     {
         return true;
     }
@@ -87,8 +94,8 @@ pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&Regex>) -> Res
     census.print();
     let width = name_width(&shown);
     println!(
-        "{:<width$}  {:>9}  {:>16}  {:>12}  {}",
-        "name", "dtype", "shape", "bytes", "load"
+        "{:<width$}  {:>9}  {:>16}  {:>12}  load",
+        "name", "dtype", "shape", "bytes"
     );
     for t in &shown {
         println!(

@@ -10,7 +10,7 @@
 //! loads a Burn 0.21 model into the same model under Burn 0.22 in one call, with every
 //! [`LoadOptions`](crate::LoadOptions).
 //!
-//! MessagePack is decoded with `rmp-serde` over the mapped file: tensor bytes are windows of
+//! `MessagePack` is decoded with `rmp-serde` over the mapped file: tensor bytes are windows of
 //! the mapping where aligned for their element type, copied otherwise (the load report says
 //! which). A `.gz` file is decompressed into memory once, and its tensors are windows of that
 //! buffer. JSON stores bytes as numbers: they are decoded when the file is opened
@@ -90,7 +90,7 @@ pub enum LegacyError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RecordFormat {
-    /// `NamedMpkFileRecorder` (`.mpk`): MessagePack with field names.
+    /// `NamedMpkFileRecorder` (`.mpk`): `MessagePack` with field names.
     NamedMpk,
     /// `NamedMpkGzFileRecorder` (`.mpk.gz`).
     NamedMpkGz,
@@ -192,7 +192,7 @@ pub struct LegacySource {
     tensors: Vec<TensorInfo>,
     /// Numbers of the record by path (an optimizer's step count, a scheduler's state).
     leaves: Vec<(String, walk::Leaf)>,
-    /// Whether the tensors were decoded into memory of their own (JSON, or MessagePack
+    /// Whether the tensors were decoded into memory of their own (JSON, or `MessagePack`
     /// arrays of numbers) rather than read in place.
     decoded: bool,
 }
@@ -220,8 +220,9 @@ impl LegacySource {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, LegacyError> {
         let path = path.as_ref();
         let format = RecordFormat::from_path(path).ok_or_else(|| {
-            let name = path.display().to_string();
-            if name.ends_with(".bin") || name.ends_with(".bin.gz") {
+            let name = path.display().to_string().to_ascii_lowercase();
+            let bincode = [".bin", ".bin.gz"].iter().any(|ext| name.ends_with(ext));
+            if bincode {
                 LegacyError::Bincode {
                     path: path.to_path_buf(),
                 }
@@ -507,7 +508,7 @@ impl Input {
 }
 
 /// Moves each tensor's bytes in `buffer` down to the 8-byte boundary at or below them, when
-/// that stays clear of the previous tensor's bytes (between two tensors lie their MessagePack
+/// that stays clear of the previous tensor's bytes (between two tensors lie their `MessagePack`
 /// heads, which the walk has read), and updates the offsets in `found`.
 fn compact(buffer: &mut [u8], found: &mut [Found]) {
     let mut order: Vec<usize> = (0..found.len()).collect();
@@ -595,7 +596,9 @@ fn quantized(
     let field = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v);
     let text = |name: &str| field(name).and_then(Node::as_str);
     let refuse = |what: String| {
-        format!("a quantized tensor whose {what}: not a scheme Burn 0.22 reads (dequantize under the Burn that wrote it and save again)")
+        format!(
+            "a quantized tensor whose {what}: not a scheme Burn 0.22 reads (dequantize under the Burn that wrote it and save again)"
+        )
     };
     let value = match text("value") {
         Some("Q8F") => QuantValue::Q8F,
@@ -637,9 +640,9 @@ fn quantized(
     let block: Option<Vec<u8>> = match field("level") {
         Some(Node::Str(s)) if s == "Tensor" => None,
         Some(Node::Map(e)) => match e.as_slice() {
-            [(kind, Node::Map(size))] if kind == "Block" => Some(block_size(size).ok_or_else(
-                || refuse(format!("block size is {size:?}")),
-            )?),
+            [(kind, Node::Map(size))] if kind == "Block" => {
+                Some(block_size(size).ok_or_else(|| refuse(format!("block size is {size:?}")))?)
+            }
             _ => return Err(refuse(format!("level is {e:?}"))),
         },
         other => return Err(refuse(format!("level is {other:?}"))),
@@ -676,13 +679,16 @@ fn quantized(
     // as `QuantizedBytes` lays them out.
     let stored_len = |s: &QuantScheme| quantized_data_len(s, &shape);
     let expected = stored_len(&readings[0]);
-    readings.into_iter().find(|s| stored_len(s) == len).ok_or_else(|| {
-        format!(
-            "{len} bytes for a quantized tensor of shape {:?} (Burn 0.22 reads {expected} \
+    readings
+        .into_iter()
+        .find(|s| stored_len(s) == len)
+        .ok_or_else(|| {
+            format!(
+                "{len} bytes for a quantized tensor of shape {:?} (Burn 0.22 reads {expected} \
              for its scheme, {value:?} values)",
-            shape.as_slice()
-        )
-    })
+                shape.as_slice()
+            )
+        })
 }
 
 /// A `BlockSize { storage, len }` as serde wrote it: at most 5 dimensions, none of them 0.

@@ -6,7 +6,7 @@
 //! the state's rank (`<id>.V1.Rank2.momentum.moment_1`, `<id>.V1.Rank2.momentum.time`); Burn
 //! 0.22 names the same state `<id as decimal>.momentum.moment_1` and `<id>.momentum.time`, with
 //! `<id>.__rank` and the parameter's module path beside it. The fields are the same for Adam,
-//! AdamW and SGD with momentum (checked against files Burn 0.21 wrote, resumed to the same
+//! `AdamW` and SGD with momentum (checked against files Burn 0.21 wrote, resumed to the same
 //! values under Burn 0.22). An LR scheduler of Burn 0.21 records a bare number, which says
 //! nothing of the scheduler it belongs to: [`SchedulerKind`] names it.
 
@@ -40,15 +40,15 @@ pub enum SchedulerKind {
 }
 
 impl SchedulerKind {
-    /// Burn 0.22's scalar for the recorded number, if the scheduler records one.
-    fn scalar(self, leaf: Leaf) -> Option<Result<(&'static str, Scalar), String>> {
+    /// Burn 0.22's scalar for the recorded number.
+    fn scalar(self, leaf: Leaf) -> Result<(&'static str, Scalar), String> {
         let (name, value) = match (self, leaf) {
             (Self::Constant, _) => {
-                return Some(Err(
+                return Err(
                     "the record holds a number, which a constant learning rate does not record: \
                      name the scheduler the run used"
                         .to_string(),
-                ));
+                );
             }
             (Self::Exponential, Leaf::Float(v)) => ("0.previous_lr", Scalar::Float(v)),
             #[allow(clippy::cast_precision_loss)] // a learning rate written as an integer
@@ -60,15 +60,15 @@ impl SchedulerKind {
             (Self::Noam, Leaf::UInt(v)) => ("0.step", Scalar::Float(v as f64)),
             (Self::Step, Leaf::UInt(v)) => match i64::try_from(v) {
                 Ok(v) => ("0.iter_idx", Scalar::Int(v)),
-                Err(_) => return Some(Err(format!("an iteration index past i64: {v}"))),
+                Err(_) => return Err(format!("an iteration index past i64: {v}")),
             },
             (kind, leaf) => {
-                return Some(Err(format!(
+                return Err(format!(
                     "a {kind:?} scheduler records a number of another type than {leaf:?}"
-                )));
+                ));
             }
         };
-        Some(Ok((name, value)))
+        Ok((name, value))
     }
 }
 
@@ -174,10 +174,8 @@ impl LegacySource {
             ));
         }
         let mut writer = Writer::new(Vec::new());
-        if let Some(&(_, leaf)) = self.leaves.first()
-            && let Some(scalar) = kind.scalar(leaf)
-        {
-            let (name, value) = scalar.map_err(invalid)?;
+        if let Some(&(_, leaf)) = self.leaves.first() {
+            let (name, value) = kind.scalar(leaf).map_err(invalid)?;
             writer = writer.scalar(name, value);
         }
         Ok(writer)

@@ -1,8 +1,8 @@
 //! One walk over a Burn 0.14-0.21 record, through serde, for every self-describing recorder
-//! format (named MessagePack, JSON): the record tree's map keys and sequence indices become
+//! format (named `MessagePack`, JSON): the record tree's map keys and sequence indices become
 //! the path, and every `TensorData` map (`bytes`, `shape`, `dtype`) is taken out as it is met,
 //! under its `ParamSerde` (`id`, `param`) when it has one. Nothing else of the tree is kept:
-//! memory is the tensors' bytes (none for MessagePack read in place) and a few small values.
+//! memory is the tensors' bytes (none for `MessagePack` read in place) and a few small values.
 
 use std::fmt;
 
@@ -11,7 +11,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 /// Where a tensor's bytes are.
 #[derive(Debug)]
 pub(super) enum Payload {
-    /// At this offset of the input (MessagePack `bin`, read in place).
+    /// At this offset of the input (`MessagePack` `bin`, read in place).
     At(usize),
     /// Decoded into bytes of their own (JSON's arrays of numbers, or a deserializer that
     /// does not lend its input).
@@ -56,7 +56,7 @@ pub(super) enum Node {
     /// Another number or a boolean: nothing a tensor or the metadata is made of.
     Scalar,
     Nil,
-    /// Bytes: a MessagePack `bin`, or a sequence of numbers 0..=255 (JSON writes bytes so).
+    /// Bytes: a `MessagePack` `bin`, or a sequence of numbers 0..=255 (JSON writes bytes so).
     Bytes(Payload, usize),
     Seq(Vec<Node>),
     Map(Vec<(String, Node)>),
@@ -383,7 +383,7 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
 }
 
 /// A `TensorData` map: exactly `bytes`, `shape` and `dtype`.
-fn tensor_data(entries: &mut Vec<(String, Node)>) -> Option<RawTensor> {
+fn tensor_data(entries: &mut [(String, Node)]) -> Option<RawTensor> {
     if entries.len() != 3 {
         return None;
     }
@@ -415,7 +415,7 @@ fn tensor_data(entries: &mut Vec<(String, Node)>) -> Option<RawTensor> {
     })
 }
 
-/// A map key: a string (MessagePack and JSON records key every map by field or variant name),
+/// A map key: a string (`MessagePack` and JSON records key every map by field or variant name),
 /// or a number written as its decimal text (maps keyed by integers).
 struct KeyString(String);
 

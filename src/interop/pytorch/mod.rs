@@ -77,7 +77,9 @@ pub enum PytorchError {
     },
     /// The pickle references a global outside the table of those a state dict needs (what a
     /// malicious file would use to run code). Nothing was run.
-    #[error("{path}: refused: the pickle references `{global}`, which a state dict never needs (nothing in the file is run)")]
+    #[error(
+        "{path}: refused: the pickle references `{global}`, which a state dict never needs (nothing in the file is run)"
+    )]
     Refused {
         /// The file.
         path: PathBuf,
@@ -232,14 +234,17 @@ impl PytorchSource {
     ///
     /// # Errors
     /// As [`open`](Self::open).
-    pub fn open_with(path: impl AsRef<Path>, options: &PytorchOptions) -> Result<Self, PytorchError> {
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: &PytorchOptions,
+    ) -> Result<Self, PytorchError> {
         let path = path.as_ref();
         let invalid = |reason: String| PytorchError::Invalid {
             path: path.to_path_buf(),
             reason,
         };
         if path.extension().is_some_and(|e| e == "json") {
-            let index = ShardIndex::read(path).map_err(|e| match e {
+            let index = ShardIndex::read(path, "PyTorch shard").map_err(|e| match e {
                 IndexError::Io(action, source) => PytorchError::Io {
                     path: path.to_path_buf(),
                     action,
@@ -265,7 +270,11 @@ impl PytorchSource {
         Self::assemble(path, vec![opened], options)
     }
 
-    fn assemble(path: &Path, opened: Vec<Opened>, options: &PytorchOptions) -> Result<Self, PytorchError> {
+    fn assemble(
+        path: &Path,
+        opened: Vec<Opened>,
+        options: &PytorchOptions,
+    ) -> Result<Self, PytorchError> {
         let mut table: Vec<(TensorInfo, Place)> = Vec::new();
         let mut shards = Vec::with_capacity(opened.len());
         let mut globals: Vec<String> = Vec::new();
@@ -273,7 +282,14 @@ impl PytorchSource {
         for (i, o) in opened.into_iter().enumerate() {
             table.extend(o.tensors.into_iter().map(|(info, placed)| {
                 let Placed { strided, storage } = placed;
-                (info, Place { shard: i, strided, storage })
+                (
+                    info,
+                    Place {
+                        shard: i,
+                        strided,
+                        storage,
+                    },
+                )
             }));
             for g in o.globals {
                 if !globals.contains(&g) {
@@ -385,8 +401,10 @@ impl PytorchSource {
     /// # Errors
     /// A tensor could not be read.
     pub fn to_writer(&self) -> Result<crate::Writer, ReadError> {
-        let mut writer = crate::Writer::from_source(self)?
-            .metadata("pytorch.format", format!("{:?}", self.format()).to_lowercase());
+        let mut writer = crate::Writer::from_source(self)?.metadata(
+            "pytorch.format",
+            format!("{:?}", self.format()).to_lowercase(),
+        );
         if let Some(key) = &self.key {
             writer = writer.metadata("pytorch.key", key.clone());
         }
@@ -406,7 +424,12 @@ impl PytorchSource {
     }
 
     /// A non-contiguous view's bytes, gathered into memory of their own.
-    fn gather(&self, info: &TensorInfo, place: &Place, strided: &Strided) -> Result<Bytes, ReadError> {
+    fn gather(
+        &self,
+        info: &TensorInfo,
+        place: &Place,
+        strided: &Strided,
+    ) -> Result<Bytes, ReadError> {
         let shard = &self.shards[place.shard];
         let storage = shard
             .source
@@ -419,7 +442,14 @@ impl PytorchSource {
             source: std::io::Error::other("larger than memory"),
         })?;
         aligned_bytes(len, |out| {
-            gather_into(out, &storage, info.shape(), &strided.strides, strided.offset, size);
+            gather_into(
+                out,
+                &storage,
+                info.shape(),
+                &strided.strides,
+                strided.offset,
+                size,
+            );
             Ok(())
         })
     }
@@ -428,7 +458,14 @@ impl PytorchSource {
 /// The bytes of each element of a view of `storage` (elements of `size` bytes) at `offset`
 /// with `strides`, in row-major order into `out` (validated when the file was opened: every
 /// element lies inside `storage`).
-fn gather_into(out: &mut [u8], storage: &[u8], shape: &[usize], strides: &[u64], offset: u64, size: usize) {
+fn gather_into(
+    out: &mut [u8],
+    storage: &[u8],
+    shape: &[usize],
+    strides: &[u64],
+    offset: u64,
+    size: usize,
+) {
     let rank = shape.len();
     if out.is_empty() {
         return;
@@ -440,7 +477,11 @@ fn gather_into(out: &mut [u8], storage: &[u8], shape: &[usize], strides: &[u64],
     }
     // Runs along the last dimension when it is contiguous.
     let inner = shape[rank - 1];
-    let run = if strides[rank - 1] == 1 { inner * size } else { size };
+    let run = if strides[rank - 1] == 1 {
+        inner * size
+    } else {
+        size
+    };
     let per_outer = if strides[rank - 1] == 1 { 1 } else { inner };
     let mut index = vec![0usize; rank];
     let mut written = 0;
@@ -624,14 +665,13 @@ fn zip_parts(
 }
 
 /// The zip format's pickle (its byte range) and storages.
-fn zip_layout(
-    all: &[u8],
-    options: &PytorchOptions,
-) -> Result<(StorageEntry, Storages), String> {
+fn zip_layout(all: &[u8], options: &PytorchOptions) -> Result<(StorageEntry, Storages), String> {
     let mut archive = zip::ZipArchive::new(Cursor::new(all)).map_err(|e| format!("zip: {e}"))?;
     let mut entries = Vec::with_capacity(archive.len());
     for i in 0..archive.len() {
-        let entry = archive.by_index_raw(i).map_err(|e| format!("zip entry {i}: {e}"))?;
+        let entry = archive
+            .by_index_raw(i)
+            .map_err(|e| format!("zip entry {i}: {e}"))?;
         let name = entry
             .name()
             .map_err(|e| format!("zip entry {i}: a name that is not UTF-8: {e}"))?
@@ -642,7 +682,10 @@ fn zip_layout(
         let stored = entry.compression() == zip::CompressionMethod::Stored;
         // What lies in the file (a stored entry's bytes are its contents).
         let len = entry.compressed_size();
-        if start.checked_add(len).is_none_or(|end| end > all.len() as u64) {
+        if start
+            .checked_add(len)
+            .is_none_or(|end| end > all.len() as u64)
+        {
             return Err(format!("zip entry '{name}' lies past the end of the file"));
         }
         if stored && entry.size() != len {
@@ -734,7 +777,9 @@ fn legacy_parts(all: &[u8], options: &PytorchOptions) -> Result<(Pickle, Storage
     }
     let protocol = next(&mut at)?;
     if !matches!(protocol.node(protocol.root), Node::Int(1001)) {
-        return Err(other("a legacy torch.save file of another protocol than 1001"));
+        return Err(other(
+            "a legacy torch.save file of another protocol than 1001",
+        ));
     }
     let info = next(&mut at)?;
     if let Node::Dict(entries) = info.node(info.root) {
@@ -742,7 +787,9 @@ fn legacy_parts(all: &[u8], options: &PytorchOptions) -> Result<(Pickle, Storage
             if matches!(info.node(k), Node::Str(s) if s == "little_endian")
                 && matches!(info.node(v), Node::Bool(false))
             {
-                return Err(other("a big-endian file: only little-endian files are read"));
+                return Err(other(
+                    "a big-endian file: only little-endian files are read",
+                ));
             }
         }
     }
@@ -768,7 +815,9 @@ fn legacy_parts(all: &[u8], options: &PytorchOptions) -> Result<(Pickle, Storage
         let head: [u8; 8] = all
             .get(at..at + 8)
             .and_then(|h| h.try_into().ok())
-            .ok_or_else(|| Fault::Other(format!("storage '{key}' is missing: the file ends first")))?;
+            .ok_or_else(|| {
+                Fault::Other(format!("storage '{key}' is missing: the file ends first"))
+            })?;
         at += 8;
         let numel = u64::from_le_bytes(head);
         let len = numel
@@ -960,13 +1009,21 @@ fn place(
         .ok_or_else(|| "an offset past any storage".to_string())?;
     if len == 0 {
         let info = TensorInfo::external(name.to_string(), dtype, shape, start, 0);
-        return Ok((info, Placed { strided: None, storage: entry }));
+        return Ok((
+            info,
+            Placed {
+                strided: None,
+                storage: entry,
+            },
+        ));
     }
     let last = view
         .shape
         .iter()
         .zip(&view.stride)
-        .try_fold(offset, |at, (&d, &s)| at.checked_add((d - 1).checked_mul(s)?));
+        .try_fold(offset, |at, (&d, &s)| {
+            at.checked_add((d - 1).checked_mul(s)?)
+        });
     if last.is_none_or(|last| last >= numel_storage) {
         return Err(format!(
             "a view past the end of its storage: offset {offset}, shape {shape:?}, strides {:?}, \
@@ -976,13 +1033,19 @@ fn place(
     }
     let at = start + offset * size;
     let info = TensorInfo::external(name.to_string(), dtype, shape, at, len);
-    let strided = (!is_contiguous(&view.shape, &view.stride)).then(|| Strided {
+    let strided = (!is_contiguous(&view.shape, &view.stride)).then_some(Strided {
         base: start,
         storage_len,
         offset,
         strides: view.stride,
     });
-    Ok((info, Placed { strided, storage: entry }))
+    Ok((
+        info,
+        Placed {
+            strided,
+            storage: entry,
+        },
+    ))
 }
 
 impl TensorSource for PytorchSource {
@@ -995,10 +1058,12 @@ impl TensorSource for PytorchSource {
     }
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
-        let i = self.position(info.name()).ok_or_else(|| ReadError::NotFound {
-            file: self.file.clone(),
-            tensor: info.name().to_string(),
-        })?;
+        let i = self
+            .position(info.name())
+            .ok_or_else(|| ReadError::NotFound {
+                file: self.file.clone(),
+                tensor: info.name().to_string(),
+            })?;
         let place = &self.places[i];
         match &place.strided {
             None => self.shards[place.shard]
@@ -1046,20 +1111,19 @@ impl TensorSource for PytorchSource {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&key)
             .copied();
-        let actual = match known {
-            Some(actual) => actual,
-            None => {
-                let storage = self.shards[place.shard]
-                    .source
-                    .read(place.storage.start, place.storage.len, 1)
-                    .map_err(self.io_error(place.shard))?;
-                let actual = crc32fast::hash(&storage);
-                self.checked
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .insert(key, actual);
-                actual
-            }
+        let actual = if let Some(actual) = known {
+            actual
+        } else {
+            let storage = self.shards[place.shard]
+                .source
+                .read(place.storage.start, place.storage.len, 1)
+                .map_err(self.io_error(place.shard))?;
+            let actual = crc32fast::hash(&storage);
+            self.checked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(key, actual);
+            actual
         };
         if actual == expected {
             Ok(true)

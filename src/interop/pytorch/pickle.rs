@@ -228,7 +228,12 @@ impl Machine<'_> {
             .at
             .checked_add(n)
             .filter(|&e| e <= self.input.len())
-            .ok_or_else(|| fault(format!("{n} bytes announced, {} left", self.input.len() - self.at)))?;
+            .ok_or_else(|| {
+                fault(format!(
+                    "{n} bytes announced, {} left",
+                    self.input.len() - self.at
+                ))
+            })?;
         let bytes = &self.input[self.at..end];
         self.at = end;
         Ok(bytes)
@@ -281,7 +286,10 @@ impl Machine<'_> {
     }
 
     fn top(&self) -> Result<usize, Fault> {
-        self.stack.last().copied().ok_or_else(|| fault("the stack is empty"))
+        self.stack
+            .last()
+            .copied()
+            .ok_or_else(|| fault("the stack is empty"))
     }
 
     /// Everything above the last MARK, which is removed.
@@ -290,7 +298,7 @@ impl Machine<'_> {
         Ok(self.stack.split_off(mark.min(self.stack.len())))
     }
 
-    fn text(&mut self, bytes: &[u8]) -> Result<Node, Fault> {
+    fn text(bytes: &[u8]) -> Result<Node, Fault> {
         String::from_utf8(bytes.to_vec())
             .map(Node::Str)
             .map_err(|_| fault("a string that is not UTF-8"))
@@ -340,6 +348,9 @@ impl Machine<'_> {
         Ok(())
     }
 
+    /// One opcode after another until STOP: one arm an opcode, as the pickle protocol lists
+    /// them.
+    #[allow(clippy::too_many_lines)]
     fn run(&mut self) -> Result<usize, Fault> {
         loop {
             let op = self.byte()?;
@@ -403,7 +414,7 @@ impl Machine<'_> {
                         _ => self.len::<8>()?,
                     };
                     let bytes = self.take(n)?.to_vec();
-                    let node = self.text(&bytes)?;
+                    let node = Self::text(&bytes)?;
                     self.push(node);
                 }
                 b'U' | b'T' => {
@@ -449,7 +460,8 @@ impl Machine<'_> {
                     let item = self.pop()?;
                     self.extend(vec![item])?;
                 }
-                b'e' => {
+                // APPENDS, and ADDITEMS onto a set.
+                b'e' | 0x90 => {
                     let items = self.pop_mark()?;
                     self.extend(items)?;
                 }
@@ -470,10 +482,6 @@ impl Machine<'_> {
                     self.set_items(pairs)?;
                 }
                 0x8f => self.push(Node::Set(Vec::new())),
-                0x90 => {
-                    let items = self.pop_mark()?;
-                    self.extend(items)?;
-                }
                 0x91 => {
                     let items = self.pop_mark()?;
                     self.push(Node::Set(items));
@@ -519,8 +527,7 @@ impl Machine<'_> {
                     self.memo_put(key)?;
                 }
                 0x94 => {
-                    let key = u32::try_from(self.memo.len())
-                        .map_err(|_| fault("memo full"))?;
+                    let key = u32::try_from(self.memo.len()).map_err(|_| fault("memo full"))?;
                     self.memo_put(key)?;
                 }
                 b'h' => {
@@ -625,7 +632,11 @@ impl Machine<'_> {
             .iter()
             .map(|&i| self.int(i).and_then(|v| u64::try_from(v).ok()))
             .collect::<Option<Vec<u64>>>()
-            .ok_or_else(|| fault(format!("a tensor's {what} that is not non-negative integers")))
+            .ok_or_else(|| {
+                fault(format!(
+                    "a tensor's {what} that is not non-negative integers"
+                ))
+            })
     }
 
     /// REDUCE / NEWOBJ with a global of the table.
@@ -660,7 +671,9 @@ impl Machine<'_> {
             },
             Global::RebuildTensor | Global::RebuildTensorV2 => {
                 let Node::Storage(storage) = &self.nodes[arg(0)?] else {
-                    return Err(fault("a tensor rebuilt from something that is not a storage"));
+                    return Err(fault(
+                        "a tensor rebuilt from something that is not a storage",
+                    ));
                 };
                 let offset = self
                     .int(arg(1)?)
@@ -685,13 +698,17 @@ impl Machine<'_> {
             Global::RebuildParameter | Global::RebuildParameterWithState => {
                 match &self.nodes[arg(0)?] {
                     Node::Tensor(tensor) => Ok(Node::Tensor(tensor.clone())),
-                    _ => Err(fault("a parameter rebuilt from something that is not a tensor")),
+                    _ => Err(fault(
+                        "a parameter rebuilt from something that is not a tensor",
+                    )),
                 }
             }
             Global::RebuildFromTypeV2 => {
                 let (func, kind, inner) = (arg(0)?, arg(1)?, arg(2)?);
                 if !matches!(self.nodes[kind], Node::Global(Global::TensorType)) {
-                    return Err(fault("a tensor subclass other than torch.Tensor or Parameter"));
+                    return Err(fault(
+                        "a tensor subclass other than torch.Tensor or Parameter",
+                    ));
                 }
                 if !matches!(
                     self.nodes[func],
@@ -702,7 +719,9 @@ impl Machine<'_> {
                             | Global::RebuildParameterWithState
                     )
                 ) {
-                    return Err(fault("_rebuild_from_type_v2 of something other than a tensor"));
+                    return Err(fault(
+                        "_rebuild_from_type_v2 of something other than a tensor",
+                    ));
                 }
                 self.call(func, inner)
             }
@@ -727,7 +746,11 @@ fn long(bytes: Vec<u8>) -> Node {
         return Node::Int(0);
     }
     if bytes.len() <= 8 {
-        let fill = if bytes[bytes.len() - 1] & 0x80 != 0 { 0xff } else { 0 };
+        let fill = if bytes[bytes.len() - 1] & 0x80 != 0 {
+            0xff
+        } else {
+            0
+        };
         let mut wide = [fill; 8];
         wide[..bytes.len()].copy_from_slice(&bytes);
         return Node::Int(i64::from_le_bytes(wide));
@@ -769,7 +792,9 @@ mod tests {
         p.extend_from_slice(b"q\x01X\x01\x00\x00\x00aK\x01s.");
         let (pickle, used) = load(&p).unwrap();
         assert_eq!(used, p.len());
-        let Node::Dict(entries) = pickle.node(pickle.root) else { panic!() };
+        let Node::Dict(entries) = pickle.node(pickle.root) else {
+            panic!()
+        };
         assert_eq!(entries.len(), 1);
         assert!(matches!(pickle.node(entries[0].1), Node::Int(1)));
         assert_eq!(pickle.globals, ["collections.OrderedDict"]);
@@ -785,7 +810,12 @@ mod tests {
 
     #[test]
     fn truncated_and_overlong_lengths_are_errors() {
-        for p in [&b"\x80\x02X\xff\xff\xff\x7fab"[..], b"\x80\x02(", b"\x80\x02h\x05.", b"\x80\x02s."] {
+        for p in [
+            &b"\x80\x02X\xff\xff\xff\x7fab"[..],
+            b"\x80\x02(",
+            b"\x80\x02h\x05.",
+            b"\x80\x02s.",
+        ] {
             assert!(load(p).is_err(), "{p:?}");
         }
     }

@@ -10,8 +10,8 @@ use burn::tensor::Bytes;
 use safetensors::SafeTensors;
 
 use super::{ConvertError, map_file, to_burn};
-use crate::interop::index::{IndexError, ShardIndex};
 use crate::format::{TensorInfo, element_align};
+use crate::interop::index::{IndexError, ShardIndex};
 use crate::read::source::Source;
 use crate::read::{CopyReason, ReadError, TensorSource};
 
@@ -101,7 +101,7 @@ impl SafetensorsSource {
             path: path.to_path_buf(),
             message,
         };
-        let index = ShardIndex::read(path).map_err(|e| match e {
+        let index = ShardIndex::read(path, "safetensors").map_err(|e| match e {
             IndexError::Io(action, source) => ConvertError::Io {
                 path: path.to_path_buf(),
                 action,
