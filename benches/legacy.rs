@@ -95,45 +95,22 @@ fn main() {
         let size = std::fs::metadata(&file).unwrap().len();
         let file_arg = file.to_str().unwrap().to_string();
         let layers_arg = layers.to_string();
-        let mut samples = vec![Vec::new(); contenders.len()];
-        let mut ratios = vec![Vec::new(); contenders.len()];
-        for round in 0..runs {
-            let mut this_round = vec![None; contenders.len()];
-            for k in 0..contenders.len() {
-                let i = (round + k) % contenders.len();
-                let args = [contenders[i], file_arg.as_str(), layers_arg.as_str()];
-                let sample = if contenders[i] == "burn-0.21" {
-                    let mut command = Command::new(&fixtures);
-                    command.args(["load", &file_arg, &layers_arg]);
-                    common::run_command(command, &args)
-                } else {
-                    common::run_child(&args)
-                };
-                this_round[i] = Some(sample);
+        let (samples, ratios) = common::interleave(runs, contenders.len(), |i| {
+            let args = [contenders[i], file_arg.as_str(), layers_arg.as_str()];
+            if contenders[i] == "burn-0.21" {
+                let mut command = Command::new(&fixtures);
+                command.args(["load", &file_arg, &layers_arg]);
+                common::run_command(command, &args)
+            } else {
+                common::run_child(&args)
             }
-            let reference = this_round[0].unwrap().time.as_secs_f64();
-            for (i, sample) in this_round.into_iter().enumerate() {
-                let sample = sample.unwrap();
-                ratios[i].push(sample.time.as_secs_f64() / reference);
-                samples[i].push(sample);
-            }
-        }
-        for (i, who) in contenders.iter().enumerate() {
-            let times: Vec<_> = samples[i].iter().map(|s| s.time).collect();
-            let cpu = common::median(samples[i].iter().map(|s| s.cpu).collect());
-            let rise = samples[i]
-                .iter()
-                .map(|s| s.peak_kib.saturating_sub(s.base_kib))
-                .max()
-                .unwrap_or(0);
-            println!(
-                "| {name} ({} MiB) | {who} | {} | {:.2} | {:.0} | {} MiB |",
-                size >> 20,
-                common::spread(&times),
-                common::median_ratio(ratios[i].clone()),
-                cpu.as_secs_f64() * 1e3,
-                rise >> 10
-            );
-        }
+        });
+        common::print_rows(
+            &format!("{name} ({} MiB)", size >> 20),
+            &contenders,
+            &samples,
+            &ratios,
+            false,
+        );
     }
 }

@@ -132,50 +132,25 @@ fn main() {
     let file_arg = file.to_str().unwrap().to_string();
     let layers_arg = layers.to_string();
     for cold in [false, true] {
-        let mut samples = vec![Vec::new(); contenders.len()];
-        let mut ratios = vec![Vec::new(); contenders.len()];
-        for round in 0..runs {
-            let mut this_round = vec![None; contenders.len()];
-            for k in 0..contenders.len() {
-                let i = (round + k) % contenders.len();
-                if cold {
-                    common::evict_dir(dir.path());
-                } else {
-                    // Warm: the file in the page cache.
-                    common::read_sequentially(&file);
-                }
-                this_round[i] = Some(common::run_child(&[contenders[i], &file_arg, &layers_arg]));
+        let (samples, ratios) = common::interleave(runs, contenders.len(), |i| {
+            if cold {
+                common::evict_dir(dir.path());
+            } else {
+                // Warm: the file in the page cache.
+                common::read_sequentially(&file);
             }
-            let reference = this_round[0].unwrap().time.as_secs_f64();
-            for (i, sample) in this_round.into_iter().enumerate() {
-                let sample = sample.unwrap();
-                ratios[i].push(sample.time.as_secs_f64() / reference);
-                samples[i].push(sample);
-            }
-        }
-        for (i, who) in contenders.iter().enumerate() {
-            let times: Vec<_> = samples[i].iter().map(|s| s.time).collect();
-            let cpu = common::median(samples[i].iter().map(|s| s.cpu).collect());
-            let rise = samples[i]
-                .iter()
-                .map(|s| s.peak_kib.saturating_sub(s.base_kib))
-                .max()
-                .unwrap_or(0);
-            let anon = samples[i]
-                .iter()
-                .filter_map(|s| s.anon_kib)
-                .max()
-                .unwrap_or(0);
-            println!(
-                "| {} ({} MiB) | {who} | {} | {:.2} | {:.0} | {} MiB | {} MiB |",
+            common::run_child(&[contenders[i], &file_arg, &layers_arg])
+        });
+        common::print_rows(
+            &format!(
+                "{} ({} MiB)",
                 if cold { "cold" } else { "warm" },
-                size >> 20,
-                common::spread(&times),
-                common::median_ratio(ratios[i].clone()),
-                cpu.as_secs_f64() * 1e3,
-                rise >> 10,
-                anon >> 10
-            );
-        }
+                size >> 20
+            ),
+            &contenders,
+            &samples,
+            &ratios,
+            true,
+        );
     }
 }

@@ -255,3 +255,67 @@ pub fn read_sequentially(path: &std::path::Path) -> u64 {
     }
     total
 }
+
+/// Prints one markdown row a contender: `| label | name | time median (min-max) | ratio |
+/// CPU | peak RSS rise |`, and the anonymous memory gained when `anon` (the largest of the
+/// rounds for memory, medians otherwise).
+pub fn print_rows(
+    label: &str,
+    contenders: &[&str],
+    samples: &[Vec<Sample>],
+    ratios: &[Vec<f64>],
+    anon: bool,
+) {
+    for (i, who) in contenders.iter().enumerate() {
+        let times: Vec<_> = samples[i].iter().map(|s| s.time).collect();
+        let cpu = median(samples[i].iter().map(|s| s.cpu).collect());
+        let rise = samples[i]
+            .iter()
+            .map(|s| s.peak_kib.saturating_sub(s.base_kib))
+            .max()
+            .unwrap_or(0);
+        let anon_column = if anon {
+            let kib = samples[i]
+                .iter()
+                .filter_map(|s| s.anon_kib)
+                .max()
+                .unwrap_or(0);
+            format!(" {} MiB |", kib >> 10)
+        } else {
+            String::new()
+        };
+        println!(
+            "| {label} | {who} | {} | {:.2} | {:.0} | {} MiB |{anon_column}",
+            spread(&times),
+            median_ratio(ratios[i].clone()),
+            cpu.as_secs_f64() * 1e3,
+            rise >> 10
+        );
+    }
+}
+
+/// `runs` rounds over `count` contenders, the order rotated each round (round `r` starts
+/// with contender `r % count`); `measure(i)` measures contender `i`. Returns each contender's
+/// samples and its per-round ratio of time to contender 0's (the reference).
+pub fn interleave(
+    runs: usize,
+    count: usize,
+    mut measure: impl FnMut(usize) -> Sample,
+) -> (Vec<Vec<Sample>>, Vec<Vec<f64>>) {
+    let mut samples = vec![Vec::new(); count];
+    let mut ratios = vec![Vec::new(); count];
+    for round in 0..runs {
+        let mut this_round = vec![None; count];
+        for k in 0..count {
+            let i = (round + k) % count;
+            this_round[i] = Some(measure(i));
+        }
+        let this_round: Vec<Sample> = this_round.into_iter().flatten().collect();
+        let reference = this_round[0].time.as_secs_f64();
+        for (i, sample) in this_round.into_iter().enumerate() {
+            ratios[i].push(sample.time.as_secs_f64() / reference);
+            samples[i].push(sample);
+        }
+    }
+    (samples, ratios)
+}

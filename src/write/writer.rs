@@ -102,16 +102,7 @@ impl Writer {
             .tensors_by_position()
             .filter(|info| info.name().starts_with(prefix))
             .collect();
-        if source.wants_prefetch() {
-            source.prefetch(&wanted)?;
-        }
-        let mut entries = Vec::with_capacity(wanted.len());
-        for info in wanted {
-            let bytes = source.read(info)?;
-            source.check(info, &bytes)?;
-            entries.push(Entry::from_stored(info, bytes).renamed(&info.name()[prefix.len()..]));
-        }
-        let mut writer = Self::new(entries);
+        let mut writer = Self::new(read_entries(source, &wanted, prefix.len())?);
         for (k, v) in layout.scalars() {
             if let Some(name) = k.strip_prefix(prefix) {
                 writer = writer.scalar(name, *v);
@@ -149,16 +140,7 @@ impl Writer {
     ) -> Result<Self, crate::read::ReadError> {
         let mut wanted: Vec<&crate::format::TensorInfo> = source.tensors().iter().collect();
         wanted.sort_by_key(|t| t.offset());
-        if source.wants_prefetch() {
-            source.prefetch(&wanted)?;
-        }
-        let mut entries = Vec::with_capacity(wanted.len());
-        for info in wanted {
-            let bytes = source.read(info)?;
-            source.check(info, &bytes)?;
-            entries.push(Entry::from_stored(info, bytes));
-        }
-        Ok(Self::new(entries))
+        Ok(Self::new(read_entries(source, &wanted, 0)?))
     }
 
     /// The entries, in write order, for a writer of another format (the safetensors writer
@@ -532,4 +514,29 @@ pub(crate) fn write_slots(
             Ok(())
         })
     }
+}
+
+/// `wanted` (tensors of `source`, in the order to write them) as entries: fetched first when
+/// the source wants it, each read and checked against its checksum, its name without its
+/// first `strip` bytes (a prefix already matched).
+fn read_entries<S: crate::read::TensorSource + ?Sized>(
+    source: &S,
+    wanted: &[&crate::format::TensorInfo],
+    strip: usize,
+) -> Result<Vec<Entry>, crate::read::ReadError> {
+    if source.wants_prefetch() {
+        source.prefetch(wanted)?;
+    }
+    let mut entries = Vec::with_capacity(wanted.len());
+    for &info in wanted {
+        let bytes = source.read(info)?;
+        source.check(info, &bytes)?;
+        let entry = Entry::from_stored(info, bytes);
+        entries.push(if strip == 0 {
+            entry
+        } else {
+            entry.renamed(&info.name()[strip..])
+        });
+    }
+    Ok(entries)
 }

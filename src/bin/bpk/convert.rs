@@ -3,6 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
+use burnpack::interop::burn_record::LegacySource;
+use burnpack::interop::pytorch::PytorchSource;
+use burnpack::read::TensorSource;
+
 use crate::open::*;
 use crate::print::*;
 use crate::remote;
@@ -35,38 +39,29 @@ pub(crate) fn convert(
     if is_url(input) || is_url(output) {
         return convert_remote(input, output, to, shard_size);
     }
+    // A torch.save file or a Burn 0.14-0.21 record becomes a pack (its origin kept as
+    // metadata: `pytorch.*`, `burn.record.*`) or safetensors.
     if crate::pytorch::is_pytorch(input) {
-        // A torch.save file becomes a pack (its origin as metadata) or safetensors.
         let source = crate::pytorch::open(input)?;
-        if to == Format::Safetensors {
-            let written =
-                burnpack::interop::safetensors::source_to_safetensors(&source, output, shard_size)
-                    .map_err(Failure::file)?;
-            return Ok(converted_to_safetensors(input, output, &written));
-        }
-        let size = source
-            .to_writer()
-            .map_err(Failure::file)?
-            .write_to_file(output)
-            .map_err(Failure::file)?;
-        return Ok(converted(input, output, size));
+        return convert_source(
+            &source,
+            PytorchSource::to_writer,
+            input,
+            output,
+            to,
+            shard_size,
+        );
     }
     if crate::legacy::is_legacy(input) {
-        // A Burn 0.14-0.21 record becomes a pack (checksums, producer, the record's metadata
-        // kept as `burn.record.*` entries).
-        if to != Format::Burnpack {
-            return Err(Failure::usage(format!(
-                "{}: a Burn record converts to a pack (.bpk); convert that pack further",
-                input.display()
-            )));
-        }
         let source = crate::legacy::open(input)?;
-        let size = source
-            .to_writer()
-            .map_err(Failure::file)?
-            .write_to_file(output)
-            .map_err(Failure::file)?;
-        return Ok(converted(input, output, size));
+        return convert_source(
+            &source,
+            LegacySource::to_writer,
+            input,
+            output,
+            to,
+            shard_size,
+        );
     }
     let size = match (is_burnpack_file(input)?, to) {
         (false, Format::Burnpack) => {
@@ -87,6 +82,29 @@ pub(crate) fn convert(
         }
     }
     .map_err(Failure::file)?;
+    Ok(converted(input, output, size))
+}
+
+/// Writes `source` (a file of another format) as a pack, with `writer` (which adds the
+/// source's metadata), or as safetensors.
+fn convert_source<S: TensorSource + ?Sized>(
+    source: &S,
+    writer: impl FnOnce(&S) -> Result<burnpack::Writer, burnpack::read::ReadError>,
+    input: &Path,
+    output: &Path,
+    to: Format,
+    shard_size: Option<u64>,
+) -> Result<u8, Failure> {
+    if to == Format::Safetensors {
+        let written =
+            burnpack::interop::safetensors::source_to_safetensors(source, output, shard_size)
+                .map_err(Failure::file)?;
+        return Ok(converted_to_safetensors(input, output, &written));
+    }
+    let size = writer(source)
+        .map_err(Failure::file)?
+        .write_to_file(output)
+        .map_err(Failure::file)?;
     Ok(converted(input, output, size))
 }
 

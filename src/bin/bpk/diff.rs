@@ -260,10 +260,7 @@ pub(crate) fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Fa
         && found.metadata.is_empty()
         && found.scalars.is_empty();
     if as_json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&found).expect("JSON of plain values")
-        );
+        print_json(&serde_json::to_value(&found).expect("JSON of plain values"));
     } else {
         found.print_text();
     }

@@ -95,10 +95,7 @@ pub(crate) fn inspect_pack(
             "fetched_bytes": fetched.map(|(bytes, _)| bytes),
             "requests": fetched.map(|(_, requests)| requests),
         });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).expect("JSON of plain values")
-        );
+        print_json(&out);
         return 0;
     }
     println!(
@@ -192,10 +189,7 @@ pub(crate) fn inspect_safetensors(
                 v
             }).collect::<Vec<_>>(),
         });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).expect("JSON of plain values")
-        );
+        print_json(&out);
         return Ok(0);
     }
     println!(
@@ -217,21 +211,7 @@ pub(crate) fn inspect_safetensors(
         println!("unaligned: {unaligned} tensors (copied when loaded)");
     }
     print_metadata(source.metadata());
-    let width = name_width(&shown);
-    println!(
-        "{:<width$}  {:>9}  {:>16}  {:>12}  shard",
-        "name", "dtype", "shape", "bytes"
-    );
-    for t in &shown {
-        println!(
-            "{:<width$}  {:>9}  {:>16}  {:>12}  {}",
-            t.name(),
-            dtype_name(t.dtype()),
-            format!("{:?}", t.shape()),
-            t.len(),
-            shard_name(source.shard_of(t))
-        );
-    }
+    print_tensor_table(&shown, "shard", |t| shard_name(source.shard_of(t)));
     filtered(filter, shown.len(), census.count);
     Ok(0)
 }

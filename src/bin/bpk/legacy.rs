@@ -50,10 +50,7 @@ pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&Regex>) -> Res
             "metadata": source.metadata(),
             "tensors": shown.iter().map(|t| tensor_json(t)).collect::<Vec<_>>(),
         });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).expect("JSON of plain values")
-        );
+        print_json(&out);
         return Ok(0);
     }
     println!(
@@ -65,21 +62,9 @@ pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&Regex>) -> Res
     );
     println!("precision: float {}, int {}", meta.float, meta.int);
     census.print();
-    let width = name_width(&shown);
-    println!(
-        "{:<width$}  {:>9}  {:>16}  {:>12}  {:>20}",
-        "name", "dtype", "shape", "bytes", "param id"
-    );
-    for t in &shown {
-        println!(
-            "{:<width$}  {:>9}  {:>16}  {:>12}  {:>20}",
-            t.name(),
-            dtype_name(t.dtype()),
-            format!("{:?}", t.shape()),
-            t.len(),
-            t.param_id().map_or_else(String::new, |id| id.to_string())
-        );
-    }
+    print_tensor_table(&shown, "param id", |t| {
+        t.param_id().map_or_else(String::new, |id| id.to_string())
+    });
     filtered(filter, shown.len(), census.count);
     Ok(0)
 }

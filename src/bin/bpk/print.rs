@@ -99,6 +99,38 @@ pub(crate) fn name_width(shown: &[&TensorInfo]) -> usize {
         .max(4)
 }
 
+/// The tensor table of `inspect` for sources other than packs: name, dtype, shape, bytes and
+/// one column of the source's own (`header`, each row's `value`).
+pub(crate) fn print_tensor_table(
+    shown: &[&TensorInfo],
+    header: &str,
+    value: impl Fn(&TensorInfo) -> String,
+) {
+    let width = name_width(shown);
+    println!(
+        "{:<width$}  {:>9}  {:>16}  {:>12}  {header}",
+        "name", "dtype", "shape", "bytes"
+    );
+    for t in shown {
+        println!(
+            "{:<width$}  {:>9}  {:>16}  {:>12}  {}",
+            t.name(),
+            dtype_name(t.dtype()),
+            format!("{:?}", t.shape()),
+            t.len(),
+            value(t)
+        );
+    }
+}
+
+/// `inspect --json`'s output.
+pub(crate) fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("JSON of plain values")
+    );
+}
+
 /// The last line of a filtered `inspect`.
 pub(crate) fn filtered(filter: Option<&Regex>, shown: usize, total: usize) {
     if filter.is_some() {

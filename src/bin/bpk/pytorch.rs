@@ -71,10 +71,7 @@ pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&Regex>) -> Res
                 row
             }).collect::<Vec<_>>(),
         });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).expect("JSON of plain values")
-        );
+        print_json(&out);
         return Ok(0);
     }
     println!(
@@ -92,21 +89,9 @@ pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&Regex>) -> Res
     }
     println!("globals: {}", source.globals().join(", "));
     census.print();
-    let width = name_width(&shown);
-    println!(
-        "{:<width$}  {:>9}  {:>16}  {:>12}  load",
-        "name", "dtype", "shape", "bytes"
-    );
-    for t in &shown {
-        println!(
-            "{:<width$}  {:>9}  {:>16}  {:>12}  {}",
-            t.name(),
-            dtype_name(t.dtype()),
-            format!("{:?}", t.shape()),
-            t.len(),
-            copy(t).unwrap_or_else(|| "view".to_string())
-        );
-    }
+    print_tensor_table(&shown, "load", |t| {
+        copy(t).unwrap_or_else(|| "view".to_string())
+    });
     filtered(filter, shown.len(), census.count);
     Ok(0)
 }
