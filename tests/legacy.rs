@@ -10,9 +10,11 @@
 
 #![allow(deprecated)] // ndarray: deprecated in Burn 0.22, still a backend users load onto
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
-use burn::module::{Module, ModuleVisitor, Param, ParamId};
+use burn::module::{Module, Param, ParamId};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::{
     BatchNorm, BatchNormConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear,
@@ -213,46 +215,6 @@ fn every_tensor_of_every_recorder_matches_what_burn_0_21_loads() {
     );
 }
 
-/// What a module holds, by path: id, dtype and values.
-#[derive(Default)]
-struct Held {
-    path: Vec<String>,
-    params: Vec<(String, u64, DType, Vec<f64>)>,
-}
-
-impl Held {
-    fn push(&mut self, id: ParamId, data: TensorData) {
-        let dtype = data.dtype();
-        let values = match dtype {
-            DType::Bool(_) => data
-                .iter::<bool>()
-                .map(|b| f64::from(u8::from(b)))
-                .collect(),
-            _ => as_f32(data.convert::<f64>().iter::<f64>().collect()),
-        };
-        self.params
-            .push((self.path.join("."), id.val(), dtype, values));
-    }
-}
-
-impl ModuleVisitor for Held {
-    fn enter_module(&mut self, name: &str, _: &str) {
-        self.path.push(name.to_string());
-    }
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.path.pop();
-    }
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        self.push(param.id, param.val().into_data());
-    }
-    fn visit_int<const D: usize>(&mut self, param: &Param<Tensor<D, Int>>) {
-        self.push(param.id, param.val().into_data());
-    }
-    fn visit_bool<const D: usize>(&mut self, param: &Param<Tensor<D, Bool>>) {
-        self.push(param.id, param.val().into_data());
-    }
-}
-
 #[test]
 fn a_burn_0_21_model_loads_into_the_same_model_under_burn_0_22_in_one_call() {
     for device in [Device::flex(), Device::ndarray()] {
@@ -266,13 +228,11 @@ fn a_burn_0_21_model_loads_into_the_same_model_under_burn_0_22_in_one_call() {
             let (model, report) = Zoo::new(&device)
                 .load_from_source_with_report(&source, &LoadOptions::new())
                 .unwrap_or_else(|e| panic!("{file} on {device:?}: {e}"));
-            let mut held = Held::default();
-            model.visit(&mut held);
+            let held = common::held::held(&model);
             let expected = expected(expected_file);
-            assert_eq!(held.params.len(), expected.len());
+            assert_eq!(held.len(), expected.len());
             for want in &expected {
                 let (_, id, _, values) = held
-                    .params
                     .iter()
                     .find(|(path, ..)| *path == want.path)
                     .unwrap_or_else(|| panic!("{file}: the model has no '{}'", want.path));
@@ -510,10 +470,9 @@ fn a_converted_record_is_a_pack_that_burn_0_22_loads() {
         let burns = Zoo::new(&device).try_load_file(&pack).unwrap();
         let expected = expected("zoo.expected.json");
         for model in [ours, burns] {
-            let mut held = Held::default();
-            model.visit(&mut held);
+            let held = common::held::held(&model);
             for want in &expected {
-                let (_, _, _, values) = held.params.iter().find(|(p, ..)| *p == want.path).unwrap();
+                let (_, _, _, values) = held.iter().find(|(p, ..)| *p == want.path).unwrap();
                 assert_eq!(*values, want.values, "{file}: {}", want.path);
             }
         }
@@ -618,14 +577,13 @@ mod train {
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optim.step(sched.step(), model, grads);
         }
-        let mut held = Held::default();
-        model.visit(&mut held);
+        let held = common::held::held(&model);
         let text = std::fs::read_to_string(data(dir).join("expected.json")).unwrap();
         let json: serde_json::Value = serde_json::from_str(&text).unwrap();
         for want in json["tensors"].as_array().unwrap() {
             let path = want["path"].as_str().unwrap();
             let values: Vec<f64> = serde_json::from_value(want["values"].clone()).unwrap();
-            let (_, _, _, got) = held.params.iter().find(|(p, ..)| p == path).unwrap();
+            let (_, _, _, got) = held.iter().find(|(p, ..)| p == path).unwrap();
             for (g, w) in got.iter().zip(&values) {
                 assert!(
                     (g - w).abs() <= 1e-5 * w.abs().max(1.0),
@@ -939,9 +897,8 @@ fn records_written_by_burn_0_16_load_into_the_same_model_under_burn_0_22() {
             .load_from_source_with_report(&source, &LoadOptions::new())
             .unwrap_or_else(|e| panic!("{file}: {e}"));
         assert_eq!(report.loaded(), expected.len(), "{file}");
-        let mut held = Held::default();
-        model.visit(&mut held);
-        for (path, _, _, values) in &held.params {
+        let held = common::held::held(&model);
+        for (path, _, _, values) in &held {
             let info = source.tensors().iter().find(|t| t.name() == path).unwrap();
             assert_eq!(
                 *values,

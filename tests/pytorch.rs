@@ -470,12 +470,10 @@ fn sharded_checkpoints_load_through_their_index() {
 /// transposed, norms' weight/bias as gamma/beta).
 #[test]
 fn model_shaped_files_load_into_burn_modules() {
-    use burn::module::{ModuleVisitor, Param};
     use burn::nn::conv::{Conv2d, Conv2dConfig};
     use burn::nn::{
         BatchNorm, BatchNormConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig,
     };
-    use burn::tensor::Tensor;
 
     #[derive(Module, Debug)]
     struct Convs {
@@ -499,28 +497,6 @@ fn model_shaped_files_load_into_burn_modules() {
         fc1: Linear,
         fc2: Linear,
     }
-    /// Every float parameter's path and values.
-    #[derive(Default)]
-    struct Held {
-        path: Vec<String>,
-        params: Vec<(String, Vec<usize>, Vec<f32>)>,
-    }
-    impl ModuleVisitor for Held {
-        fn enter_module(&mut self, name: &str, _: &str) {
-            self.path.push(name.to_string());
-        }
-        fn exit_module(&mut self, _: &str, _: &str) {
-            self.path.pop();
-        }
-        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-            let t = param.val();
-            self.params.push((
-                self.path.join("."),
-                t.dims().to_vec(),
-                t.into_data().try_to_vec::<f32>().unwrap(),
-            ));
-        }
-    }
     /// Loads `file` into `module` and checks every parameter against the oracle's tensor of
     /// the PyTorch name `torch_name(path)`, transposed when `transposed(path)`.
     fn check<M: Module>(
@@ -535,24 +511,23 @@ fn model_shaped_files_load_into_burn_modules() {
         let loaded = module
             .load_from_source(&source, &LoadOptions::new().pytorch(true))
             .unwrap_or_else(|e| panic!("{file}: {e}"));
-        let mut held = Held::default();
-        loaded.visit(&mut held);
-        assert!(!held.params.is_empty());
-        for (name, dims, got) in &held.params {
+        let held = common::held::held(&loaded);
+        assert!(!held.is_empty());
+        for (name, _, _, got) in &held {
             let want = oracle
                 .get(&torch_name(name))
                 .unwrap_or_else(|| panic!("{file}: {name}"));
             let values = values(&want.read().unwrap());
-            let want: Vec<f32> = if transposed(name) {
+            let want: Vec<f64> = if transposed(name) {
                 let (rows, cols) = (want.shape()[0], want.shape()[1]);
                 (0..cols)
                     .flat_map(|c| (0..rows).map(move |r| (r, c)))
-                    .map(|(r, c)| values[r * cols + c])
+                    .map(|(r, c)| f64::from(values[r * cols + c]))
                     .collect()
             } else {
-                values
+                values.into_iter().map(f64::from).collect()
             };
-            assert_eq!(got, &want, "{file}: {name} {dims:?}");
+            assert_eq!(got, &want, "{file}: {name}");
         }
     }
     let device = Device::flex();
