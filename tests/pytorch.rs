@@ -426,6 +426,19 @@ fn hostile_files_are_clear_errors_and_nothing_runs() {
     let whole = std::fs::read(data("linear__linear.pt")).unwrap();
     std::fs::write(file("cut.pt"), &whole[..whole.len() / 2]).unwrap();
     refused(&file("cut.pt"), "zip");
+    // The legacy format: the same unpickler, reached after the magic number, the protocol
+    // and the system information.
+    let mut legacy = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.".to_vec();
+    legacy.extend_from_slice(b"\x80\x02M\xe9\x03.\x80\x02}.");
+    legacy.extend(
+        Pickler::new()
+            .global("posix", "system")
+            .str("touch /tmp/burnpack-pwned")
+            .op(b"\x85R")
+            .finish(),
+    );
+    std::fs::write(file("legacy-system.pt"), &legacy).unwrap();
+    refused(&file("legacy-system.pt"), "posix.system");
     assert!(!Path::new("/tmp/burnpack-pwned").exists());
 }
 
@@ -642,4 +655,58 @@ fn bit_flips_in_zip_archives_fail_verified_loads() {
             assert!(load(false).is_ok());
         }
     }
+}
+
+/// `nn.Parameter`s and tensor subclasses pickle as wrappers around the tensor
+/// (`_rebuild_parameter`, `_rebuild_parameter_with_state`, `_rebuild_from_type_v2`): each
+/// unwraps to its tensor; the globals they use are listed.
+#[test]
+fn parameter_and_subclass_wrappers_unwrap_to_their_tensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wrapped.pt");
+    let storages = [StorageSpec::f32(&[1., 2., 3., 4.])];
+    let view = View::whole("", 0, &[4]);
+    let mut p = Pickler::new();
+    p.global("collections", "OrderedDict").op(b")R(");
+    // A parameter.
+    p.str("param")
+        .global("torch._utils", "_rebuild_parameter")
+        .op(b"(");
+    p.tensor(&view, "FloatStorage", 4)
+        .op(b"\x89")
+        .global("collections", "OrderedDict")
+        .op(b")RtR");
+    // A parameter with state.
+    p.str("stateful")
+        .global("torch._utils", "_rebuild_parameter_with_state")
+        .op(b"(");
+    p.tensor(&view, "FloatStorage", 4)
+        .op(b"\x89")
+        .global("collections", "OrderedDict")
+        .op(b")R}tR");
+    // A tensor subclass rebuilt by type.
+    p.str("typed")
+        .global("torch._tensor", "_rebuild_from_type_v2")
+        .op(b"(")
+        .global("torch._utils", "_rebuild_tensor_v2")
+        .global("torch.nn.parameter", "Parameter");
+    p.tensor_args(&view, "FloatStorage", 4).op(b"}tR");
+    p.op(b"u");
+    write_zip(&path, &p.finish(), &storages, ZipOptions::default());
+    let source = PytorchSource::open(&path).unwrap();
+    for name in ["param", "stateful", "typed"] {
+        let info = source.tensor(name).unwrap_or_else(|| panic!("{name}"));
+        assert_eq!(values(&source.read(info).unwrap()), [1., 2., 3., 4.]);
+    }
+    for global in [
+        "torch._utils._rebuild_parameter",
+        "torch._utils._rebuild_parameter_with_state",
+        "torch._tensor._rebuild_from_type_v2",
+        "torch.nn.parameter.Parameter",
+    ] {
+        assert!(source.globals().iter().any(|g| g == global), "{global}");
+    }
+    // burn-store's reader agrees on the same file.
+    let oracle = PytorchReader::new(&path).unwrap();
+    assert_eq!(oracle.tensors().len(), 3);
 }

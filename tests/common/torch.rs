@@ -96,8 +96,12 @@ impl Pickler {
     /// `_rebuild_tensor_v2(...)` of `view` over a storage of `numel` elements of `kind`.
     pub fn tensor(&mut self, view: &View, kind: &str, numel: u64) -> &mut Self {
         self.global("torch._utils", "_rebuild_tensor_v2");
+        self.tensor_args(view, kind, numel).op(b"R")
+    }
+    /// The argument tuple of `_rebuild_tensor_v2`: `(storage, offset, size, stride, False,
+    /// OrderedDict())`, the storage a persistent id.
+    pub fn tensor_args(&mut self, view: &View, kind: &str, numel: u64) -> &mut Self {
         self.0.push(b'(');
-        // The persistent id.
         self.0.push(b'(');
         self.str("storage").global("torch", kind);
         self.str(&view.storage.to_string()).str("cpu").int(numel);
@@ -107,7 +111,7 @@ impl Pickler {
             .tuple_of(&view.stride);
         self.0.push(0x89);
         self.global("collections", "OrderedDict").op(b")R");
-        self.0.extend_from_slice(b"tR");
+        self.0.push(b't');
         self
     }
     /// An `OrderedDict` of `views`.
