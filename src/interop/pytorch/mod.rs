@@ -578,7 +578,8 @@ impl Opened {
         let (format, pickle, storages, pickle_entry) = if all.starts_with(b"PK\x03\x04") {
             let (pickle, storages, entry) = zip_parts(&all, options).map_err(fault)?;
             (PytorchFormat::Zip, pickle, storages, Some(entry))
-        } else if all.starts_with(&[0x80, 0x02]) {
+        } else if all.len() > 1 && all[0] == 0x80 && (2..=5).contains(&all[1]) {
+            // The legacy format, written with pickle protocol 2 (the default) or a later one.
             let (pickle, storages) = legacy_parts(&all, options).map_err(fault)?;
             (PytorchFormat::Legacy, pickle, storages, None)
         } else {
