@@ -17,6 +17,7 @@ pub(crate) enum Source {
         provider: Provider,
     },
     /// Already in the file (a staged write's earlier stage): only the length is left.
+    #[cfg_attr(not(feature = "optim"), allow(dead_code))]
     Written(u64),
 }
 
@@ -196,6 +197,7 @@ impl Entry {
 
     /// What is left of the entry once its bytes are in the file: name, dtype, shape, id and
     /// length, for the head that is planned after every stage of a staged write.
+    #[cfg_attr(not(feature = "optim"), allow(dead_code))]
     pub(crate) fn husk(&self) -> Self {
         Self {
             name: self.name.clone(),

@@ -19,6 +19,8 @@ mod error;
 mod options;
 mod plan;
 pub(crate) mod slots;
+// Staged writes are the checkpoints' (feature `optim`).
+#[cfg(feature = "optim")]
 pub(crate) mod staged;
 mod writer;
 

@@ -128,6 +128,7 @@ impl Plan {
     ///
     /// # Errors
     /// As [`new`](Self::new).
+    #[cfg_attr(not(feature = "optim"), allow(dead_code))]
     pub(crate) fn with_data_start(
         entries: &[Entry],
         metadata: &BTreeMap<String, String>,
@@ -247,6 +248,7 @@ impl serde::Serialize for Tensors<'_> {
 
 /// Metadata key of the spaces that fill a staged write's reserved head (see
 /// [`Plan::with_data_start`]).
+#[cfg_attr(not(feature = "optim"), allow(dead_code))]
 pub(crate) const PADDING_KEY: &str = "burnpack.padding";
 
 /// Slots for `entries` laid out after relative offset `from` (each at the next multiple of

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use super::walk::Leaf;
 use super::{LegacyError, LegacySource, param_id};
 use crate::format::Scalar;
-use crate::read::{Reader, TensorSource};
+use crate::read::TensorSource;
 use crate::write::{Entry, Writer};
 
 /// The LR scheduler a Burn 0.14-0.21 scheduler record belongs to (its record is a bare
@@ -183,6 +183,7 @@ impl LegacySource {
 }
 
 /// The record of `part` for `epoch` in a burn-train directory, whichever recorder wrote it.
+#[cfg(feature = "optim")]
 fn find_part(dir: &Path, part: &str, epoch: u64) -> Option<PathBuf> {
     ["mpk.gz", "mpk", "json.gz", "json"]
         .into_iter()
@@ -253,9 +254,9 @@ pub fn import_legacy_burn_train(
     };
     // In-memory packs of Burn 0.22's three files, as burn-train 0.22 would have written them
     // (no checksums: the checkpoint written from them carries its own).
-    let pack = |writer: Writer| -> Result<Reader, LegacyError> {
+    let pack = |writer: Writer| -> Result<crate::read::Reader, LegacyError> {
         let bytes = writer.checksums(false).into_bytes().map_err(write_error)?;
-        Reader::from_bytes(bytes).map_err(|e| LegacyError::Invalid {
+        crate::read::Reader::from_bytes(bytes).map_err(|e| LegacyError::Invalid {
             path: out.to_path_buf(),
             reason: e.to_string(),
         })

@@ -36,6 +36,7 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "optim")]
 mod checkpoints;
 mod source;
 mod upload;
@@ -51,6 +52,7 @@ use crate::format::FormatError;
 use crate::read::ReadError;
 use crate::write::WriteError;
 
+#[cfg(feature = "optim")]
 pub use checkpoints::{ObjectPrefix, RemoteCheckpointEntry, RemoteCheckpointManager};
 pub use source::ObjectSource;
 pub use upload::{UploadOptions, upload};
