@@ -53,6 +53,18 @@ use pickle::{Node, Pickle, PickleError, TensorView};
 
 /// Why a `torch.save` file could not be opened. Every variant names the file; tensor errors
 /// name the tensor too.
+///
+/// ```
+/// use burnpack::interop::pytorch::{PytorchError, PytorchSource};
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("empty.pt");
+/// std::fs::write(&path, b"").unwrap();
+/// match PytorchSource::open(&path) {
+///     Err(PytorchError::Refused { global, .. }) => println!("malicious: {global}"),
+///     Err(e) => println!("{e}"), // names empty.pt
+///     Ok(_) => unreachable!(),
+/// }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PytorchError {
@@ -135,6 +147,14 @@ impl PytorchOptions {
 }
 
 /// The two containers `torch.save` writes.
+///
+/// ```no_run
+/// use burnpack::interop::pytorch::{PytorchFormat, PytorchSource};
+/// let source = PytorchSource::open("old-model.pth").unwrap();
+/// if source.format() == PytorchFormat::Legacy {
+///     println!("written before PyTorch 1.6: its tensors are copied when loaded");
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PytorchFormat {
