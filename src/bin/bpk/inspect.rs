@@ -73,10 +73,7 @@ pub(crate) fn inspect_pack(
     filter: Option<&Regex>,
     fetched: Option<(u64, u64)>,
 ) -> u8 {
-    let shown: Vec<&TensorInfo> = layout
-        .tensors_by_position()
-        .filter(|t| filter.is_none_or(|re| re.is_match(t.name())))
-        .collect();
+    let shown = matching(layout.tensors_by_position(), filter);
     let census = Census::of(layout.tensors());
     if as_json {
         let out = json!({
@@ -162,10 +159,7 @@ pub(crate) fn inspect_safetensors(
         shard.0 += 1;
         shard.1 += t.len();
     }
-    let shown: Vec<&TensorInfo> = tensors
-        .iter()
-        .filter(|t| filter.is_none_or(|re| re.is_match(t.name())))
-        .collect();
+    let shown = matching(tensors.iter(), filter);
     let shard_name = |p: &Path| {
         p.file_name().map_or_else(
             || p.display().to_string(),

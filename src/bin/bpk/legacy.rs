@@ -1,8 +1,7 @@
 //! Records of Burn 0.14-0.21 (`.mpk`, `.mpk.gz`, `.json`, `.json.gz`) in `inspect` and
 //! `verify`; `convert` writes them as packs (`convert.rs`).
 
-use burnpack::format::TensorInfo;
-use burnpack::interop::burn_record::{LegacySource, RecordFormat};
+use burnpack::interop::burn_record::{LegacySource, RecordFormat, SchedulerKind};
 use burnpack::read::TensorSource;
 use regex::Regex;
 use serde_json::json;
@@ -31,10 +30,7 @@ pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&Regex>) -> Res
     let meta = source.record_metadata();
     let tensors = source.tensors();
     let census = Census::of(tensors);
-    let shown: Vec<&TensorInfo> = tensors
-        .iter()
-        .filter(|t| filter.is_none_or(|re| re.is_match(t.name())))
-        .collect();
+    let shown = matching(tensors.iter(), filter);
     if as_json {
         let out = json!({
             "file": path.display().to_string(),
@@ -101,18 +97,8 @@ pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
 
 /// `migrate`: every epoch of a burn-train 0.14-0.21 checkpoint directory into one checkpoint
 /// in `new`, named as `PackCheckpointer` names it.
-pub(crate) fn migrate(old: &Path, new: &Path, scheduler: crate::Scheduler) -> Result<u8, Failure> {
-    use burnpack::interop::burn_record::{
-        SchedulerKind, burn_train_epochs, import_legacy_burn_train,
-    };
-    let kind = match scheduler {
-        crate::Scheduler::Constant => SchedulerKind::Constant,
-        crate::Scheduler::Exponential => SchedulerKind::Exponential,
-        crate::Scheduler::Cosine => SchedulerKind::Cosine,
-        crate::Scheduler::Linear => SchedulerKind::Linear,
-        crate::Scheduler::Step => SchedulerKind::Step,
-        crate::Scheduler::Noam => SchedulerKind::Noam,
-    };
+pub(crate) fn migrate(old: &Path, new: &Path, kind: SchedulerKind) -> Result<u8, Failure> {
+    use burnpack::interop::burn_record::{burn_train_epochs, import_legacy_burn_train};
     let epochs = burn_train_epochs(old).map_err(Failure::file)?;
     if epochs.is_empty() {
         return Err(Failure::file(format!(

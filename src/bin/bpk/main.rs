@@ -32,7 +32,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[command(
     name = "bpk",
     version,
-    about = "Inspect, verify, diff and convert burnpack (.bpk) files, safetensors weights and Burn 0.14-0.21 records"
+    about = "Inspect, verify, diff and convert burnpack (.bpk) files, safetensors weights, PyTorch torch.save files and Burn 0.14-0.21 records"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -95,16 +95,17 @@ enum Command {
         new: PathBuf,
         /// The LR scheduler the run used (Burn 0.21's scheduler record does not say).
         #[arg(long, value_enum, default_value = "constant")]
-        scheduler: Scheduler,
+        scheduler: burnpack::interop::burn_record::SchedulerKind,
     },
     /// Convert between burnpack and safetensors (format chosen by the output's extension,
-    /// or --to), and Burn 0.14-0.21 records to burnpack; a pack also copies to or from object
+    /// or --to), and PyTorch torch.save files and Burn 0.14-0.21 records to either; a pack also copies to or from object
     /// storage (s3:// URLs).
     #[command(
-        after_help = "Examples:\n  bpk convert model.safetensors model.bpk\n  bpk convert model.safetensors.index.json model.bpk\n  bpk convert model.bpk model.safetensors --shard-size 5000000000\n  bpk convert model.safetensors s3://models/run-7/model.bpk\n  bpk convert s3://models/run-7/model.bpk model.safetensors\n  bpk convert model-3.mpk.gz model.bpk"
+        after_help = "Examples:\n  bpk convert model.safetensors model.bpk\n  bpk convert model.safetensors.index.json model.bpk\n  bpk convert model.bpk model.safetensors --shard-size 5000000000\n  bpk convert model.safetensors s3://models/run-7/model.bpk\n  bpk convert s3://models/run-7/model.bpk model.safetensors\n  bpk convert model-3.mpk.gz model.bpk\n  bpk convert pytorch_model.bin model.safetensors"
     )]
     Convert {
-        /// The source file (burnpack or safetensors, recognised by its content), or a pack's
+        /// The source file (burnpack or safetensors, recognised by its content; a torch.save
+        /// file or a Burn record, by its name), or a pack's
         /// s3:// URL.
         input: PathBuf,
         /// The destination file, or an s3:// URL for a pack.
@@ -117,17 +118,6 @@ enum Command {
         #[arg(long, value_name = "BYTES")]
         shard_size: Option<u64>,
     },
-}
-
-/// The LR schedulers whose Burn 0.21 records `bpk migrate` converts.
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Scheduler {
-    Constant,
-    Exponential,
-    Cosine,
-    Linear,
-    Step,
-    Noam,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -99,6 +99,16 @@ pub(crate) fn name_width(shown: &[&TensorInfo]) -> usize {
         .max(4)
 }
 
+/// The tensors whose names `filter` matches (all without one), in the order given.
+pub(crate) fn matching<'a>(
+    tensors: impl Iterator<Item = &'a TensorInfo>,
+    filter: Option<&Regex>,
+) -> Vec<&'a TensorInfo> {
+    tensors
+        .filter(|t| filter.is_none_or(|re| re.is_match(t.name())))
+        .collect()
+}
+
 /// The tensor table of `inspect` for sources other than packs: name, dtype, shape, bytes and
 /// one column of the source's own (`header`, each row's `value`).
 pub(crate) fn print_tensor_table(

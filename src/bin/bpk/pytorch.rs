@@ -49,10 +49,7 @@ pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&Regex>) -> Res
     let source = open(path)?;
     let tensors = source.tensors();
     let census = Census::of(tensors);
-    let shown: Vec<&TensorInfo> = tensors
-        .iter()
-        .filter(|t| filter.is_none_or(|re| re.is_match(t.name())))
-        .collect();
+    let shown = matching(tensors.iter(), filter);
     let copy = |t: &TensorInfo| source.copy_reason(t).map(|r| r.to_string());
     if as_json {
         let out = json!({

@@ -22,6 +22,7 @@ use crate::write::{Entry, Writer};
 /// The LR scheduler a Burn 0.14-0.21 scheduler record belongs to (its record is a bare
 /// number, or nothing), and so the field Burn 0.22's scheduler keeps it in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[non_exhaustive]
 pub enum SchedulerKind {
     /// `ConstantLr` (and a plain learning rate): nothing recorded (a record holding a number
