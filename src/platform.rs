@@ -106,3 +106,76 @@ pub(crate) fn names(path: &std::path::Path, file: &File) -> bool {
 pub(crate) fn names(path: &std::path::Path, _file: &File) -> bool {
     path.exists()
 }
+
+/// What kind of file system object a non-regular file is, for errors.
+fn kind_of(file_type: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if file_type.is_fifo() {
+            return "a named pipe (FIFO)";
+        }
+        if file_type.is_socket() {
+            return "a socket";
+        }
+        if file_type.is_block_device() || file_type.is_char_device() {
+            return "a device";
+        }
+    }
+    if file_type.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// The metadata of `path` (links followed) when it is a regular file; an
+/// [`io::ErrorKind::InvalidInput`] error saying what it is otherwise (a FIFO, a device, a
+/// directory), without opening it: opening a FIFO blocks until a writer comes.
+pub(crate) fn regular_file(path: &std::path::Path) -> io::Result<std::fs::Metadata> {
+    let metadata = std::fs::metadata(path)?;
+    if metadata.is_file() {
+        Ok(metadata)
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("not a regular file: {}", kind_of(metadata.file_type())),
+        ))
+    }
+}
+
+/// Opens `path` for reading when it is a regular file (links followed), refusing anything
+/// else before it is opened; on Unix the open does not block even if the path is swapped
+/// for a FIFO between the check and the open, and the opened file is checked again.
+pub(crate) fn open_regular(path: &std::path::Path) -> io::Result<File> {
+    regular_file(path)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path)?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("not a regular file: {}", kind_of(metadata.file_type())),
+        ));
+    }
+    #[cfg(unix)]
+    {
+        // Back to blocking reads (no effect on a regular file's reads, but keep the default).
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: fcntl on a descriptor this function owns; no memory is passed.
+        unsafe {
+            let fd = file.as_raw_fd();
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+            }
+        }
+    }
+    Ok(file)
+}

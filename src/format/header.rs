@@ -153,13 +153,16 @@ pub fn looks_like(bytes: &[u8]) -> Option<&'static str> {
     let starts = |prefix: &[u8]| bytes.starts_with(prefix);
     if starts(b"PK\x03\x04") {
         return Some(
-            "this looks like a zip archive (a PyTorch .pt/.pth checkpoint?): export its weights \
-             as safetensors in Python, then `bpk convert`",
+            "this looks like a zip archive (a PyTorch .pt/.pth checkpoint?): load it with \
+             `burnpack::interop::pytorch::PytorchSource`, or convert it with \
+             `bpk convert IN.pt OUT.bpk`",
         );
     }
     if starts(&[0x80]) && bytes.get(1).is_some_and(|v| (2..=5).contains(v)) {
         return Some(
-            "this looks like a Python pickle (a PyTorch checkpoint?): export its weights as safetensors",
+            "this looks like a Python pickle (a PyTorch checkpoint in the legacy format?): load it \
+             with `burnpack::interop::pytorch::PytorchSource`, or convert it with \
+             `bpk convert IN.pt OUT.bpk`",
         );
     }
     if starts(b"GGUF") {

@@ -3,7 +3,7 @@
 //! sharded source; each source maps its shards and then asks [`ShardIndex::check`] whether they
 //! agree with the index, tensor for tensor.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// Index files larger than this are refused before they are read (a real one lists tensor
@@ -31,28 +31,56 @@ pub(crate) struct ShardIndex {
     /// Each shard file once, sorted by name, in the index's directory.
     pub shards: Vec<PathBuf>,
     names: Vec<String>,
+    /// Tensors routed to each shard.
+    counts: Vec<usize>,
 }
 
 impl ShardIndex {
     /// Reads the index at `path` (at most [`MAX_INDEX_BYTES`]) of `kind` (`"safetensors"`,
     /// for errors); shard names must be plain file names in the index's directory (no
-    /// directories, no `..`).
-    pub fn read(path: &Path, kind: &str) -> Result<Self, IndexError> {
-        let len = std::fs::metadata(path)
-            .map_err(|e| IndexError::Io("stat", e))?
+    /// directories, no `..`); an index that routes no tensor, or more than `max_tensors`, is
+    /// refused.
+    pub fn read(path: &Path, kind: &str, max_tensors: usize) -> Result<Self, IndexError> {
+        let len = crate::platform::regular_file(path)
+            .map_err(|e| IndexError::Io("open", e))?
             .len();
         if len > MAX_INDEX_BYTES {
             return Err(IndexError::Invalid(format!(
                 "index of {len} bytes is over the {MAX_INDEX_BYTES}-byte limit"
             )));
         }
-        let text = std::fs::read(path).map_err(|e| IndexError::Io("read", e))?;
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(
+                crate::platform::open_regular(path).map_err(|e| IndexError::Io("open", e))?,
+                MAX_INDEX_BYTES,
+            ),
+            &mut text,
+        )
+        .map_err(|e| IndexError::Io("read", e))?;
         let json: Json = serde_json::from_slice(&text)
             .map_err(|e| IndexError::Invalid(format!("not a {kind} index: {e}")))?;
+        if json.weight_map.is_empty() {
+            return Err(IndexError::Invalid(format!(
+                "the {kind} index's weight_map is empty: it names no shard and no tensor"
+            )));
+        }
+        if json.weight_map.len() > max_tensors {
+            return Err(IndexError::Invalid(format!(
+                "the index lists {} tensors, over the tensor-count limit of {max_tensors}",
+                json.weight_map.len()
+            )));
+        }
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut names: Vec<String> = json.weight_map.values().cloned().collect();
         names.sort();
         names.dedup();
+        let mut counts = vec![0usize; names.len()];
+        for shard in json.weight_map.values() {
+            if let Ok(i) = names.binary_search(shard) {
+                counts[i] += 1;
+            }
+        }
         let shards = names
             .iter()
             .map(|name| {
@@ -79,43 +107,48 @@ impl ShardIndex {
             weight_map: json.weight_map,
             shards,
             names,
+            counts,
         })
     }
 
-    /// Whether the shards hold exactly what the index routes to them: `held` is every tensor
-    /// found, as (name, position of its shard in [`shards`](Self::shards)).
-    pub fn check<'a>(
+    /// How many tensors the index routes to shard `shard` (a position in
+    /// [`shards`](Self::shards)): the most that shard may hold.
+    pub fn routed(&self, shard: usize) -> usize {
+        self.counts[shard]
+    }
+
+    /// Whether shard `shard` (a position in [`shards`](Self::shards)) holds exactly what the
+    /// index routes to it: `held` is every tensor found in it. Called as each shard is opened,
+    /// so a shard that does not agree stops the open before the next one is read.
+    pub fn check_shard<'a>(
         &self,
-        held: impl IntoIterator<Item = (&'a str, usize)>,
+        shard: usize,
+        held: impl IntoIterator<Item = &'a str>,
     ) -> Result<(), String> {
-        let by_name: HashMap<&str, usize> = self
-            .names
+        let name = &self.names[shard];
+        let held: HashSet<&str> = held.into_iter().collect();
+        if let Some((tensor, _)) = self
+            .weight_map
             .iter()
-            .enumerate()
-            .map(|(i, n)| (n.as_str(), i))
-            .collect();
-        let held: HashSet<(&str, usize)> = held.into_iter().collect();
-        for (tensor, shard) in &self.weight_map {
-            if !held.contains(&(tensor.as_str(), by_name[shard.as_str()])) {
-                return Err(format!(
-                    "tensor '{tensor}' is listed in shard '{shard}', which does not hold it"
-                ));
-            }
+            .find(|&(t, s)| s == name && !held.contains(t.as_str()))
+        {
+            return Err(format!(
+                "tensor '{tensor}' is listed in shard '{name}', which does not hold it"
+            ));
         }
-        let mut held: Vec<_> = held.into_iter().collect();
+        let mut held: Vec<&str> = held.into_iter().collect();
         held.sort_unstable();
-        for (name, shard) in held {
-            match self.weight_map.get(name) {
+        for tensor in held {
+            match self.weight_map.get(tensor) {
                 None => {
                     return Err(format!(
-                        "tensor '{name}' of shard '{}' is not in the index's weight_map",
-                        self.names[shard]
+                        "tensor '{tensor}' of shard '{name}' is not in the index's weight_map"
                     ));
                 }
-                Some(routed) if by_name[routed.as_str()] != shard => {
+                Some(routed) if routed != name => {
                     return Err(format!(
-                        "tensor '{name}' is in shard '{}' too, but the index routes it to '{routed}'",
-                        self.names[shard]
+                        "tensor '{tensor}' is in shard '{name}' too, but the index routes it to \
+                         '{routed}'"
                     ));
                 }
                 Some(_) => {}

@@ -18,3 +18,25 @@ mod tensor_source;
 pub use error::ReadError;
 pub use reader::{ReadMode, ReadOptions, Reader};
 pub use tensor_source::{CopyReason, PackSource, TensorSource};
+
+/// Opens `path` for reading when it is a regular file (symbolic links followed), and refuses
+/// anything else (a named pipe, a device, a directory, a socket) *before* opening it, with an
+/// [`std::io::ErrorKind::InvalidInput`] error saying what it is: opening a FIFO would block
+/// until a writer comes, and a device never ends. Every reader of this crate opens what a user
+/// or an index names through it.
+///
+/// ```
+/// let dir = tempfile::tempdir().unwrap();
+/// let err = burnpack::read::open_regular_file(dir.path()).unwrap_err();
+/// assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+/// assert!(err.to_string().contains("a directory"));
+/// let path = dir.path().join("weights.bin");
+/// std::fs::write(&path, b"data").unwrap();
+/// assert!(burnpack::read::open_regular_file(&path).is_ok());
+/// ```
+///
+/// # Errors
+/// The path does not exist or cannot be opened, or is not a regular file.
+pub fn open_regular_file(path: impl AsRef<std::path::Path>) -> std::io::Result<std::fs::File> {
+    crate::platform::open_regular(path.as_ref())
+}

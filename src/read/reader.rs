@@ -1,7 +1,6 @@
 //! The reader: open a pack, list what it holds, hand out tensor bytes.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 
@@ -98,7 +97,7 @@ impl ReadOptions {
             file: name.clone(),
             source,
         };
-        let file = File::open(path).map_err(io("open"))?;
+        let file = crate::platform::open_regular(path).map_err(io("open"))?;
         let stat = file.metadata().map_err(io("stat"))?;
         if stat.is_dir() {
             return Err(io("open")(std::io::Error::new(

@@ -171,7 +171,7 @@ pub(crate) fn is_scratch_name(name: &str) -> bool {
 /// lock (a live writer always does), or, on a filesystem without locks, it has not been
 /// touched for [`STALE_AFTER`]. A file that cannot be opened is not taken for stale.
 pub(crate) fn is_stale_scratch(path: &Path) -> bool {
-    let Ok(file) = File::open(path) else {
+    let Ok(file) = crate::platform::open_regular(path) else {
         return false;
     };
     match file.try_lock() {

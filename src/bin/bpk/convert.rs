@@ -122,7 +122,7 @@ pub(crate) fn converted(input: &Path, output: &Path, size: u64) -> u8 {
 /// Whether a local file starts with burnpack's magic (else it is taken for safetensors).
 pub(crate) fn is_burnpack_file(input: &Path) -> Result<bool, Failure> {
     let mut magic = [0u8; 4];
-    std::fs::File::open(input)
+    burnpack::read::open_regular_file(input)
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
         .map(|()| u32::from_le_bytes(magic) == burnpack::format::MAGIC)
         .map_err(|e| Failure::file(format!("{}: cannot read: {e}", input.display())))

@@ -34,7 +34,7 @@ pub(crate) fn is_pytorch(path: &Path) -> bool {
         return false;
     }
     let mut head = [0u8; 4];
-    std::fs::File::open(path)
+    burnpack::read::open_regular_file(path)
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
         .is_ok_and(|()| head == *b"PK\x03\x04" || head[0] == 0x80 && (2..=5).contains(&head[1]))
 }

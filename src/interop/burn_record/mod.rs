@@ -263,7 +263,7 @@ impl LegacySource {
             path: path.to_path_buf(),
             reason,
         };
-        let file = std::fs::File::open(path).map_err(io("open"))?;
+        let file = crate::platform::open_regular(path).map_err(io("open"))?;
         let len = file.metadata().map_err(io("stat"))?.len();
         if len > limits.max_file_size {
             return Err(invalid(format!(

@@ -49,7 +49,7 @@ use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::index::{IndexError, ShardIndex};
 use crate::read::source::{Source, aligned_bytes};
 use crate::read::{CopyReason, ReadError, TensorSource};
-use pickle::{Node, Pickle, PickleError, TensorView};
+use pickle::{Node, Pickle, PickleError, Storage, TensorView};
 
 /// Why a `torch.save` file could not be opened. Every variant names the file; tensor errors
 /// name the tensor too.
@@ -264,7 +264,8 @@ impl PytorchSource {
             reason,
         };
         if path.extension().is_some_and(|e| e == "json") {
-            let index = ShardIndex::read(path, "PyTorch shard").map_err(|e| match e {
+            let index = ShardIndex::read(path, "PyTorch shard", options.limits.max_tensor_count)
+                .map_err(|e| match e {
                 IndexError::Io(action, source) => PytorchError::Io {
                     path: path.to_path_buf(),
                     action,
@@ -273,17 +274,21 @@ impl PytorchSource {
                 IndexError::Invalid(reason) => invalid(reason),
             })?;
             let mut opened = Vec::with_capacity(index.shards.len());
-            for shard in &index.shards {
-                opened.push(Opened::open(shard, options)?);
+            for (i, shard) in index.shards.iter().enumerate() {
+                // A shard may hold no more tensors than the index routes to it; each is
+                // checked against the index before the next one is opened.
+                let mut limits = options.limits;
+                limits.max_tensor_count = limits.max_tensor_count.min(index.routed(i));
+                let shard_options = PytorchOptions {
+                    key: options.key.clone(),
+                    limits,
+                };
+                let one = Opened::open(shard, &shard_options)?;
+                index
+                    .check_shard(i, one.tensors.iter().map(|t| t.0.name()))
+                    .map_err(invalid)?;
+                opened.push(one);
             }
-            index
-                .check(
-                    opened
-                        .iter()
-                        .enumerate()
-                        .flat_map(|(i, o)| o.tensors.iter().map(move |t| (t.0.name(), i))),
-                )
-                .map_err(invalid)?;
             return Self::assemble(path, opened, options);
         }
         let opened = Opened::open(path, options)?;
@@ -580,7 +585,7 @@ impl Opened {
                 source,
             }
         };
-        let file = File::open(path).map_err(io("open"))?;
+        let file = crate::platform::open_regular(path).map_err(io("open"))?;
         let size = file.metadata().map_err(io("stat"))?.len();
         if size > options.limits.max_file_size {
             return Err(invalid(format!(
@@ -608,33 +613,53 @@ impl Opened {
             ));
         };
         let (root, key) = state_dict(&pickle, options.key.as_deref()).map_err(invalid)?;
-        let mut found = Vec::new();
-        let mut name = String::new();
-        let mut budget = Budget {
-            visits: 0,
-            max_visits: pickle_visit_limit(&options.limits),
-            max_depth: options.limits.max_cbor_depth,
-        };
-        flatten(&pickle, root, &mut name, 0, &mut budget, &mut found).map_err(invalid)?;
-        if found.len() > options.limits.max_tensor_count {
+        let mut walker = Walker::new(&pickle, &options.limits);
+        walker.walk(root, &mut String::new(), 0).map_err(invalid)?;
+        let found = std::mem::take(&mut walker.out);
+        if found.is_empty() {
             return Err(invalid(format!(
-                "{} tensors, over the limit of {}",
-                found.len(),
-                options.limits.max_tensor_count
+                "no tensors found: the state dict may be under a key (top-level keys: {:?}); \
+                 name it with PytorchOptions::key, or bpk's --key",
+                top_keys(&pickle, pickle.root)
             )));
         }
-        let tensors = found
-            .into_iter()
-            .map(|(name, view)| {
-                place(&name, view, &storages, &options.limits).map_err(|reason| {
-                    PytorchError::Tensor {
-                        path: path.to_path_buf(),
-                        tensor: name.clone(),
-                        reason,
-                    }
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        // Non-contiguous views are gathered into memory of their own: what they add up to is
+        // bounded by the file's own size (plus 16 MiB for small expanded buffers), so a
+        // stride-0 view of one element cannot ask for gigabytes.
+        let max_gathered = size.saturating_add(MAX_GATHERED_SLACK);
+        let mut gathered = 0u64;
+        let mut tensors = Vec::with_capacity(found.len());
+        for (name, id) in found {
+            let Node::Tensor(view) = pickle.node(id) else {
+                unreachable!("the walk hands out tensor nodes")
+            };
+            let tensor_error = |reason| PytorchError::Tensor {
+                path: path.to_path_buf(),
+                tensor: name.clone(),
+                reason,
+            };
+            let placed = place(
+                &name,
+                view,
+                pickle.storage_of(view),
+                &storages,
+                &options.limits,
+            )
+            .map_err(tensor_error)?;
+            if placed.1.strided.is_some() {
+                gathered = gathered.saturating_add(placed.0.len());
+                if gathered > max_gathered {
+                    return Err(tensor_error(format!(
+                        "a non-contiguous view of {} bytes: with the views before it, more \
+                         than the file's size plus {} MiB would be gathered into memory \
+                         (stride-0 views expanded)",
+                        placed.0.len(),
+                        MAX_GATHERED_SLACK >> 20
+                    )));
+                }
+            }
+            tensors.push(placed);
+        }
         Ok(Self {
             shard: Shard {
                 path: path.to_path_buf(),
@@ -668,11 +693,8 @@ enum Fault {
     Other(String),
 }
 
-/// Bound on the nodes one walk of the state dict visits (a pickle's graph can share nodes, so
-/// a walk could otherwise revisit them exponentially).
-fn pickle_visit_limit(limits: &Limits) -> usize {
-    limits.max_tensor_count.saturating_mul(64).max(1 << 16)
-}
+/// Bytes that gathered (non-contiguous) views may add up to beyond the size of their file.
+const MAX_GATHERED_SLACK: u64 = 16 << 20;
 
 /// The zip format: the pickle (read) and where each storage's bytes are.
 fn zip_parts(
@@ -681,6 +703,16 @@ fn zip_parts(
 ) -> Result<(Pickle, Storages, StorageEntry), Fault> {
     let (entry, storages) = zip_layout(all, options).map_err(Fault::Other)?;
     let range = entry.start as usize..(entry.start + entry.len) as usize;
+    // The pickle decides what every byte of the file means: checked against its CRC-32 on
+    // every open, before it is read (the storages are checked by verified loads).
+    let actual = crc32fast::hash(&all[range.clone()]);
+    if Some(actual) != entry.crc {
+        return Err(Fault::Other(format!(
+            "data.pkl does not match its zip CRC-32 (expected {:08x}, found {actual:08x}): the \
+             file is damaged",
+            entry.crc.unwrap_or_default()
+        )));
+    }
     let (pickle, _) = pickle::load(&all[range]).map_err(Fault::Pickle)?;
     Ok((pickle, storages, entry))
 }
@@ -688,6 +720,19 @@ fn zip_parts(
 /// The zip format's pickle (its byte range) and storages.
 fn zip_layout(all: &[u8], options: &PytorchOptions) -> Result<(StorageEntry, Storages), String> {
     let mut archive = zip::ZipArchive::new(Cursor::new(all)).map_err(|e| format!("zip: {e}"))?;
+    // Two entries of one name would be read differently by different readers (this one
+    // would see the last, another the first): refused, as are local headers that disagree
+    // with the central directory.
+    if archive.has_duplicate_names() {
+        return Err(
+            "the zip archive holds two entries of the same name (another reader could take a \
+             different one): refused"
+                .into(),
+        );
+    }
+    archive
+        .validate_header_consistency()
+        .map_err(|e| format!("zip: {e}"))?;
     let mut entries = Vec::with_capacity(archive.len());
     for i in 0..archive.len() {
         let entry = archive
@@ -697,6 +742,12 @@ fn zip_layout(all: &[u8], options: &PytorchOptions) -> Result<(StorageEntry, Sto
             .name()
             .map_err(|e| format!("zip entry {i}: a name that is not UTF-8: {e}"))?
             .to_string();
+        if entry.encrypted() {
+            return Err(format!(
+                "zip entry '{name}' is encrypted: torch.save encrypts nothing, and its bytes \
+                 are not tensor data"
+            ));
+        }
         let start = entry
             .data_start()
             .ok_or_else(|| format!("zip entry '{name}': no data offset"))?;
@@ -805,7 +856,7 @@ fn legacy_parts(all: &[u8], options: &PytorchOptions) -> Result<(Pickle, Storage
     let info = next(&mut at)?;
     if let Node::Dict(entries) = info.node(info.root) {
         for &(k, v) in entries {
-            if matches!(info.node(k), Node::Str(s) if s == "little_endian")
+            if matches!(info.node(k), Node::Str(s) if &**s == "little_endian")
                 && matches!(info.node(v), Node::Bool(false))
             {
                 return Err(other(
@@ -828,7 +879,7 @@ fn legacy_parts(all: &[u8], options: &PytorchOptions) -> Result<(Pickle, Storage
         let Node::Str(key) = keys.node(item) else {
             return Err(other("a storage key that is not a string"));
         };
-        let element = *sizes.get(key.as_str()).ok_or_else(|| {
+        let element = *sizes.get(&**key).ok_or_else(|| {
             Fault::Other(format!(
                 "storage '{key}' is listed, but nothing in the pickle names it: its size is unknown"
             ))
@@ -850,7 +901,7 @@ fn legacy_parts(all: &[u8], options: &PytorchOptions) -> Result<(Pickle, Storage
                 ))
             })?;
         storages.insert(
-            key.clone(),
+            key.to_string(),
             StorageEntry {
                 start: at as u64,
                 len,
@@ -860,6 +911,21 @@ fn legacy_parts(all: &[u8], options: &PytorchOptions) -> Result<(Pickle, Storage
         at += len as usize;
     }
     Ok((object, storages))
+}
+
+/// The keys of a dict node that are strings, the first 16, for errors.
+fn top_keys(p: &Pickle, id: usize) -> Vec<&str> {
+    match p.node(id) {
+        Node::Dict(entries) => entries
+            .iter()
+            .filter_map(|&(name, _)| match p.node(name) {
+                Node::Str(s) => Some(&**s),
+                _ => None,
+            })
+            .take(16)
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// The state dict: under `key` when given, else the top, or the first well-known key holding
@@ -872,21 +938,16 @@ fn state_dict(p: &Pickle, key: Option<&str>) -> Result<(usize, Option<String>), 
     let lookup = |k: &str| {
         entries
             .iter()
-            .find(|&&(name, _)| matches!(p.node(name), Node::Str(s) if s == k))
+            .find(|&&(name, _)| matches!(p.node(name), Node::Str(s) if &**s == k))
             .map(|&(_, value)| value)
     };
     if let Some(k) = key {
-        let keys: Vec<&str> = entries
-            .iter()
-            .filter_map(|&(name, _)| match p.node(name) {
-                Node::Str(s) => Some(s.as_str()),
-                _ => None,
-            })
-            .take(16)
-            .collect();
-        return lookup(k)
-            .map(|v| (v, Some(k.to_string())))
-            .ok_or_else(|| format!("no key '{k}' at the top level (its keys: {keys:?})"));
+        return lookup(k).map(|v| (v, Some(k.to_string()))).ok_or_else(|| {
+            format!(
+                "no key '{k}' at the top level (its keys: {:?})",
+                top_keys(p, p.root)
+            )
+        });
     }
     if !entries
         .iter()
@@ -903,69 +964,166 @@ fn state_dict(p: &Pickle, key: Option<&str>) -> Result<(usize, Option<String>), 
     Ok((p.root, None))
 }
 
-struct Budget {
+/// Longest tensor name (a dotted path) the walk builds.
+const MAX_NAME: usize = 64 << 10;
+
+/// The walk of a state dict's graph, with its bounds: nodes visited (a graph can share nodes,
+/// so a walk could otherwise revisit them exponentially), depth, tensors found, and the bytes
+/// of names and shapes handed out (at most 8 per byte of the pickle, plus 1 MiB), each checked
+/// before the work it bounds.
+struct Walker<'p> {
+    p: &'p Pickle,
     visits: usize,
     max_visits: usize,
     max_depth: usize,
+    max_tensors: usize,
+    held: usize,
+    max_held: usize,
+    /// Each tensor found: its dotted name and its node.
+    out: Vec<(String, usize)>,
 }
 
-/// Every tensor under `id`, named by its dotted path (dict keys, list indices).
-fn flatten(
-    p: &Pickle,
-    id: usize,
-    name: &mut String,
-    depth: usize,
-    budget: &mut Budget,
-    out: &mut Vec<(String, TensorView)>,
-) -> Result<(), String> {
-    budget.visits += 1;
-    if budget.visits > budget.max_visits {
-        return Err(format!(
-            "the pickle's object graph has more than {} nodes to walk (shared or cyclic)",
-            budget.max_visits
-        ));
+impl<'p> Walker<'p> {
+    fn new(p: &'p Pickle, limits: &Limits) -> Self {
+        Self {
+            p,
+            visits: 0,
+            max_visits: limits.max_tensor_count.saturating_mul(64).max(1 << 16),
+            max_depth: limits.max_cbor_depth,
+            max_tensors: limits.max_tensor_count,
+            held: 0,
+            max_held: p.len.saturating_mul(8).saturating_add(1 << 20),
+            out: Vec::new(),
+        }
     }
-    if depth > budget.max_depth {
-        return Err(format!(
-            "nested deeper than {} levels at '{name}'",
-            budget.max_depth
-        ));
+
+    /// Every tensor under `id`, named by its dotted path (dict keys, list indices). A tensor
+    /// the walk cannot name (under a key that is not a string or an integer, in a set) is an
+    /// error naming where it is, never dropped; so is a storage that is not a tensor's.
+    fn walk(&mut self, id: usize, name: &mut String, depth: usize) -> Result<(), String> {
+        self.visits += 1;
+        if self.visits > self.max_visits {
+            return Err(format!(
+                "the pickle's object graph has more than {} nodes to walk (shared or cyclic)",
+                self.max_visits
+            ));
+        }
+        if depth > self.max_depth {
+            return Err(format!(
+                "nested deeper than {} levels at '{name}'",
+                self.max_depth
+            ));
+        }
+        let p = self.p;
+        match p.node(id) {
+            Node::Tensor(view) => {
+                if name.is_empty() {
+                    return Err("the file holds one tensor, not a dict of named tensors".into());
+                }
+                if self.out.len() >= self.max_tensors {
+                    return Err(format!(
+                        "more than {} tensors (the tensor-count limit)",
+                        self.max_tensors
+                    ));
+                }
+                self.held = self
+                    .held
+                    .saturating_add(name.len() + 16 * view.shape.len() + 64);
+                if self.held > self.max_held {
+                    return Err(format!(
+                        "the tensors' names and shapes would take more than {} bytes (8 per \
+                         byte of the pickle, plus 1 MiB): the graph is shared to blow up, at \
+                         '{name}'",
+                        self.max_held
+                    ));
+                }
+                self.out.push((name.clone(), id));
+            }
+            Node::Dict(entries) => {
+                for &(k, v) in entries {
+                    match p.node(k) {
+                        Node::Str(s) => self.child(name, s, v, depth)?,
+                        Node::Int(i) => self.child(name, &i.to_string(), v, depth)?,
+                        Node::Bool(b) => self.child(name, &b.to_string(), v, depth)?,
+                        other => {
+                            let kind = other.kind();
+                            self.unnamed(name, v, depth, &format!("a dict key that is a {kind}"))?;
+                        }
+                    }
+                }
+            }
+            Node::List(items) | Node::Tuple(items) => {
+                for (i, &v) in items.iter().enumerate() {
+                    self.child(name, &i.to_string(), v, depth)?;
+                }
+            }
+            Node::Set(items) => {
+                for &v in items {
+                    self.unnamed(name, v, depth, "a set")?;
+                }
+            }
+            Node::Storage(s) => {
+                return Err(format!(
+                    "'{name}' is a bare storage ('{}', torch.{}), not a tensor: nothing names \
+                     its shape",
+                    s.key, s.kind.name
+                ));
+            }
+            // Numbers, text, bytes, None, globals: values of a checkpoint that are not tensors.
+            Node::None
+            | Node::Bool(_)
+            | Node::Int(_)
+            | Node::BigInt(_)
+            | Node::Float
+            | Node::Str(_)
+            | Node::Bytes
+            | Node::Global(_) => {}
+        }
+        Ok(())
     }
-    let mut child = |name: &mut String, segment: &str, value: usize, budget: &mut Budget| {
+
+    fn child(
+        &mut self,
+        name: &mut String,
+        segment: &str,
+        value: usize,
+        depth: usize,
+    ) -> Result<(), String> {
+        if name.len() + 1 + segment.len() > MAX_NAME {
+            return Err(format!(
+                "a tensor name longer than {MAX_NAME} bytes under '{}'",
+                &name[..name.floor_char_boundary(200)]
+            ));
+        }
         let len = name.len();
         if !name.is_empty() {
             name.push('.');
         }
         name.push_str(segment);
-        let result = flatten(p, value, name, depth + 1, budget, out);
+        let result = self.walk(value, name, depth + 1);
         name.truncate(len);
         result
-    };
-    match p.node(id) {
-        Node::Tensor(view) => {
-            if name.is_empty() {
-                return Err("the file holds one tensor, not a dict of named tensors".into());
-            }
-            out.push((name.clone(), view.clone()));
-        }
-        Node::Dict(entries) => {
-            for &(k, v) in entries {
-                let segment = match p.node(k) {
-                    Node::Str(s) => s.clone(),
-                    Node::Int(i) => i.to_string(),
-                    _ => continue,
-                };
-                child(name, &segment, v, budget)?;
-            }
-        }
-        Node::List(items) | Node::Tuple(items) => {
-            for (i, &v) in items.iter().enumerate() {
-                child(name, &i.to_string(), v, budget)?;
-            }
-        }
-        _ => {}
     }
-    Ok(())
+
+    /// A value the walk cannot name a tensor under: walked, and an error if it holds one.
+    fn unnamed(
+        &mut self,
+        name: &mut String,
+        value: usize,
+        depth: usize,
+        what: &str,
+    ) -> Result<(), String> {
+        let before = self.out.len();
+        self.child(name, "?", value, depth)?;
+        if self.out.len() > before {
+            return Err(format!(
+                "tensor '{}' is under {what}, which gives it no name: not a state dict this \
+                 reader can name",
+                self.out[before].0
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Whether `strides` are the row-major strides of `shape` (dimensions of 1 aside).
@@ -983,21 +1141,22 @@ fn is_contiguous(shape: &[u64], strides: &[u64]) -> bool {
 /// A tensor's table entry: checked against its storage's bytes in the file.
 fn place(
     name: &str,
-    view: TensorView,
+    view: &TensorView,
+    storage: &Storage,
     storages: &Storages,
     limits: &Limits,
 ) -> Result<(TensorInfo, Placed), String> {
-    let kind = view.storage.kind;
+    let kind = storage.kind;
     let dtype = kind
         .dtype
         .ok_or_else(|| format!("a torch.{} tensor, which Burn has no dtype for", kind.name))?;
     let size = kind.element_size;
-    let key = &view.storage.key;
+    let key = &storage.key;
     let entry = *storages
         .get(key)
         .ok_or_else(|| format!("its storage '{key}' is not in the file"))?;
     let (start, bytes) = (entry.start, entry.len);
-    let numel_storage = view.storage.numel;
+    let numel_storage = storage.numel;
     let storage_len = numel_storage
         .checked_mul(size)
         .filter(|&len| len <= bytes)
@@ -1026,7 +1185,7 @@ fn place(
         })?;
     let offset = view
         .offset
-        .checked_add(view.storage.view_offset)
+        .checked_add(storage.view_offset)
         .ok_or_else(|| "an offset past any storage".to_string())?;
     if len == 0 {
         let info = TensorInfo::external(name.to_string(), dtype, shape, start, 0);
@@ -1058,7 +1217,7 @@ fn place(
         base: start,
         storage_len,
         offset,
-        strides: view.stride,
+        strides: view.stride.clone(),
     });
     Ok((
         info,

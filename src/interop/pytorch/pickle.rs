@@ -1,31 +1,37 @@
 //! A restricted pickle machine: it reads the object graph a `torch.save` state dict is made of
 //! and nothing else. It never imports or calls anything: a `GLOBAL` is looked up in a fixed
 //! table of the names a state dict needs ([`Global`]), each with its meaning written here
-//! (`collections.OrderedDict()` is an empty dict, `torch._utils._rebuild_tensor_v2(...)` a
-//! [`TensorView`]); any other name is an error that names it, before anything else happens.
+//! (`collections.OrderedDict(pairs)` a dict of those pairs, `torch._utils._rebuild_tensor_v2(...)`
+//! a [`TensorView`]); any other name is an error that names it, before anything else happens.
+//! An argument a global of the table is called with that is not one it understands is an
+//! error naming it too, never dropped.
 //!
-//! Bounded by construction: every opcode consumes at least one byte of the input and creates
-//! at most one node, so the graph, the stack and the memo are at most a small multiple of the
-//! pickle's length; lengths in the input are checked against what is left of it before
-//! anything is taken; containers refer to nodes by index (a memo "bomb" of repeated `GET`s adds
-//! indices, never copies); cycles are possible in a hostile pickle and are the walker's to
-//! bound ([`Pickle::node`] does not recurse).
+//! Bounded by the input: every opcode consumes at least one byte of the input and creates at
+//! most one node; lengths in the input are checked against what is left of it before anything
+//! is taken; containers refer to nodes by index (a memo "bomb" of repeated `GET`s adds
+//! indices, never copies); `torch.Size(t)` and `_rebuild_parameter(t, ...)` are the node they
+//! are given, not a copy of it. What the machine holds (nodes, their contents, memo entries,
+//! the copies a call makes) is counted before it is taken, against [`MEMORY_PER_BYTE`] bytes
+//! per byte of the pickle plus [`MEMORY_SLACK`]: a pickle that would need more is an error.
+//! `None`, booleans, small integers and the empty tuple are shared nodes. Cycles are possible
+//! in a hostile pickle and are the walker's to bound ([`Pickle::node`] does not recurse).
 
 use std::collections::HashMap;
 
 use burn::tensor::{BoolStore, DType};
 
-/// A node of the object graph. Containers hold indices of other nodes.
+/// A node of the object graph. Containers hold indices of other nodes; the large variants
+/// are boxed so that every node takes 32 bytes.
 #[derive(Debug, Clone)]
 pub(crate) enum Node {
     None,
     Bool(bool),
     Int(i64),
     /// An integer wider than 64 bits, as its little-endian two's complement bytes.
-    BigInt(Vec<u8>),
+    BigInt(Box<[u8]>),
     /// A float (its value is nothing a tensor is made of).
     Float,
-    Str(String),
+    Str(Box<str>),
     /// Bytes (their contents are nothing a tensor is made of).
     Bytes,
     Tuple(Vec<usize>),
@@ -33,8 +39,29 @@ pub(crate) enum Node {
     Dict(Vec<(usize, usize)>),
     Set(Vec<usize>),
     Global(Global),
-    Storage(Storage),
-    Tensor(TensorView),
+    Storage(Box<Storage>),
+    Tensor(Box<TensorView>),
+}
+
+impl Node {
+    /// What kind of value this is, for errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Node::None => "None",
+            Node::Bool(_) => "bool",
+            Node::Int(_) | Node::BigInt(_) => "int",
+            Node::Float => "float",
+            Node::Str(_) => "str",
+            Node::Bytes => "bytes",
+            Node::Tuple(_) => "tuple",
+            Node::List(_) => "list",
+            Node::Dict(_) => "dict",
+            Node::Set(_) => "set",
+            Node::Global(_) => "global",
+            Node::Storage(_) => "storage",
+            Node::Tensor(_) => "tensor",
+        }
+    }
 }
 
 /// The globals a state dict needs, and nothing else.
@@ -61,7 +88,7 @@ pub(crate) enum Global {
     /// `torch.Tensor` or `torch.nn.parameter.Parameter`, as the type argument above.
     TensorType,
     /// A `torch.<Name>Storage` type: its element type, if Burn has one.
-    Storage(StorageType),
+    Storage(&'static StorageType),
 }
 
 /// A `torch.<Name>Storage` type.
@@ -89,7 +116,8 @@ pub(crate) struct Storage {
 /// A tensor: a view of a storage.
 #[derive(Debug, Clone)]
 pub(crate) struct TensorView {
-    pub storage: Storage,
+    /// The node of its storage (a [`Node::Storage`]).
+    pub storage: usize,
     /// Elements from the storage's start.
     pub offset: u64,
     pub shape: Vec<u64>,
@@ -102,6 +130,8 @@ pub(crate) struct Pickle {
     pub root: usize,
     /// Every global the pickle references, as `module.name`, in order of first use.
     pub globals: Vec<String>,
+    /// The pickle's length in bytes (what the walks over its graph are bounded by).
+    pub len: usize,
 }
 
 impl Pickle {
@@ -109,11 +139,19 @@ impl Pickle {
         &self.nodes[id]
     }
 
+    /// The storage a tensor views.
+    pub fn storage_of(&self, view: &TensorView) -> &Storage {
+        match &self.nodes[view.storage] {
+            Node::Storage(s) => s,
+            _ => unreachable!("a tensor's storage node is a storage (checked when it was made)"),
+        }
+    }
+
     /// Every storage the pickle names (a legacy file's storage records follow it, sized by
     /// their types).
     pub fn storages(&self) -> impl Iterator<Item = &Storage> {
         self.nodes.iter().filter_map(|n| match n {
-            Node::Storage(s) => Some(s),
+            Node::Storage(s) => Some(&**s),
             _ => None,
         })
     }
@@ -130,6 +168,28 @@ pub(crate) struct PickleError {
 
 /// Most entries in the memo (a state dict uses a few per tensor).
 const MAX_MEMO: usize = 1 << 22;
+
+/// Bytes of graph (nodes, their contents, memo entries, copies made by calls) the machine may
+/// hold per byte of the pickle. A `torch.save` state dict needs far less (measured on every
+/// file of the tests); a pickle of a million empty lists needs more.
+pub(crate) const MEMORY_PER_BYTE: usize = 24;
+
+/// Bytes of graph any pickle may hold beyond [`MEMORY_PER_BYTE`].
+pub(crate) const MEMORY_SLACK: usize = 1 << 20;
+
+/// What one memo entry costs (the hash map's slot and its share of spare capacity).
+const MEMO_ENTRY: usize = 32;
+
+/// The nodes every pickle starts with, shared: `None`, `False`, `True`, the empty tuple and
+/// the integers 0 to 255 (what `BININT1` pushes), which nothing can change.
+const SHARED_NONE: usize = 0;
+const SHARED_FALSE: usize = 1;
+const SHARED_TRUE: usize = 2;
+const SHARED_EMPTY_TUPLE: usize = 3;
+const SHARED_INTS: usize = 4;
+
+/// Most dimensions of a tensor (`PyTorch` allows 64 at most, Burn's formats fewer).
+pub(crate) const MAX_RANK: usize = 64;
 
 /// The names a state dict needs.
 fn global(module: &str, name: &str) -> Option<Global> {
@@ -150,33 +210,33 @@ fn global(module: &str, name: &str) -> Option<Global> {
 }
 
 /// `torch.<name>`, a storage type.
-fn storage_type(name: &str) -> Option<StorageType> {
-    const TYPES: [(&str, Option<DType>, u64); 16] = [
-        ("FloatStorage", Some(DType::F32), 4),
-        ("DoubleStorage", Some(DType::F64), 8),
-        ("HalfStorage", Some(DType::F16), 2),
-        ("BFloat16Storage", Some(DType::BF16), 2),
-        ("LongStorage", Some(DType::I64), 8),
-        ("IntStorage", Some(DType::I32), 4),
-        ("ShortStorage", Some(DType::I16), 2),
-        ("CharStorage", Some(DType::I8), 1),
-        ("ByteStorage", Some(DType::U8), 1),
-        ("BoolStorage", Some(DType::Bool(BoolStore::Native)), 1),
-        ("ComplexFloatStorage", None, 8),
-        ("ComplexDoubleStorage", None, 16),
-        ("QInt8Storage", None, 1),
-        ("QUInt8Storage", None, 1),
-        ("QInt32Storage", None, 4),
-        ("UntypedStorage", None, 1),
-    ];
-    TYPES
-        .iter()
-        .find(|(n, ..)| *n == name)
-        .map(|&(name, dtype, element_size)| StorageType {
+fn storage_type(name: &str) -> Option<&'static StorageType> {
+    const fn t(name: &'static str, dtype: Option<DType>, element_size: u64) -> StorageType {
+        StorageType {
             name,
             dtype,
             element_size,
-        })
+        }
+    }
+    static TYPES: [StorageType; 16] = [
+        t("FloatStorage", Some(DType::F32), 4),
+        t("DoubleStorage", Some(DType::F64), 8),
+        t("HalfStorage", Some(DType::F16), 2),
+        t("BFloat16Storage", Some(DType::BF16), 2),
+        t("LongStorage", Some(DType::I64), 8),
+        t("IntStorage", Some(DType::I32), 4),
+        t("ShortStorage", Some(DType::I16), 2),
+        t("CharStorage", Some(DType::I8), 1),
+        t("ByteStorage", Some(DType::U8), 1),
+        t("BoolStorage", Some(DType::Bool(BoolStore::Native)), 1),
+        t("ComplexFloatStorage", None, 8),
+        t("ComplexDoubleStorage", None, 16),
+        t("QInt8Storage", None, 1),
+        t("QUInt8Storage", None, 1),
+        t("QInt32Storage", None, 4),
+        t("UntypedStorage", None, 1),
+    ];
+    TYPES.iter().find(|t| t.name == name)
 }
 
 struct Machine<'a> {
@@ -187,19 +247,40 @@ struct Machine<'a> {
     marks: Vec<usize>,
     memo: HashMap<u32, usize>,
     globals: Vec<String>,
+    /// Bytes of graph held so far, and the most allowed.
+    held: usize,
+    budget: usize,
+}
+
+/// What a call of a global makes: a new node, or a node that already exists.
+enum Called {
+    New(Node),
+    Same(usize),
 }
 
 /// Reads one pickle from the start of `input`; returns it and the bytes it took (the legacy
 /// format is several pickles in a row).
 pub(crate) fn load(input: &[u8]) -> Result<(Pickle, usize), PickleError> {
+    let mut nodes = vec![
+        Node::None,
+        Node::Bool(false),
+        Node::Bool(true),
+        Node::Tuple(Vec::new()),
+    ];
+    nodes.extend((0..=255).map(Node::Int));
     let mut m = Machine {
         input,
         at: 0,
-        nodes: Vec::new(),
+        nodes,
         stack: Vec::new(),
         marks: Vec::new(),
         memo: HashMap::new(),
         globals: Vec::new(),
+        held: 0,
+        budget: input
+            .len()
+            .saturating_mul(MEMORY_PER_BYTE)
+            .saturating_add(MEMORY_SLACK),
     };
     let root = m.run().map_err(|(reason, refused)| PickleError {
         offset: m.at,
@@ -211,6 +292,7 @@ pub(crate) fn load(input: &[u8]) -> Result<(Pickle, usize), PickleError> {
             nodes: m.nodes,
             root,
             globals: m.globals,
+            len: m.at,
         },
         m.at,
     ))
@@ -273,9 +355,30 @@ impl Machine<'_> {
         Ok(text)
     }
 
-    fn push(&mut self, node: Node) {
+    /// Counts `bytes` more of graph, or fails when that would pass the budget.
+    fn charge(&mut self, bytes: usize) -> Result<(), Fault> {
+        self.held = self.held.saturating_add(bytes);
+        if self.held > self.budget {
+            return Err(fault(format!(
+                "its object graph would take more than {} bytes ({MEMORY_PER_BYTE} per byte of \
+                 the pickle, plus {MEMORY_SLACK}): not a state dict",
+                self.budget
+            )));
+        }
+        Ok(())
+    }
+
+    /// A new node on the stack, counted first.
+    fn push(&mut self, node: Node) -> Result<(), Fault> {
+        self.charge(std::mem::size_of::<Node>())?;
         self.nodes.push(node);
         self.stack.push(self.nodes.len() - 1);
+        Ok(())
+    }
+
+    /// A node that exists already (shared, or the result of a call) on the stack.
+    fn push_shared(&mut self, id: usize) {
+        self.stack.push(id);
     }
 
     fn pop(&mut self) -> Result<usize, Fault> {
@@ -295,12 +398,18 @@ impl Machine<'_> {
     /// Everything above the last MARK, which is removed.
     fn pop_mark(&mut self) -> Result<Vec<usize>, Fault> {
         let mark = self.marks.pop().ok_or_else(|| fault("no MARK to pop to"))?;
-        Ok(self.stack.split_off(mark.min(self.stack.len())))
+        let items = self.stack.split_off(mark.min(self.stack.len()));
+        // What moves into a container stays: counted (the stack itself is transient).
+        self.charge(items.len() * 8)?;
+        Ok(items)
     }
 
-    fn text(bytes: &[u8]) -> Result<Node, Fault> {
-        String::from_utf8(bytes.to_vec())
-            .map(Node::Str)
+    /// A string node of `n` bytes of the input, counted before it is copied.
+    fn text(&mut self, n: usize) -> Result<Node, Fault> {
+        self.charge(n)?;
+        let bytes = self.take(n)?;
+        std::str::from_utf8(bytes)
+            .map(|s| Node::Str(s.into()))
             .map_err(|_| fault("a string that is not UTF-8"))
     }
 
@@ -314,8 +423,11 @@ impl Machine<'_> {
 
     fn memo_put(&mut self, key: u32) -> Result<(), Fault> {
         let top = self.top()?;
-        if self.memo.len() >= MAX_MEMO && !self.memo.contains_key(&key) {
-            return Err(fault(format!("more than {MAX_MEMO} memo entries")));
+        if !self.memo.contains_key(&key) {
+            if self.memo.len() >= MAX_MEMO {
+                return Err(fault(format!("more than {MAX_MEMO} memo entries")));
+            }
+            self.charge(MEMO_ENTRY)?;
         }
         self.memo.insert(key, top);
         Ok(())
@@ -344,8 +456,7 @@ impl Machine<'_> {
         if !self.globals.contains(&full) {
             self.globals.push(full);
         }
-        self.push(Node::Global(global));
-        Ok(())
+        self.push(Node::Global(global))
     }
 
     /// One opcode after another until STOP: one arm an opcode, as the pickle protocol lists
@@ -379,20 +490,20 @@ impl Machine<'_> {
                     let top = self.top()?;
                     self.stack.push(top);
                 }
-                b'N' => self.push(Node::None),
-                0x88 => self.push(Node::Bool(true)),
-                0x89 => self.push(Node::Bool(false)),
+                b'N' => self.push_shared(SHARED_NONE),
+                0x88 => self.push_shared(SHARED_TRUE),
+                0x89 => self.push_shared(SHARED_FALSE),
                 b'J' => {
                     let v = i32::from_le_bytes(self.le()?);
-                    self.push(Node::Int(i64::from(v)));
+                    self.push(Node::Int(i64::from(v)))?;
                 }
                 b'K' => {
                     let v = self.byte()?;
-                    self.push(Node::Int(i64::from(v)));
+                    self.push_shared(SHARED_INTS + usize::from(v));
                 }
                 b'M' => {
                     let v = u16::from_le_bytes(self.le()?);
-                    self.push(Node::Int(i64::from(v)));
+                    self.push(Node::Int(i64::from(v)))?;
                 }
                 0x8a | 0x8b => {
                     let n = if op == 0x8a {
@@ -400,12 +511,13 @@ impl Machine<'_> {
                     } else {
                         self.len::<4>()?
                     };
-                    let bytes = self.take(n)?.to_vec();
-                    self.push(long(bytes));
+                    self.charge(n)?;
+                    let node = long(self.take(n)?);
+                    self.push(node)?;
                 }
                 b'G' => {
                     self.le::<8>()?;
-                    self.push(Node::Float);
+                    self.push(Node::Float)?;
                 }
                 b'X' | 0x8c | 0x8d => {
                     let n = match op {
@@ -413,9 +525,8 @@ impl Machine<'_> {
                         0x8c => usize::from(self.byte()?),
                         _ => self.len::<8>()?,
                     };
-                    let bytes = self.take(n)?.to_vec();
-                    let node = Self::text(&bytes)?;
-                    self.push(node);
+                    let node = self.text(n)?;
+                    self.push(node)?;
                 }
                 b'U' | b'T' => {
                     // Python 2 `str`: bytes, read as Latin-1 text.
@@ -424,8 +535,9 @@ impl Machine<'_> {
                     } else {
                         self.len::<4>()?
                     };
-                    let text = self.take(n)?.iter().map(|&b| char::from(b)).collect();
-                    self.push(Node::Str(text));
+                    self.charge(n.saturating_mul(2))?;
+                    let text: String = self.take(n)?.iter().map(|&b| char::from(b)).collect();
+                    self.push(Node::Str(text.into()))?;
                 }
                 b'C' | b'B' | 0x8e => {
                     let n = match op {
@@ -434,12 +546,12 @@ impl Machine<'_> {
                         _ => self.len::<8>()?,
                     };
                     self.take(n)?;
-                    self.push(Node::Bytes);
+                    self.push(Node::Bytes)?;
                 }
-                b')' => self.push(Node::Tuple(Vec::new())),
+                b')' => self.push_shared(SHARED_EMPTY_TUPLE),
                 b't' => {
                     let items = self.pop_mark()?;
-                    self.push(Node::Tuple(items));
+                    self.push(Node::Tuple(items))?;
                 }
                 0x85..=0x87 => {
                     let n = usize::from(op - 0x84);
@@ -449,15 +561,17 @@ impl Machine<'_> {
                         return Err(fault("a TUPLE of more values than the stack holds"));
                     }
                     let items = self.stack.split_off(self.stack.len() - n);
-                    self.push(Node::Tuple(items));
+                    self.charge(n * 8)?;
+                    self.push(Node::Tuple(items))?;
                 }
-                b']' => self.push(Node::List(Vec::new())),
+                b']' => self.push(Node::List(Vec::new()))?,
                 b'l' => {
                     let items = self.pop_mark()?;
-                    self.push(Node::List(items));
+                    self.push(Node::List(items))?;
                 }
                 b'a' => {
                     let item = self.pop()?;
+                    self.charge(8)?;
                     self.extend(vec![item])?;
                 }
                 // APPENDS, and ADDITEMS onto a set.
@@ -465,15 +579,16 @@ impl Machine<'_> {
                     let items = self.pop_mark()?;
                     self.extend(items)?;
                 }
-                b'}' => self.push(Node::Dict(Vec::new())),
+                b'}' => self.push(Node::Dict(Vec::new()))?,
                 b'd' => {
                     let items = self.pop_mark()?;
                     let pairs = pairs(&items)?;
-                    self.push(Node::Dict(pairs));
+                    self.push(Node::Dict(pairs))?;
                 }
                 b's' => {
                     let value = self.pop()?;
                     let key = self.pop()?;
+                    self.charge(16)?;
                     self.set_items(vec![(key, value)])?;
                 }
                 b'u' => {
@@ -481,10 +596,10 @@ impl Machine<'_> {
                     let pairs = pairs(&items)?;
                     self.set_items(pairs)?;
                 }
-                0x8f => self.push(Node::Set(Vec::new())),
+                0x8f => self.push(Node::Set(Vec::new()))?,
                 0x91 => {
                     let items = self.pop_mark()?;
-                    self.push(Node::Set(items));
+                    self.push(Node::Set(items))?;
                 }
                 b'c' => {
                     let module = self.line()?;
@@ -494,18 +609,20 @@ impl Machine<'_> {
                 0x93 => {
                     let name = self.pop()?;
                     let module = self.pop()?;
-                    let (Node::Str(module), Node::Str(name)) =
-                        (self.nodes[module].clone(), self.nodes[name].clone())
+                    let (Node::Str(module), Node::Str(name)) = (&self.nodes[module], &self.nodes[name])
                     else {
                         return Err(fault("a STACK_GLOBAL whose names are not strings"));
                     };
+                    let (module, name) = (module.to_string(), name.to_string());
                     self.global(&module, &name)?;
                 }
                 b'R' | 0x81 => {
                     let args = self.pop()?;
                     let callable = self.pop()?;
-                    let node = self.call(callable, args)?;
-                    self.push(node);
+                    match self.call(callable, args)? {
+                        Called::New(node) => self.push(node)?,
+                        Called::Same(id) => self.push_shared(id),
+                    }
                 }
                 b'b' => {
                     // State set on an object (an OrderedDict's `_metadata`, a tensor's
@@ -516,7 +633,8 @@ impl Machine<'_> {
                 b'Q' => {
                     let pid = self.pop()?;
                     let storage = self.persistent(pid)?;
-                    self.push(Node::Storage(storage));
+                    self.charge(std::mem::size_of::<Storage>() + storage.key.len())?;
+                    self.push(Node::Storage(Box::new(storage)))?;
                 }
                 b'q' => {
                     let key = self.byte()?;
@@ -556,7 +674,7 @@ impl Machine<'_> {
                 list.extend(items);
                 Ok(())
             }
-            _ => Err(fault("APPEND to something that is not a list")),
+            other => Err(fault(format!("APPEND to a {}, not a list", other.kind()))),
         }
     }
 
@@ -568,7 +686,7 @@ impl Machine<'_> {
                 entries.extend(pairs);
                 Ok(())
             }
-            _ => Err(fault("SETITEM on something that is not a dict")),
+            other => Err(fault(format!("SETITEM on a {}, not a dict", other.kind()))),
         }
     }
 
@@ -581,15 +699,15 @@ impl Machine<'_> {
         if !(5..=6).contains(&items.len()) {
             return Err(bad());
         }
-        let is = |i: usize, s: &str| matches!(&self.nodes[items[i]], Node::Str(t) if t == s);
+        let is = |i: usize, s: &str| matches!(&self.nodes[items[i]], Node::Str(t) if &**t == s);
         if !is(0, "storage") {
             return Err(bad());
         }
-        let Node::Global(Global::Storage(kind)) = self.nodes[items[1]] else {
+        let Node::Global(Global::Storage(&kind)) = self.nodes[items[1]] else {
             return Err(bad());
         };
         let key = match &self.nodes[items[2]] {
-            Node::Str(s) => s.clone(),
+            Node::Str(s) => s.to_string(),
             Node::Int(v) => v.to_string(),
             _ => return Err(bad()),
         };
@@ -624,9 +742,25 @@ impl Machine<'_> {
         Ok(storage)
     }
 
-    fn ints(&self, id: usize, what: &str) -> Result<Vec<u64>, Fault> {
+    /// A tensor's size or stride: a tuple or list of non-negative integers, copied (and
+    /// counted) once.
+    fn ints(&mut self, id: usize, what: &str) -> Result<Vec<u64>, Fault> {
         let (Node::Tuple(items) | Node::List(items)) = &self.nodes[id] else {
-            return Err(fault(format!("a tensor's {what} that is not a tuple")));
+            return Err(fault(format!(
+                "a tensor's {what} that is a {}, not a tuple",
+                self.nodes[id].kind()
+            )));
+        };
+        if items.len() > MAX_RANK {
+            return Err(fault(format!(
+                "a tensor's {what} of {} dimensions (at most {MAX_RANK})",
+                items.len()
+            )));
+        }
+        let n = items.len();
+        self.charge(n * 8)?;
+        let (Node::Tuple(items) | Node::List(items)) = &self.nodes[id] else {
+            unreachable!("matched above")
         };
         items
             .iter()
@@ -639,42 +773,115 @@ impl Machine<'_> {
             })
     }
 
+    /// `OrderedDict(...)`: empty, or built from a dict or from a list (or tuple) of
+    /// `(key, value)` pairs, each a tuple or list of two; anything else is an error naming it.
+    fn ordered_dict(&mut self, args: &[usize]) -> Result<Called, Fault> {
+        let source = match args {
+            [] => return Ok(Called::New(Node::Dict(Vec::new()))),
+            [one] => *one,
+            more => {
+                return Err(fault(format!(
+                    "collections.OrderedDict called with {} arguments (a state dict passes at \
+                     most one: its items)",
+                    more.len()
+                )));
+            }
+        };
+        let pairs = match &self.nodes[source] {
+            Node::Dict(entries) => entries.clone(),
+            Node::List(items) | Node::Tuple(items) => {
+                let mut pairs = Vec::with_capacity(items.len().min(1 << 16));
+                for (i, &item) in items.iter().enumerate() {
+                    match &self.nodes[item] {
+                        Node::Tuple(kv) | Node::List(kv) if kv.len() == 2 => {
+                            pairs.push((kv[0], kv[1]));
+                        }
+                        other => {
+                            return Err(fault(format!(
+                                "collections.OrderedDict called with a list whose item {i} is a \
+                                 {}{}, not a (key, value) pair",
+                                other.kind(),
+                                match other {
+                                    Node::Tuple(kv) | Node::List(kv) =>
+                                        format!(" of {}", kv.len()),
+                                    _ => String::new(),
+                                }
+                            )));
+                        }
+                    }
+                }
+                pairs
+            }
+            other => {
+                return Err(fault(format!(
+                    "collections.OrderedDict called with a {}, not a dict or a list of (key, \
+                     value) pairs",
+                    other.kind()
+                )));
+            }
+        };
+        self.charge(pairs.len() * 16)?;
+        Ok(Called::New(Node::Dict(pairs)))
+    }
+
     /// REDUCE / NEWOBJ with a global of the table.
-    fn call(&self, callable: usize, args: usize) -> Result<Node, Fault> {
+    fn call(&mut self, callable: usize, args: usize) -> Result<Called, Fault> {
         let Node::Global(global) = self.nodes[callable] else {
-            return Err(fault("a call of something that is not a global"));
+            return Err(fault(format!(
+                "a call of a {}, which is not a global",
+                self.nodes[callable].kind()
+            )));
         };
         let Node::Tuple(args) = &self.nodes[args] else {
-            return Err(fault("a call whose arguments are not a tuple"));
+            return Err(fault(format!(
+                "a call of {global:?} whose arguments are a {}, not a tuple",
+                self.nodes[args].kind()
+            )));
         };
+        let args = args.clone();
+        self.charge(args.len() * 8)?;
         let arg = |i: usize| {
             args.get(i)
                 .copied()
                 .ok_or_else(|| fault(format!("{global:?} called with {} arguments", args.len())))
         };
         match global {
-            Global::OrderedDict => Ok(Node::Dict(Vec::new())),
+            Global::OrderedDict => self.ordered_dict(&args),
             Global::Set => match args.first().map(|&i| &self.nodes[i]) {
-                None => Ok(Node::Set(Vec::new())),
+                None => Ok(Called::New(Node::Set(Vec::new()))),
                 Some(Node::List(items) | Node::Tuple(items) | Node::Set(items)) => {
-                    Ok(Node::Set(items.clone()))
+                    let items = items.clone();
+                    self.charge(items.len() * 8)?;
+                    Ok(Called::New(Node::Set(items)))
                 }
-                Some(_) => Err(fault("set() of something that is not a list")),
+                Some(other) => Err(fault(format!(
+                    "set() of a {}, not a list",
+                    other.kind()
+                ))),
             },
             Global::CodecsEncode => match &self.nodes[arg(0)?] {
-                Node::Str(_) => Ok(Node::Bytes),
-                _ => Err(fault("_codecs.encode of something that is not text")),
+                Node::Str(_) => Ok(Called::New(Node::Bytes)),
+                other => Err(fault(format!(
+                    "_codecs.encode of a {}, not text",
+                    other.kind()
+                ))),
             },
+            // The tuple itself: a `torch.Size` is one.
             Global::TorchSize => match &self.nodes[arg(0)?] {
-                Node::Tuple(items) | Node::List(items) => Ok(Node::Tuple(items.clone())),
-                _ => Err(fault("torch.Size of something that is not a tuple")),
+                Node::Tuple(_) | Node::List(_) => Ok(Called::Same(arg(0)?)),
+                other => Err(fault(format!(
+                    "torch.Size of a {}, not a tuple",
+                    other.kind()
+                ))),
             },
             Global::RebuildTensor | Global::RebuildTensorV2 => {
-                let Node::Storage(storage) = &self.nodes[arg(0)?] else {
-                    return Err(fault(
-                        "a tensor rebuilt from something that is not a storage",
-                    ));
-                };
+                let storage = arg(0)?;
+                if !matches!(self.nodes[storage], Node::Storage(_)) {
+                    return Err(fault(format!(
+                        "a tensor rebuilt from a {}, not a storage",
+                        self.nodes[storage].kind()
+                    )));
+                }
                 let offset = self
                     .int(arg(1)?)
                     .and_then(|v| u64::try_from(v).ok())
@@ -688,19 +895,23 @@ impl Machine<'_> {
                         stride.len()
                     )));
                 }
-                Ok(Node::Tensor(TensorView {
-                    storage: storage.clone(),
+                self.charge(std::mem::size_of::<TensorView>())?;
+                Ok(Called::New(Node::Tensor(Box::new(TensorView {
+                    storage,
                     offset,
                     shape,
                     stride,
-                }))
+                }))))
             }
+            // The tensor itself: a parameter's data is its tensor.
             Global::RebuildParameter | Global::RebuildParameterWithState => {
-                match &self.nodes[arg(0)?] {
-                    Node::Tensor(tensor) => Ok(Node::Tensor(tensor.clone())),
-                    _ => Err(fault(
-                        "a parameter rebuilt from something that is not a tensor",
-                    )),
+                let data = arg(0)?;
+                match &self.nodes[data] {
+                    Node::Tensor(_) => Ok(Called::Same(data)),
+                    other => Err(fault(format!(
+                        "a parameter rebuilt from a {}, not a tensor",
+                        other.kind()
+                    ))),
                 }
             }
             Global::RebuildFromTypeV2 => {
@@ -741,7 +952,7 @@ fn pairs(items: &[usize]) -> Result<Vec<(usize, usize)>, Fault> {
 }
 
 /// LONG1 / LONG4: little-endian two's complement.
-fn long(bytes: Vec<u8>) -> Node {
+fn long(bytes: &[u8]) -> Node {
     if bytes.is_empty() {
         return Node::Int(0);
     }
@@ -752,10 +963,10 @@ fn long(bytes: Vec<u8>) -> Node {
             0
         };
         let mut wide = [fill; 8];
-        wide[..bytes.len()].copy_from_slice(&bytes);
+        wide[..bytes.len()].copy_from_slice(bytes);
         return Node::Int(i64::from_le_bytes(wide));
     }
-    Node::BigInt(bytes)
+    Node::BigInt(bytes.into())
 }
 
 /// An opcode's name, for errors.
@@ -783,6 +994,11 @@ fn opcode_name(op: u8) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nodes_take_32_bytes() {
+        assert!(std::mem::size_of::<Node>() <= 32, "{}", std::mem::size_of::<Node>());
+    }
 
     #[test]
     fn a_small_state_dict_is_read() {

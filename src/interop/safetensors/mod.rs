@@ -21,7 +21,6 @@
 //! ```
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{BoolStore, Bytes, DType};
@@ -133,7 +132,7 @@ fn to_safetensors(dtype: DType) -> Option<Dtype> {
 }
 
 fn map_file(path: &Path) -> Result<Bytes, ConvertError> {
-    let file = File::open(path).map_err(ConvertError::io(path, "open"))?;
+    let file = crate::platform::open_regular(path).map_err(ConvertError::io(path, "open"))?;
     // As for `Reader::open`, the file must not be truncated while it is mapped (documented
     // on `SafetensorsSource`).
     crate::read::source::map_file(&file).map_err(ConvertError::io(path, "map"))

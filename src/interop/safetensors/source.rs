@@ -101,7 +101,8 @@ impl SafetensorsSource {
             path: path.to_path_buf(),
             message,
         };
-        let index = ShardIndex::read(path, "safetensors").map_err(|e| match e {
+        let max_tensors = crate::format::Limits::default().max_tensor_count;
+        let index = ShardIndex::read(path, "safetensors", max_tensors).map_err(|e| match e {
             IndexError::Io(action, source) => ConvertError::Io {
                 path: path.to_path_buf(),
                 action,
@@ -112,12 +113,14 @@ impl SafetensorsSource {
         let mut shards = Vec::with_capacity(index.shards.len());
         let mut tables = Vec::new();
         for (i, shard) in index.shards.iter().enumerate() {
+            let first = tables.len();
             shards.push(open_shard(shard, &mut tables, i)?);
+            // The index and each shard must agree tensor for tensor, checked before the next
+            // shard is opened.
+            index
+                .check_shard(i, tables[first..].iter().map(|(name, _, _)| name.as_str()))
+                .map_err(invalid)?;
         }
-        // The index and the shards must agree tensor for tensor.
-        index
-            .check(tables.iter().map(|(name, s, _)| (name.as_str(), *s)))
-            .map_err(invalid)?;
         Self::assemble(path, shards, tables, index.metadata)
     }
 
