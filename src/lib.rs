@@ -1,28 +1,115 @@
 //! # burnpack
 //!
-//! Fast, safe storage for [Burn](https://burn.dev) 0.22 in the burnpack v1 format, byte-
-//! compatible with Burn's own `burn_pack` files.
+//! Fast, safe storage for [Burn](https://burn.dev) 0.22 models and training checkpoints in the
+//! burnpack v1 format, byte-compatible both ways with Burn's own `burn_pack` files: saved in
+//! parallel and atomically, loaded memory-mapped and zero-copy. Safetensors weights, `PyTorch`
+//! `torch.save` files and records of Burn 0.14-0.21 load through the same loader.
 //!
-//! - [`format`](mod@format): the container as pure data (header, CBOR metadata, dtypes, limits, validation).
+//! # Save and load a module
+//!
+//! [`PackModule`] is implemented for every Burn [`Module`](burn::module::Module).
+//! [`save_pack`](PackModule::save_pack) writes a scratch file, fsyncs it and renames it over
+//! the destination; [`load_pack`](PackModule::load_pack) maps the file and loads it into a
+//! fresh instance, strictly (every missing, unused or mis-shaped parameter is reported at
+//! once). [`save_pack_with`](PackModule::save_pack_with) and
+//! [`load_pack_with`](PackModule::load_pack_with) take [`SaveOptions`] and [`LoadOptions`].
+//!
+//! ```no_run
+//! use burn::module::{Module, Param};
+//! use burn::tensor::{Device, Tensor};
+//! use burnpack::PackModule;
+//!
+//! #[derive(Module, Debug)]
+//! struct Net {
+//!     w: Param<Tensor<2>>,
+//! }
+//!
+//! # fn main() -> Result<(), burnpack::ModuleError> {
+//! let device = Device::flex();
+//! let net = Net { w: Param::from_data([[1.0, 2.0], [3.0, 4.0]], &device) };
+//! net.save_pack("net.bpk")?;
+//!
+//! let fresh = Net { w: Param::from_data([[0.0; 2]; 2], &device) };
+//! let net = fresh.load_pack("net.bpk")?; // zero-copy on flex and ndarray
+//! # let _ = net;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Checkpoints
+//!
+//! [`checkpoint`] (feature `optim`, default): the model, the optimizer state, the LR
+//! scheduler record and the progress in one crash-safe file; a manager of a directory of them
+//! (retention, `latest`), and saves on a background thread (`AsyncSaver`).
+//!
+//! ```no_run
+//! # #[cfg(feature = "optim")]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # use burn::module::{Module, Param};
+//! # use burn::tensor::{Device, Tensor};
+//! # #[derive(Module, Debug)]
+//! # struct Net { w: Param<Tensor<2>> }
+//! # let device = Device::flex();
+//! # let net = Net { w: Param::from_data([[1.0, 2.0], [3.0, 4.0]], &device) };
+//! use burnpack::checkpoint::{CheckpointManager, Progress, TrainingState};
+//!
+//! let manager = CheckpointManager::new("checkpoints")?.keep_last(3);
+//! // Add `.optimizer(&optim)` and `.scheduler(sched.to_record())` to save those too.
+//! manager.save(TrainingState::new(&net, Progress::new(1, 500)))?;
+//! if let Some(ckpt) = manager.latest()? {
+//!     println!("resuming at step {}", ckpt.progress().step);
+//!     let net = ckpt.load_model(net)?;
+//! #   let _ = net;
+//! }
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "optim"))]
+//! # fn main() {}
+//! ```
+//!
+//! # Coming from Burn
+//!
+//! | you used | here |
+//! |---|---|
+//! | `model.save_file(path)` / `model.load_file(path)` (Burn 0.22) | [`model.save_pack(path)`](PackModule::save_pack) / [`model.load_pack(path)`](PackModule::load_pack); the files are the same format both ways |
+//! | burn-store `BurnpackStore::from_file(path)` with `save_into` / `load_from` | `store::PackStore::from_file(path)`, same calls (feature `store`) |
+//! | burn-store `SafetensorsStore::from_file(path)` with `load_from` | `interop::safetensors::SafetensorsSource::open(path)?`, then [`load_from_source`](PackModule::load_from_source)`(&source, &LoadOptions::new())`; [`LoadOptions::pytorch`]`(true)` where `PyTorchToBurnAdapter` was given |
+//! | `SafetensorsStore` with `save_into` | `interop::safetensors::save_safetensors(&model, path, None)` |
+//! | burn-store `PytorchStore::from_file(path)` (`with_top_level_key(k)`) | `interop::pytorch::PytorchSource::open(path)?` (`open_with(path, &PytorchOptions::new().key(k))`), then `load_from_source(&source, &LoadOptions::new().pytorch(true))` |
+//! | `NamedMpkFileRecorder`, `NamedMpkGzFileRecorder`, `PrettyJsonFileRecorder`, `JsonGzFileRecorder` (Burn 0.14-0.21; gone in 0.22) | `interop::burn_record::LegacySource::open(path)?`, then `load_from_source(&source, &LoadOptions::new())`; or `bpk convert model.mpk model.bpk` once |
+//! | burn-train's `FileCheckpointer`s (three files an epoch) | `train::PackCheckpointer`, one file an epoch (feature `train`); runs of Burn 0.14-0.21: `interop::burn_record::import_legacy_burn_train` or `bpk migrate` |
+//!
+//! # Versions
+//!
+//! | | |
+//! |---|---|
+//! | this crate | 0.1.0 |
+//! | Burn | `=0.22.0` |
+//! | file format | burnpack v1 ([`format::FORMAT_VERSION`]), byte-compatible with Burn 0.22's `burn_pack` |
+//! | minimum Rust | 1.95 (edition 2024) |
+//! | records read | Burn 0.14-0.21; tested on files written by Burn 0.21.0 and Burn 0.16.1 (quantized tensors: Burn 0.21.0 only) |
+//! | `torch.save` files read | zip (`PyTorch` 1.6 and later) and legacy; tested on 53 files from Burn's test data |
+//!
+//! # Modules
+//!
+//! - [`module`]: the Burn adapter ([`PackModule`]: save a module, load a pack or any
+//!   [`TensorSource`](read::TensorSource) into one); [`checkpoint`]: training checkpoints.
+//! - [`interop`]: other containers, each a `TensorSource`: `safetensors` (one file or shards
+//!   with an index; conversions both ways; feature `safetensors`, default), `pytorch`
+//!   (`torch.save` files through an unpickler that runs nothing; feature `pytorch`, default),
+//!   `burn_record` (records of Burn 0.14-0.21; feature `legacy`, default) and `object_store`
+//!   (packs and checkpoints on S3 and compatibles; feature `object-store`).
+//! - Burn's plug-in points: `store` (feature `store`), a `ModuleStore` for burn-store's
+//!   `save_into` / `load_from`; `train` (feature `train`), checkpointers for burn-train's
+//!   `with_custom_checkpointers`, one file per epoch.
+//! - [`format`](mod@format): the container as pure data (header, CBOR metadata, dtypes, limits,
+//!   validation).
 //! - [`read`]: open a file (memory-mapped or buffered) or bytes, list its tensors without
 //!   touching their data, and take each tensor as a zero-copy Burn [`Bytes`](burn::tensor::Bytes).
 //! - [`write`](mod@write): plan a layout from lengths, then write resident or deferred entries in
 //!   parallel into their 256-byte aligned slots, atomically or in place.
-//! - [`module`]: the Burn adapter (save a module, load a pack or any
-//!   [`TensorSource`](read::TensorSource) into one); [`checkpoint`]: training checkpoints.
-//! - [`interop`]: other containers (safetensors) and object storage (feature `object-store`).
-//! - Burn's plug-in points: `store` (feature `store`), a `ModuleStore` for burn-store's
-//!   `save_into` / `load_from`; `train` (feature `train`), checkpointers for burn-train's
-//!   `with_custom_checkpointers`, one file per epoch.
 //!
-//! Kept on purpose, as the models for what is added: `format` is pure data (no I/O; one open
-//! routine, [`format::Layout::read`], for every source); [`read::TensorSource`] is the one seam
-//! every container of tensors goes through; `module` is one concern per file; the checkpoint
-//! manager is written once over a small `checkpoint::Storage` trait; `write::commit`'s
-//! scratch file is owned until published; `platform.rs` holds the few OS calls; test names
-//! are sentences that say the behaviour; the metadata's direct decoder is checked byte by
-//! byte against the general one. A feature switches a room on or off, not lines in a lower
-//! room (the tests-only `internals` feature only widens what `format` and `write` export).
+//! Tensors without a module, through the low-level [`Writer`] and [`Reader`]:
 //!
 //! ```
 //! use burn::tensor::{Bytes, DType};
@@ -42,6 +129,15 @@
 //! assert_eq!(reader.bytes("layer.weight").unwrap().len(), 16);
 //! assert_eq!(u32::try_from(reader.scalars()["epoch"]).unwrap(), 3);
 //! ```
+//!
+//! Kept on purpose, as the models for what is added: `format` is pure data (no I/O; one open
+//! routine, [`format::Layout::read`], for every source); [`read::TensorSource`] is the one seam
+//! every container of tensors goes through; `module` is one concern per file; the checkpoint
+//! manager is written once over a small `checkpoint::Storage` trait; `write::commit`'s
+//! scratch file is owned until published; `platform.rs` holds the few OS calls; test names
+//! are sentences that say the behaviour; the metadata's direct decoder is checked byte by
+//! byte against the general one. A feature switches a room on or off, not lines in a lower
+//! room (the tests-only `internals` feature only widens what `format` and `write` export).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs, unsafe_op_in_unsafe_fn)]
 #![deny(clippy::all)]

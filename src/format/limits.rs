@@ -28,6 +28,10 @@ pub struct Limits {
     pub max_cbor_depth: usize,
     /// Largest file, in bytes (Burn: 100 GiB).
     pub max_file_size: u64,
+    /// How many times its own size a compressed file (a gzipped Burn record) may decompress
+    /// to, plus 1 MiB: checked as it decompresses, so a small "bomb" stops there (default 32;
+    /// weights compress little, so a real record is far below it).
+    pub max_inflation: u64,
 }
 
 impl Default for Limits {
@@ -38,6 +42,7 @@ impl Default for Limits {
             max_tensor_size: 10 * 1024 * 1024 * 1024,
             max_cbor_depth: 128,
             max_file_size: 100 * 1024 * 1024 * 1024,
+            max_inflation: 32,
         }
     }
 }
@@ -58,6 +63,7 @@ impl Limits {
             max_tensor_size: u64::MAX,
             max_cbor_depth: 128,
             max_file_size: u64::MAX,
+            max_inflation: u64::MAX,
         }
     }
 
@@ -86,6 +92,19 @@ impl Limits {
     #[must_use]
     pub fn with_max_cbor_depth(mut self, depth: usize) -> Self {
         self.max_cbor_depth = depth;
+        self
+    }
+
+    /// Sets [`max_inflation`](Self::max_inflation).
+    ///
+    /// ```
+    /// // A record of mostly zeros, from a source you trust.
+    /// let limits = burnpack::format::Limits::default().with_max_inflation(1000);
+    /// assert_eq!(limits.max_inflation, 1000);
+    /// ```
+    #[must_use]
+    pub fn with_max_inflation(mut self, ratio: u64) -> Self {
+        self.max_inflation = ratio;
         self
     }
 

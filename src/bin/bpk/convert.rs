@@ -54,6 +54,9 @@ pub(crate) fn convert(
     }
     if crate::legacy::is_legacy(input) {
         let source = crate::legacy::open(input)?;
+        if source.tensors().is_empty() {
+            return Err(Failure::file(crate::legacy::no_tensors(input)));
+        }
         return convert_source(
             &source,
             LegacySource::to_writer,

@@ -24,6 +24,16 @@ pub(crate) fn open(path: &Path) -> Result<LegacySource, Failure> {
     LegacySource::open(path).map_err(Failure::file)
 }
 
+/// What a record without a single tensor is, for `verify` and `convert`: nothing to load (a
+/// bare scheduler record, or tensors this reader did not find), never a silent success.
+pub(crate) fn no_tensors(path: &Path) -> String {
+    format!(
+        "{}: no tensors found in the record (a scheduler's or an empty optimizer's record \
+         holds none: `bpk migrate` converts those with their checkpoint)",
+        path.display()
+    )
+}
+
 /// `inspect`: the format, the Burn version and precision that wrote it, totals, the tensors.
 pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&Regex>) -> Result<u8, Failure> {
     let source = open(path)?;
@@ -79,6 +89,11 @@ pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
             return Ok(1);
         }
     };
+    if source.tensors().is_empty() {
+        println!("{}", no_tensors(path));
+        println!("{}: FAILED: 1 problem", path.display());
+        return Ok(1);
+    }
     let Scan { bad, total, .. } = scan(&source, path, nan)?;
     if bad > 0 {
         println!("{}: FAILED: {bad} problems", path.display());

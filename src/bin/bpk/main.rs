@@ -37,6 +37,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// torch.save files: the key of the top-level dict that holds the state dict (by default
+    /// the top, or `state_dict`, `model_state_dict` or `model` when the top holds no tensor).
+    #[arg(long, global = true, value_name = "KEY")]
+    key: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -156,6 +160,7 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
+    pytorch::KEY.get_or_init(|| cli.key.clone());
     let result = match cli.command {
         Command::Inspect { file, json, filter } => inspect::inspect(&file, json, filter.as_deref()),
         Command::Verify { file, nan } => verify::verify(&file, nan),

@@ -3,7 +3,7 @@
 //! safetensors (`convert.rs`), `diff` reads them through `open.rs`.
 
 use burnpack::format::TensorInfo;
-use burnpack::interop::pytorch::PytorchSource;
+use burnpack::interop::pytorch::{PytorchError, PytorchOptions, PytorchSource};
 use burnpack::read::TensorSource;
 use regex::Regex;
 use serde_json::json;
@@ -39,8 +39,19 @@ pub(crate) fn is_pytorch(path: &Path) -> bool {
         .is_ok_and(|()| head == *b"PK\x03\x04" || head[0] == 0x80 && (2..=5).contains(&head[1]))
 }
 
+/// `--key`: where the state dict is in a torch.save file, for every command.
+pub(crate) static KEY: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+fn open_source(path: &Path) -> Result<PytorchSource, PytorchError> {
+    let mut options = PytorchOptions::new();
+    if let Some(key) = KEY.get().cloned().flatten() {
+        options = options.key(key);
+    }
+    PytorchSource::open_with(path, &options)
+}
+
 pub(crate) fn open(path: &Path) -> Result<PytorchSource, Failure> {
-    PytorchSource::open(path).map_err(Failure::file)
+    open_source(path).map_err(Failure::file)
 }
 
 /// `inspect`: the container, where the state dict was, the globals the pickle references,
@@ -97,7 +108,7 @@ pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&Regex>) -> Res
 /// storage, the pickle and every storage against the zip archive's CRC-32 (the legacy format
 /// keeps none), every tensor read, optionally scanned for NaN / Inf.
 pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
-    let source = match PytorchSource::open(path) {
+    let source = match open_source(path) {
         Ok(source) => source,
         Err(e) => {
             println!("{e}");
@@ -119,10 +130,11 @@ pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
         println!("{}: FAILED: {bad} problems", path.display());
         return Ok(1);
     }
-    let sums = if verified == 0 {
-        "no checksums in the legacy format (contents unverified)".to_string()
-    } else {
-        format!("{verified} tensors' storages match their zip CRC-32")
+    let sums = match source.format() {
+        burnpack::interop::pytorch::PytorchFormat::Zip => {
+            format!("the pickle and {verified} tensors' storages match their zip CRC-32")
+        }
+        _ => "no checksums in the legacy format (contents unverified)".to_string(),
     };
     println!(
         "{}: OK: torch.save file valid ({:?}), {} tensors ({}) read, no globals beyond a state dict's, {sums}{}",

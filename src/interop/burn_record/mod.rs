@@ -272,16 +272,30 @@ impl LegacySource {
             )));
         }
         let input = if format.is_gzip() {
-            // Grown as data comes, up to the limit: a small bomb cannot ask for more.
+            // Grown as data comes, up to the limit: a small bomb cannot ask for more. The
+            // limit is the smaller of the file-size limit and `max_inflation` times the
+            // compressed size (plus 1 MiB).
+            let inflated = len
+                .saturating_mul(limits.max_inflation)
+                .saturating_add(1 << 20);
+            let most = limits.max_file_size.min(inflated);
             let mut out = Vec::new();
             let mut reader = flate2::read::GzDecoder::new(std::io::BufReader::new(file))
-                .take(limits.max_file_size.saturating_add(1));
+                .take(most.saturating_add(1));
             reader.read_to_end(&mut out).map_err(io("decompress"))?;
-            if out.len() as u64 > limits.max_file_size {
-                return Err(invalid(format!(
-                    "decompresses to more than the file-size limit ({} bytes)",
-                    limits.max_file_size
-                )));
+            if out.len() as u64 > most {
+                return Err(invalid(if most == limits.max_file_size {
+                    format!(
+                        "decompresses to more than the file-size limit ({} bytes)",
+                        limits.max_file_size
+                    )
+                } else {
+                    format!(
+                        "decompresses to more than {most} bytes, {} times its {len} bytes \
+                         plus 1 MiB (Limits::max_inflation; raise it for a record you trust)",
+                        limits.max_inflation
+                    )
+                }));
             }
             Input::Owned(out)
         } else {

@@ -47,7 +47,8 @@ impl SchedulerKind {
             (Self::Constant, _) => {
                 return Err(
                     "the record holds a number, which a constant learning rate does not record: \
-                     name the scheduler the run used"
+                     name the scheduler the run used (bpk migrate --scheduler KIND; \
+                     SchedulerKind in Rust)"
                         .to_string(),
                 );
             }
@@ -249,30 +250,35 @@ pub fn import_legacy_burn_train(
     let sched = find_part(dir, "scheduler", epoch)
         .map(LegacySource::open)
         .transpose()?;
-    let write_error = |e: crate::write::WriteError| LegacyError::Invalid {
-        path: out.to_path_buf(),
-        reason: e.to_string(),
-    };
     // In-memory packs of Burn 0.22's three files, as burn-train 0.22 would have written them
-    // (no checksums: the checkpoint written from them carries its own).
-    let pack = |writer: Writer| -> Result<crate::read::Reader, LegacyError> {
-        let bytes = writer.checksums(false).into_bytes().map_err(write_error)?;
-        crate::read::Reader::from_bytes(bytes).map_err(|e| LegacyError::Invalid {
-            path: out.to_path_buf(),
-            reason: e.to_string(),
-        })
+    // (no checksums: the checkpoint written from them carries its own). What goes wrong here
+    // is the input record's fault (a tensor twice, a shape Burn 0.22 refuses): its errors
+    // name that record.
+    let pack = |writer: Writer, from: &LegacySource| -> Result<crate::read::Reader, LegacyError> {
+        let invalid = |reason: String| LegacyError::Invalid {
+            path: PathBuf::from(&from.file),
+            reason,
+        };
+        let bytes = writer
+            .checksums(false)
+            .into_bytes()
+            .map_err(|e| invalid(e.to_string()))?;
+        crate::read::Reader::from_bytes(bytes).map_err(|e| invalid(e.to_string()))
     };
-    let model_pack = pack(model.to_writer().map_err(|e| LegacyError::Invalid {
-        path: PathBuf::from(&model.file),
-        reason: e.to_string(),
-    })?)?;
+    let model_pack = pack(
+        model.to_writer().map_err(|e| LegacyError::Invalid {
+            path: PathBuf::from(&model.file),
+            reason: e.to_string(),
+        })?,
+        &model,
+    )?;
     let optim_pack = optim
         .as_ref()
-        .map(|o| pack(o.optimizer_writer(Some(&model))?))
+        .map(|o| pack(o.optimizer_writer(Some(&model))?, o))
         .transpose()?;
     let sched_pack = sched
         .as_ref()
-        .map(|s| pack(s.scheduler_writer(scheduler)?))
+        .map(|s| pack(s.scheduler_writer(scheduler)?, s))
         .transpose()?;
     crate::checkpoint::import_parts(
         &model_pack,

@@ -90,7 +90,16 @@ pub(super) struct Walk<'i> {
     pub found: Vec<Found>,
     /// Numbers and booleans that are values of map entries (or the whole item), by path.
     pub leaves: Vec<(String, Leaf)>,
+    /// Bytes of paths handed out so far, and the most allowed.
+    name_bytes: usize,
+    max_name_bytes: usize,
 }
+
+/// Longest path (a tensor's or a number's dotted name).
+const MAX_NAME: usize = 64 << 10;
+
+/// Bytes of paths the walk may hand out per byte of the record.
+const NAME_BYTES_PER_BYTE: usize = 4;
 
 /// Maps and sequences with more entries than this keep no small values (a tensor's fields and
 /// the record's metadata have a handful).
@@ -99,6 +108,11 @@ const SMALL: usize = 64;
 impl<'i> Walk<'i> {
     pub fn new(input: &'i [u8], max_depth: usize, max_tensors: usize) -> Self {
         Self {
+            name_bytes: 0,
+            max_name_bytes: input
+                .len()
+                .saturating_mul(NAME_BYTES_PER_BYTE)
+                .saturating_add(1 << 20),
             input,
             path: Vec::new(),
             depth: 0,
@@ -135,22 +149,45 @@ impl<'i> Walk<'i> {
     }
 
     /// The current path: segments joined by `.`, the record's top-level `item` left out.
-    fn joined(&self, last: Option<&str>) -> String {
-        let mut segments = self.path.iter().map(String::as_str).chain(last);
-        if self.path.first().map(String::as_str) == Some("item") {
-            segments.next();
+    /// Its length is counted before it is built: one path is at most [`MAX_NAME`] bytes, and
+    /// all the paths handed out at most [`NAME_BYTES_PER_BYTE`] per byte of the input (plus
+    /// 1 MiB), so a record of long keys nested deep cannot make gigabytes of names.
+    fn joined<E: de::Error>(&mut self, last: Option<&str>) -> Result<String, E> {
+        let skip = usize::from(self.path.first().map(String::as_str) == Some("item"));
+        let segments = || self.path.iter().skip(skip).map(String::as_str).chain(last);
+        let len = segments().map(|s| s.len() + 1).sum::<usize>();
+        if len > MAX_NAME {
+            return Err(E::custom(format!(
+                "a path longer than {MAX_NAME} bytes (keys nested too deep or too long)"
+            )));
         }
-        segments.collect::<Vec<_>>().join(".")
+        self.name_bytes = self.name_bytes.saturating_add(len);
+        if self.name_bytes > self.max_name_bytes {
+            return Err(E::custom(format!(
+                "the paths of its tensors and numbers would take more than {} bytes \
+                 ({NAME_BYTES_PER_BYTE} per byte of the record, plus 1 MiB)",
+                self.max_name_bytes
+            )));
+        }
+        let mut out = String::with_capacity(len);
+        for segment in segments() {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(segment);
+        }
+        Ok(out)
     }
 
     /// Records a number met as a map entry's value (or as the whole item); numbers in
     /// sequences are elements (a tensor's bytes or shape in JSON), not state.
-    fn leaf(&mut self, leaf: Leaf) {
+    fn leaf<E: de::Error>(&mut self, leaf: Leaf) -> Result<(), E> {
         let in_sequence = self.in_sequence.last().copied().unwrap_or(false);
         if !in_sequence && self.leaves.len() < self.max_tensors {
-            let path = self.joined(None);
+            let path = self.joined(None)?;
             self.leaves.push((path, leaf));
         }
+        Ok(())
     }
 
     fn offset_of(&self, bytes: &[u8]) -> Option<usize> {
@@ -194,20 +231,20 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
         f.write_str("a Burn record")
     }
 
-    fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
-        self.walk.leaf(Leaf::Bool(v));
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Node, E> {
+        self.walk.leaf(Leaf::Bool(v))?;
         Ok(Node::Scalar)
     }
-    fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
-        self.walk.leaf(Leaf::Int(v));
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Node, E> {
+        self.walk.leaf(Leaf::Int(v))?;
         Ok(u64::try_from(v).map_or(Node::Scalar, Node::UInt))
     }
-    fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
-        self.walk.leaf(Leaf::UInt(v));
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Node, E> {
+        self.walk.leaf(Leaf::UInt(v))?;
         Ok(Node::UInt(v))
     }
-    fn visit_f64<E>(self, v: f64) -> Result<Node, E> {
-        self.walk.leaf(Leaf::Float(v));
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Node, E> {
+        self.walk.leaf(Leaf::Float(v))?;
         Ok(Node::Scalar)
     }
     fn visit_str<E>(self, v: &str) -> Result<Node, E> {
@@ -267,7 +304,7 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
                         items.extend(b.into_iter().map(|v| Node::UInt(u64::from(v))));
                     }
                     if let Node::Tensor(tensor) = item {
-                        let path = self.walk.joined(Some(&count.to_string()));
+                        let path = self.walk.joined(Some(&count.to_string()))?;
                         self.walk.emit(path, None, *tensor)?;
                         items.push(Node::Other);
                     } else {
@@ -282,6 +319,8 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
                 let len = b.len();
                 Node::Bytes(Payload::Owned(b), len)
             }
+            // An empty sequence: no bytes (a zero-sized tensor's) or an empty shape (a
+            // scalar's), told apart by the key it is under.
             Some(_) => Node::Seq(Vec::new()),
             None if count > SMALL || !items.iter().all(Node::is_small) => Node::Other,
             None => Node::Seq(items),
@@ -305,7 +344,7 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
             // A tensor under any key but `param` (a `ParamSerde`'s) is taken out at once.
             let value = match value {
                 Node::Tensor(tensor) if key != "param" => {
-                    let path = self.walk.joined(Some(&key));
+                    let path = self.walk.joined(Some(&key))?;
                     self.walk.emit(path, None, *tensor)?;
                     Node::Other
                 }
@@ -318,8 +357,16 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
         if count > SMALL {
             return Ok(Node::Other);
         }
-        if let Some(tensor) = tensor_data(&mut entries) {
-            return Ok(Node::Tensor(Box::new(tensor)));
+        match tensor_data(&mut entries) {
+            Ok(Some(tensor)) => return Ok(Node::Tensor(Box::new(tensor))),
+            Ok(None) => {}
+            Err(reason) => {
+                let path = self.walk.joined::<A::Error>(None)?;
+                return Err(de::Error::custom(format!(
+                    "tensor '{path}': {reason} (a TensorData this reader does not understand \
+                     is an error, never dropped)"
+                )));
+            }
         }
         // A `ParamSerde`: `id` and `param`, the tensor taken out under this map's path.
         let keys: Vec<&str> = entries.iter().map(|(k, _)| k.as_str()).collect();
@@ -334,7 +381,7 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
                 }
             }
             if let Some(tensor) = tensor {
-                let path = self.walk.joined(None);
+                let path = self.walk.joined(None)?;
                 self.walk.emit(path, id, *tensor)?;
             }
             return Ok(Node::Other);
@@ -345,7 +392,7 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
                 let Node::Tensor(tensor) = std::mem::replace(value, Node::Other) else {
                     unreachable!("matched above")
                 };
-                let path = self.walk.joined(Some(key));
+                let path = self.walk.joined(Some(key))?;
                 self.walk.emit(path, None, *tensor)?;
             }
         }
@@ -374,7 +421,7 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
             Node::Map(vec![(variant.0, value)])
         } else {
             if let Node::Tensor(tensor) = value {
-                let path = self.walk.joined(Some(&variant.0));
+                let path = self.walk.joined(Some(&variant.0))?;
                 self.walk.emit(path, None, *tensor)?;
             }
             Node::Other
@@ -382,37 +429,66 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
     }
 }
 
-/// A `TensorData` map: exactly `bytes`, `shape` and `dtype`.
-fn tensor_data(entries: &mut [(String, Node)]) -> Option<RawTensor> {
+/// A `TensorData` map: exactly `bytes`, `shape` and `dtype`. `None` for a map of other keys;
+/// an error for one of these keys whose values are not a tensor's (a negative or fractional
+/// dimension, bytes that are not bytes).
+fn tensor_data(entries: &mut [(String, Node)]) -> Result<Option<RawTensor>, String> {
     if entries.len() != 3 {
-        return None;
+        return Ok(None);
     }
     let position = |name: &str| entries.iter().position(|(k, _)| k == name);
-    let (b, s, d) = (position("bytes")?, position("shape")?, position("dtype")?);
+    let (Some(b), Some(s), Some(d)) = (position("bytes"), position("shape"), position("dtype"))
+    else {
+        return Ok(None);
+    };
     let shape = match &entries[s].1 {
         Node::Seq(items) => items
             .iter()
             .map(|n| match n {
-                Node::UInt(v) => Some(*v),
-                _ => None,
+                Node::UInt(v) => Ok(*v),
+                _ => Err(format!(
+                    "its shape holds {}, not a dimension (a non-negative integer)",
+                    n.describe()
+                )),
             })
-            .collect::<Option<Vec<u64>>>()?,
+            .collect::<Result<Vec<u64>, String>>()?,
         Node::Bytes(Payload::Owned(v), _) => v.iter().map(|&x| u64::from(x)).collect(),
-        _ => return None,
+        other => return Err(format!("its shape is {}, not a list", other.describe())),
     };
-    if !matches!(entries[b].1, Node::Bytes(..)) {
-        return None;
-    }
+    let (payload, len) = match std::mem::replace(&mut entries[b].1, Node::Nil) {
+        Node::Bytes(payload, len) => (payload, len),
+        Node::Seq(items) if items.is_empty() => (Payload::Owned(Vec::new()), 0),
+        other => {
+            return Err(format!(
+                "its bytes are {}, not bytes (numbers 0 to 255)",
+                other.describe()
+            ));
+        }
+    };
     let dtype = std::mem::replace(&mut entries[d].1, Node::Nil);
-    let Node::Bytes(payload, len) = std::mem::replace(&mut entries[b].1, Node::Nil) else {
-        return None;
-    };
-    Some(RawTensor {
+    Ok(Some(RawTensor {
         payload,
         len,
         shape,
         dtype,
-    })
+    }))
+}
+
+impl Node {
+    /// What a value is, for errors.
+    fn describe(&self) -> &'static str {
+        match self {
+            Node::Str(_) => "a string",
+            Node::UInt(_) => "a number",
+            Node::Scalar => "a negative, fractional or boolean value",
+            Node::Nil => "nil",
+            Node::Bytes(..) => "bytes",
+            Node::Seq(_) => "a sequence of values that are not all 0 to 255",
+            Node::Map(_) => "a map",
+            Node::Tensor(_) => "a tensor",
+            Node::Other => "a large structure",
+        }
+    }
 }
 
 /// A map key: a string (`MessagePack` and JSON records key every map by field or variant name),

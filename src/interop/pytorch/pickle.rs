@@ -172,7 +172,7 @@ const MAX_MEMO: usize = 1 << 22;
 /// Bytes of graph (nodes, their contents, memo entries, copies made by calls) the machine may
 /// hold per byte of the pickle. A `torch.save` state dict needs far less (measured on every
 /// file of the tests); a pickle of a million empty lists needs more.
-pub(crate) const MEMORY_PER_BYTE: usize = 24;
+pub(crate) const MEMORY_PER_BYTE: usize = 32;
 
 /// Bytes of graph any pickle may hold beyond [`MEMORY_PER_BYTE`].
 pub(crate) const MEMORY_SLACK: usize = 1 << 20;
@@ -368,17 +368,27 @@ impl Machine<'_> {
         Ok(())
     }
 
-    /// A new node on the stack, counted first.
+    /// A new node on the stack. The node table and the stack grow by doubling, and each
+    /// growth is counted before it is made, so what is counted is what is allocated.
     fn push(&mut self, node: Node) -> Result<(), Fault> {
-        self.charge(std::mem::size_of::<Node>())?;
+        if self.nodes.len() == self.nodes.capacity() {
+            let more = self.nodes.capacity().max(1024);
+            self.charge(more * std::mem::size_of::<Node>())?;
+            self.nodes.reserve_exact(more);
+        }
         self.nodes.push(node);
-        self.stack.push(self.nodes.len() - 1);
-        Ok(())
+        self.push_shared(self.nodes.len() - 1)
     }
 
     /// A node that exists already (shared, or the result of a call) on the stack.
-    fn push_shared(&mut self, id: usize) {
+    fn push_shared(&mut self, id: usize) -> Result<(), Fault> {
+        if self.stack.len() == self.stack.capacity() {
+            let more = self.stack.capacity().max(1024);
+            self.charge(more * std::mem::size_of::<usize>())?;
+            self.stack.reserve_exact(more);
+        }
         self.stack.push(id);
+        Ok(())
     }
 
     fn pop(&mut self) -> Result<usize, Fault> {
@@ -438,8 +448,7 @@ impl Machine<'_> {
             .memo
             .get(&key)
             .ok_or_else(|| fault(format!("memo entry {key} was never stored")))?;
-        self.stack.push(id);
-        Ok(())
+        self.push_shared(id)
     }
 
     fn global(&mut self, module: &str, name: &str) -> Result<(), Fault> {
@@ -488,18 +497,18 @@ impl Machine<'_> {
                 }
                 b'2' => {
                     let top = self.top()?;
-                    self.stack.push(top);
+                    self.push_shared(top)?;
                 }
-                b'N' => self.push_shared(SHARED_NONE),
-                0x88 => self.push_shared(SHARED_TRUE),
-                0x89 => self.push_shared(SHARED_FALSE),
+                b'N' => self.push_shared(SHARED_NONE)?,
+                0x88 => self.push_shared(SHARED_TRUE)?,
+                0x89 => self.push_shared(SHARED_FALSE)?,
                 b'J' => {
                     let v = i32::from_le_bytes(self.le()?);
                     self.push(Node::Int(i64::from(v)))?;
                 }
                 b'K' => {
                     let v = self.byte()?;
-                    self.push_shared(SHARED_INTS + usize::from(v));
+                    self.push_shared(SHARED_INTS + usize::from(v))?;
                 }
                 b'M' => {
                     let v = u16::from_le_bytes(self.le()?);
@@ -548,7 +557,7 @@ impl Machine<'_> {
                     self.take(n)?;
                     self.push(Node::Bytes)?;
                 }
-                b')' => self.push_shared(SHARED_EMPTY_TUPLE),
+                b')' => self.push_shared(SHARED_EMPTY_TUPLE)?,
                 b't' => {
                     let items = self.pop_mark()?;
                     self.push(Node::Tuple(items))?;
@@ -621,7 +630,7 @@ impl Machine<'_> {
                     let callable = self.pop()?;
                     match self.call(callable, args)? {
                         Called::New(node) => self.push(node)?,
-                        Called::Same(id) => self.push_shared(id),
+                        Called::Same(id) => self.push_shared(id)?,
                     }
                 }
                 b'b' => {

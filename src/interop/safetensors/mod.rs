@@ -80,6 +80,25 @@ pub enum ConvertError {
 }
 
 impl ConvertError {
+    /// A tensor the output format cannot hold is the input's: the error names the input file
+    /// (the output was not written).
+    pub(crate) fn naming_input(self, input: &str) -> Self {
+        match self {
+            Self::Dtype {
+                tensor,
+                dtype,
+                target,
+                ..
+            } => Self::Dtype {
+                path: PathBuf::from(input),
+                tensor,
+                dtype,
+                target,
+            },
+            other => other,
+        }
+    }
+
     /// Maps an I/O error of `action` on `path` (for `map_err`).
     pub(crate) fn io(path: &Path, action: &'static str) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.to_path_buf();
@@ -189,8 +208,12 @@ pub fn safetensors_to_writer(input: impl AsRef<Path>) -> Result<Writer, ConvertE
         ));
     }
     let mut writer = Writer::new(entries);
+    // The `producer` key names the writer of the file that holds it: another format's is not
+    // carried into a pack (where it would claim to be this crate's, or another pack writer's).
     for (k, v) in source.metadata() {
-        writer = writer.metadata(k.clone(), v.clone());
+        if k != PRODUCER_KEY {
+            writer = writer.metadata(k.clone(), v.clone());
+        }
     }
     Ok(writer)
 }
@@ -263,7 +286,12 @@ pub fn source_to_safetensors<S: crate::read::TensorSource + ?Sized>(
 ) -> Result<Vec<PathBuf>, ConvertError> {
     let entries = Writer::from_source(source)?.into_entries();
     write::write_safetensors(entries, output.as_ref(), max_shard_bytes, None)
+        .map_err(|e| e.naming_input(source.file()))
 }
+
+/// The metadata key that names a file's writer: it describes the file that holds it, so it is
+/// never copied into a file of another format.
+const PRODUCER_KEY: &str = "producer";
 
 /// [`burnpack_to_safetensors_sharded`] from any open pack (a [`Reader`], a pack on object
 /// storage): each tensor checked against its checksum, then written by the `safetensors`
@@ -291,11 +319,19 @@ pub fn pack_to_safetensors<S: crate::read::PackSource + ?Sized>(
     let part = Writer::from_part(source, "")?;
     let layout = source.layout();
     let entries: Vec<Entry> = part.into_entries();
-    let metadata: HashMap<String, String> = layout.metadata().clone().into_iter().collect();
+    // The pack's own `producer` describes the pack, not the safetensors file written from it
+    // (which the `safetensors` crate writes: byte for byte what it writes for these tensors).
+    let metadata: HashMap<String, String> = layout
+        .metadata()
+        .iter()
+        .filter(|(k, _)| k.as_str() != PRODUCER_KEY)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     write::write_safetensors(
         entries,
         output.as_ref(),
         max_shard_bytes,
         (!metadata.is_empty()).then_some(&metadata),
     )
+    .map_err(|e| e.naming_input(source.file()))
 }
