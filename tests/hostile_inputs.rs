@@ -1,0 +1,803 @@
+//! The foreign parsers under attack: hostile and unusual files made here, each refused with an
+//! error naming the file (and what was wrong), never read as empty, never a panic or a hang,
+//! and never an allocation the input does not pay for. Memory is measured: this binary counts
+//! every heap allocation (a counting global allocator) and each case asserts the peak it
+//! reached while the file was opened against the bound the crate states (mapped file pages are
+//! not heap and are not counted).
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use burnpack::interop::burn_record::LegacySource;
+use burnpack::interop::pytorch::{PytorchError, PytorchOptions, PytorchSource};
+use burnpack::interop::safetensors::SafetensorsSource;
+use burnpack::read::{Reader, TensorSource};
+use common::torch::{Pickler, StorageSpec, View, ZipOptions, save, write_zip};
+
+struct Counting;
+
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn grew(by: usize) {
+    let now = CURRENT.fetch_add(by, Ordering::Relaxed) + by;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; only sizes are counted.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded as is.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            grew(layout.size());
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded as is.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            grew(layout.size());
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded as is.
+        unsafe { System.dealloc(ptr, layout) };
+        CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded as is.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            // Old and new blocks may both be live while the kernel copies: count the new one
+            // before the old one is given back.
+            grew(new_size);
+            CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Every test of this binary holds this lock: the counters are process-wide.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The heap `f` took at its peak, beyond what was live before it.
+fn peak_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let base = CURRENT.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let out = f();
+    (out, PEAK.load(Ordering::Relaxed).saturating_sub(base))
+}
+
+const MIB: usize = 1 << 20;
+
+/// Opening `path` fails, naming the file and saying `what`, with at most `most` bytes of heap.
+fn refused_within(path: &Path, what: &str, most: usize) -> String {
+    let (result, peak) = peak_of(|| PytorchSource::open(path));
+    let err = result.expect_err("a hostile file must be refused").to_string();
+    assert!(err.contains(&path.display().to_string()), "{err}");
+    assert!(err.contains(what), "'{err}' does not say '{what}'");
+    assert!(
+        peak <= most,
+        "{}: {peak} bytes of heap at the peak, over the bound of {most}",
+        path.display()
+    );
+    err
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn read_f32(source: &dyn TensorSource, name: &str) -> Vec<f32> {
+    let info = source
+        .tensors()
+        .iter()
+        .find(|t| t.name() == name)
+        .unwrap_or_else(|| panic!("no tensor {name}"));
+    f32s(&source.read(info).unwrap())
+}
+
+/// The legacy (before 1.6) `torch.save` container: the magic number, the protocol, the system
+/// info, `object` (a pickle), the storage keys, then each storage as its element count and
+/// its bytes.
+fn legacy_file(path: &Path, object: &[u8], storages: &[StorageSpec]) {
+    let mut out = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.".to_vec();
+    out.extend_from_slice(b"\x80\x02M\xe9\x03.\x80\x02}.");
+    out.extend_from_slice(object);
+    let mut keys = Pickler::new();
+    keys.op(b"(");
+    for i in 0..storages.len() {
+        keys.str(&i.to_string());
+    }
+    out.extend(keys.op(b"l").finish());
+    for s in storages {
+        out.extend_from_slice(&(s.bytes.len() as u64 / s.element).to_le_bytes());
+        out.extend_from_slice(&s.bytes);
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+/// `OrderedDict([[name, tensor], ...])`: how Python 2-era `torch.save` files (and weights
+/// still shipped in packages) pickle a state dict: the items as the one argument, each a
+/// list (or, with `pair = b"t"`, a tuple) of two.
+fn ordered_dict_of_pairs(storages: &[StorageSpec], views: &[View], pair: &[u8]) -> Vec<u8> {
+    let mut p = Pickler::new();
+    p.global("collections", "OrderedDict").op(b"((");
+    for view in views {
+        let s = &storages[view.storage];
+        p.op(b"(")
+            .str(&view.name)
+            .tensor(view, s.kind, s.bytes.len() as u64 / s.element)
+            .op(pair);
+    }
+    p.op(b"ltR").finish()
+}
+
+fn two_tensors() -> (Vec<StorageSpec>, Vec<View>) {
+    (
+        vec![
+            StorageSpec::f32(&[1., 2., 3., 4., 5., 6.]),
+            StorageSpec::f32(&[7., 8.]),
+        ],
+        vec![
+            View::whole("fc.weight", 0, &[2, 3]),
+            View::whole("fc.bias", 1, &[2]),
+        ],
+    )
+}
+
+#[test]
+fn ordered_dicts_built_from_their_items_read_every_tensor() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (storages, views) = two_tensors();
+    // The legacy container, as older PyTorch wrote it: a list of two-item lists.
+    let legacy = dir.path().join("old.pth");
+    legacy_file(
+        &legacy,
+        &ordered_dict_of_pairs(&storages, &views, b"l"),
+        &storages,
+    );
+    // The zip container with a list of tuples, and with a dict as the argument.
+    let tuples = dir.path().join("tuples.pt");
+    write_zip(
+        &tuples,
+        &ordered_dict_of_pairs(&storages, &views, b"t"),
+        &storages,
+        ZipOptions::default(),
+    );
+    let mut p = Pickler::new();
+    p.global("collections", "OrderedDict").op(b"}(");
+    for view in &views {
+        let s = &storages[view.storage];
+        p.str(&view.name)
+            .tensor(view, s.kind, s.bytes.len() as u64 / s.element);
+    }
+    let from_dict = dir.path().join("from-dict.pt");
+    write_zip(
+        &from_dict,
+        &p.op(b"u\x85R").finish(),
+        &storages,
+        ZipOptions::default(),
+    );
+    for path in [&legacy, &tuples, &from_dict] {
+        let source = PytorchSource::open(path).unwrap();
+        assert_eq!(source.tensors().len(), 2, "{}", path.display());
+        assert_eq!(read_f32(&source, "fc.weight"), [1., 2., 3., 4., 5., 6.]);
+        assert_eq!(read_f32(&source, "fc.bias"), [7., 8.]);
+        assert_eq!(source.tensor("fc.weight").unwrap().shape(), [2, 3]);
+    }
+    // Arguments it does not understand are errors naming them, never an empty dict.
+    let bad = |name: &str, pickle: Vec<u8>| {
+        let path = dir.path().join(name);
+        write_zip(&path, &pickle, &storages, ZipOptions::default());
+        PytorchSource::open(&path).unwrap_err().to_string()
+    };
+    let mut p = Pickler::new();
+    p.global("collections", "OrderedDict").op(b"(K\x05tR");
+    let err = bad("int-arg.pt", p.finish());
+    assert!(err.contains("OrderedDict called with a int"), "{err}");
+    let mut p = Pickler::new();
+    p.global("collections", "OrderedDict")
+        .op(b"(((K\x01K\x02K\x03lltR");
+    let err = bad("triple.pt", p.finish());
+    assert!(err.contains("item 0 is a list of 3"), "{err}");
+    let mut p = Pickler::new();
+    p.global("collections", "OrderedDict").op(b"(]]tR");
+    let err = bad("two-args.pt", p.finish());
+    assert!(err.contains("called with 2 arguments"), "{err}");
+}
+
+#[test]
+fn a_file_without_tensors_or_with_unnameable_ones_is_an_error() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let storages = vec![StorageSpec::f32(&[1., 2.])];
+    let view = View::whole("w", 0, &[2]);
+    let write = |name: &str, pickle: Vec<u8>| {
+        let path = dir.path().join(name);
+        write_zip(&path, &pickle, &storages, ZipOptions::default());
+        path
+    };
+    // No tensor at all: the state dict may be under another key.
+    let mut p = Pickler::new();
+    p.op(b"}(").str("epoch").op(b"K\x03").str("config").str("x").op(b"u");
+    let path = write("no-tensors.pt", p.finish());
+    let err = PytorchSource::open(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("no tensors found") && err.contains("epoch") && err.contains("--key"),
+        "{err}"
+    );
+    // ... but found under the key the caller names.
+    let mut p = Pickler::new();
+    p.op(b"}(").str("ema").op(b"}(").str("w");
+    p.tensor(&view, "FloatStorage", 2).op(b"uu");
+    let path = write("ema.pt", p.finish());
+    let nested = PytorchSource::open(&path).unwrap();
+    assert_eq!(read_f32(&nested, "ema.w"), [1., 2.]);
+    let source = PytorchSource::open_with(&path, &PytorchOptions::new().key("ema")).unwrap();
+    assert_eq!(read_f32(&source, "w"), [1., 2.]);
+    // A tensor under a dict key that is a tuple, or inside a set: no name to give it.
+    let mut p = Pickler::new();
+    p.op(b"}(K\x01K\x02\x86");
+    p.tensor(&view, "FloatStorage", 2).op(b"u");
+    let err = PytorchSource::open(write("tuple-key.pt", p.finish()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("a dict key that is a tuple"), "{err}");
+    let mut p = Pickler::new();
+    p.op(b"}(").str("s").op(b"\x8f(");
+    p.tensor(&view, "FloatStorage", 2).op(b"\x90u");
+    let err = PytorchSource::open(write("set.pt", p.finish()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("under a set") && err.contains("s.?"), "{err}");
+    // A bare storage where a tensor would be.
+    let mut p = Pickler::new();
+    p.op(b"}(").str("raw").op(b"(").str("storage").global("torch", "FloatStorage");
+    p.str("0").str("cpu").int(2).op(b"tQu");
+    let err = PytorchSource::open(write("bare-storage.pt", p.finish()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("'raw' is a bare storage"), "{err}");
+}
+
+#[test]
+fn the_unpickler_holds_at_most_its_stated_bound() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let storages = vec![StorageSpec::f32(&[1.])];
+    let zip = |name: &str, pickle: Vec<u8>| {
+        let path = dir.path().join(name);
+        write_zip(&path, &pickle, &storages, ZipOptions::default());
+        path
+    };
+    // set(L) over a memoized list of 10,000 items, 150,000 times: each call copies L.
+    let mut p = Pickler::new();
+    p.op(b"]q\x00(");
+    for _ in 0..10_000 {
+        p.op(b"K\x01");
+    }
+    p.op(b"e").global("builtins", "set").op(b"q\x01");
+    for _ in 0..150_000 {
+        p.op(b"h\x01h\x00\x85R0");
+    }
+    let pickle = p.op(b"}").finish();
+    let bound = 33 * pickle.len() + 2 * MIB;
+    refused_within(&zip("set-copies.pt", pickle), "object graph", bound);
+    // 10 MB of EMPTY_LIST: one node per byte.
+    let mut pickle = Pickler::new().0;
+    pickle.resize(10 << 20, b']');
+    pickle.push(b'.');
+    let bound = 33 * pickle.len() + 2 * MIB;
+    refused_within(&zip("empty-lists.pt", pickle), "object graph", bound);
+    // torch.Size(L) and _rebuild_tensor_v2 with a shape of 64 dims, many times: the size is
+    // the tuple itself, the shape copied once per tensor and counted.
+    let mut p = Pickler::new();
+    p.op(b"(");
+    for _ in 0..64 {
+        p.op(b"K\x01");
+    }
+    p.op(b"tq\x00").global("torch", "Size").op(b"q\x01");
+    for _ in 0..200_000 {
+        p.op(b"h\x01h\x00\x85R0");
+    }
+    let pickle = p.op(b"}").finish();
+    let (result, peak) = peak_of(|| PytorchSource::open(zip("sizes.pt", pickle.clone())));
+    assert!(result.is_err());
+    assert!(peak <= 33 * pickle.len() + 2 * MIB, "{peak}");
+}
+
+#[test]
+fn walking_a_shared_graph_is_bounded_by_the_pickle() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let storages = vec![StorageSpec::f32(&[1., 2.])];
+    let view = View::whole("w", 0, &[2]);
+    let zip = |name: &str, pickle: Vec<u8>| {
+        let path = dir.path().join(name);
+        write_zip(&path, &pickle, &storages, ZipOptions::default());
+        path
+    };
+    // Dicts of dicts, each level the previous one twice: a 1 KB file of 2^30 named tensors.
+    let mut p = Pickler::new();
+    p.op(b"}(").str("w");
+    p.tensor(&view, "FloatStorage", 2).op(b"uq\x00");
+    for _ in 0..30 {
+        p.op(b"}(").str("a").op(b"h\x00").str("b").op(b"h\x00uq\x00");
+    }
+    let pickle = p.finish();
+    assert!(pickle.len() < 2048);
+    refused_within(&zip("shared.pt", pickle), "more than", 16 * MIB);
+    // 100,000 tensors under one 40 KB key: 4 GB of names if each were built.
+    let long = "k".repeat(40_000);
+    let mut p = Pickler::new();
+    p.op(b"}(").str(&long).op(b"}(");
+    p.tensor(&view, "FloatStorage", 2).op(b"q\x000");
+    for i in 0..100_000u64 {
+        p.int(i).op(b"h\x00");
+        if i % 1000 == 999 {
+            p.op(b"u(");
+        }
+    }
+    let pickle = p.op(b"uu").finish();
+    refused_within(&zip("long-names.pt", pickle), "names and shapes", 24 * MIB);
+}
+
+#[test]
+fn expanded_views_are_gathered_only_up_to_the_files_size() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    // A buffer PyTorch saves as it is: one row expanded to 4 (stride 0). Loads, gathered.
+    let storages = vec![StorageSpec::f32(&[1., 2., 3.])];
+    let expanded = View {
+        name: "mask".into(),
+        storage: 0,
+        offset: 0,
+        shape: vec![4, 3],
+        stride: vec![0, 1],
+    };
+    let path = dir.path().join("expanded.pt");
+    save(&path, &storages, &[expanded]);
+    let source = PytorchSource::open(&path).unwrap();
+    assert_eq!(read_f32(&source, "mask"), [1., 2., 3., 1., 2., 3., 1., 2., 3., 1., 2., 3.]);
+    // One element expanded to 1 GiB: refused when the file is opened, before any gathering.
+    let storages = vec![StorageSpec::f32(&[1.])];
+    let huge = View {
+        name: "huge".into(),
+        storage: 0,
+        offset: 0,
+        shape: vec![1 << 28],
+        stride: vec![0],
+    };
+    let path = dir.path().join("expanded-1gib.pt");
+    save(&path, &storages, &[huge]);
+    assert!(std::fs::metadata(&path).unwrap().len() < 2048);
+    let err = refused_within(&path, "non-contiguous view", 4 * MIB);
+    assert!(err.contains("huge"), "{err}");
+    // 64 tensors of 64 MiB each: the total is bounded, not each one.
+    let views: Vec<View> = (0..64)
+        .map(|i| View {
+            name: format!("t{i}"),
+            storage: 0,
+            offset: 0,
+            shape: vec![1 << 24],
+            stride: vec![0],
+        })
+        .collect();
+    let path = dir.path().join("expanded-64.pt");
+    save(&path, &storages, &views);
+    refused_within(&path, "non-contiguous view", 8 * MIB);
+}
+
+#[test]
+fn an_index_is_checked_shard_by_shard_before_the_next_is_opened() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    // One file of 20,000 tensors, and an index naming it under 60 names (links) with one
+    // tensor routed to each.
+    let storages = vec![StorageSpec::f32(&[1., 2.])];
+    let views: Vec<View> = (0..20_000)
+        .map(|i| View::whole(&format!("t{i}"), 0, &[2]))
+        .collect();
+    let big = dir.path().join("big.bin");
+    save(&big, &storages, &views);
+    let mut map = serde_json::Map::new();
+    for i in 0..60 {
+        let name = format!("pytorch_model-{i:05}-of-00060.bin");
+        std::os::unix::fs::symlink(&big, dir.path().join(&name)).unwrap();
+        map.insert(format!("t{i}"), name.into());
+    }
+    let index = dir.path().join("pytorch_model.bin.index.json");
+    std::fs::write(
+        &index,
+        serde_json::json!({ "weight_map": map }).to_string(),
+    )
+    .unwrap();
+    let (result, peak) = peak_of(|| PytorchSource::open(&index));
+    let err = result.unwrap_err().to_string();
+    assert!(err.contains("00000-of-00060"), "{err}");
+    // One shard's pickle at most: the 60 would take sixty times as much.
+    let one = std::fs::metadata(&big).unwrap().len() as usize;
+    assert!(peak <= 33 * one + 2 * MIB, "{peak} bytes for a shard of {one}");
+    // An index that routes nothing is an error, not a panic or an empty source.
+    let empty = dir.path().join("empty.bin.index.json");
+    std::fs::write(&empty, r#"{"weight_map": {}}"#).unwrap();
+    let err = PytorchSource::open(&empty).unwrap_err().to_string();
+    assert!(err.contains("empty.bin.index.json") && err.contains("weight_map is empty"), "{err}");
+    let empty = dir.path().join("model.safetensors.index.json");
+    std::fs::write(&empty, r#"{"weight_map": {}}"#).unwrap();
+    let err = SafetensorsSource::open(&empty).unwrap_err().to_string();
+    assert!(err.contains("weight_map is empty"), "{err}");
+}
+
+/// Runs `open` on another thread: a hang (a FIFO opened for reading) fails the test after 20 s
+/// instead of blocking it.
+fn within_seconds<T: Send + 'static>(open: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(open());
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("opening hung (a FIFO must be refused before it is opened)")
+}
+
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn fifos_and_devices_are_refused_before_they_are_opened() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    let fifo = |name: &str| {
+        let path = d.join(name);
+        mkfifo(&path);
+        path
+    };
+    let says = |err: String, path: &Path| {
+        assert!(
+            err.contains(&path.display().to_string()) && err.contains("named pipe"),
+            "{err}"
+        );
+    };
+    let p = fifo("model.pt");
+    says(within_seconds({ let p = p.clone(); move || PytorchSource::open(p).unwrap_err().to_string() }), &p);
+    let p = fifo("model.mpk");
+    says(within_seconds({ let p = p.clone(); move || LegacySource::open(p).unwrap_err().to_string() }), &p);
+    let p = fifo("model.safetensors");
+    says(within_seconds({ let p = p.clone(); move || SafetensorsSource::open(p).unwrap_err().to_string() }), &p);
+    let p = fifo("model.bpk");
+    says(within_seconds({ let p = p.clone(); move || Reader::open(p).unwrap_err().to_string() }), &p);
+    let p = fifo("index.json");
+    says(within_seconds({ let p = p.clone(); move || SafetensorsSource::open(p).unwrap_err().to_string() }), &p);
+    // A shard an index names.
+    let shard = fifo("pytorch_model-00001-of-00001.bin");
+    let index = d.join("pytorch_model.bin.index.json");
+    std::fs::write(
+        &index,
+        r#"{"weight_map": {"w": "pytorch_model-00001-of-00001.bin"}}"#,
+    )
+    .unwrap();
+    says(within_seconds(move || PytorchSource::open(index).unwrap_err().to_string()), &shard);
+    // A device.
+    let err = PytorchSource::open("/dev/zero").unwrap_err().to_string();
+    assert!(err.contains("/dev/zero") && err.contains("a device"), "{err}");
+    // A record of a burn-train checkpoint directory.
+    let run = d.join("run");
+    std::fs::create_dir(&run).unwrap();
+    let record = run.join("model-1.mpk.gz");
+    mkfifo(&record);
+    let out = d.join("ckpt.bpk");
+    let err = within_seconds(move || {
+        burnpack::interop::burn_record::import_legacy_burn_train(
+            run,
+            1,
+            burnpack::interop::burn_record::SchedulerKind::Constant,
+            out,
+        )
+        .unwrap_err()
+        .to_string()
+    });
+    says(err, &record);
+}
+
+/// The bytes of a zip `torch.save` file of one tensor `w`, with the names of its entries.
+fn one_tensor_zip(dir: &Path, name: &str) -> (PathBuf, Vec<u8>) {
+    let path = dir.join(name);
+    save(
+        &path,
+        &[StorageSpec::f32(&[1., 2.])],
+        &[View::whole("w", 0, &[2])],
+    );
+    let bytes = std::fs::read(&path).unwrap();
+    (path, bytes)
+}
+
+fn replace_all(bytes: &mut [u8], from: &[u8], to: &[u8]) -> usize {
+    assert_eq!(from.len(), to.len());
+    let mut n = 0;
+    let mut i = 0;
+    while i + from.len() <= bytes.len() {
+        if &bytes[i..i + from.len()] == from {
+            bytes[i..i + from.len()].copy_from_slice(to);
+            n += 1;
+            i += from.len();
+        } else {
+            i += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn zip_archives_other_readers_would_read_differently_are_refused() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    // Two storages `data/0` (the second written as `data/1` and renamed in both headers).
+    let path = dir.path().join("duplicate.pt");
+    write_zip(
+        &path,
+        &Pickler::new()
+            .state_dict(
+                &[StorageSpec::f32(&[1., 2.])],
+                &[View::whole("w", 0, &[2])],
+            )
+            .finish(),
+        &[StorageSpec::f32(&[1., 2.]), StorageSpec::f32(&[9., 9.])],
+        ZipOptions::default(),
+    );
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert_eq!(replace_all(&mut bytes, b"archive/data/1", b"archive/data/0"), 2);
+    std::fs::write(&path, &bytes).unwrap();
+    let err = PytorchSource::open(&path).unwrap_err().to_string();
+    assert!(err.contains("duplicate.pt") && err.contains("same name"), "{err}");
+    // An entry flagged as encrypted (general purpose bit 0, in both headers).
+    let (path, mut bytes) = one_tensor_zip(dir.path(), "encrypted.pt");
+    let name = b"archive/data/0";
+    for (signature, flags_at, name_at) in [(b"PK\x03\x04", 6, 30), (b"PK\x01\x02", 8, 46)] {
+        let mut i = 0;
+        while i + 4 <= bytes.len() {
+            if &bytes[i..i + 4] == signature && bytes[i + name_at..].starts_with(name) {
+                bytes[i + flags_at] |= 1;
+            }
+            i += 1;
+        }
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let err = PytorchSource::open(&path).unwrap_err().to_string();
+    assert!(err.contains("encrypted.pt") && err.contains("encrypted"), "{err}");
+    // A pickle that does not match its CRC-32: a tensor renamed after the archive was written.
+    let (path, mut bytes) = one_tensor_zip(dir.path(), "crc.pt");
+    assert_eq!(replace_all(&mut bytes, b"X\x01\x00\x00\x00w", b"X\x01\x00\x00\x00v"), 1);
+    std::fs::write(&path, &bytes).unwrap();
+    let err = PytorchSource::open(&path).unwrap_err().to_string();
+    assert!(err.contains("crc.pt") && err.contains("data.pkl does not match"), "{err}");
+}
+
+fn zoo_json() -> serde_json::Value {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/legacy/zoo.json"),
+    )
+    .unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn a_burn_record_tensor_that_is_not_understood_is_an_error_naming_it() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, fn(&mut serde_json::Value), &str); 4] = [
+        (
+            "negative.json",
+            |v| v["item"]["linear"]["weight"]["param"]["shape"][0] = (-2).into(),
+            "shape",
+        ),
+        (
+            "fraction.json",
+            |v| v["item"]["linear"]["weight"]["param"]["shape"][0] = 2.5.into(),
+            "shape",
+        ),
+        (
+            "big.json",
+            |v| v["item"]["linear"]["weight"]["param"]["bytes"][0] = 300.into(),
+            "bytes",
+        ),
+        (
+            "string.json",
+            |v| v["item"]["linear"]["weight"]["param"]["bytes"] = "AAAA".into(),
+            "bytes",
+        ),
+    ];
+    for (name, edit, what) in cases {
+        let mut record = zoo_json();
+        edit(&mut record);
+        let path = dir.path().join(name);
+        std::fs::write(&path, record.to_string()).unwrap();
+        let err = LegacySource::open(&path).unwrap_err().to_string();
+        assert!(
+            err.contains(name) && err.contains("linear.weight") && err.contains(what),
+            "{name}: {err}"
+        );
+    }
+    // The unedited record still reads.
+    let path = dir.path().join("zoo.json");
+    std::fs::write(&path, zoo_json().to_string()).unwrap();
+    assert!(LegacySource::open(&path).is_ok());
+}
+
+#[test]
+fn burn_records_are_bounded_by_their_size() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    // 64 MiB of zeros gzipped into 64 KiB: refused as it decompresses, past 32x its size.
+    let gz = dir.path().join("bomb.mpk.gz");
+    {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(
+            std::fs::File::create(&gz).unwrap(),
+            flate2::Compression::best(),
+        );
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..64 {
+            enc.write_all(&zeros).unwrap();
+        }
+        enc.finish().unwrap();
+    }
+    let len = std::fs::metadata(&gz).unwrap().len() as usize;
+    let (result, peak) = peak_of(|| LegacySource::open(&gz));
+    let err = result.unwrap_err().to_string();
+    assert!(err.contains("bomb.mpk.gz") && err.contains("max_inflation"), "{err}");
+    assert!(peak <= 2 * (32 * len + MIB) + MIB, "{peak}");
+    // Keys of 2 KB nested 50 deep over 10,000 numbers: each number's path would be 100 KB.
+    let key = "k".repeat(2000);
+    let mut numbers = serde_json::Map::new();
+    for i in 0..10_000 {
+        numbers.insert(format!("n{i}"), i.into());
+    }
+    let mut item = serde_json::Value::Object(numbers);
+    for _ in 0..50 {
+        let mut m = serde_json::Map::new();
+        m.insert(key.clone(), item);
+        item = m.into();
+    }
+    let record = serde_json::json!({"metadata": zoo_json()["metadata"], "item": item});
+    let path = dir.path().join("deep-keys.json");
+    std::fs::write(&path, record.to_string()).unwrap();
+    let (result, peak) = peak_of(|| LegacySource::open(&path));
+    let err = result.unwrap_err().to_string();
+    assert!(err.contains("deep-keys.json") && err.contains("a path longer than"), "{err}");
+    assert!(peak <= 16 * MIB, "{peak}");
+    // Keys of 500 bytes nested 100 deep (50 KB paths, under the cap) over 10,000 numbers:
+    // the paths together are bounded by the record's size.
+    let key = "k".repeat(500);
+    let mut numbers = serde_json::Map::new();
+    for i in 0..10_000 {
+        numbers.insert(format!("n{i}"), i.into());
+    }
+    let mut item = serde_json::Value::Object(numbers);
+    for _ in 0..100 {
+        let mut m = serde_json::Map::new();
+        m.insert(key.clone(), item);
+        item = m.into();
+    }
+    let record = serde_json::json!({"metadata": zoo_json()["metadata"], "item": item});
+    let path = dir.path().join("many-paths.json");
+    std::fs::write(&path, record.to_string()).unwrap();
+    let (result, peak) = peak_of(|| LegacySource::open(&path));
+    let err = result.unwrap_err().to_string();
+    assert!(err.contains("would take more than"), "{err}");
+    assert!(peak <= 32 * MIB, "{peak}");
+}
+
+#[test]
+fn safetensors_through_a_pack_come_back_byte_for_byte() {
+    let _g = serial();
+    use safetensors::tensor::{Dtype, TensorView};
+    let dir = tempfile::tempdir().unwrap();
+    let a: Vec<u8> = (0..24u8).collect();
+    let b: Vec<u8> = (0..6u8).collect();
+    let tensors = vec![
+        ("a", TensorView::new(Dtype::F32, vec![2, 3], &a).unwrap()),
+        ("b", TensorView::new(Dtype::U8, vec![6], &b).unwrap()),
+    ];
+    for metadata in [None, Some([("note".to_string(), "kept".to_string())].into())] {
+        let original = safetensors::serialize(tensors.clone(), metadata).unwrap();
+        let st = dir.path().join("in.safetensors");
+        std::fs::write(&st, &original).unwrap();
+        let pack = dir.path().join("m.bpk");
+        burnpack::convert::safetensors_to_burnpack(&st, &pack).unwrap();
+        // The pack names its own writer ...
+        let reader = Reader::open(&pack).unwrap();
+        assert!(reader.metadata().get("producer").is_some());
+        drop(reader);
+        // ... which is not the safetensors file's.
+        let back = dir.path().join("back.safetensors");
+        burnpack::convert::burnpack_to_safetensors(&pack, &back).unwrap();
+        assert_eq!(std::fs::read(&back).unwrap(), original);
+    }
+    // A safetensors file naming a producer: not carried into the pack as if it were ours.
+    let original = safetensors::serialize(
+        tensors,
+        Some([("producer".to_string(), "burnpack 0.0.1".to_string())].into()),
+    )
+    .unwrap();
+    let st = dir.path().join("claims.safetensors");
+    std::fs::write(&st, &original).unwrap();
+    let pack = dir.path().join("claims.bpk");
+    burnpack::convert::safetensors_to_burnpack(&st, &pack).unwrap();
+    let reader = Reader::open(&pack).unwrap();
+    assert_eq!(
+        reader.metadata().get("producer").map(String::as_str),
+        Some(burnpack::format::PRODUCER)
+    );
+}
+
+#[test]
+fn errors_of_an_input_name_the_input() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    // A Burn 0.21 checkpoint directory whose model record holds a module twice (`linear`
+    // repeated in the JSON text): migrating names that record, not the output.
+    let run = dir.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    let text = zoo_json().to_string();
+    let linear = zoo_json()["item"]["linear"].to_string();
+    let twice = text.replacen(
+        "\"linear\":",
+        &format!("\"linear\":{linear},\"linear\":"),
+        1,
+    );
+    std::fs::write(run.join("model-1.json"), twice).unwrap();
+    let out = dir.path().join("ckpt.bpk");
+    let err = burnpack::interop::burn_record::import_legacy_burn_train(
+        &run,
+        1,
+        burnpack::interop::burn_record::SchedulerKind::Constant,
+        &out,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("model-1.json") && !err.contains("ckpt.bpk"), "{err}");
+    assert!(!out.exists());
+    // A tensor safetensors cannot hold (a bool of the pack) names the input pack.
+    let pack = dir.path().join("bools.bpk");
+    burnpack::Writer::new(vec![burnpack::Entry::resident(
+        "mask",
+        burn::tensor::DType::Bool(burn::tensor::BoolStore::U32),
+        vec![1],
+        burn::tensor::Bytes::from_bytes_vec(vec![1, 0, 0, 0]),
+    )])
+    .write_to_file(&pack)
+    .unwrap();
+    let st = dir.path().join("bools.safetensors");
+    let err = burnpack::convert::burnpack_to_safetensors(&pack, &st)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("bools.bpk") && err.contains("mask"), "{err}");
+    assert!(!st.exists());
+    let _ = PytorchError::Invalid {
+        path: PathBuf::new(),
+        reason: String::new(),
+    };
+}
