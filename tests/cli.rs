@@ -747,7 +747,10 @@ fn migrate_turns_a_burn_train_0_21_directory_into_checkpoints() {
     assert_eq!(code, 0, "{out}");
     let (code, _, err) = run(&["migrate", s(&old), s(&dir.path().join("other"))]);
     assert_eq!(code, 3);
-    assert!(err.contains("name the scheduler"), "{err}");
+    assert!(
+        err.contains("name the scheduler") && err.contains("--scheduler"),
+        "{err}"
+    );
     let (code, _, err) = run(&["migrate", s(dir.path()), s(&dir.path().join("x"))]);
     assert_eq!(code, 3);
     assert!(err.contains("no model-<epoch> record"), "{err}");
@@ -836,4 +839,128 @@ fn pytorch_files_are_inspected_verified_converted_and_diffed() {
         out.contains("posix.system") && out.contains("FAILED"),
         "{out}"
     );
+}
+
+/// Hostile and unusual foreign files through every command: each refused with exit 3 (or a
+/// failed verification, exit 1) and a line naming the input, never read as empty, never a
+/// panic or a hang.
+#[test]
+fn foreign_files_that_are_not_what_they_seem_exit_1_or_3_naming_the_input() {
+    use common::torch::{Pickler, StorageSpec, View, ZipOptions, legacy_file, ordered_dict_of_pairs, write_zip};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let no_panic = |err: &str| assert!(!err.contains("panicked"), "{err}");
+    // A legacy torch.save file whose state dict is OrderedDict([[name, tensor], ...]).
+    let storages = vec![StorageSpec::f32(&[1., 2., 3., 4.]), StorageSpec::f32(&[5., 6.])];
+    let views = vec![View::whole("fc.weight", 0, &[2, 2]), View::whole("fc.bias", 1, &[2])];
+    let old = d.join("old.pth");
+    legacy_file(&old, &ordered_dict_of_pairs(&storages, &views, b"l"), &storages);
+    let (code, out, err) = run(&["inspect", s(&old)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("fc.weight") && out.contains("fc.bias"), "{out}");
+    let (code, out, _) = run(&["verify", s(&old)]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("2 tensors"), "{out}");
+    let st = d.join("old.safetensors");
+    let (code, _, err) = run(&["convert", s(&old), s(&st)]);
+    assert_eq!(code, 0, "{err}");
+    let bytes = std::fs::read(&st).unwrap();
+    let written = SafeTensors::deserialize(&bytes).unwrap();
+    assert_eq!(written.len(), 2);
+    assert_eq!(written.tensor("fc.bias").unwrap().data(), &storages[1].bytes[..]);
+
+    // No tensor anywhere: an error pointing at --key, never "OK, 0 tensors".
+    let mut p = Pickler::new();
+    p.op(b"}(").str("epoch").op(b"K\x03u");
+    let keyed = d.join("keyed.pt");
+    write_zip(&keyed, &p.finish(), &storages, ZipOptions::default());
+    let (code, _, err) = run(&["inspect", s(&keyed)]);
+    assert_eq!(code, 3);
+    no_panic(&err);
+    let (code, out, _) = run(&["verify", s(&keyed)]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("no tensors found") && out.contains("keyed.pt"), "{out}");
+    let (code, _, err) = run(&["convert", s(&keyed), s(&d.join("keyed.safetensors"))]);
+    assert_eq!(code, 3);
+    assert!(err.contains("no tensors found") && err.contains("--key"), "{err}");
+    assert!(!d.join("keyed.safetensors").exists());
+    // --key takes the state dict under a key of the top-level dict.
+    let mut p = Pickler::new();
+    p.op(b"}(").str("a");
+    p.tensor(&views[1], storages[1].kind, 2);
+    p.str("ema").op(b"}(").str("w");
+    p.tensor(&views[1], storages[1].kind, 2).op(b"uu");
+    let two = d.join("two.pt");
+    write_zip(&two, &p.finish(), &storages, ZipOptions::default());
+    let (code, out, err) = run(&["inspect", s(&two), "--key", "ema", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["key"], "ema");
+    assert_eq!(json["tensor_count"], 1);
+    assert_eq!(json["tensors"][0]["name"], "w");
+
+    // A Burn record without a tensor: a failed verification, a refused conversion.
+    let record = serde_json::json!({
+        "metadata": {"float": "f32", "int": "i32", "format": "x", "version": "0.21.0",
+                     "settings": "FullPrecisionSettings"},
+        "item": {"step": 3}
+    });
+    let empty = d.join("empty.json");
+    std::fs::write(&empty, record.to_string()).unwrap();
+    let (code, out, _) = run(&["verify", s(&empty)]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("no tensors found") && out.contains("empty.json"), "{out}");
+    let (code, _, err) = run(&["convert", s(&empty), s(&d.join("empty.bpk"))]);
+    assert_eq!(code, 3);
+    assert!(err.contains("empty.json"), "{err}");
+
+    // An index that routes nothing.
+    let index = d.join("pytorch_model.bin.index.json");
+    std::fs::write(&index, r#"{"weight_map": {}}"#).unwrap();
+    for args in [
+        vec!["inspect", s(&index)],
+        vec!["convert", s(&index), "x.bpk"],
+        vec!["convert", s(&index), "x.safetensors"],
+    ] {
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 3, "{args:?}");
+        no_panic(&err);
+        assert!(err.contains("weight_map is empty") && err.contains("index.json"), "{err}");
+    }
+    let (code, out, err) = run(&["verify", s(&index)]);
+    assert_eq!(code, 1, "{out}{err}");
+    no_panic(&err);
+
+    // A FIFO in place of a file: refused at once, not a hang.
+    let fifo = d.join("fifo.pt");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let out = bpk()
+        .args(["inspect", s(&fifo)])
+        .timeout(std::time::Duration::from_secs(30))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("fifo.pt") && err.contains("named pipe"), "{err}");
+
+    // A pickle that does not match its zip CRC-32: converted by nobody.
+    let crc = d.join("crc.pt");
+    write_zip(
+        &crc,
+        &Pickler::new().state_dict(&storages[1..], &[View::whole("w", 0, &[2])]).finish(),
+        &storages[1..],
+        ZipOptions::default(),
+    );
+    let mut bytes = std::fs::read(&crc).unwrap();
+    let at = bytes
+        .windows(6)
+        .position(|w| w == b"X\x01\x00\x00\x00w")
+        .unwrap();
+    bytes[at + 5] = b'v';
+    std::fs::write(&crc, &bytes).unwrap();
+    let (code, _, err) = run(&["convert", s(&crc), s(&d.join("crc.bpk"))]);
+    assert_eq!(code, 3);
+    assert!(err.contains("crc.pt") && err.contains("CRC-32"), "{err}");
+    let (code, out, _) = run(&["verify", s(&crc)]);
+    assert_eq!(code, 1, "{out}");
 }

@@ -182,3 +182,40 @@ pub fn save(path: &Path, storages: &[StorageSpec], views: &[View]) {
     let pickle = Pickler::new().state_dict(storages, views).finish();
     write_zip(path, &pickle, storages, ZipOptions::default());
 }
+
+/// The legacy (before 1.6) `torch.save` container: the magic number, the protocol, the system
+/// info, `object` (a pickle), the storage keys, then each storage as its element count and
+/// its bytes.
+pub fn legacy_file(path: &Path, object: &[u8], storages: &[StorageSpec]) {
+    let mut out = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.".to_vec();
+    out.extend_from_slice(b"\x80\x02M\xe9\x03.\x80\x02}.");
+    out.extend_from_slice(object);
+    let mut keys = Pickler::new();
+    keys.op(b"(");
+    for i in 0..storages.len() {
+        keys.str(&i.to_string());
+    }
+    out.extend(keys.op(b"l").finish());
+    for s in storages {
+        out.extend_from_slice(&(s.bytes.len() as u64 / s.element).to_le_bytes());
+        out.extend_from_slice(&s.bytes);
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+/// `OrderedDict([[name, tensor], ...])`: how Python 2-era `torch.save` files (and weights
+/// still shipped in packages) pickle a state dict: the items as the one argument, each a
+/// list (or, with `pair = b"t"`, a tuple) of two.
+pub fn ordered_dict_of_pairs(storages: &[StorageSpec], views: &[View], pair: &[u8]) -> Vec<u8> {
+    let mut p = Pickler::new();
+    p.global("collections", "OrderedDict").op(b"((");
+    for view in views {
+        let s = &storages[view.storage];
+        p.op(b"(")
+            .str(&view.name)
+            .tensor(view, s.kind, s.bytes.len() as u64 / s.element)
+            .op(pair);
+    }
+    p.op(b"ltR").finish()
+}
+
