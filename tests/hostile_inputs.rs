@@ -767,3 +767,285 @@ fn errors_of_an_input_name_the_input() {
         reason: String::new(),
     };
 }
+
+/// `_rebuild_tensor_v2(storage(key, numel), 0, shape, stride, False, <hooks>, ...)` where
+/// `rest` writes the arguments from the hooks on.
+fn tensor_with(p: &mut Pickler, key: &str, shape: &[u64], rest: impl FnOnce(&mut Pickler)) {
+    let view = View::whole("_", 0, shape);
+    p.global("torch._utils", "_rebuild_tensor_v2").op(b"((");
+    p.str("storage").global("torch", "FloatStorage");
+    p.str(key).str("cpu").int(4).op(b"tQ");
+    p.int(0).tuple_of(&view.shape).tuple_of(&view.stride).op(b"\x89");
+    rest(p);
+    p.op(b"tR");
+}
+
+/// A plain tensor over storage `key` (4 floats).
+fn plain(p: &mut Pickler, key: &str) {
+    tensor_with(p, key, &[4], |p| {
+        p.global("collections", "OrderedDict").op(b")R");
+    });
+}
+
+/// `{'h': tensor over storage '1'}`: a tensor hidden where a state dict keeps none.
+fn hidden(p: &mut Pickler) {
+    p.op(b"}").str("h");
+    plain(p, "1");
+    p.op(b"s");
+}
+
+#[test]
+fn constructs_the_reader_does_not_use_cannot_hide_a_tensor() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let storages = vec![
+        StorageSpec::f32(&[1., 2., 3., 4.]),
+        StorageSpec::f32(&[5., 6., 7., 8.]),
+    ];
+    // Each pickle holds `w` (storage 0) and, somewhere the reader does not read, a tensor of
+    // storage 1: every one must be an error, never `w` alone.
+    type Build = fn(&mut Pickler);
+    let cases: Vec<(&str, Build, &str)> = vec![
+        ("build-on-dict", |p| {
+            p.op(b"}(").str("w");
+            plain(p, "0");
+            p.op(b"u");
+            hidden(p);
+            p.op(b"b");
+        }, "BUILD state"),
+        ("build-on-tensor", |p| {
+            p.op(b"}").str("w");
+            plain(p, "0");
+            hidden(p);
+            p.op(b"bs");
+        }, "BUILD state"),
+        ("tensor-hooks", |p| {
+            p.op(b"}").str("w");
+            tensor_with(p, "0", &[4], hidden);
+            p.op(b"s");
+        }, "hooks"),
+        ("tensor-metadata", |p| {
+            p.op(b"}").str("w");
+            tensor_with(p, "0", &[4], |p| {
+                p.global("collections", "OrderedDict").op(b")R");
+                hidden(p);
+            });
+            p.op(b"s");
+        }, "metadata"),
+        ("parameter-hooks", |p| {
+            p.op(b"}").str("w");
+            p.global("torch._utils", "_rebuild_parameter").op(b"(");
+            plain(p, "0");
+            p.op(b"\x88");
+            hidden(p);
+            p.op(b"tRs");
+        }, "parameter's state"),
+        ("parameter-state", |p| {
+            p.op(b"}").str("w");
+            p.global("torch._utils", "_rebuild_parameter_with_state").op(b"(");
+            plain(p, "0");
+            p.op(b"\x88");
+            p.global("collections", "OrderedDict").op(b")R");
+            hidden(p);
+            p.op(b"tRs");
+        }, "parameter's state"),
+        ("from-type-state", |p| {
+            p.op(b"}").str("w");
+            p.global("torch._tensor", "_rebuild_from_type_v2");
+            p.op(b"(").global("torch._utils", "_rebuild_tensor_v2");
+            p.global("torch", "Tensor").op(b"((");
+            p.str("storage").global("torch", "FloatStorage");
+            p.str("0").str("cpu").int(4).op(b"tQ");
+            p.int(0).tuple_of(&[4]).tuple_of(&[1]).op(b"\x89");
+            p.global("collections", "OrderedDict").op(b")Rt");
+            hidden(p);
+            p.op(b"tRs");
+        }, "state or extra arguments"),
+    ];
+    for (name, build, what) in cases {
+        let mut p = Pickler::new();
+        build(&mut p);
+        let path = dir.path().join(format!("{name}.pt"));
+        write_zip(&path, &p.finish(), &storages, ZipOptions::default());
+        let err = PytorchSource::open(&path).map(|s| s.tensors().len());
+        let err = err.expect_err(name).to_string();
+        assert!(
+            err.contains(&format!("{name}.pt")) && err.contains("tensor '") && err.contains(what),
+            "{name}: {err}"
+        );
+    }
+    // Arguments a call of the table does not take.
+    let calls: Vec<(&str, Build, &str)> = vec![
+        ("size-extra", |p| {
+            p.op(b"}").str("s").global("torch", "Size").op(b"((K\x04t");
+            plain(p, "1");
+            p.op(b"tRs");
+        }, "torch.Size called with 2 arguments"),
+        ("set-extra", |p| {
+            p.op(b"}").str("s").global("builtins", "set").op(b"(]");
+            plain(p, "1");
+            p.op(b"tRs");
+        }, "set() called with 2 arguments"),
+        ("codecs-extra", |p| {
+            p.op(b"}").str("s").global("_codecs", "encode").op(b"(").str("abc");
+            plain(p, "1");
+            p.op(b"tRs");
+        }, "_codecs.encode called with other arguments"),
+        ("pid-sixth", |p| {
+            p.op(b"}").str("w");
+            p.global("torch._utils", "_rebuild_tensor_v2").op(b"((");
+            p.str("storage").global("torch", "FloatStorage");
+            p.str("0").str("cpu").int(4);
+            plain(p, "1");
+            p.op(b"tQ").int(0).tuple_of(&[4]).tuple_of(&[1]).op(b"\x89");
+            p.global("collections", "OrderedDict").op(b")RtRs");
+        }, "a storage's view that is a tensor"),
+        ("punning", |p| {
+            p.op(b"}").str("w");
+            plain(p, "0");
+            p.op(b"s").str("d");
+            p.global("torch._utils", "_rebuild_tensor_v2").op(b"((");
+            p.str("storage").global("torch", "DoubleStorage");
+            p.str("0").str("cpu").int(2).op(b"tQ");
+            p.int(0).tuple_of(&[2]).tuple_of(&[1]).op(b"\x89");
+            p.global("collections", "OrderedDict").op(b")RtRs");
+        }, "named as torch.FloatStorage and as torch.DoubleStorage"),
+    ];
+    for (name, build, what) in calls {
+        let mut p = Pickler::new();
+        build(&mut p);
+        let path = dir.path().join(format!("{name}.pt"));
+        write_zip(&path, &p.finish(), &storages, ZipOptions::default());
+        let err = PytorchSource::open(&path).map(|s| s.tensors().len());
+        let err = err.expect_err(name).to_string();
+        assert!(err.contains(&format!("{name}.pt")) && err.contains(what), "{name}: {err}");
+    }
+    // Boolean keys are named as Python writes them.
+    let mut p = Pickler::new();
+    p.op(b"}\x88");
+    plain(&mut p, "0");
+    p.op(b"s");
+    let path = dir.path().join("bool-key.pt");
+    write_zip(&path, &p.finish(), &storages, ZipOptions::default());
+    assert!(PytorchSource::open(&path).unwrap().tensor("True").is_some());
+    // A state dict under a well-known key: what else holds tensors is said.
+    let mut p = Pickler::new();
+    p.op(b"}(").str("state_dict").op(b"}").str("w");
+    plain(&mut p, "0");
+    p.op(b"s").str("ema").op(b"}").str("w");
+    plain(&mut p, "1");
+    p.op(b"su");
+    let path = dir.path().join("lightning.pt");
+    write_zip(&path, &p.finish(), &storages, ZipOptions::default());
+    let source = PytorchSource::open(&path).unwrap();
+    assert_eq!(source.key(), Some("state_dict"));
+    assert_eq!(source.unread_keys(), ["ema"]);
+}
+
+#[test]
+fn legacy_torch_files_are_read_whole_and_exactly() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let storages = vec![StorageSpec::f32(&[1., 2., 3., 4.])];
+    let object = |view: &[u8]| {
+        let mut p = Pickler::new();
+        p.op(b"}").str("w");
+        p.global("torch._utils", "_rebuild_tensor_v2").op(b"((");
+        p.str("storage").global("torch", "FloatStorage");
+        p.str("0").str("cpu").int(4).op(view).op(b"tQ");
+        p.int(0).tuple_of(&[2]).tuple_of(&[1]).op(b"\x89");
+        p.global("collections", "OrderedDict").op(b")RtRs");
+        p.finish()
+    };
+    // A legacy storage view of 1 element at offset 1, viewed as 2: past the view.
+    let mut view = Pickler::new();
+    view.op(b"(").str("v").int(1).int(1).op(b"t");
+    let view = &view.0[2..];
+    let path = dir.path().join("view.pth");
+    legacy_file(&path, &object(view), &storages);
+    let err = PytorchSource::open(&path).unwrap_err().to_string();
+    assert!(err.contains("view.pth") && err.contains("past the end"), "{err}");
+    // The same view as a list: not what torch.save writes.
+    let path = dir.path().join("view-list.pth");
+    legacy_file(&path, &object(b"]"), &storages);
+    let err = PytorchSource::open(&path).unwrap_err().to_string();
+    assert!(err.contains("a storage's view that is a list"), "{err}");
+    // Sound, then with junk after the last storage.
+    let path = dir.path().join("sound.pth");
+    legacy_file(&path, &object(b""), &storages);
+    let source = PytorchSource::open(&path).unwrap();
+    assert_eq!(read_f32(&source, "w"), [1., 2.]);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(b"junk");
+    std::fs::write(&path, &bytes).unwrap();
+    let err = PytorchSource::open(&path).unwrap_err().to_string();
+    assert!(err.contains("4 bytes after the last storage"), "{err}");
+    // A storage listed twice; a system information that is not little-endian.
+    let mut out = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.".to_vec();
+    out.extend_from_slice(b"\x80\x02M\xe9\x03.\x80\x02}.");
+    out.extend(object(b""));
+    out.extend(Pickler::new().op(b"(").str("0").str("0").op(b"l").finish());
+    for _ in 0..2 {
+        out.extend_from_slice(&4u64.to_le_bytes());
+        out.extend_from_slice(&storages[0].bytes);
+    }
+    let path = dir.path().join("twice.pth");
+    std::fs::write(&path, &out).unwrap();
+    let err = PytorchSource::open(&path).unwrap_err().to_string();
+    assert!(err.contains("listed twice"), "{err}");
+    let mut out = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.".to_vec();
+    out.extend_from_slice(b"\x80\x02M\xe9\x03.");
+    out.extend(Pickler::new().op(b"}").str("little_endian").op(b"K\x00s").finish());
+    out.extend(object(b""));
+    out.extend(Pickler::new().op(b"(").str("0").op(b"l").finish());
+    out.extend_from_slice(&4u64.to_le_bytes());
+    out.extend_from_slice(&storages[0].bytes);
+    let path = dir.path().join("endian.pth");
+    std::fs::write(&path, &out).unwrap();
+    let err = PytorchSource::open(&path).unwrap_err().to_string();
+    assert!(err.contains("big-endian"), "{err}");
+}
+
+#[test]
+fn burn_record_maps_that_are_almost_tensors_are_errors() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mpk = |name: &str, record: &serde_json::Value| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, rmp_serde::to_vec_named(record).unwrap()).unwrap();
+        path
+    };
+    let mut extra = zoo_json();
+    extra["item"]["linear"]["bias"]["param"]["extra"] = 1.into();
+    let err = LegacySource::open(mpk("extra.mpk", &extra)).unwrap_err().to_string();
+    assert!(err.contains("linear.bias") && err.contains("exactly bytes, shape and dtype"), "{err}");
+    let mut no_dtype = zoo_json();
+    no_dtype["item"]["linear"]["bias"]["param"]
+        .as_object_mut()
+        .unwrap()
+        .remove("dtype");
+    let err = LegacySource::open(mpk("no-dtype.mpk", &no_dtype)).unwrap_err().to_string();
+    assert!(err.contains("linear.bias") && err.contains("without its dtype"), "{err}");
+    // `bytes` twice (JSON text: serde_json's own maps would keep one).
+    let text = zoo_json().to_string();
+    let twice = text.replacen("\"shape\":", "\"bytes\":[1,2,3,4],\"shape\":", 1);
+    let path = dir.path().join("twice.json");
+    std::fs::write(&path, twice).unwrap();
+    let err = LegacySource::open(&path).unwrap_err().to_string();
+    assert!(err.contains("twice.json") && err.contains("exactly bytes"), "{err}");
+    // A `param` tensor in a map of more than 64 entries is found, not dropped.
+    let mut big = zoo_json();
+    let mut map = serde_json::Map::new();
+    for i in 0..70 {
+        map.insert(format!("k{i}"), i.into());
+    }
+    map.insert(
+        "param".into(),
+        zoo_json()["item"]["linear"]["bias"]["param"].clone(),
+    );
+    big["item"]["big"] = map.into();
+    let source = LegacySource::open(mpk("big.mpk", &big)).unwrap();
+    assert!(source.tensors().iter().any(|t| t.name() == "big.param"));
+    let plain = LegacySource::open(mpk("zoo.mpk", &zoo_json())).unwrap();
+    assert_eq!(source.tensors().len(), plain.tensors().len() + 1);
+}

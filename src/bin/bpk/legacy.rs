@@ -80,7 +80,10 @@ pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&Regex>) -> Res
 pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
     let source = match LegacySource::open(path) {
         Ok(source) => source,
-        Err(e @ burnpack::interop::burn_record::LegacyError::Bincode { .. }) => {
+        Err(
+            e @ (burnpack::interop::burn_record::LegacyError::Bincode { .. }
+            | burnpack::interop::burn_record::LegacyError::Io { .. }),
+        ) => {
             return Err(Failure::file(e));
         }
         Err(e) => {

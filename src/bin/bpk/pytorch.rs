@@ -68,6 +68,7 @@ pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&Regex>) -> Res
             "format": format!("{:?}", source.format()),
             "shards": source.shards().map(|p| p.display().to_string()).collect::<Vec<_>>(),
             "key": source.key(),
+            "unread_keys": source.unread_keys(),
             "globals": source.globals(),
             "tensor_count": census.count,
             "elements": census.elements,
@@ -95,6 +96,12 @@ pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&Regex>) -> Res
     if let Some(key) = source.key() {
         println!("state dict: under '{key}'");
     }
+    if !source.unread_keys().is_empty() {
+        println!(
+            "not read (tensors under other top-level keys; --key KEY reads one): {}",
+            source.unread_keys().join(", ")
+        );
+    }
     println!("globals: {}", source.globals().join(", "));
     census.print();
     print_tensor_table(&shown, "load", |t| {
@@ -110,6 +117,8 @@ pub(crate) fn inspect(path: &Path, as_json: bool, filter: Option<&Regex>) -> Res
 pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
     let source = match open_source(path) {
         Ok(source) => source,
+        // What cannot be read at all (missing, not a regular file) is not a verdict.
+        Err(e @ PytorchError::Io { .. }) => return Err(Failure::file(e)),
         Err(e) => {
             println!("{e}");
             println!("{}: FAILED: 1 problem", path.display());
@@ -144,5 +153,12 @@ pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
         mib(total),
         scanned(nan)
     );
+    if !source.unread_keys().is_empty() {
+        println!(
+            "{}: note: not read (tensors under other top-level keys; --key KEY reads one): {}",
+            path.display(),
+            source.unread_keys().join(", ")
+        );
+    }
     Ok(0)
 }

@@ -300,14 +300,21 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
                     b.push(*v as u8);
                 }
                 _ => {
-                    if let Some(b) = bytes.take() {
+                    // Past `SMALL` items a sequence is not kept (it is nothing a tensor's
+                    // fields or the metadata are made of): memory stays a few nodes.
+                    if let Some(b) = bytes.take()
+                        && b.len() <= SMALL
+                    {
                         items.extend(b.into_iter().map(|v| Node::UInt(u64::from(v))));
                     }
-                    if let Node::Tensor(tensor) = item {
+                    let item = if let Node::Tensor(tensor) = item {
                         let path = self.walk.joined(Some(&count.to_string()))?;
                         self.walk.emit(path, None, *tensor)?;
-                        items.push(Node::Other);
+                        Node::Other
                     } else {
+                        item
+                    };
+                    if count < SMALL {
                         items.push(item);
                     }
                 }
@@ -341,9 +348,10 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
             self.walk.path.pop();
             let value = value?;
             count += 1;
-            // A tensor under any key but `param` (a `ParamSerde`'s) is taken out at once.
+            // A tensor under any key but `param` (a `ParamSerde`'s) is taken out at once; so
+            // is one under `param` in a map too large to be a `ParamSerde`.
             let value = match value {
-                Node::Tensor(tensor) if key != "param" => {
+                Node::Tensor(tensor) if key != "param" || count > SMALL => {
                     let path = self.walk.joined(Some(&key))?;
                     self.walk.emit(path, None, *tensor)?;
                     Node::Other
@@ -355,6 +363,13 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
             }
         }
         if count > SMALL {
+            // Too large to keep: the tensors among the entries kept are taken out first.
+            for (key, value) in entries {
+                if let Node::Tensor(tensor) = value {
+                    let path = self.walk.joined(Some(&key))?;
+                    self.walk.emit(path, None, *tensor)?;
+                }
+            }
             return Ok(Node::Other);
         }
         match tensor_data(&mut entries) {
@@ -433,14 +448,26 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
 /// an error for one of these keys whose values are not a tensor's (a negative or fractional
 /// dimension, bytes that are not bytes).
 fn tensor_data(entries: &mut [(String, Node)]) -> Result<Option<RawTensor>, String> {
-    if entries.len() != 3 {
+    let position = |name: &str| entries.iter().position(|(k, _)| k == name);
+    let (b, s, d) = (position("bytes"), position("shape"), position("dtype"));
+    // `bytes` beside a shape or a dtype is a tensor's: anything but exactly the three keys,
+    // once each, is an error rather than a map walked past.
+    let looks_like_tensor = b.is_some() && (s.is_some() || d.is_some());
+    if !looks_like_tensor {
         return Ok(None);
     }
-    let position = |name: &str| entries.iter().position(|(k, _)| k == name);
-    let (Some(b), Some(s), Some(d)) = (position("bytes"), position("shape"), position("dtype"))
-    else {
-        return Ok(None);
+    let (Some(b), Some(s), Some(d)) = (b, s, d) else {
+        return Err(format!(
+            "a tensor's map without its {} (TensorData has bytes, shape and dtype)",
+            if s.is_none() { "shape" } else { "dtype" }
+        ));
     };
+    if entries.len() != 3 {
+        let keys: Vec<&str> = entries.iter().map(|(k, _)| k.as_str()).collect();
+        return Err(format!(
+            "a tensor's map of keys {keys:?} (TensorData has exactly bytes, shape and dtype)"
+        ));
+    }
     let shape = match &entries[s].1 {
         Node::Seq(items) => items
             .iter()

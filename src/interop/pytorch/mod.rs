@@ -11,9 +11,17 @@
 //!   object, the storage keys), then each storage's element count and bytes.
 //!
 //! Tensors are views of storages: at an offset, several sharing one storage, with any strides.
-//! A contiguous view is a window; a non-contiguous one (a transposed weight saved as is) is
-//! gathered into memory of its own, once, in parallel across tensors when the module loader
-//! asks for them together, and the load report says why ([`CopyReason::Strided`]).
+//! A contiguous view is a window; a non-contiguous one (a transposed weight saved as is, a
+//! buffer expanded with stride 0) is gathered into memory of its own, once, in parallel across
+//! tensors when the module loader asks for them together, and the load report says why
+//! ([`CopyReason::Strided`]). What the gathered views of a file add up to is bounded by the
+//! file's own size plus 16 MiB, checked when it is opened: a few bytes expanded to gigabytes
+//! are an error naming the tensor, not an allocation.
+//!
+//! Nothing is dropped in silence, and memory is bounded by the input: see the restricted
+//! unpickler's rules (an argument or construct it does not fully understand is an error naming
+//! it; its graph is at most 32 bytes per byte of the pickle plus 1 MiB) and docs/integrity.md.
+//! Only regular files are opened (a FIFO or a device is refused before it is opened).
 //!
 //! The state dict is found at the top, or under a key: the one the options name, else the
 //! first of `state_dict`, `model_state_dict` and `model` that holds tensors when the top holds
@@ -194,6 +202,8 @@ pub struct PytorchSource {
     places: Vec<Place>,
     globals: Vec<String>,
     key: Option<String>,
+    /// Top-level keys holding tensors that were not read (the state dict was under `key`).
+    unread: Vec<String>,
     /// Gathered views, by position, from [`TensorSource::prefetch`] until read.
     gathered: Mutex<HashMap<usize, Bytes>>,
     /// Storages already checked against their CRC-32, by (shard, first byte): the outcome.
@@ -304,6 +314,7 @@ impl PytorchSource {
         let mut shards = Vec::with_capacity(opened.len());
         let mut globals: Vec<String> = Vec::new();
         let mut key = None;
+        let mut unread: Vec<String> = Vec::new();
         for (i, o) in opened.into_iter().enumerate() {
             table.extend(o.tensors.into_iter().map(|(info, placed)| {
                 let Placed { strided, storage } = placed;
@@ -322,6 +333,11 @@ impl PytorchSource {
                 }
             }
             key = key.or(o.key);
+            for k in o.unread {
+                if !unread.contains(&k) {
+                    unread.push(k);
+                }
+            }
             shards.push(o.shard);
         }
         if table.len() > options.limits.max_tensor_count {
@@ -350,6 +366,7 @@ impl PytorchSource {
             places,
             globals,
             key,
+            unread,
             gathered: Mutex::new(HashMap::new()),
             checked: Mutex::new(HashMap::new()),
         })
@@ -390,6 +407,21 @@ impl PytorchSource {
     #[must_use]
     pub fn key(&self) -> Option<&str> {
         self.key.as_deref()
+    }
+
+    /// The other top-level keys that hold tensors, when the state dict was found under a
+    /// well-known key ([`key`](Self::key)) rather than named: a checkpoint's optimizer state
+    /// or EMA weights, not read (name one with [`PytorchOptions::key`] to read it instead).
+    ///
+    /// ```no_run
+    /// let source = burnpack::interop::pytorch::PytorchSource::open("lightning.ckpt").unwrap();
+    /// for key in source.unread_keys() {
+    ///     println!("not read: '{key}'");
+    /// }
+    /// ```
+    #[must_use]
+    pub fn unread_keys(&self) -> &[String] {
+        &self.unread
     }
 
     /// The files read: the one file, or the shards in name order.
@@ -555,6 +587,7 @@ struct Opened {
     tensors: Vec<(TensorInfo, Placed)>,
     globals: Vec<String>,
     key: Option<String>,
+    unread: Vec<String>,
 }
 
 /// A storage's bytes in the file.
@@ -612,7 +645,38 @@ impl Opened {
                 "neither a zip archive (PyTorch 1.6 and later) nor a legacy pickle".into(),
             ));
         };
+        // One storage, one type: two types over the same bytes would read them two ways.
+        let mut kinds: HashMap<&str, &str> = HashMap::new();
+        for storage in pickle.storages() {
+            let kind = *kinds.entry(&storage.key).or_insert(storage.kind.name);
+            if kind != storage.kind.name {
+                return Err(invalid(format!(
+                    "storage '{}' is named as torch.{kind} and as torch.{}: its bytes cannot \
+                     be both",
+                    storage.key, storage.kind.name
+                )));
+            }
+        }
         let (root, key) = state_dict(&pickle, options.key.as_deref()).map_err(invalid)?;
+        // The state dict was found under a well-known key: the other top-level entries that
+        // hold tensors (an optimizer's state, an EMA copy) are not read, and are said.
+        let mut unread = Vec::new();
+        if options.key.is_none()
+            && let (Some(chosen), Node::Dict(entries)) = (&key, pickle.node(pickle.root))
+        {
+            for &(k, v) in entries {
+                let Node::Str(k) = pickle.node(k) else {
+                    continue;
+                };
+                if &**k == chosen.as_str() {
+                    continue;
+                }
+                let mut other = Walker::new(&pickle, &options.limits);
+                if other.walk(v, &mut k.to_string(), 1).is_err() || !other.out.is_empty() {
+                    unread.push(k.to_string());
+                }
+            }
+        }
         let mut walker = Walker::new(&pickle, &options.limits);
         walker.walk(root, &mut String::new(), 0).map_err(invalid)?;
         let found = std::mem::take(&mut walker.out);
@@ -671,6 +735,7 @@ impl Opened {
             tensors,
             globals: pickle.globals,
             key,
+            unread,
         })
     }
 }
@@ -853,16 +918,20 @@ fn legacy_parts(all: &[u8], options: &PytorchOptions) -> Result<(Pickle, Storage
             "a legacy torch.save file of another protocol than 1001",
         ));
     }
+    // The system info: a dict whose `little_endian`, when present, must be `True`.
     let info = next(&mut at)?;
-    if let Node::Dict(entries) = info.node(info.root) {
-        for &(k, v) in entries {
-            if matches!(info.node(k), Node::Str(s) if &**s == "little_endian")
-                && matches!(info.node(v), Node::Bool(false))
-            {
-                return Err(other(
-                    "a big-endian file: only little-endian files are read",
-                ));
-            }
+    let Node::Dict(entries) = info.node(info.root) else {
+        return Err(other(
+            "the system information after the protocol is not a dict",
+        ));
+    };
+    for &(k, v) in entries {
+        if matches!(info.node(k), Node::Str(s) if &**s == "little_endian")
+            && !matches!(info.node(v), Node::Bool(true))
+        {
+            return Err(other(
+                "a big-endian file (little_endian is not True): only little-endian files are read",
+            ));
         }
     }
     let object = next(&mut at)?;
@@ -879,6 +948,11 @@ fn legacy_parts(all: &[u8], options: &PytorchOptions) -> Result<(Pickle, Storage
         let Node::Str(key) = keys.node(item) else {
             return Err(other("a storage key that is not a string"));
         };
+        if storages.contains_key(&**key) {
+            return Err(Fault::Other(format!(
+                "storage '{key}' is listed twice (one of its records would be ignored)"
+            )));
+        }
         let element = *sizes.get(&**key).ok_or_else(|| {
             Fault::Other(format!(
                 "storage '{key}' is listed, but nothing in the pickle names it: its size is unknown"
@@ -909,6 +983,12 @@ fn legacy_parts(all: &[u8], options: &PytorchOptions) -> Result<(Pickle, Storage
             },
         );
         at += len as usize;
+    }
+    if at != all.len() {
+        return Err(Fault::Other(format!(
+            "{} bytes after the last storage, which nothing names",
+            all.len() - at
+        )));
     }
     Ok((object, storages))
 }
@@ -979,6 +1059,8 @@ struct Walker<'p> {
     max_tensors: usize,
     held: usize,
     max_held: usize,
+    copied: usize,
+    max_copied: usize,
     /// Each tensor found: its dotted name and its node.
     out: Vec<(String, usize)>,
 }
@@ -993,6 +1075,8 @@ impl<'p> Walker<'p> {
             max_tensors: limits.max_tensor_count,
             held: 0,
             max_held: p.len.saturating_mul(8).saturating_add(1 << 20),
+            copied: 0,
+            max_copied: p.len.saturating_mul(64).saturating_add(64 << 20),
             out: Vec::new(),
         }
     }
@@ -1015,6 +1099,15 @@ impl<'p> Walker<'p> {
             ));
         }
         let p = self.p;
+        for &value in p.side(id) {
+            self.unnamed(
+                name,
+                value,
+                depth,
+                "the state or extra arguments of an object (a BUILD state, a tensor's hooks or \
+                 metadata, a parameter's state)",
+            )?;
+        }
         match p.node(id) {
             Node::Tensor(view) => {
                 if name.is_empty() {
@@ -1044,7 +1137,9 @@ impl<'p> Walker<'p> {
                     match p.node(k) {
                         Node::Str(s) => self.child(name, s, v, depth)?,
                         Node::Int(i) => self.child(name, &i.to_string(), v, depth)?,
-                        Node::Bool(b) => self.child(name, &b.to_string(), v, depth)?,
+                        // As Python's `str()` writes them.
+                        Node::Bool(true) => self.child(name, "True", v, depth)?,
+                        Node::Bool(false) => self.child(name, "False", v, depth)?,
                         other => {
                             let kind = other.kind();
                             self.unnamed(name, v, depth, &format!("a dict key that is a {kind}"))?;
@@ -1089,6 +1184,16 @@ impl<'p> Walker<'p> {
         value: usize,
         depth: usize,
     ) -> Result<(), String> {
+        // Every byte of name built is counted: a long key shared by many paths costs its
+        // length each time.
+        self.copied = self.copied.saturating_add(segment.len() + 1);
+        if self.copied > self.max_copied {
+            return Err(format!(
+                "walking the state dict would build more than {} bytes of names (64 per byte \
+                 of the pickle, plus 64 MiB): the graph is shared to blow up",
+                self.max_copied
+            ));
+        }
         if name.len() + 1 + segment.len() > MAX_NAME {
             return Err(format!(
                 "a tensor name longer than {MAX_NAME} bytes under '{}'",
@@ -1204,7 +1309,12 @@ fn place(
         .try_fold(offset, |at, (&d, &s)| {
             at.checked_add((d - 1).checked_mul(s)?)
         });
-    if last.is_none_or(|last| last >= numel_storage) {
+    // A legacy storage view bounds the tensor to the view, not the whole storage.
+    let end = match storage.view_len {
+        Some(len) => storage.view_offset.saturating_add(len).min(numel_storage),
+        None => numel_storage,
+    };
+    if last.is_none_or(|last| last >= end) {
         return Err(format!(
             "a view past the end of its storage: offset {offset}, shape {shape:?}, strides {:?}, \
              over a storage of {numel_storage} elements",

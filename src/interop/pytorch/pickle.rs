@@ -111,6 +111,8 @@ pub(crate) struct Storage {
     pub numel: u64,
     /// A legacy storage view: its offset (elements) in the storage `key`.
     pub view_offset: u64,
+    /// A legacy storage view: its length (elements); the tensor must lie inside it.
+    pub view_len: Option<u64>,
 }
 
 /// A tensor: a view of a storage.
@@ -132,11 +134,20 @@ pub(crate) struct Pickle {
     pub globals: Vec<String>,
     /// The pickle's length in bytes (what the walks over its graph are bounded by).
     pub len: usize,
+    /// The values each node carries beside what it is (see `Machine::side`).
+    side: HashMap<usize, Vec<usize>>,
 }
 
 impl Pickle {
     pub fn node(&self, id: usize) -> &Node {
         &self.nodes[id]
+    }
+
+    /// The values `id` carries that no tensor of a state dict is made of (a BUILD state, a
+    /// tensor's hooks, a parameter's state): a tensor among them would be dropped, so the
+    /// walk looks.
+    pub fn side(&self, id: usize) -> &[usize] {
+        self.side.get(&id).map_or(&[], Vec::as_slice)
     }
 
     /// The storage a tensor views.
@@ -247,9 +258,13 @@ struct Machine<'a> {
     marks: Vec<usize>,
     memo: HashMap<u32, usize>,
     globals: Vec<String>,
-    /// Bytes of graph held so far, and the most allowed.
+    /// Bytes of graph held so far (the most allowed grows with the bytes read).
     held: usize,
-    budget: usize,
+    /// Values a node carries that no tensor is made of (a BUILD state, a tensor's hooks and
+    /// metadata, a parameter's state), as (node, value): the walk checks them for tensors.
+    side: Vec<(usize, usize)>,
+    /// The extra arguments of the call being made, for the node it makes.
+    pending: Vec<usize>,
 }
 
 /// What a call of a global makes: a new node, or a node that already exists.
@@ -277,22 +292,25 @@ pub(crate) fn load(input: &[u8]) -> Result<(Pickle, usize), PickleError> {
         memo: HashMap::new(),
         globals: Vec::new(),
         held: 0,
-        budget: input
-            .len()
-            .saturating_mul(MEMORY_PER_BYTE)
-            .saturating_add(MEMORY_SLACK),
+        side: Vec::new(),
+        pending: Vec::new(),
     };
     let root = m.run().map_err(|(reason, refused)| PickleError {
         offset: m.at,
         reason,
         refused,
     })?;
+    let mut side: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (node, value) in m.side {
+        side.entry(node).or_default().push(value);
+    }
     Ok((
         Pickle {
             nodes: m.nodes,
             root,
             globals: m.globals,
             len: m.at,
+            side,
         },
         m.at,
     ))
@@ -355,16 +373,27 @@ impl Machine<'_> {
         Ok(text)
     }
 
-    /// Counts `bytes` more of graph, or fails when that would pass the budget.
+    /// Counts `bytes` more of graph, or fails when that would pass the budget: at any
+    /// moment, [`MEMORY_PER_BYTE`] per byte of the pickle read so far, plus [`MEMORY_SLACK`].
     fn charge(&mut self, bytes: usize) -> Result<(), Fault> {
         self.held = self.held.saturating_add(bytes);
-        if self.held > self.budget {
+        let budget = self
+            .at
+            .saturating_mul(MEMORY_PER_BYTE)
+            .saturating_add(MEMORY_SLACK);
+        if self.held > budget {
             return Err(fault(format!(
-                "its object graph would take more than {} bytes ({MEMORY_PER_BYTE} per byte of \
-                 the pickle, plus {MEMORY_SLACK}): not a state dict",
-                self.budget
+                "its object graph would take more than {budget} bytes ({MEMORY_PER_BYTE} per \
+                 byte of the pickle read, plus {MEMORY_SLACK}): not a state dict"
             )));
         }
+        Ok(())
+    }
+
+    /// `value` rides on `node` (see `side`), counted.
+    fn attach(&mut self, node: usize, value: usize) -> Result<(), Fault> {
+        self.charge(16)?;
+        self.side.push((node, value));
         Ok(())
     }
 
@@ -488,7 +517,14 @@ impl Machine<'_> {
                     let root = self.pop()?;
                     return Ok(root);
                 }
-                b'(' => self.marks.push(self.stack.len()),
+                b'(' => {
+                    if self.marks.len() == self.marks.capacity() {
+                        let more = self.marks.capacity().max(1024);
+                        self.charge(more * std::mem::size_of::<usize>())?;
+                        self.marks.reserve_exact(more);
+                    }
+                    self.marks.push(self.stack.len());
+                }
                 b'0' => {
                     self.pop()?;
                 }
@@ -628,16 +664,23 @@ impl Machine<'_> {
                 b'R' | 0x81 => {
                     let args = self.pop()?;
                     let callable = self.pop()?;
+                    self.pending.clear();
                     match self.call(callable, args)? {
                         Called::New(node) => self.push(node)?,
                         Called::Same(id) => self.push_shared(id)?,
                     }
+                    let made = self.top()?;
+                    for value in std::mem::take(&mut self.pending) {
+                        self.attach(made, value)?;
+                    }
                 }
                 b'b' => {
                     // State set on an object (an OrderedDict's `_metadata`, a tensor's
-                    // attributes): nothing a state dict's tensors are made of.
-                    self.pop()?;
-                    self.top()?;
+                    // attributes): not an item of a state dict, so it rides on the object and
+                    // the walk makes sure no tensor hides in it.
+                    let state = self.pop()?;
+                    let target = self.top()?;
+                    self.attach(target, state)?;
                 }
                 b'Q' => {
                     let pid = self.pop()?;
@@ -729,10 +772,26 @@ impl Machine<'_> {
             key,
             numel,
             view_offset: 0,
+            view_len: None,
         };
-        if items.len() == 6
-            && let Node::Tuple(view) = &self.nodes[items[5]]
-        {
+        if items.len() == 6 {
+            // A legacy view of the storage `key`: (view_key, offset, size); `None` for none.
+            let view = match &self.nodes[items[5]] {
+                Node::None => return Ok(storage),
+                Node::Tuple(view) => view,
+                other => {
+                    return Err(fault(format!(
+                        "a storage's view that is a {}, not a tuple (view key, offset, size)",
+                        other.kind()
+                    )));
+                }
+            };
+            if view.len() != 3 {
+                return Err(fault(format!(
+                    "a storage's view of {} items, not 3 (view key, offset, size)",
+                    view.len()
+                )));
+            }
             // A legacy view of the storage `key`: (view_key, offset, size).
             let (Some(offset), Some(size)) = (
                 view.get(1).and_then(|&i| self.int(i)),
@@ -747,6 +806,7 @@ impl Machine<'_> {
                 return Err(fault("a storage view past the end of its storage"));
             }
             storage.view_offset = offset;
+            storage.view_len = Some(size);
         }
         Ok(storage)
     }
@@ -856,6 +916,10 @@ impl Machine<'_> {
         };
         match global {
             Global::OrderedDict => self.ordered_dict(&args),
+            Global::Set if args.len() > 1 => Err(fault(format!(
+                "set() called with {} arguments (it takes one)",
+                args.len()
+            ))),
             Global::Set => match args.first().map(|&i| &self.nodes[i]) {
                 None => Ok(Called::New(Node::Set(Vec::new()))),
                 Some(Node::List(items) | Node::Tuple(items) | Node::Set(items)) => {
@@ -868,6 +932,16 @@ impl Machine<'_> {
                     other.kind()
                 ))),
             },
+            Global::CodecsEncode
+                if args.len() > 2
+                    || args
+                        .get(1)
+                        .is_some_and(|&e| !matches!(self.nodes[e], Node::Str(_))) =>
+            {
+                Err(fault(
+                    "_codecs.encode called with other arguments than (text, encoding)",
+                ))
+            }
             Global::CodecsEncode => match &self.nodes[arg(0)?] {
                 Node::Str(_) => Ok(Called::New(Node::Bytes)),
                 other => Err(fault(format!(
@@ -876,6 +950,10 @@ impl Machine<'_> {
                 ))),
             },
             // The tuple itself: a `torch.Size` is one.
+            Global::TorchSize if args.len() != 1 => Err(fault(format!(
+                "torch.Size called with {} arguments (it takes one tuple)",
+                args.len()
+            ))),
             Global::TorchSize => match &self.nodes[arg(0)?] {
                 Node::Tuple(_) | Node::List(_) => Ok(Called::Same(arg(0)?)),
                 other => Err(fault(format!(
@@ -905,6 +983,8 @@ impl Machine<'_> {
                     )));
                 }
                 self.charge(std::mem::size_of::<TensorView>())?;
+                // requires_grad, backward hooks, metadata: checked by the walk for tensors.
+                self.pending.extend(args.iter().skip(4));
                 Ok(Called::New(Node::Tensor(Box::new(TensorView {
                     storage,
                     offset,
@@ -916,7 +996,11 @@ impl Machine<'_> {
             Global::RebuildParameter | Global::RebuildParameterWithState => {
                 let data = arg(0)?;
                 match &self.nodes[data] {
-                    Node::Tensor(_) => Ok(Called::Same(data)),
+                    Node::Tensor(_) => {
+                        // requires_grad, hooks, state: checked by the walk for tensors.
+                        self.pending.extend(args.iter().skip(1));
+                        Ok(Called::Same(data))
+                    }
                     other => Err(fault(format!(
                         "a parameter rebuilt from a {}, not a tensor",
                         other.kind()
@@ -943,6 +1027,8 @@ impl Machine<'_> {
                         "_rebuild_from_type_v2 of something other than a tensor",
                     ));
                 }
+                // The state set on the result: checked by the walk for tensors.
+                self.pending.extend(args.iter().skip(3));
                 self.call(func, inner)
             }
             Global::TensorType | Global::Storage(_) => Err(fault(format!(
