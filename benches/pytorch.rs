@@ -191,7 +191,12 @@ fn main() {
         "| cache | contender | time, ms: median (min-max) | x from-memory (median of rounds) | CPU, ms | peak RSS rise | anon |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|");
-    let contenders = ["from-memory", "burnpack", "pytorch-store", "sequential-read"];
+    let contenders = [
+        "from-memory",
+        "burnpack",
+        "pytorch-store",
+        "sequential-read",
+    ];
     let file_arg = file.to_str().unwrap().to_string();
     let layers_arg = layers.to_string();
     for cold in [false, true] {

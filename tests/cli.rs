@@ -846,18 +846,33 @@ fn pytorch_files_are_inspected_verified_converted_and_diffed() {
 /// panic or a hang.
 #[test]
 fn foreign_files_that_are_not_what_they_seem_exit_1_or_3_naming_the_input() {
-    use common::torch::{Pickler, StorageSpec, View, ZipOptions, legacy_file, ordered_dict_of_pairs, write_zip};
+    use common::torch::{
+        Pickler, StorageSpec, View, ZipOptions, legacy_file, ordered_dict_of_pairs, write_zip,
+    };
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let no_panic = |err: &str| assert!(!err.contains("panicked"), "{err}");
     // A legacy torch.save file whose state dict is OrderedDict([[name, tensor], ...]).
-    let storages = vec![StorageSpec::f32(&[1., 2., 3., 4.]), StorageSpec::f32(&[5., 6.])];
-    let views = vec![View::whole("fc.weight", 0, &[2, 2]), View::whole("fc.bias", 1, &[2])];
+    let storages = vec![
+        StorageSpec::f32(&[1., 2., 3., 4.]),
+        StorageSpec::f32(&[5., 6.]),
+    ];
+    let views = vec![
+        View::whole("fc.weight", 0, &[2, 2]),
+        View::whole("fc.bias", 1, &[2]),
+    ];
     let old = d.join("old.pth");
-    legacy_file(&old, &ordered_dict_of_pairs(&storages, &views, b"l"), &storages);
+    legacy_file(
+        &old,
+        &ordered_dict_of_pairs(&storages, &views, b"l"),
+        &storages,
+    );
     let (code, out, err) = run(&["inspect", s(&old)]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("fc.weight") && out.contains("fc.bias"), "{out}");
+    assert!(
+        out.contains("fc.weight") && out.contains("fc.bias"),
+        "{out}"
+    );
     let (code, out, _) = run(&["verify", s(&old)]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("2 tensors"), "{out}");
@@ -867,7 +882,10 @@ fn foreign_files_that_are_not_what_they_seem_exit_1_or_3_naming_the_input() {
     let bytes = std::fs::read(&st).unwrap();
     let written = SafeTensors::deserialize(&bytes).unwrap();
     assert_eq!(written.len(), 2);
-    assert_eq!(written.tensor("fc.bias").unwrap().data(), &storages[1].bytes[..]);
+    assert_eq!(
+        written.tensor("fc.bias").unwrap().data(),
+        &storages[1].bytes[..]
+    );
 
     // No tensor anywhere: an error pointing at --key, never "OK, 0 tensors".
     let mut p = Pickler::new();
@@ -879,10 +897,16 @@ fn foreign_files_that_are_not_what_they_seem_exit_1_or_3_naming_the_input() {
     no_panic(&err);
     let (code, out, _) = run(&["verify", s(&keyed)]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("no tensors found") && out.contains("keyed.pt"), "{out}");
+    assert!(
+        out.contains("no tensors found") && out.contains("keyed.pt"),
+        "{out}"
+    );
     let (code, _, err) = run(&["convert", s(&keyed), s(&d.join("keyed.safetensors"))]);
     assert_eq!(code, 3);
-    assert!(err.contains("no tensors found") && err.contains("--key"), "{err}");
+    assert!(
+        err.contains("no tensors found") && err.contains("--key"),
+        "{err}"
+    );
     assert!(!d.join("keyed.safetensors").exists());
     // --key takes the state dict under a key of the top-level dict.
     let mut p = Pickler::new();
@@ -909,7 +933,10 @@ fn foreign_files_that_are_not_what_they_seem_exit_1_or_3_naming_the_input() {
     std::fs::write(&empty, record.to_string()).unwrap();
     let (code, out, _) = run(&["verify", s(&empty)]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("no tensors found") && out.contains("empty.json"), "{out}");
+    assert!(
+        out.contains("no tensors found") && out.contains("empty.json"),
+        "{out}"
+    );
     let (code, _, err) = run(&["convert", s(&empty), s(&d.join("empty.bpk"))]);
     assert_eq!(code, 3);
     assert!(err.contains("empty.json"), "{err}");
@@ -925,7 +952,10 @@ fn foreign_files_that_are_not_what_they_seem_exit_1_or_3_naming_the_input() {
         let (code, _, err) = run(&args);
         assert_eq!(code, 3, "{args:?}");
         no_panic(&err);
-        assert!(err.contains("weight_map is empty") && err.contains("index.json"), "{err}");
+        assert!(
+            err.contains("weight_map is empty") && err.contains("index.json"),
+            "{err}"
+        );
     }
     let (code, out, err) = run(&["verify", s(&index)]);
     assert_eq!(code, 1, "{out}{err}");
@@ -933,7 +963,13 @@ fn foreign_files_that_are_not_what_they_seem_exit_1_or_3_naming_the_input() {
 
     // A FIFO in place of a file: refused at once, not a hang.
     let fifo = d.join("fifo.pt");
-    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
     let out = bpk()
         .args(["inspect", s(&fifo)])
         .timeout(std::time::Duration::from_secs(30))
@@ -941,13 +977,18 @@ fn foreign_files_that_are_not_what_they_seem_exit_1_or_3_naming_the_input() {
         .unwrap();
     assert_eq!(out.status.code(), Some(3));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("fifo.pt") && err.contains("named pipe"), "{err}");
+    assert!(
+        err.contains("fifo.pt") && err.contains("named pipe"),
+        "{err}"
+    );
 
     // A pickle that does not match its zip CRC-32: converted by nobody.
     let crc = d.join("crc.pt");
     write_zip(
         &crc,
-        &Pickler::new().state_dict(&storages[1..], &[View::whole("w", 0, &[2])]).finish(),
+        &Pickler::new()
+            .state_dict(&storages[1..], &[View::whole("w", 0, &[2])])
+            .finish(),
         &storages[1..],
         ZipOptions::default(),
     );

@@ -74,7 +74,9 @@ static ALLOCATOR: Counting = Counting;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The heap `f` took at its peak, beyond what was live before it.
@@ -90,7 +92,9 @@ const MIB: usize = 1 << 20;
 /// Opening `path` fails, naming the file and saying `what`, with at most `most` bytes of heap.
 fn refused_within(path: &Path, what: &str, most: usize) -> String {
     let (result, peak) = peak_of(|| PytorchSource::open(path));
-    let err = result.expect_err("a hostile file must be refused").to_string();
+    let err = result
+        .expect_err("a hostile file must be refused")
+        .to_string();
     assert!(err.contains(&path.display().to_string()), "{err}");
     assert!(err.contains(what), "'{err}' does not say '{what}'");
     assert!(
@@ -205,7 +209,12 @@ fn a_file_without_tensors_or_with_unnameable_ones_is_an_error() {
     };
     // No tensor at all: the state dict may be under another key.
     let mut p = Pickler::new();
-    p.op(b"}(").str("epoch").op(b"K\x03").str("config").str("x").op(b"u");
+    p.op(b"}(")
+        .str("epoch")
+        .op(b"K\x03")
+        .str("config")
+        .str("x")
+        .op(b"u");
     let path = write("no-tensors.pt", p.finish());
     let err = PytorchSource::open(&path).unwrap_err().to_string();
     assert!(
@@ -238,7 +247,11 @@ fn a_file_without_tensors_or_with_unnameable_ones_is_an_error() {
     assert!(err.contains("under a set") && err.contains("s.?"), "{err}");
     // A bare storage where a tensor would be.
     let mut p = Pickler::new();
-    p.op(b"}(").str("raw").op(b"(").str("storage").global("torch", "FloatStorage");
+    p.op(b"}(")
+        .str("raw")
+        .op(b"(")
+        .str("storage")
+        .global("torch", "FloatStorage");
     p.str("0").str("cpu").int(2).op(b"tQu");
     let err = PytorchSource::open(write("bare-storage.pt", p.finish()))
         .unwrap_err()
@@ -308,7 +321,11 @@ fn walking_a_shared_graph_is_bounded_by_the_pickle() {
     p.op(b"}(").str("w");
     p.tensor(&view, "FloatStorage", 2).op(b"uq\x00");
     for _ in 0..30 {
-        p.op(b"}(").str("a").op(b"h\x00").str("b").op(b"h\x00uq\x00");
+        p.op(b"}(")
+            .str("a")
+            .op(b"h\x00")
+            .str("b")
+            .op(b"h\x00uq\x00");
     }
     let pickle = p.finish();
     assert!(pickle.len() < 2048);
@@ -344,7 +361,10 @@ fn expanded_views_are_gathered_only_up_to_the_files_size() {
     let path = dir.path().join("expanded.pt");
     save(&path, &storages, &[expanded]);
     let source = PytorchSource::open(&path).unwrap();
-    assert_eq!(read_f32(&source, "mask"), [1., 2., 3., 1., 2., 3., 1., 2., 3., 1., 2., 3.]);
+    assert_eq!(
+        read_f32(&source, "mask"),
+        [1., 2., 3., 1., 2., 3., 1., 2., 3., 1., 2., 3.]
+    );
     // One element expanded to 1 GiB: refused when the file is opened, before any gathering.
     let storages = vec![StorageSpec::f32(&[1.])];
     let huge = View {
@@ -393,22 +413,24 @@ fn an_index_is_checked_shard_by_shard_before_the_next_is_opened() {
         map.insert(format!("t{i}"), name.into());
     }
     let index = dir.path().join("pytorch_model.bin.index.json");
-    std::fs::write(
-        &index,
-        serde_json::json!({ "weight_map": map }).to_string(),
-    )
-    .unwrap();
+    std::fs::write(&index, serde_json::json!({ "weight_map": map }).to_string()).unwrap();
     let (result, peak) = peak_of(|| PytorchSource::open(&index));
     let err = result.unwrap_err().to_string();
     assert!(err.contains("00000-of-00060"), "{err}");
     // One shard's pickle at most: the 60 would take sixty times as much.
     let one = std::fs::metadata(&big).unwrap().len() as usize;
-    assert!(peak <= 33 * one + 2 * MIB, "{peak} bytes for a shard of {one}");
+    assert!(
+        peak <= 33 * one + 2 * MIB,
+        "{peak} bytes for a shard of {one}"
+    );
     // An index that routes nothing is an error, not a panic or an empty source.
     let empty = dir.path().join("empty.bin.index.json");
     std::fs::write(&empty, r#"{"weight_map": {}}"#).unwrap();
     let err = PytorchSource::open(&empty).unwrap_err().to_string();
-    assert!(err.contains("empty.bin.index.json") && err.contains("weight_map is empty"), "{err}");
+    assert!(
+        err.contains("empty.bin.index.json") && err.contains("weight_map is empty"),
+        "{err}"
+    );
     let empty = dir.path().join("model.safetensors.index.json");
     std::fs::write(&empty, r#"{"weight_map": {}}"#).unwrap();
     let err = SafetensorsSource::open(&empty).unwrap_err().to_string();
@@ -427,7 +449,10 @@ fn within_seconds<T: Send + 'static>(open: impl FnOnce() -> T + Send + 'static) 
 }
 
 fn mkfifo(path: &Path) {
-    let status = std::process::Command::new("mkfifo").arg(path).status().unwrap();
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
     assert!(status.success());
 }
 
@@ -448,15 +473,45 @@ fn fifos_and_devices_are_refused_before_they_are_opened() {
         );
     };
     let p = fifo("model.pt");
-    says(within_seconds({ let p = p.clone(); move || PytorchSource::open(p).unwrap_err().to_string() }), &p);
+    says(
+        within_seconds({
+            let p = p.clone();
+            move || PytorchSource::open(p).unwrap_err().to_string()
+        }),
+        &p,
+    );
     let p = fifo("model.mpk");
-    says(within_seconds({ let p = p.clone(); move || LegacySource::open(p).unwrap_err().to_string() }), &p);
+    says(
+        within_seconds({
+            let p = p.clone();
+            move || LegacySource::open(p).unwrap_err().to_string()
+        }),
+        &p,
+    );
     let p = fifo("model.safetensors");
-    says(within_seconds({ let p = p.clone(); move || SafetensorsSource::open(p).unwrap_err().to_string() }), &p);
+    says(
+        within_seconds({
+            let p = p.clone();
+            move || SafetensorsSource::open(p).unwrap_err().to_string()
+        }),
+        &p,
+    );
     let p = fifo("model.bpk");
-    says(within_seconds({ let p = p.clone(); move || Reader::open(p).unwrap_err().to_string() }), &p);
+    says(
+        within_seconds({
+            let p = p.clone();
+            move || Reader::open(p).unwrap_err().to_string()
+        }),
+        &p,
+    );
     let p = fifo("index.json");
-    says(within_seconds({ let p = p.clone(); move || SafetensorsSource::open(p).unwrap_err().to_string() }), &p);
+    says(
+        within_seconds({
+            let p = p.clone();
+            move || SafetensorsSource::open(p).unwrap_err().to_string()
+        }),
+        &p,
+    );
     // A shard an index names.
     let shard = fifo("pytorch_model-00001-of-00001.bin");
     let index = d.join("pytorch_model.bin.index.json");
@@ -465,10 +520,16 @@ fn fifos_and_devices_are_refused_before_they_are_opened() {
         r#"{"weight_map": {"w": "pytorch_model-00001-of-00001.bin"}}"#,
     )
     .unwrap();
-    says(within_seconds(move || PytorchSource::open(index).unwrap_err().to_string()), &shard);
+    says(
+        within_seconds(move || PytorchSource::open(index).unwrap_err().to_string()),
+        &shard,
+    );
     // A device.
     let err = PytorchSource::open("/dev/zero").unwrap_err().to_string();
-    assert!(err.contains("/dev/zero") && err.contains("a device"), "{err}");
+    assert!(
+        err.contains("/dev/zero") && err.contains("a device"),
+        "{err}"
+    );
     // A record of a burn-train checkpoint directory.
     let run = d.join("run");
     std::fs::create_dir(&run).unwrap();
@@ -525,19 +586,22 @@ fn zip_archives_other_readers_would_read_differently_are_refused() {
     write_zip(
         &path,
         &Pickler::new()
-            .state_dict(
-                &[StorageSpec::f32(&[1., 2.])],
-                &[View::whole("w", 0, &[2])],
-            )
+            .state_dict(&[StorageSpec::f32(&[1., 2.])], &[View::whole("w", 0, &[2])])
             .finish(),
         &[StorageSpec::f32(&[1., 2.]), StorageSpec::f32(&[9., 9.])],
         ZipOptions::default(),
     );
     let mut bytes = std::fs::read(&path).unwrap();
-    assert_eq!(replace_all(&mut bytes, b"archive/data/1", b"archive/data/0"), 2);
+    assert_eq!(
+        replace_all(&mut bytes, b"archive/data/1", b"archive/data/0"),
+        2
+    );
     std::fs::write(&path, &bytes).unwrap();
     let err = PytorchSource::open(&path).unwrap_err().to_string();
-    assert!(err.contains("duplicate.pt") && err.contains("same name"), "{err}");
+    assert!(
+        err.contains("duplicate.pt") && err.contains("same name"),
+        "{err}"
+    );
     // An entry flagged as encrypted (general purpose bit 0, in both headers).
     let (path, mut bytes) = one_tensor_zip(dir.path(), "encrypted.pt");
     let name = b"archive/data/0";
@@ -552,13 +616,22 @@ fn zip_archives_other_readers_would_read_differently_are_refused() {
     }
     std::fs::write(&path, &bytes).unwrap();
     let err = PytorchSource::open(&path).unwrap_err().to_string();
-    assert!(err.contains("encrypted.pt") && err.contains("encrypted"), "{err}");
+    assert!(
+        err.contains("encrypted.pt") && err.contains("encrypted"),
+        "{err}"
+    );
     // A pickle that does not match its CRC-32: a tensor renamed after the archive was written.
     let (path, mut bytes) = one_tensor_zip(dir.path(), "crc.pt");
-    assert_eq!(replace_all(&mut bytes, b"X\x01\x00\x00\x00w", b"X\x01\x00\x00\x00v"), 1);
+    assert_eq!(
+        replace_all(&mut bytes, b"X\x01\x00\x00\x00w", b"X\x01\x00\x00\x00v"),
+        1
+    );
     std::fs::write(&path, &bytes).unwrap();
     let err = PytorchSource::open(&path).unwrap_err().to_string();
-    assert!(err.contains("crc.pt") && err.contains("data.pkl does not match"), "{err}");
+    assert!(
+        err.contains("crc.pt") && err.contains("data.pkl does not match"),
+        "{err}"
+    );
 }
 
 fn zoo_json() -> serde_json::Value {
@@ -573,7 +646,8 @@ fn zoo_json() -> serde_json::Value {
 fn a_burn_record_tensor_that_is_not_understood_is_an_error_naming_it() {
     let _g = serial();
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, fn(&mut serde_json::Value), &str); 4] = [
+    type Edit = fn(&mut serde_json::Value);
+    let cases: [(&str, Edit, &str); 4] = [
         (
             "negative.json",
             |v| v["item"]["linear"]["weight"]["param"]["shape"][0] = (-2).into(),
@@ -633,7 +707,10 @@ fn burn_records_are_bounded_by_their_size() {
     let len = std::fs::metadata(&gz).unwrap().len() as usize;
     let (result, peak) = peak_of(|| LegacySource::open(&gz));
     let err = result.unwrap_err().to_string();
-    assert!(err.contains("bomb.mpk.gz") && err.contains("max_inflation"), "{err}");
+    assert!(
+        err.contains("bomb.mpk.gz") && err.contains("max_inflation"),
+        "{err}"
+    );
     assert!(peak <= 2 * (32 * len + MIB) + MIB, "{peak}");
     // Keys of 2 KB nested 50 deep over 10,000 numbers: each number's path would be 100 KB.
     let key = "k".repeat(2000);
@@ -652,7 +729,10 @@ fn burn_records_are_bounded_by_their_size() {
     std::fs::write(&path, record.to_string()).unwrap();
     let (result, peak) = peak_of(|| LegacySource::open(&path));
     let err = result.unwrap_err().to_string();
-    assert!(err.contains("deep-keys.json") && err.contains("a path longer than"), "{err}");
+    assert!(
+        err.contains("deep-keys.json") && err.contains("a path longer than"),
+        "{err}"
+    );
     assert!(peak <= 16 * MIB, "{peak}");
     // Keys of 500 bytes nested 100 deep (50 KB paths, under the cap) over 10,000 numbers:
     // the paths together are bounded by the record's size.
@@ -687,7 +767,10 @@ fn safetensors_through_a_pack_come_back_byte_for_byte() {
         ("a", TensorView::new(Dtype::F32, vec![2, 3], &a).unwrap()),
         ("b", TensorView::new(Dtype::U8, vec![6], &b).unwrap()),
     ];
-    for metadata in [None, Some([("note".to_string(), "kept".to_string())].into())] {
+    for metadata in [
+        None,
+        Some([("note".to_string(), "kept".to_string())].into()),
+    ] {
         let original = safetensors::serialize(tensors.clone(), metadata).unwrap();
         let st = dir.path().join("in.safetensors");
         std::fs::write(&st, &original).unwrap();
@@ -744,7 +827,10 @@ fn errors_of_an_input_name_the_input() {
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("model-1.json") && !err.contains("ckpt.bpk"), "{err}");
+    assert!(
+        err.contains("model-1.json") && !err.contains("ckpt.bpk"),
+        "{err}"
+    );
     assert!(!out.exists());
     // A tensor safetensors cannot hold (a bool of the pack) names the input pack.
     let pack = dir.path().join("bools.bpk");
@@ -775,7 +861,10 @@ fn tensor_with(p: &mut Pickler, key: &str, shape: &[u64], rest: impl FnOnce(&mut
     p.global("torch._utils", "_rebuild_tensor_v2").op(b"((");
     p.str("storage").global("torch", "FloatStorage");
     p.str(key).str("cpu").int(4).op(b"tQ");
-    p.int(0).tuple_of(&view.shape).tuple_of(&view.stride).op(b"\x89");
+    p.int(0)
+        .tuple_of(&view.shape)
+        .tuple_of(&view.stride)
+        .op(b"\x89");
     rest(p);
     p.op(b"tR");
 }
@@ -806,61 +895,90 @@ fn constructs_the_reader_does_not_use_cannot_hide_a_tensor() {
     // storage 1: every one must be an error, never `w` alone.
     type Build = fn(&mut Pickler);
     let cases: Vec<(&str, Build, &str)> = vec![
-        ("build-on-dict", |p| {
-            p.op(b"}(").str("w");
-            plain(p, "0");
-            p.op(b"u");
-            hidden(p);
-            p.op(b"b");
-        }, "BUILD state"),
-        ("build-on-tensor", |p| {
-            p.op(b"}").str("w");
-            plain(p, "0");
-            hidden(p);
-            p.op(b"bs");
-        }, "BUILD state"),
-        ("tensor-hooks", |p| {
-            p.op(b"}").str("w");
-            tensor_with(p, "0", &[4], hidden);
-            p.op(b"s");
-        }, "hooks"),
-        ("tensor-metadata", |p| {
-            p.op(b"}").str("w");
-            tensor_with(p, "0", &[4], |p| {
+        (
+            "build-on-dict",
+            |p| {
+                p.op(b"}(").str("w");
+                plain(p, "0");
+                p.op(b"u");
+                hidden(p);
+                p.op(b"b");
+            },
+            "BUILD state",
+        ),
+        (
+            "build-on-tensor",
+            |p| {
+                p.op(b"}").str("w");
+                plain(p, "0");
+                hidden(p);
+                p.op(b"bs");
+            },
+            "BUILD state",
+        ),
+        (
+            "tensor-hooks",
+            |p| {
+                p.op(b"}").str("w");
+                tensor_with(p, "0", &[4], hidden);
+                p.op(b"s");
+            },
+            "hooks",
+        ),
+        (
+            "tensor-metadata",
+            |p| {
+                p.op(b"}").str("w");
+                tensor_with(p, "0", &[4], |p| {
+                    p.global("collections", "OrderedDict").op(b")R");
+                    hidden(p);
+                });
+                p.op(b"s");
+            },
+            "metadata",
+        ),
+        (
+            "parameter-hooks",
+            |p| {
+                p.op(b"}").str("w");
+                p.global("torch._utils", "_rebuild_parameter").op(b"(");
+                plain(p, "0");
+                p.op(b"\x88");
+                hidden(p);
+                p.op(b"tRs");
+            },
+            "parameter's state",
+        ),
+        (
+            "parameter-state",
+            |p| {
+                p.op(b"}").str("w");
+                p.global("torch._utils", "_rebuild_parameter_with_state")
+                    .op(b"(");
+                plain(p, "0");
+                p.op(b"\x88");
                 p.global("collections", "OrderedDict").op(b")R");
                 hidden(p);
-            });
-            p.op(b"s");
-        }, "metadata"),
-        ("parameter-hooks", |p| {
-            p.op(b"}").str("w");
-            p.global("torch._utils", "_rebuild_parameter").op(b"(");
-            plain(p, "0");
-            p.op(b"\x88");
-            hidden(p);
-            p.op(b"tRs");
-        }, "parameter's state"),
-        ("parameter-state", |p| {
-            p.op(b"}").str("w");
-            p.global("torch._utils", "_rebuild_parameter_with_state").op(b"(");
-            plain(p, "0");
-            p.op(b"\x88");
-            p.global("collections", "OrderedDict").op(b")R");
-            hidden(p);
-            p.op(b"tRs");
-        }, "parameter's state"),
-        ("from-type-state", |p| {
-            p.op(b"}").str("w");
-            p.global("torch._tensor", "_rebuild_from_type_v2");
-            p.op(b"(").global("torch._utils", "_rebuild_tensor_v2");
-            p.global("torch", "Tensor").op(b"((");
-            p.str("storage").global("torch", "FloatStorage");
-            p.str("0").str("cpu").int(4).op(b"tQ");
-            p.int(0).tuple_of(&[4]).tuple_of(&[1]).op(b"\x89");
-            p.global("collections", "OrderedDict").op(b")Rt");
-            hidden(p);
-            p.op(b"tRs");
-        }, "state or extra arguments"),
+                p.op(b"tRs");
+            },
+            "parameter's state",
+        ),
+        (
+            "from-type-state",
+            |p| {
+                p.op(b"}").str("w");
+                p.global("torch._tensor", "_rebuild_from_type_v2");
+                p.op(b"(").global("torch._utils", "_rebuild_tensor_v2");
+                p.global("torch", "Tensor").op(b"((");
+                p.str("storage").global("torch", "FloatStorage");
+                p.str("0").str("cpu").int(4).op(b"tQ");
+                p.int(0).tuple_of(&[4]).tuple_of(&[1]).op(b"\x89");
+                p.global("collections", "OrderedDict").op(b")Rt");
+                hidden(p);
+                p.op(b"tRs");
+            },
+            "state or extra arguments",
+        ),
     ];
     for (name, build, what) in cases {
         let mut p = Pickler::new();
@@ -876,40 +994,64 @@ fn constructs_the_reader_does_not_use_cannot_hide_a_tensor() {
     }
     // Arguments a call of the table does not take.
     let calls: Vec<(&str, Build, &str)> = vec![
-        ("size-extra", |p| {
-            p.op(b"}").str("s").global("torch", "Size").op(b"((K\x04t");
-            plain(p, "1");
-            p.op(b"tRs");
-        }, "torch.Size called with 2 arguments"),
-        ("set-extra", |p| {
-            p.op(b"}").str("s").global("builtins", "set").op(b"(]");
-            plain(p, "1");
-            p.op(b"tRs");
-        }, "set() called with 2 arguments"),
-        ("codecs-extra", |p| {
-            p.op(b"}").str("s").global("_codecs", "encode").op(b"(").str("abc");
-            plain(p, "1");
-            p.op(b"tRs");
-        }, "_codecs.encode called with other arguments"),
-        ("pid-sixth", |p| {
-            p.op(b"}").str("w");
-            p.global("torch._utils", "_rebuild_tensor_v2").op(b"((");
-            p.str("storage").global("torch", "FloatStorage");
-            p.str("0").str("cpu").int(4);
-            plain(p, "1");
-            p.op(b"tQ").int(0).tuple_of(&[4]).tuple_of(&[1]).op(b"\x89");
-            p.global("collections", "OrderedDict").op(b")RtRs");
-        }, "a storage's view that is a tensor"),
-        ("punning", |p| {
-            p.op(b"}").str("w");
-            plain(p, "0");
-            p.op(b"s").str("d");
-            p.global("torch._utils", "_rebuild_tensor_v2").op(b"((");
-            p.str("storage").global("torch", "DoubleStorage");
-            p.str("0").str("cpu").int(2).op(b"tQ");
-            p.int(0).tuple_of(&[2]).tuple_of(&[1]).op(b"\x89");
-            p.global("collections", "OrderedDict").op(b")RtRs");
-        }, "named as torch.FloatStorage and as torch.DoubleStorage"),
+        (
+            "size-extra",
+            |p| {
+                p.op(b"}").str("s").global("torch", "Size").op(b"((K\x04t");
+                plain(p, "1");
+                p.op(b"tRs");
+            },
+            "torch.Size called with 2 arguments",
+        ),
+        (
+            "set-extra",
+            |p| {
+                p.op(b"}").str("s").global("builtins", "set").op(b"(]");
+                plain(p, "1");
+                p.op(b"tRs");
+            },
+            "set() called with 2 arguments",
+        ),
+        (
+            "codecs-extra",
+            |p| {
+                p.op(b"}")
+                    .str("s")
+                    .global("_codecs", "encode")
+                    .op(b"(")
+                    .str("abc");
+                plain(p, "1");
+                p.op(b"tRs");
+            },
+            "_codecs.encode called with other arguments",
+        ),
+        (
+            "pid-sixth",
+            |p| {
+                p.op(b"}").str("w");
+                p.global("torch._utils", "_rebuild_tensor_v2").op(b"((");
+                p.str("storage").global("torch", "FloatStorage");
+                p.str("0").str("cpu").int(4);
+                plain(p, "1");
+                p.op(b"tQ").int(0).tuple_of(&[4]).tuple_of(&[1]).op(b"\x89");
+                p.global("collections", "OrderedDict").op(b")RtRs");
+            },
+            "a storage's view that is a tensor",
+        ),
+        (
+            "punning",
+            |p| {
+                p.op(b"}").str("w");
+                plain(p, "0");
+                p.op(b"s").str("d");
+                p.global("torch._utils", "_rebuild_tensor_v2").op(b"((");
+                p.str("storage").global("torch", "DoubleStorage");
+                p.str("0").str("cpu").int(2).op(b"tQ");
+                p.int(0).tuple_of(&[2]).tuple_of(&[1]).op(b"\x89");
+                p.global("collections", "OrderedDict").op(b")RtRs");
+            },
+            "named as torch.FloatStorage and as torch.DoubleStorage",
+        ),
     ];
     for (name, build, what) in calls {
         let mut p = Pickler::new();
@@ -918,7 +1060,10 @@ fn constructs_the_reader_does_not_use_cannot_hide_a_tensor() {
         write_zip(&path, &p.finish(), &storages, ZipOptions::default());
         let err = PytorchSource::open(&path).map(|s| s.tensors().len());
         let err = err.expect_err(name).to_string();
-        assert!(err.contains(&format!("{name}.pt")) && err.contains(what), "{name}: {err}");
+        assert!(
+            err.contains(&format!("{name}.pt")) && err.contains(what),
+            "{name}: {err}"
+        );
     }
     // Boolean keys are named as Python writes them.
     let mut p = Pickler::new();
@@ -964,7 +1109,10 @@ fn legacy_torch_files_are_read_whole_and_exactly() {
     let path = dir.path().join("view.pth");
     legacy_file(&path, &object(view), &storages);
     let err = PytorchSource::open(&path).unwrap_err().to_string();
-    assert!(err.contains("view.pth") && err.contains("past the end"), "{err}");
+    assert!(
+        err.contains("view.pth") && err.contains("past the end"),
+        "{err}"
+    );
     // The same view as a list: not what torch.save writes.
     let path = dir.path().join("view-list.pth");
     legacy_file(&path, &object(b"]"), &storages);
@@ -995,7 +1143,13 @@ fn legacy_torch_files_are_read_whole_and_exactly() {
     assert!(err.contains("listed twice"), "{err}");
     let mut out = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.".to_vec();
     out.extend_from_slice(b"\x80\x02M\xe9\x03.");
-    out.extend(Pickler::new().op(b"}").str("little_endian").op(b"K\x00s").finish());
+    out.extend(
+        Pickler::new()
+            .op(b"}")
+            .str("little_endian")
+            .op(b"K\x00s")
+            .finish(),
+    );
     out.extend(object(b""));
     out.extend(Pickler::new().op(b"(").str("0").op(b"l").finish());
     out.extend_from_slice(&4u64.to_le_bytes());
@@ -1017,22 +1171,35 @@ fn burn_record_maps_that_are_almost_tensors_are_errors() {
     };
     let mut extra = zoo_json();
     extra["item"]["linear"]["bias"]["param"]["extra"] = 1.into();
-    let err = LegacySource::open(mpk("extra.mpk", &extra)).unwrap_err().to_string();
-    assert!(err.contains("linear.bias") && err.contains("exactly bytes, shape and dtype"), "{err}");
+    let err = LegacySource::open(mpk("extra.mpk", &extra))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("linear.bias") && err.contains("exactly bytes, shape and dtype"),
+        "{err}"
+    );
     let mut no_dtype = zoo_json();
     no_dtype["item"]["linear"]["bias"]["param"]
         .as_object_mut()
         .unwrap()
         .remove("dtype");
-    let err = LegacySource::open(mpk("no-dtype.mpk", &no_dtype)).unwrap_err().to_string();
-    assert!(err.contains("linear.bias") && err.contains("without its dtype"), "{err}");
+    let err = LegacySource::open(mpk("no-dtype.mpk", &no_dtype))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("linear.bias") && err.contains("without its dtype"),
+        "{err}"
+    );
     // `bytes` twice (JSON text: serde_json's own maps would keep one).
     let text = zoo_json().to_string();
     let twice = text.replacen("\"shape\":", "\"bytes\":[1,2,3,4],\"shape\":", 1);
     let path = dir.path().join("twice.json");
     std::fs::write(&path, twice).unwrap();
     let err = LegacySource::open(&path).unwrap_err().to_string();
-    assert!(err.contains("twice.json") && err.contains("exactly bytes"), "{err}");
+    assert!(
+        err.contains("twice.json") && err.contains("exactly bytes"),
+        "{err}"
+    );
     // A `param` tensor in a map of more than 64 entries is found, not dropped.
     let mut big = zoo_json();
     let mut map = serde_json::Map::new();

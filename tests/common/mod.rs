@@ -198,7 +198,10 @@ pub fn in_ci() -> bool {
 /// (shown with `--nocapture`), after which the caller returns and the test passes.
 #[track_caller]
 pub fn skip(why: &str) {
-    assert!(!in_ci(), "CI must provide what this test needs (see .ci/run): {why}");
+    assert!(
+        !in_ci(),
+        "CI must provide what this test needs (see .ci/run): {why}"
+    );
     eprintln!("skipped: {why}");
 }
 

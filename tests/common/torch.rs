@@ -218,4 +218,3 @@ pub fn ordered_dict_of_pairs(storages: &[StorageSpec], views: &[View], pair: &[u
     }
     p.op(b"ltR").finish()
 }
-

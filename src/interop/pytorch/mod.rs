@@ -276,13 +276,13 @@ impl PytorchSource {
         if path.extension().is_some_and(|e| e == "json") {
             let index = ShardIndex::read(path, "PyTorch shard", options.limits.max_tensor_count)
                 .map_err(|e| match e {
-                IndexError::Io(action, source) => PytorchError::Io {
-                    path: path.to_path_buf(),
-                    action,
-                    source,
-                },
-                IndexError::Invalid(reason) => invalid(reason),
-            })?;
+                    IndexError::Io(action, source) => PytorchError::Io {
+                        path: path.to_path_buf(),
+                        action,
+                        source,
+                    },
+                    IndexError::Invalid(reason) => invalid(reason),
+                })?;
             let mut opened = Vec::with_capacity(index.shards.len());
             for (i, shard) in index.shards.iter().enumerate() {
                 // A shard may hold no more tensors than the index routes to it; each is
@@ -645,38 +645,13 @@ impl Opened {
                 "neither a zip archive (PyTorch 1.6 and later) nor a legacy pickle".into(),
             ));
         };
-        // One storage, one type: two types over the same bytes would read them two ways.
-        let mut kinds: HashMap<&str, &str> = HashMap::new();
-        for storage in pickle.storages() {
-            let kind = *kinds.entry(&storage.key).or_insert(storage.kind.name);
-            if kind != storage.kind.name {
-                return Err(invalid(format!(
-                    "storage '{}' is named as torch.{kind} and as torch.{}: its bytes cannot \
-                     be both",
-                    storage.key, storage.kind.name
-                )));
-            }
-        }
+        check_storage_types(&pickle).map_err(invalid)?;
         let (root, key) = state_dict(&pickle, options.key.as_deref()).map_err(invalid)?;
-        // The state dict was found under a well-known key: the other top-level entries that
-        // hold tensors (an optimizer's state, an EMA copy) are not read, and are said.
-        let mut unread = Vec::new();
-        if options.key.is_none()
-            && let (Some(chosen), Node::Dict(entries)) = (&key, pickle.node(pickle.root))
-        {
-            for &(k, v) in entries {
-                let Node::Str(k) = pickle.node(k) else {
-                    continue;
-                };
-                if &**k == chosen.as_str() {
-                    continue;
-                }
-                let mut other = Walker::new(&pickle, &options.limits);
-                if other.walk(v, &mut k.to_string(), 1).is_err() || !other.out.is_empty() {
-                    unread.push(k.to_string());
-                }
-            }
-        }
+        let unread = if options.key.is_none() {
+            unread_keys(&pickle, key.as_deref(), &options.limits)
+        } else {
+            Vec::new()
+        };
         let mut walker = Walker::new(&pickle, &options.limits);
         walker.walk(root, &mut String::new(), 0).map_err(invalid)?;
         let found = std::mem::take(&mut walker.out);
@@ -782,12 +757,11 @@ fn zip_parts(
     Ok((pickle, storages, entry))
 }
 
-/// The zip format's pickle (its byte range) and storages.
-fn zip_layout(all: &[u8], options: &PytorchOptions) -> Result<(StorageEntry, Storages), String> {
+/// The zip archive, when every reader would read it alike: two entries of one name would be
+/// read differently by different readers (this one would see the last, another the first), so
+/// they are refused, as are local headers that disagree with the central directory.
+fn consistent_archive(all: &[u8]) -> Result<zip::ZipArchive<Cursor<&[u8]>>, String> {
     let mut archive = zip::ZipArchive::new(Cursor::new(all)).map_err(|e| format!("zip: {e}"))?;
-    // Two entries of one name would be read differently by different readers (this one
-    // would see the last, another the first): refused, as are local headers that disagree
-    // with the central directory.
     if archive.has_duplicate_names() {
         return Err(
             "the zip archive holds two entries of the same name (another reader could take a \
@@ -798,6 +772,12 @@ fn zip_layout(all: &[u8], options: &PytorchOptions) -> Result<(StorageEntry, Sto
     archive
         .validate_header_consistency()
         .map_err(|e| format!("zip: {e}"))?;
+    Ok(archive)
+}
+
+/// The zip format's pickle (its byte range) and storages.
+fn zip_layout(all: &[u8], options: &PytorchOptions) -> Result<(StorageEntry, Storages), String> {
+    let mut archive = consistent_archive(all)?;
     let mut entries = Vec::with_capacity(archive.len());
     for i in 0..archive.len() {
         let entry = archive
@@ -991,6 +971,44 @@ fn legacy_parts(all: &[u8], options: &PytorchOptions) -> Result<(Pickle, Storage
         )));
     }
     Ok((object, storages))
+}
+
+/// One storage, one type: two types over the same bytes would read them two ways.
+fn check_storage_types(pickle: &Pickle) -> Result<(), String> {
+    let mut kinds: HashMap<&str, &str> = HashMap::new();
+    for storage in pickle.storages() {
+        let kind = *kinds.entry(&storage.key).or_insert(storage.kind.name);
+        if kind != storage.kind.name {
+            return Err(format!(
+                "storage '{}' is named as torch.{kind} and as torch.{}: its bytes cannot be both",
+                storage.key, storage.kind.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// When the state dict was found under the well-known key `chosen`: the other top-level keys
+/// whose values hold tensors (an optimizer's state, an EMA copy), which are not read and are
+/// said ([`PytorchSource::unread_keys`]).
+fn unread_keys(pickle: &Pickle, chosen: Option<&str>, limits: &Limits) -> Vec<String> {
+    let (Some(chosen), Node::Dict(entries)) = (chosen, pickle.node(pickle.root)) else {
+        return Vec::new();
+    };
+    let mut unread = Vec::new();
+    for &(k, v) in entries {
+        let Node::Str(k) = pickle.node(k) else {
+            continue;
+        };
+        if &**k == chosen {
+            continue;
+        }
+        let mut other = Walker::new(pickle, limits);
+        if other.walk(v, &mut k.to_string(), 1).is_err() || !other.out.is_empty() {
+            unread.push(k.to_string());
+        }
+    }
+    unread
 }
 
 /// The keys of a dict node that are strings, the first 16, for errors.

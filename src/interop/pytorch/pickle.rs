@@ -654,7 +654,8 @@ impl Machine<'_> {
                 0x93 => {
                     let name = self.pop()?;
                     let module = self.pop()?;
-                    let (Node::Str(module), Node::Str(name)) = (&self.nodes[module], &self.nodes[name])
+                    let (Node::Str(module), Node::Str(name)) =
+                        (&self.nodes[module], &self.nodes[name])
                     else {
                         return Err(fault("a STACK_GLOBAL whose names are not strings"));
                     };
@@ -871,8 +872,7 @@ impl Machine<'_> {
                                  {}{}, not a (key, value) pair",
                                 other.kind(),
                                 match other {
-                                    Node::Tuple(kv) | Node::List(kv) =>
-                                        format!(" of {}", kv.len()),
+                                    Node::Tuple(kv) | Node::List(kv) => format!(" of {}", kv.len()),
                                     _ => String::new(),
                                 }
                             )));
@@ -891,6 +891,83 @@ impl Machine<'_> {
         };
         self.charge(pairs.len() * 16)?;
         Ok(Called::New(Node::Dict(pairs)))
+    }
+
+    /// `_rebuild_tensor(_v2)(storage, offset, size, stride, ...)`: a [`TensorView`]; the
+    /// arguments past the stride (`requires_grad`, hooks, metadata) ride on it.
+    fn rebuild_tensor(&mut self, args: &[usize]) -> Result<Called, Fault> {
+        let arg = |i: usize| {
+            args.get(i).copied().ok_or_else(|| {
+                fault(format!(
+                    "_rebuild_tensor_v2 called with {} arguments",
+                    args.len()
+                ))
+            })
+        };
+        let storage = arg(0)?;
+        if !matches!(self.nodes[storage], Node::Storage(_)) {
+            return Err(fault(format!(
+                "a tensor rebuilt from a {}, not a storage",
+                self.nodes[storage].kind()
+            )));
+        }
+        let offset = self
+            .int(arg(1)?)
+            .and_then(|v| u64::try_from(v).ok())
+            .ok_or_else(|| fault("a tensor's storage offset that is not a count"))?;
+        let shape = self.ints(arg(2)?, "size")?;
+        let stride = self.ints(arg(3)?, "stride")?;
+        if shape.len() != stride.len() {
+            return Err(fault(format!(
+                "a tensor of {} dimensions with {} strides",
+                shape.len(),
+                stride.len()
+            )));
+        }
+        self.charge(std::mem::size_of::<TensorView>())?;
+        // requires_grad, backward hooks, metadata: checked by the walk for tensors.
+        self.pending.extend(args.iter().skip(4));
+        Ok(Called::New(Node::Tensor(Box::new(TensorView {
+            storage,
+            offset,
+            shape,
+            stride,
+        }))))
+    }
+
+    /// `_rebuild_from_type_v2(func, type, args, state)`: `func(*args)` for a tensor type of
+    /// the table; the state rides on the result.
+    fn rebuild_from_type(&mut self, args: &[usize]) -> Result<Called, Fault> {
+        let arg = |i: usize| {
+            args.get(i).copied().ok_or_else(|| {
+                fault(format!(
+                    "_rebuild_from_type_v2 called with {} arguments",
+                    args.len()
+                ))
+            })
+        };
+        let (func, kind, inner) = (arg(0)?, arg(1)?, arg(2)?);
+        if !matches!(self.nodes[kind], Node::Global(Global::TensorType)) {
+            return Err(fault(
+                "a tensor subclass other than torch.Tensor or Parameter",
+            ));
+        }
+        if !matches!(
+            self.nodes[func],
+            Node::Global(
+                Global::RebuildTensor
+                    | Global::RebuildTensorV2
+                    | Global::RebuildParameter
+                    | Global::RebuildParameterWithState
+            )
+        ) {
+            return Err(fault(
+                "_rebuild_from_type_v2 of something other than a tensor",
+            ));
+        }
+        // The state set on the result: checked by the walk for tensors.
+        self.pending.extend(args.iter().skip(3));
+        self.call(func, inner)
     }
 
     /// REDUCE / NEWOBJ with a global of the table.
@@ -927,10 +1004,7 @@ impl Machine<'_> {
                     self.charge(items.len() * 8)?;
                     Ok(Called::New(Node::Set(items)))
                 }
-                Some(other) => Err(fault(format!(
-                    "set() of a {}, not a list",
-                    other.kind()
-                ))),
+                Some(other) => Err(fault(format!("set() of a {}, not a list", other.kind()))),
             },
             Global::CodecsEncode
                 if args.len() > 2
@@ -961,37 +1035,7 @@ impl Machine<'_> {
                     other.kind()
                 ))),
             },
-            Global::RebuildTensor | Global::RebuildTensorV2 => {
-                let storage = arg(0)?;
-                if !matches!(self.nodes[storage], Node::Storage(_)) {
-                    return Err(fault(format!(
-                        "a tensor rebuilt from a {}, not a storage",
-                        self.nodes[storage].kind()
-                    )));
-                }
-                let offset = self
-                    .int(arg(1)?)
-                    .and_then(|v| u64::try_from(v).ok())
-                    .ok_or_else(|| fault("a tensor's storage offset that is not a count"))?;
-                let shape = self.ints(arg(2)?, "size")?;
-                let stride = self.ints(arg(3)?, "stride")?;
-                if shape.len() != stride.len() {
-                    return Err(fault(format!(
-                        "a tensor of {} dimensions with {} strides",
-                        shape.len(),
-                        stride.len()
-                    )));
-                }
-                self.charge(std::mem::size_of::<TensorView>())?;
-                // requires_grad, backward hooks, metadata: checked by the walk for tensors.
-                self.pending.extend(args.iter().skip(4));
-                Ok(Called::New(Node::Tensor(Box::new(TensorView {
-                    storage,
-                    offset,
-                    shape,
-                    stride,
-                }))))
-            }
+            Global::RebuildTensor | Global::RebuildTensorV2 => self.rebuild_tensor(&args),
             // The tensor itself: a parameter's data is its tensor.
             Global::RebuildParameter | Global::RebuildParameterWithState => {
                 let data = arg(0)?;
@@ -1007,30 +1051,7 @@ impl Machine<'_> {
                     ))),
                 }
             }
-            Global::RebuildFromTypeV2 => {
-                let (func, kind, inner) = (arg(0)?, arg(1)?, arg(2)?);
-                if !matches!(self.nodes[kind], Node::Global(Global::TensorType)) {
-                    return Err(fault(
-                        "a tensor subclass other than torch.Tensor or Parameter",
-                    ));
-                }
-                if !matches!(
-                    self.nodes[func],
-                    Node::Global(
-                        Global::RebuildTensor
-                            | Global::RebuildTensorV2
-                            | Global::RebuildParameter
-                            | Global::RebuildParameterWithState
-                    )
-                ) {
-                    return Err(fault(
-                        "_rebuild_from_type_v2 of something other than a tensor",
-                    ));
-                }
-                // The state set on the result: checked by the walk for tensors.
-                self.pending.extend(args.iter().skip(3));
-                self.call(func, inner)
-            }
+            Global::RebuildFromTypeV2 => self.rebuild_from_type(&args),
             Global::TensorType | Global::Storage(_) => Err(fault(format!(
                 "a call of {global:?}, which a state dict never calls"
             ))),
@@ -1092,7 +1113,11 @@ mod tests {
 
     #[test]
     fn nodes_take_32_bytes() {
-        assert!(std::mem::size_of::<Node>() <= 32, "{}", std::mem::size_of::<Node>());
+        assert!(
+            std::mem::size_of::<Node>() <= 32,
+            "{}",
+            std::mem::size_of::<Node>()
+        );
     }
 
     #[test]
