@@ -472,46 +472,27 @@ fn fifos_and_devices_are_refused_before_they_are_opened() {
             "{err}"
         );
     };
-    let p = fifo("model.pt");
-    says(
-        within_seconds({
-            let p = p.clone();
-            move || PytorchSource::open(p).unwrap_err().to_string()
+    type Open = fn(PathBuf) -> String;
+    let opens: [(&str, Open); 5] = [
+        ("model.pt", |p| {
+            PytorchSource::open(p).unwrap_err().to_string()
         }),
-        &p,
-    );
-    let p = fifo("model.mpk");
-    says(
-        within_seconds({
-            let p = p.clone();
-            move || LegacySource::open(p).unwrap_err().to_string()
+        ("model.mpk", |p| {
+            LegacySource::open(p).unwrap_err().to_string()
         }),
-        &p,
-    );
-    let p = fifo("model.safetensors");
-    says(
-        within_seconds({
-            let p = p.clone();
-            move || SafetensorsSource::open(p).unwrap_err().to_string()
+        ("model.safetensors", |p| {
+            SafetensorsSource::open(p).unwrap_err().to_string()
         }),
-        &p,
-    );
-    let p = fifo("model.bpk");
-    says(
-        within_seconds({
-            let p = p.clone();
-            move || Reader::open(p).unwrap_err().to_string()
+        ("model.bpk", |p| Reader::open(p).unwrap_err().to_string()),
+        ("index.json", |p| {
+            SafetensorsSource::open(p).unwrap_err().to_string()
         }),
-        &p,
-    );
-    let p = fifo("index.json");
-    says(
-        within_seconds({
-            let p = p.clone();
-            move || SafetensorsSource::open(p).unwrap_err().to_string()
-        }),
-        &p,
-    );
+    ];
+    for (name, open) in opens {
+        let p = fifo(name);
+        let q = p.clone();
+        says(within_seconds(move || open(q)), &p);
+    }
     // A shard an index names.
     let shard = fifo("pytorch_model-00001-of-00001.bin");
     let index = d.join("pytorch_model.bin.index.json");
