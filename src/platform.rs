@@ -139,7 +139,10 @@ pub(crate) fn regular_file(path: &std::path::Path) -> io::Result<std::fs::Metada
     } else {
         Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("not a regular file: it is {}", kind_of(metadata.file_type())),
+            format!(
+                "not a regular file: it is {}",
+                kind_of(metadata.file_type())
+            ),
         ))
     }
 }
@@ -161,7 +164,10 @@ pub(crate) fn open_regular(path: &std::path::Path) -> io::Result<File> {
     if !metadata.is_file() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("not a regular file: it is {}", kind_of(metadata.file_type())),
+            format!(
+                "not a regular file: it is {}",
+                kind_of(metadata.file_type())
+            ),
         ));
     }
     #[cfg(unix)]
