@@ -186,3 +186,25 @@ pub enum FormatError {
         other: String,
     },
 }
+
+impl FormatError {
+    /// The tensor this error is about, where there is one.
+    ///
+    /// ```
+    /// use burnpack::format::FormatError;
+    /// let err = FormatError::Overlap { tensor: "b".into(), other: "a".into() };
+    /// assert_eq!(err.tensor(), Some("b"));
+    /// ```
+    #[must_use]
+    pub fn tensor(&self) -> Option<&str> {
+        match self {
+            Self::OffsetOverflow { tensor, .. }
+            | Self::EndBeforeStart { tensor, .. }
+            | Self::PastEnd { tensor, .. }
+            | Self::LengthMismatch { tensor, .. }
+            | Self::ShapeOverflow { tensor, .. }
+            | Self::Overlap { tensor, .. } => Some(tensor),
+            _ => None,
+        }
+    }
+}

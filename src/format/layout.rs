@@ -265,13 +265,10 @@ impl Layout {
 
         // Burn and this crate write the map sorted by name: checked in one pass, sorted
         // only when it is not (moving 10,000 descriptors costs more than comparing them).
-        if !tensors.is_sorted_by(|a, b| a.name <= b.name) {
-            tensors.sort_by(|a, b| a.name.cmp(&b.name));
-        }
-        if let Some(pair) = tensors.windows(2).find(|w| w[0].name == w[1].name) {
+        if let Some((first, _)) = super::sort_unique(&mut tensors, TensorInfo::name) {
             return Err(FormatError::DuplicateKey {
                 map: "tensors",
-                key: pair[0].name.to_string(),
+                key: tensors[first].name.to_string(),
             });
         }
 
@@ -340,10 +337,7 @@ impl Layout {
     /// The tensor called `name`.
     #[must_use]
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.tensors
-            .binary_search_by(|t| (*t.name).cmp(name))
-            .ok()
-            .map(|i| &self.tensors[i])
+        super::position(&self.tensors, name).map(|i| &self.tensors[i])
     }
 
     /// String metadata.

@@ -10,6 +10,7 @@
 //! changes every byte of a canonical blob to every value to check that the direct one never
 //! accepts what the general one refuses or reads differently.
 
+mod by_name;
 mod canonical;
 mod dtype;
 mod error;
@@ -21,6 +22,7 @@ mod scalar;
 mod table;
 mod tensor;
 
+pub(crate) use by_name::{owned, position, sort_unique};
 #[cfg(any(test, feature = "internals"))]
 pub use dtype::PLAIN_DTYPES;
 pub(crate) use dtype::byte_len_of;

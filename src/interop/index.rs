@@ -6,6 +6,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use crate::read::{Routing, SourceError};
+
 /// Index files larger than this are refused before they are read (a real one lists tensor
 /// names: a few MiB at most).
 pub(crate) const MAX_INDEX_BYTES: u64 = 64 << 20;
@@ -15,12 +17,6 @@ struct Json {
     #[serde(default)]
     metadata: Option<serde_json::Map<String, serde_json::Value>>,
     weight_map: BTreeMap<String, String>,
-}
-
-/// What is wrong with an index: an I/O failure (with what was being done) or its contents.
-pub(crate) enum IndexError {
-    Io(&'static str, std::io::Error),
-    Invalid(String),
 }
 
 /// A validated index: its metadata, its routes, and its shards in name order.
@@ -40,33 +36,34 @@ impl ShardIndex {
     /// for errors); shard names must be plain file names in the index's directory (no
     /// directories, no `..`); an index that routes no tensor, or more than `max_tensors`, is
     /// refused.
-    pub fn read(path: &Path, kind: &str, max_tensors: usize) -> Result<Self, IndexError> {
+    pub fn read(path: &Path, kind: &str, max_tensors: usize) -> Result<Self, SourceError> {
+        let invalid = SourceError::invalid(path);
         let len = crate::platform::regular_file(path)
-            .map_err(|e| IndexError::Io("open", e))?
+            .map_err(SourceError::io(path, "open"))?
             .len();
         if len > MAX_INDEX_BYTES {
-            return Err(IndexError::Invalid(format!(
+            return Err(invalid(format!(
                 "index of {len} bytes is over the {MAX_INDEX_BYTES}-byte limit"
             )));
         }
         let mut text = Vec::new();
         std::io::Read::read_to_end(
             &mut std::io::Read::take(
-                crate::platform::open_regular(path).map_err(|e| IndexError::Io("open", e))?,
+                crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?,
                 MAX_INDEX_BYTES,
             ),
             &mut text,
         )
-        .map_err(|e| IndexError::Io("read", e))?;
+        .map_err(SourceError::io(path, "read"))?;
         let json: Json = serde_json::from_slice(&text)
-            .map_err(|e| IndexError::Invalid(format!("not a {kind} index: {e}")))?;
+            .map_err(|e| invalid(format!("not a {kind} index: {e}")))?;
         if json.weight_map.is_empty() {
-            return Err(IndexError::Invalid(format!(
+            return Err(invalid(format!(
                 "the {kind} index's weight_map is empty: it names no shard and no tensor"
             )));
         }
         if json.weight_map.len() > max_tensors {
-            return Err(IndexError::Invalid(format!(
+            return Err(invalid(format!(
                 "the index lists {} tensors, over the tensor-count limit of {max_tensors}",
                 json.weight_map.len()
             )));
@@ -86,7 +83,7 @@ impl ShardIndex {
             .map(|name| {
                 let plain = Path::new(name.as_str());
                 if plain.components().count() != 1 || plain.file_name().is_none() {
-                    return Err(IndexError::Invalid(format!(
+                    return Err(invalid(format!(
                         "shard '{name}' is not a file name in the index's directory"
                     )));
                 }
@@ -155,5 +152,19 @@ impl ShardIndex {
             }
         }
         Ok(())
+    }
+}
+
+impl Routing for ShardIndex {
+    fn routed(&self, shard: usize) -> usize {
+        ShardIndex::routed(self, shard)
+    }
+
+    fn check_shard(
+        &self,
+        shard: usize,
+        held: &mut dyn Iterator<Item = &str>,
+    ) -> Result<(), String> {
+        ShardIndex::check_shard(self, shard, held)
     }
 }

@@ -45,6 +45,16 @@ pub enum ReadError {
         /// The checksum of the bytes read.
         actual: u64,
     },
+    /// The [`TensorInfo`](crate::format::TensorInfo) asked for is not one of this source's
+    /// (another source's table, or a changed copy): every source answers so, never reading
+    /// whatever its offset points at.
+    #[error("{file}: tensor '{tensor}' is not one of this source's (its description differs)")]
+    NotMine {
+        /// The file.
+        file: String,
+        /// The name of the tensor asked for.
+        tensor: String,
+    },
     /// No tensor of that name.
     #[error("{file}: no tensor named '{tensor}'")]
     NotFound {
@@ -53,4 +63,270 @@ pub enum ReadError {
         /// The name asked for.
         tensor: String,
     },
+}
+
+/// What kind of failure a [`SourceError`] is, for a program to match on whatever the format.
+///
+/// ```
+/// use burnpack::read::SourceErrorKind;
+/// assert!(SourceErrorKind::Truncated.is_unreadable());
+/// assert!(!SourceErrorKind::Invalid.is_unreadable());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SourceErrorKind {
+    /// The file (or URL) could not be read: missing, not a regular file, permissions, a
+    /// failed request.
+    Io,
+    /// The file is shorter than its own header says (an interrupted copy or download).
+    Truncated,
+    /// The contents are not a valid file of the format, or are damaged.
+    Invalid,
+    /// One tensor is wrong (named in the error): a dtype with no Burn equivalent, a length that
+    /// does not match its shape, a view outside its storage.
+    Tensor,
+    /// The file asks for code to be run (a pickle's global outside a state dict's): nothing
+    /// was run.
+    Refused,
+    /// A container this crate recognises but cannot read (a bincode record, which does not
+    /// describe itself).
+    Unsupported,
+    /// Not a container any source of this crate reads.
+    UnknownFormat,
+}
+
+impl SourceErrorKind {
+    /// Whether the file could not be read at all (as opposed to being read and found wrong):
+    /// `bpk verify` exits 3 for these and 1 for the others.
+    ///
+    /// ```
+    /// assert!(burnpack::read::SourceErrorKind::Io.is_unreadable());
+    /// ```
+    #[must_use]
+    pub fn is_unreadable(self) -> bool {
+        matches!(
+            self,
+            Self::Io | Self::Truncated | Self::Unsupported | Self::UnknownFormat
+        )
+    }
+}
+
+/// Why a source of tensors (a pack, safetensors weights, a `torch.save` file, a Burn record,
+/// an object on object storage) could not be opened: one error for every format, naming the
+/// path or URL, the tensor where there is one, and what was wrong, with a
+/// [`kind`](Self::kind) a program can match.
+///
+/// ```
+/// use burnpack::read::{SourceError, SourceErrorKind};
+/// let err = burnpack::interop::open_any("/no/such/model.safetensors").unwrap_err();
+/// assert_eq!(err.kind(), SourceErrorKind::Io);
+/// assert_eq!(err.path(), std::path::Path::new("/no/such/model.safetensors"));
+/// assert!(err.to_string().contains("/no/such/model.safetensors"));
+/// assert!(matches!(err, SourceError::Io { .. }));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SourceError {
+    /// The file could not be read.
+    #[error("{}: cannot {action}: {source}", path.display())]
+    Io {
+        /// The file or URL.
+        path: std::path::PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a valid file of its format, or is damaged.
+    #[error("{}: {reason}", path.display())]
+    Invalid {
+        /// The file or URL.
+        path: std::path::PathBuf,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A tensor of the file is not one Burn can hold as stored, or does not fit its storage.
+    #[error("{}: tensor '{tensor}': {reason}", path.display())]
+    Tensor {
+        /// The file or URL.
+        path: std::path::PathBuf,
+        /// The tensor's name.
+        tensor: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A pickle references a global outside the table of those a state dict needs (what a
+    /// malicious file would use to run code). Nothing was run.
+    #[error(
+        "{}: refused: the pickle references `{global}`, which a state dict never needs (nothing in the file is run)",
+        path.display()
+    )]
+    Refused {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The global, as `module.name`.
+        global: String,
+    },
+    /// A bincode record of Burn 0.14-0.21 (`BinFileRecorder`, `BinGzFileRecorder`).
+    #[error(
+        "{}: a bincode record (BinFileRecorder / BinGzFileRecorder) does not describe itself \
+         (no field names, no lengths), so it cannot be read without the Burn 0.21 module type \
+         that wrote it: load it with that module under Burn 0.21 and save it with \
+         NamedMpkFileRecorder (or burn-store's BurnpackStore), then open that file here",
+        path.display()
+    )]
+    Bincode {
+        /// The file.
+        path: std::path::PathBuf,
+    },
+    /// A burnpack file (or buffer) that failed validation.
+    #[error("{}: {source}", path.display())]
+    Format {
+        /// The file or URL.
+        path: std::path::PathBuf,
+        /// What is wrong (naming the tensor where there is one).
+        source: FormatError,
+    },
+    /// Not a file any source of this crate reads.
+    #[error("{}: not a file bpk reads (it starts with {start}){hint}", path.display())]
+    UnknownFormat {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Its first bytes, as text where printable and hex otherwise.
+        start: String,
+        /// What the caller may have meant (a format whose Cargo feature is off), or empty.
+        hint: String,
+    },
+}
+
+impl SourceError {
+    /// What kind of failure this is.
+    ///
+    /// ```
+    /// use burnpack::read::{SourceError, SourceErrorKind};
+    /// let err = SourceError::Invalid { path: "m.pt".into(), reason: "bad".into() };
+    /// assert_eq!(err.kind(), SourceErrorKind::Invalid);
+    /// ```
+    #[must_use]
+    pub fn kind(&self) -> SourceErrorKind {
+        match self {
+            Self::Io { .. } => SourceErrorKind::Io,
+            Self::Invalid { .. } => SourceErrorKind::Invalid,
+            Self::Tensor { .. } => SourceErrorKind::Tensor,
+            Self::Refused { .. } => SourceErrorKind::Refused,
+            Self::Bincode { .. } => SourceErrorKind::Unsupported,
+            Self::UnknownFormat { .. } => SourceErrorKind::UnknownFormat,
+            Self::Format { source, .. } => match source {
+                FormatError::Truncated { .. } | FormatError::PastEnd { .. } => {
+                    SourceErrorKind::Truncated
+                }
+                _ if source.tensor().is_some() => SourceErrorKind::Tensor,
+                _ => SourceErrorKind::Invalid,
+            },
+        }
+    }
+
+    /// The file or URL.
+    ///
+    /// ```
+    /// let err = burnpack::read::SourceError::Bincode { path: "model.bin".into() };
+    /// assert_eq!(err.path(), std::path::Path::new("model.bin"));
+    /// ```
+    #[must_use]
+    pub fn path(&self) -> &std::path::Path {
+        match self {
+            Self::Io { path, .. }
+            | Self::Invalid { path, .. }
+            | Self::Tensor { path, .. }
+            | Self::Refused { path, .. }
+            | Self::Bincode { path }
+            | Self::Format { path, .. }
+            | Self::UnknownFormat { path, .. } => path,
+        }
+    }
+
+    /// The tensor the error is about, where there is one.
+    ///
+    /// ```
+    /// let err = burnpack::read::SourceError::Tensor {
+    ///     path: "m.safetensors".into(),
+    ///     tensor: "w".into(),
+    ///     reason: "dtype F8_E4M3 has no Burn equivalent".into(),
+    /// };
+    /// assert_eq!(err.tensor(), Some("w"));
+    /// ```
+    #[must_use]
+    pub fn tensor(&self) -> Option<&str> {
+        match self {
+            Self::Tensor { tensor, .. } => Some(tensor),
+            Self::Format { source, .. } => source.tensor(),
+            _ => None,
+        }
+    }
+
+    /// `map_err` for an I/O error of `action` on `path`.
+    pub(crate) fn io(
+        path: &std::path::Path,
+        action: &'static str,
+    ) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.to_path_buf();
+        move |source| Self::Io {
+            path,
+            action,
+            source,
+        }
+    }
+
+    /// `map_err` for a reason `path` is invalid.
+    pub(crate) fn invalid(path: &std::path::Path) -> impl Fn(String) -> Self {
+        let path = path.to_path_buf();
+        move |reason| Self::Invalid {
+            path: path.clone(),
+            reason,
+        }
+    }
+}
+
+impl From<ReadError> for SourceError {
+    /// A pack's [`ReadError`] as the error of opening a source (its file becomes the path).
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Invalid { file, source } => Self::Format {
+                path: file.into(),
+                source,
+            },
+            ReadError::Io {
+                file,
+                action,
+                source,
+            } => Self::Io {
+                path: file.into(),
+                action,
+                source,
+            },
+            ReadError::Checksum {
+                file,
+                tensor,
+                expected,
+                actual,
+            } => Self::Tensor {
+                path: file.into(),
+                tensor,
+                reason: format!(
+                    "checksum mismatch (stored {expected:#018x}, computed {actual:#018x}): the data is corrupt"
+                ),
+            },
+            ReadError::NotFound { file, tensor } => Self::Tensor {
+                path: file.into(),
+                tensor,
+                reason: "no tensor of this name".into(),
+            },
+            ReadError::NotMine { file, tensor } => Self::Tensor {
+                path: file.into(),
+                tensor,
+                reason: "not a tensor of this source".into(),
+            },
+        }
+    }
 }

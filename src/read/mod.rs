@@ -12,11 +12,15 @@
 
 mod error;
 mod reader;
+mod shards;
 pub(crate) mod source;
+mod table;
 mod tensor_source;
 
-pub use error::ReadError;
+pub use error::{ReadError, SourceError, SourceErrorKind};
 pub use reader::{ReadMode, ReadOptions, Reader};
+pub use shards::{InShard, Routing, Sharded, assemble_shards};
+pub use table::{SourceTable, TableBuilder};
 pub use tensor_source::{CopyReason, PackSource, TensorSource};
 
 /// Opens `path` for reading when it is a regular file (symbolic links followed), and refuses

@@ -36,6 +36,23 @@ pub trait TensorSource {
     /// Every tensor, sorted by name.
     fn tensors(&self) -> &[TensorInfo];
 
+    /// The tensor called `name`, if any (a binary search of [`tensors`](Self::tensors)).
+    ///
+    /// ```
+    /// use burn::tensor::{Bytes, DType};
+    /// use burnpack::read::{Reader, TensorSource};
+    /// use burnpack::{Entry, Writer};
+    /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1]))])
+    ///     .into_bytes()
+    ///     .unwrap();
+    /// let source: &dyn TensorSource = &Reader::from_bytes(pack).unwrap();
+    /// assert_eq!(source.tensor("w").unwrap().len(), 1);
+    /// assert!(source.tensor("v").is_none());
+    /// ```
+    fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        crate::format::position(self.tensors(), name).map(|i| &self.tensors()[i])
+    }
+
     /// The bytes of `info` (a tensor of this source).
     ///
     /// # Errors

@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use burn::tensor::{BoolStore, Bytes, DType};
+use burn::tensor::{BoolStore, DType};
 use safetensors::Dtype;
 
 use crate::read::Reader;
@@ -47,6 +47,9 @@ pub enum ConvertError {
     /// A module's parameters could not be collected.
     #[error(transparent)]
     Module(#[from] crate::module::ModuleError),
+    /// The input could not be opened (any format: the error names the file and says why).
+    #[error(transparent)]
+    Source(#[from] crate::read::SourceError),
     /// A file operation failed.
     #[error("{}: cannot {action}: {source}", path.display())]
     Io {
@@ -57,7 +60,7 @@ pub enum ConvertError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// The safetensors file is invalid, or could not be written.
+    /// The safetensors file could not be written.
     #[error("{}: {message}", path.display())]
     Safetensors {
         /// The file.
@@ -148,13 +151,6 @@ fn to_safetensors(dtype: DType) -> Option<Dtype> {
         DType::U64 => Dtype::U64,
         DType::Bool(_) | DType::QFloat(_) => return None,
     })
-}
-
-fn map_file(path: &Path) -> Result<Bytes, ConvertError> {
-    let file = crate::platform::open_regular(path).map_err(ConvertError::io(path, "open"))?;
-    // As for `Reader::open`, the file must not be truncated while it is mapped (documented
-    // on `SafetensorsSource`).
-    crate::read::source::map_file(&file).map_err(ConvertError::io(path, "map"))
 }
 
 /// Converts safetensors weights (one file, or an index JSON and its shards) to one burnpack

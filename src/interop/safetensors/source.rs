@@ -9,11 +9,14 @@ use std::path::{Path, PathBuf};
 use burn::tensor::Bytes;
 use safetensors::SafeTensors;
 
-use super::{ConvertError, map_file, to_burn};
-use crate::format::{TensorInfo, element_align};
-use crate::interop::index::{IndexError, ShardIndex};
+use super::to_burn;
+use crate::format::{Limits, TensorInfo, element_align};
+use crate::interop::index::ShardIndex;
 use crate::read::source::Source;
-use crate::read::{CopyReason, ReadError, TensorSource};
+use crate::read::{
+    CopyReason, InShard, ReadError, Sharded, SourceError, SourceTable, TensorSource,
+    assemble_shards,
+};
 
 /// Hugging Face / `PyTorch` safetensors weights as a [`TensorSource`]: one `.safetensors` file,
 /// or an index JSON (`model.safetensors.index.json`) whose `weight_map` routes each tensor to
@@ -53,10 +56,8 @@ pub struct SafetensorsSource {
     /// The file (or index) named in errors.
     file: String,
     shards: Vec<Shard>,
-    /// Sorted by name.
-    tensors: Vec<TensorInfo>,
-    /// The shard of each tensor, by position in `tensors`.
-    shard_of: Vec<usize>,
+    /// Every tensor, sorted by name, with its shard.
+    table: SourceTable<InShard<()>>,
     metadata: BTreeMap<String, String>,
 }
 
@@ -72,90 +73,100 @@ impl std::fmt::Debug for SafetensorsSource {
         f.debug_struct("SafetensorsSource")
             .field("file", &self.file)
             .field("shards", &self.shards.len())
-            .field("tensors", &self.tensors.len())
+            .field("tensors", &self.table.tensors().len())
             .finish_non_exhaustive()
     }
 }
 
 impl SafetensorsSource {
     /// Opens a `.safetensors` file, or an index JSON (a path ending in `.json`) and the shards
-    /// it names (file names in the index's directory).
+    /// it names (file names in the index's directory). Each header is read with ordinary reads
+    /// and validated before the file is mapped, so opening never faults on a damaged file.
     ///
     /// # Errors
-    /// [`ConvertError::Io`] when a file cannot be opened or mapped,
-    /// [`ConvertError::Safetensors`] naming the file when a header or the index is invalid,
-    /// [`ConvertError::Dtype`] naming the tensor when its dtype has no Burn equivalent.
-    pub fn open(path: impl AsRef<Path>) -> Result<Self, ConvertError> {
+    /// [`SourceError`] naming the file: `Io` when a file cannot be opened or mapped, `Invalid`
+    /// when a header or the index is invalid, `Tensor` naming the tensor when its dtype has no
+    /// Burn equivalent.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, SourceError> {
+        Self::open_with(path, &Limits::default())
+    }
+
+    /// [`open`](Self::open) with the limits on tensor count and size.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_with(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
         let path = path.as_ref();
         if path.extension().is_some_and(|e| e == "json") {
-            Self::open_index(path)
+            let index = ShardIndex::read(path, "safetensors", limits.max_tensor_count)?;
+            let sharded = assemble_shards(path, &index.shards, Some(&index), limits, open_shard)?;
+            Ok(Self::assemble(path, sharded, index.metadata))
         } else {
-            let mut tables = Vec::new();
-            let shard = open_shard(path, &mut tables, 0)?;
-            Self::assemble(path, vec![shard], tables, BTreeMap::new())
+            let sharded = assemble_shards(path, &[path.to_path_buf()], None, limits, open_shard)?;
+            Ok(Self::assemble(path, sharded, BTreeMap::new()))
         }
     }
 
-    fn open_index(path: &Path) -> Result<Self, ConvertError> {
-        let invalid = |message: String| ConvertError::Safetensors {
-            path: path.to_path_buf(),
-            message,
-        };
-        let max_tensors = crate::format::Limits::default().max_tensor_count;
-        let index = ShardIndex::read(path, "safetensors", max_tensors).map_err(|e| match e {
-            IndexError::Io(action, source) => ConvertError::Io {
-                path: path.to_path_buf(),
-                action,
-                source,
+    /// Safetensors bytes in memory (a file fetched by a web page, an embedded model): validated
+    /// by the `safetensors` crate, tensors handed out as windows of `bytes` where aligned.
+    ///
+    /// ```
+    /// use burnpack::interop::safetensors::SafetensorsSource;
+    /// use burnpack::read::TensorSource;
+    /// let data: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    /// let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &data).unwrap();
+    /// let bytes = safetensors::serialize([("w", view)], None).unwrap();
+    /// let source = SafetensorsSource::from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes)).unwrap();
+    /// assert_eq!(source.read(source.tensor("w").unwrap()).unwrap().len(), 8);
+    /// ```
+    ///
+    /// # Errors
+    /// As [`open`](Self::open), naming `"<memory>"`.
+    pub fn from_bytes(bytes: Bytes) -> Result<Self, SourceError> {
+        let path = Path::new(MEMORY);
+        let mut bytes = Some(bytes);
+        let sharded = assemble_shards(
+            path,
+            &[path.to_path_buf()],
+            None,
+            &Limits::default(),
+            |path, _| {
+                let bytes = bytes
+                    .take()
+                    .unwrap_or_else(|| Bytes::from_bytes_vec(Vec::new()));
+                let (header_len, metadata) = validate(path, &bytes, bytes.len() as u64)?;
+                let mut rows = Vec::new();
+                let shard = shard(
+                    path,
+                    Source::Memory(bytes),
+                    header_len,
+                    &metadata,
+                    &mut rows,
+                )?;
+                Ok((shard, rows))
             },
-            IndexError::Invalid(message) => invalid(message),
-        })?;
-        let mut shards = Vec::with_capacity(index.shards.len());
-        let mut tables = Vec::new();
-        for (i, shard) in index.shards.iter().enumerate() {
-            let first = tables.len();
-            shards.push(open_shard(shard, &mut tables, i)?);
-            // The index and each shard must agree tensor for tensor, checked before the next
-            // shard is opened.
-            index
-                .check_shard(i, tables[first..].iter().map(|(name, _, _)| name.as_str()))
-                .map_err(invalid)?;
-        }
-        Self::assemble(path, shards, tables, index.metadata)
+        )?;
+        Ok(Self::assemble(path, sharded, BTreeMap::new()))
     }
 
     fn assemble(
         path: &Path,
-        shards: Vec<Shard>,
-        mut tables: Vec<(String, usize, TensorInfo)>,
+        sharded: Sharded<Shard, ()>,
         mut metadata: BTreeMap<String, String>,
-    ) -> Result<Self, ConvertError> {
-        tables.sort_by(|a, b| a.0.cmp(&b.0));
-        if let Some(pair) = tables.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(ConvertError::Safetensors {
-                path: path.to_path_buf(),
-                message: format!(
-                    "tensor '{}' is in two shards ('{}' and '{}')",
-                    pair[0].0,
-                    shards[pair[0].1].path.display(),
-                    shards[pair[1].1].path.display()
-                ),
-            });
-        }
+    ) -> Self {
+        let shards: Vec<Shard> = sharded.shards.into_iter().map(|(_, s)| s).collect();
         // The shards' own `__metadata__`, then the index's (which wins).
         let mut merged = BTreeMap::new();
         for shard in &shards {
             merged.extend(shard.metadata.clone());
         }
         merged.append(&mut metadata);
-        let (shard_of, tensors) = tables.into_iter().map(|(_, s, info)| (s, info)).unzip();
-        Ok(Self {
+        Self {
             file: path.display().to_string(),
             shards,
-            tensors,
-            shard_of,
+            table: sharded.table,
             metadata: merged,
-        })
+        }
     }
 
     /// The files mapped: the one file, or the shards in name order.
@@ -178,7 +189,10 @@ impl SafetensorsSource {
     /// ```
     #[must_use]
     pub fn shard_of(&self, info: &TensorInfo) -> &Path {
-        &self.shards[self.shard_index(info)].path
+        // A tensor of another source has no shard here: the first is as good as any for a
+        // caller that asks (reads refuse it).
+        let shard = self.table.place(info).map_or(0, |p| p.shard);
+        &self.shards[shard].path
     }
 
     /// The tensor called `name`, if any.
@@ -189,7 +203,7 @@ impl SafetensorsSource {
     /// ```
     #[must_use]
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.position(name).map(|i| &self.tensors[i])
+        self.table.get(name)
     }
 
     /// String metadata: the files' `__metadata__`, and for an index its `metadata` (whose keys
@@ -213,61 +227,146 @@ impl SafetensorsSource {
     /// }
     /// ```
     pub fn unaligned(&self) -> impl Iterator<Item = &TensorInfo> {
-        self.tensors
+        self.table
+            .tensors()
             .iter()
             .filter(|info| self.copy_reason(info).is_some())
     }
 
     /// The bytes of `info` as they lie in the mapping, aligned or not (for copying elsewhere).
     pub(crate) fn window(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
-        let shard = &self.shards[self.shard_index(info)];
+        self.read_aligned(info, 1)
+    }
+
+    fn read_aligned(&self, info: &TensorInfo, align: usize) -> Result<Bytes, ReadError> {
+        let shard = &self.shards[self.table.place(info)?.shard];
         shard
             .source
-            .read(info.offset(), info.len(), 1)
+            .read(info.offset(), info.len(), align)
             .map_err(|source| ReadError::Io {
                 file: shard.path.display().to_string(),
                 action: "read tensor data",
                 source,
             })
     }
-
-    fn position(&self, name: &str) -> Option<usize> {
-        self.tensors.binary_search_by(|t| t.name().cmp(name)).ok()
-    }
-
-    fn shard_index(&self, info: &TensorInfo) -> usize {
-        // `info` comes from this source, so its name is present.
-        self.position(info.name()).map_or(0, |i| self.shard_of[i])
-    }
 }
 
-/// Maps one file, validates it with the `safetensors` crate and appends its tensors to
-/// `tables` as (name, shard, info).
+/// The name of a source in memory, in errors.
+const MEMORY: &str = "<memory>";
+
+/// Validates a safetensors header with the `safetensors` crate: `head` holds at least the
+/// length prefix and the JSON header (all of `total` bytes, or only the header of a file of
+/// `total` bytes). Returns the header's length and the parsed metadata.
+fn validate(
+    path: &Path,
+    head: &[u8],
+    total: u64,
+) -> Result<(usize, safetensors::tensor::Metadata), SourceError> {
+    let invalid = |e: safetensors::SafeTensorError| SourceError::Invalid {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    if head.len() as u64 == total {
+        return SafeTensors::read_metadata(head).map_err(invalid);
+    }
+    // Only the header was read: the same checks, in the crate's own order and words (the
+    // crate's `Metadata` validates offsets and lengths as it is deserialized), then the file's
+    // length against the offsets.
+    let n = header_len(head).map_err(invalid)?;
+    let json = std::str::from_utf8(&head[8..8 + n])
+        .map_err(|e| invalid(safetensors::SafeTensorError::InvalidHeader(e)))?;
+    let metadata: safetensors::tensor::Metadata = serde_json::from_str(json).map_err(|e| {
+        invalid(safetensors::SafeTensorError::InvalidHeaderDeserialization(
+            e,
+        ))
+    })?;
+    let end = (8 + n as u64).checked_add(metadata.data_len() as u64);
+    if end != Some(total) {
+        return Err(invalid(
+            safetensors::SafeTensorError::MetadataIncompleteBuffer,
+        ));
+    }
+    Ok((n, metadata))
+}
+
+/// The header length a safetensors prefix declares, when `head` holds all of it.
+fn header_len(head: &[u8]) -> Result<usize, safetensors::SafeTensorError> {
+    let prefix: [u8; 8] = head
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .ok_or(safetensors::SafeTensorError::HeaderTooSmall)?;
+    let n = usize::try_from(u64::from_le_bytes(prefix))
+        .map_err(|_| safetensors::SafeTensorError::HeaderTooLarge)?;
+    if n > MAX_HEADER {
+        return Err(safetensors::SafeTensorError::HeaderTooLarge);
+    }
+    if head.len() < 8 + n {
+        return Err(safetensors::SafeTensorError::InvalidHeaderLength);
+    }
+    Ok(n)
+}
+
+/// The `safetensors` crate's own bound on a header (100 MB).
+const MAX_HEADER: usize = 100_000_000;
+
+/// Opens one file: its header read with ordinary reads (at most [`MAX_HEADER`] bytes past
+/// the length prefix) and validated, then the file mapped; returns the shard and its rows.
 fn open_shard(
     path: &Path,
-    tables: &mut Vec<(String, usize, TensorInfo)>,
-    shard: usize,
-) -> Result<Shard, ConvertError> {
-    let all = map_file(path)?;
-    let invalid = |e: safetensors::SafeTensorError| ConvertError::Safetensors {
+    _limits: &Limits,
+) -> Result<(Shard, Vec<(TensorInfo, ())>), SourceError> {
+    let file = crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?;
+    let total = file
+        .metadata()
+        .map_err(SourceError::io(path, "stat"))?
+        .len();
+    let mut prefix = [0u8; 8];
+    let got = crate::platform::read_exact_at(&file, &mut prefix[..total.min(8) as usize], 0);
+    got.map_err(SourceError::io(path, "read the header"))?;
+    let invalid = |e: safetensors::SafeTensorError| SourceError::Invalid {
         path: path.to_path_buf(),
-        message: e.to_string(),
+        reason: e.to_string(),
     };
-    // One parse of the header, validated by the `safetensors` crate (offsets contiguous and
-    // within the file, the file exactly as long as they say).
-    let (header_len, metadata) = SafeTensors::read_metadata(&all).map_err(invalid)?;
+    if total < 8 {
+        return Err(invalid(safetensors::SafeTensorError::HeaderTooSmall));
+    }
+    let n = u64::from_le_bytes(prefix);
+    if n > MAX_HEADER as u64 {
+        return Err(invalid(safetensors::SafeTensorError::HeaderTooLarge));
+    }
+    if 8 + n > total {
+        return Err(invalid(safetensors::SafeTensorError::InvalidHeaderLength));
+    }
+    let mut head = vec![0u8; 8 + n as usize];
+    crate::platform::read_exact_at(&file, &mut head, 0)
+        .map_err(SourceError::io(path, "read the header"))?;
+    let (header_len, metadata) = validate(path, &head, total)?;
+    drop(head);
+    // As for `Reader::open`, the file must not be truncated while it is mapped (documented
+    // on `SafetensorsSource`).
+    let all = crate::read::source::map_file(&file).map_err(SourceError::io(path, "map"))?;
+    let mut rows = Vec::new();
+    let shard = shard(path, Source::Memory(all), header_len, &metadata, &mut rows)?;
+    Ok((shard, rows))
+}
+
+/// The rows of a validated header (names, Burn dtypes, absolute ranges), and the shard.
+fn shard(
+    path: &Path,
+    source: Source,
+    header_len: usize,
+    metadata: &safetensors::tensor::Metadata,
+    rows: &mut Vec<(TensorInfo, ())>,
+) -> Result<Shard, SourceError> {
     let data_start = 8 + header_len as u64;
     for (name, info) in metadata.tensors() {
-        let dtype = to_burn(info.dtype).ok_or_else(|| ConvertError::Dtype {
+        let dtype = to_burn(info.dtype).ok_or_else(|| SourceError::Tensor {
             path: path.to_path_buf(),
             tensor: name.clone(),
-            dtype: format!("{:?}", info.dtype),
-            target: "Burn",
+            reason: format!("{:?} has no Burn equivalent", info.dtype),
         })?;
         let (start, end) = info.data_offsets;
-        tables.push((
-            name.clone(),
-            shard,
+        rows.push((
             TensorInfo::external(
                 name,
                 dtype,
@@ -275,11 +374,12 @@ fn open_shard(
                 data_start + start as u64,
                 (end - start) as u64,
             ),
+            (),
         ));
     }
     Ok(Shard {
         path: path.to_path_buf(),
-        source: Source::Memory(all),
+        source,
         metadata: metadata
             .metadata()
             .clone()
@@ -295,23 +395,16 @@ impl TensorSource for SafetensorsSource {
     }
 
     fn tensors(&self) -> &[TensorInfo] {
-        &self.tensors
+        self.table.tensors()
     }
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
-        let shard = &self.shards[self.shard_index(info)];
-        shard
-            .source
-            .read(info.offset(), info.len(), element_align(info.dtype()))
-            .map_err(|source| ReadError::Io {
-                file: shard.path.display().to_string(),
-                action: "read tensor data",
-                source,
-            })
+        self.read_aligned(info, element_align(info.dtype()))
     }
 
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
-        self.shards[self.shard_index(info)]
+        let shard = self.table.place(info).ok()?.shard;
+        self.shards[shard]
             .source
             .copy_reason(info.offset(), element_align(info.dtype()))
     }
