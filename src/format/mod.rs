@@ -21,10 +21,13 @@ mod scalar;
 mod table;
 mod tensor;
 
+/// The raw metadata records, for tests that build malformed files (feature `internals`).
+#[cfg(feature = "internals")]
+pub use self::{metadata::Metadata, table::Descriptor};
 #[cfg(any(test, feature = "internals"))]
 pub use dtype::PLAIN_DTYPES;
-pub(crate) use dtype::byte_len_of;
 pub(crate) use dtype::tensor_description;
+pub(crate) use dtype::{bool_store_from_name, byte_len_of, dtype_from_name};
 pub use dtype::{byte_len, checksum, element_align, metadata_checksum};
 pub use error::FormatError;
 pub use header::{
@@ -34,8 +37,5 @@ pub use layout::{Layout, NAMESPACE_KEY, OpenError, PRODUCER, PRODUCER_NAME};
 pub use limits::Limits;
 pub use metadata::Extras;
 pub(crate) use metadata::{Blob, DescriptorRef};
-/// The raw metadata records, for tests that build malformed files (feature `internals`).
-#[cfg(feature = "internals")]
-pub use metadata::{Descriptor, Metadata};
 pub use scalar::{Scalar, ScalarConversionError};
 pub use tensor::TensorInfo;
