@@ -2,15 +2,18 @@
 //! definite lengths, the known keys, text dtypes (and `{"Bool": store}`). It reads CBOR heads
 //! with `ciborium_ll` and builds the [`Metadata`] without serde's per-item machinery, so a
 //! pack of 10,000 tensors opens several times faster. It answers `None` for anything it does
-//! not handle, and [`Metadata::decode`] then runs the general decoder, which gives the same
-//! value or the error; so it never accepts what that one refuses.
+//! not handle, and opening a file ([`Layout::parse`](super::Layout::parse)) then runs the
+//! general decoder, which gives the same value or the error; so it never accepts what that one
+//! refuses.
 
-use burn::tensor::{BoolStore, DType};
+use burn::tensor::DType;
 use ciborium_ll::{Decoder, Header, simple};
 
-use super::metadata::{Metadata, Scalar};
+use super::dtype::{bool_store_from_name, dtype_from_name};
+use super::limits::Limits;
+use super::metadata::Metadata;
+use super::scalar::Scalar;
 use super::table::{Dims, Row, Table};
-use crate::format::Limits;
 
 struct Cursor<'a> {
     input: &'a [u8],
@@ -204,36 +207,13 @@ fn descriptor(c: &mut Cursor<'_>, name: (usize, usize)) -> Option<Row> {
 }
 
 fn dtype(c: &mut Cursor<'_>) -> Option<DType> {
-    let unit = |name: &[u8]| {
-        Some(match name {
-            b"F64" => DType::F64,
-            b"F32" => DType::F32,
-            b"Flex32" => DType::Flex32,
-            b"F16" => DType::F16,
-            b"BF16" => DType::BF16,
-            b"I64" => DType::I64,
-            b"I32" => DType::I32,
-            b"I16" => DType::I16,
-            b"I8" => DType::I8,
-            b"U64" => DType::U64,
-            b"U32" => DType::U32,
-            b"U16" => DType::U16,
-            b"U8" => DType::U8,
-            _ => return None,
-        })
-    };
     match c.header()? {
-        Header::Text(Some(len)) => unit(c.take(len)?),
+        Header::Text(Some(len)) => dtype_from_name(c.take(len)?),
         Header::Map(Some(1)) => {
             if c.text()? != "Bool" {
                 return None;
             }
-            Some(DType::Bool(match c.text()? {
-                "Native" => BoolStore::Native,
-                "U8" => BoolStore::U8,
-                "U32" => BoolStore::U32,
-                _ => return None,
-            }))
+            Some(DType::Bool(bool_store_from_name(c.text()?)?))
         }
         _ => None,
     }
@@ -253,4 +233,109 @@ fn scalar(c: &mut Cursor<'_>) -> Option<Scalar> {
         ("Bool", Header::Simple(simple::TRUE)) => Scalar::Bool(true),
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::DType;
+    use burn::tensor::quantization::QuantScheme;
+
+    use super::decode;
+    use crate::format::limits::Limits;
+    use crate::format::metadata::{Extras, Metadata};
+    use crate::format::scalar::Scalar;
+    use crate::format::table::Descriptor;
+
+    fn sample() -> Metadata {
+        let dtypes = crate::format::PLAIN_DTYPES;
+        let tensors = dtypes
+            .iter()
+            .enumerate()
+            .map(|(i, &dtype)| {
+                let len = dtype.size() as u64 * 6;
+                (
+                    format!("t{i:02}"),
+                    Descriptor {
+                        dtype,
+                        shape: if i == 3 { vec![] } else { vec![2, 3] },
+                        data_offsets: (i as u64 * 256, i as u64 * 256 + len),
+                        param_id: (i % 2 == 0).then_some(u64::MAX - i as u64),
+                    },
+                )
+            })
+            .collect();
+        Metadata {
+            tensors,
+            metadata: vec![("a".into(), "b".into()), ("producer".into(), "x".into())],
+            scalars: vec![
+                ("f".into(), Scalar::Float(0.5)),
+                ("i".into(), Scalar::Int(-70_000)),
+                ("n".into(), Scalar::Bool(true)),
+                ("u".into(), Scalar::UInt(u64::MAX)),
+            ],
+            checksums: Some((0..136).collect()),
+        }
+    }
+
+    #[test]
+    fn direct_and_general_decoders_agree_on_canonical_metadata() {
+        let meta = sample();
+        let bytes = meta.encode().unwrap();
+        let limits = Limits::default();
+        assert_eq!(decode(&bytes, &limits), Some((meta.clone(), bytes.len())));
+        assert_eq!(
+            Metadata::decode_general(&bytes, &limits).unwrap(),
+            (meta.clone(), Extras::default())
+        );
+        // Quantized dtypes go the general way.
+        let mut quantized = meta;
+        quantized.tensors[0].1.dtype = DType::QFloat(QuantScheme::default());
+        let bytes = quantized.encode().unwrap();
+        assert_eq!(decode(&bytes, &limits), None);
+        assert_eq!(Metadata::decode(&bytes, &limits).unwrap(), quantized);
+    }
+
+    /// The direct decoder never accepts what the general one refuses, nor reads it otherwise:
+    /// every single-byte change of a canonical blob (each byte set to every value).
+    #[test]
+    fn direct_decoder_accepts_only_what_the_general_one_reads_the_same() {
+        let bytes = sample().encode().unwrap();
+        let limits = Limits::default();
+        let mut direct = 0;
+        for at in 0..bytes.len() {
+            for value in 0..=255u8 {
+                let mut changed = bytes.clone();
+                changed[at] = value;
+                if let Some((meta, end)) = decode(&changed, &limits) {
+                    direct += 1;
+                    let general = Metadata::decode_general(&changed, &limits)
+                        .ok()
+                        .map(|(meta, extras)| (meta, extras.trailing));
+                    // Compared as text: a changed float may be NaN, which is not equal to itself.
+                    assert_eq!(
+                        format!("{general:?}"),
+                        format!("{:?}", Some((meta, changed.len() - end))),
+                        "byte {at} set to {value:#04x}"
+                    );
+                }
+            }
+        }
+        assert!(direct > bytes.len(), "the direct path was exercised");
+    }
+
+    #[test]
+    fn direct_decoder_leaves_limits_and_malformed_input_to_the_general_one() {
+        let limits = Limits {
+            max_tensor_count: 3,
+            ..Limits::default()
+        };
+        let bytes = sample().encode().unwrap();
+        assert_eq!(decode(&bytes, &limits), None);
+        assert!(Metadata::decode(&bytes, &limits).is_err());
+        let mut trailing = bytes;
+        trailing.push(0);
+        assert!(Metadata::decode(&trailing, &Limits::default()).is_err());
+        let (_, extras) = Metadata::decode_lenient(&trailing, &Limits::default()).unwrap();
+        assert_eq!(extras.trailing, 1);
+    }
 }

@@ -1,6 +1,6 @@
 //! Byte lengths and alignments of Burn's [`DType`]s.
 
-use burn::tensor::DType;
+use burn::tensor::{BoolStore, DType};
 
 /// Bytes needed by a tensor of `dtype` and `shape`, or `None` when the product overflows `u64`
 /// or the dtype is quantized (packed values plus inline scales: not a product of the shape).
@@ -37,6 +37,40 @@ pub const PLAIN_DTYPES: [DType; 16] = [
     DType::Bool(burn::tensor::BoolStore::U8),
     DType::Bool(burn::tensor::BoolStore::U32),
 ];
+
+/// A dtype without parameters by the name serde gives its variant (`"F32"`, `"Flex32"`...),
+/// as Burn writes it in a pack's metadata and wrote it in its 0.14-0.21 records; `None` for
+/// any other name (`Bool` and `QFloat` carry parameters: see [`bool_store_from_name`]).
+/// Bytes rather than text, so a decoder can match a name it has not checked for UTF-8 (text
+/// that is not UTF-8 matches none of them).
+pub(crate) fn dtype_from_name(name: impl AsRef<[u8]>) -> Option<DType> {
+    Some(match name.as_ref() {
+        b"F64" => DType::F64,
+        b"F32" => DType::F32,
+        b"Flex32" => DType::Flex32,
+        b"F16" => DType::F16,
+        b"BF16" => DType::BF16,
+        b"I64" => DType::I64,
+        b"I32" => DType::I32,
+        b"I16" => DType::I16,
+        b"I8" => DType::I8,
+        b"U64" => DType::U64,
+        b"U32" => DType::U32,
+        b"U16" => DType::U16,
+        b"U8" => DType::U8,
+        _ => return None,
+    })
+}
+
+/// The store of a `Bool` dtype (`{"Bool": store}`) by the name serde gives its variant.
+pub(crate) fn bool_store_from_name(name: impl AsRef<[u8]>) -> Option<BoolStore> {
+    Some(match name.as_ref() {
+        b"Native" => BoolStore::Native,
+        b"U8" => BoolStore::U8,
+        b"U32" => BoolStore::U32,
+        _ => return None,
+    })
+}
 
 /// [`byte_len`] over any sequence of dimensions (no intermediate `Vec`).
 pub(crate) fn byte_len_of(dtype: DType, dims: impl IntoIterator<Item = u64>) -> Option<u64> {

@@ -5,11 +5,14 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::ops::Range;
 
+use super::canonical;
 use super::dtype::metadata_checksum;
 use super::error::FormatError;
 use super::header::{HEADER_SIZE, Header};
 use super::limits::Limits;
-use super::metadata::{Extras, Metadata, Scalar, into_map};
+use super::metadata::{Extras, Metadata, into_map};
+use super::scalar::Scalar;
+use super::table::Table;
 use super::tensor::TensorInfo;
 
 /// Metadata key by which a pack declares the namespace (a name prefix such as `model.`) its
@@ -49,6 +52,25 @@ fn has_checksums_entry(metadata: &[u8]) -> bool {
         w[..CHECKSUMS_KEY.len()] == *CHECKSUMS_KEY
             && (0x40..=0x5f).contains(&w[CHECKSUMS_KEY.len()])
     })
+}
+
+/// [`Metadata::decode_lenient`] with the tensors as a [`Table`] (one buffer for every name)
+/// and `tensors` left empty: what opening a file uses.
+fn decode_metadata(
+    bytes: &[u8],
+    limits: &Limits,
+) -> Result<(Table, Metadata, Extras), FormatError> {
+    // Metadata as Burn and this crate write it takes the direct path; anything else
+    // (other encodings of the same values, unknown keys, quantized dtypes, damage) is
+    // decoded, or refused with its reason, by the general decoder below.
+    if let Some((table, meta, end)) = canonical::decode_table(bytes, limits)
+        && end == bytes.len()
+    {
+        return Ok((table, meta, Extras::default()));
+    }
+    let (mut meta, extras) = Metadata::decode_general(bytes, limits)?;
+    let table = Table::from_pairs(std::mem::take(&mut meta.tensors));
+    Ok((table, meta, extras))
 }
 
 /// Why [`Layout::read`] could not open a pack.
@@ -208,7 +230,7 @@ impl Layout {
         file_len: u64,
         limits: &Limits,
     ) -> Result<Self, FormatError> {
-        let (table, decoded, extras) = Metadata::decode_table(metadata, limits)?;
+        let (table, decoded, extras) = decode_metadata(metadata, limits)?;
         let data_start = header.data_start();
         let has_checksums = decoded.checksums.is_some();
         // Burn's reader decodes the map and ignores what follows it inside `metadata_size`;

@@ -16,29 +16,8 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use super::error::FormatError;
 use super::limits::Limits;
-pub(crate) use super::scalar::Scalar;
-use super::table::Table;
-
-/// One tensor's entry in the metadata, exactly as stored.
-///
-/// ```
-/// use burn::tensor::DType;
-/// use burnpack::format::Descriptor;
-/// let d = Descriptor { dtype: DType::F32, shape: vec![2], data_offsets: (0, 8), param_id: None };
-/// assert_eq!(d.data_offsets.1 - d.data_offsets.0, 8);
-/// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Descriptor {
-    /// Element type.
-    pub dtype: DType,
-    /// Dimensions; empty for a scalar tensor.
-    pub shape: Vec<u64>,
-    /// `[start, end)` relative to the data section.
-    pub data_offsets: (u64, u64),
-    /// The parameter's `ParamId`, when the tensor is a module parameter.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub param_id: Option<u64>,
-}
+use super::scalar::Scalar;
+use super::table::Descriptor;
 
 /// The decoded (or to-be-encoded) metadata blob.
 ///
@@ -241,32 +220,14 @@ impl Metadata {
     /// # Errors
     /// As [`decode`](Self::decode), except for bytes after the map.
     pub fn decode_lenient(bytes: &[u8], limits: &Limits) -> Result<(Self, Extras), FormatError> {
-        let (table, mut meta, extras) = Self::decode_table(bytes, limits)?;
-        meta.tensors = table.into_pairs();
-        Ok((meta, extras))
-    }
-
-    /// [`decode_lenient`](Self::decode_lenient) with the tensors as a [`Table`] (one buffer
-    /// for every name) and `tensors` left empty: what opening a file uses.
-    pub(crate) fn decode_table(
-        bytes: &[u8],
-        limits: &Limits,
-    ) -> Result<(Table, Self, Extras), FormatError> {
-        // Metadata as Burn and this crate write it takes the direct path; anything else
-        // (other encodings of the same values, unknown keys, quantized dtypes, damage) is
-        // decoded, or refused with its reason, by the general decoder below.
-        if let Some((table, meta, end)) = super::canonical::decode_table(bytes, limits)
-            && end == bytes.len()
-        {
-            return Ok((table, meta, Extras::default()));
-        }
-        let (mut meta, extras) = Self::decode_general(bytes, limits)?;
-        let table = Table::from_pairs(std::mem::take(&mut meta.tensors));
-        Ok((table, meta, extras))
+        Self::decode_general(bytes, limits)
     }
 
     /// The general decoder: serde over ciborium, for every encoding of the map.
-    fn decode_general(bytes: &[u8], limits: &Limits) -> Result<(Self, Extras), FormatError> {
+    pub(super) fn decode_general(
+        bytes: &[u8],
+        limits: &Limits,
+    ) -> Result<(Self, Extras), FormatError> {
         // ciborium only exposes `DeserializeOwned` entry points, so the entry limit reaches the
         // visitors through this thread's decode state rather than a `DeserializeSeed`.
         DECODE.with(|state| {
@@ -436,110 +397,4 @@ pub(crate) fn into_map<V>(
         out.insert(key, value);
     }
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use burn::tensor::DType;
-    use burn::tensor::quantization::QuantScheme;
-
-    use super::{Descriptor, Metadata, Scalar};
-    use crate::format::Limits;
-    use crate::format::canonical;
-
-    fn sample() -> Metadata {
-        let dtypes = crate::format::PLAIN_DTYPES;
-        let tensors = dtypes
-            .iter()
-            .enumerate()
-            .map(|(i, &dtype)| {
-                let len = dtype.size() as u64 * 6;
-                (
-                    format!("t{i:02}"),
-                    Descriptor {
-                        dtype,
-                        shape: if i == 3 { vec![] } else { vec![2, 3] },
-                        data_offsets: (i as u64 * 256, i as u64 * 256 + len),
-                        param_id: (i % 2 == 0).then_some(u64::MAX - i as u64),
-                    },
-                )
-            })
-            .collect();
-        Metadata {
-            tensors,
-            metadata: vec![("a".into(), "b".into()), ("producer".into(), "x".into())],
-            scalars: vec![
-                ("f".into(), Scalar::Float(0.5)),
-                ("i".into(), Scalar::Int(-70_000)),
-                ("n".into(), Scalar::Bool(true)),
-                ("u".into(), Scalar::UInt(u64::MAX)),
-            ],
-            checksums: Some((0..136).collect()),
-        }
-    }
-
-    #[test]
-    fn direct_and_general_decoders_agree_on_canonical_metadata() {
-        let meta = sample();
-        let bytes = meta.encode().unwrap();
-        let limits = Limits::default();
-        assert_eq!(
-            canonical::decode(&bytes, &limits),
-            Some((meta.clone(), bytes.len()))
-        );
-        assert_eq!(
-            Metadata::decode_general(&bytes, &limits).unwrap(),
-            (meta.clone(), super::Extras::default())
-        );
-        // Quantized dtypes go the general way.
-        let mut quantized = meta;
-        quantized.tensors[0].1.dtype = DType::QFloat(QuantScheme::default());
-        let bytes = quantized.encode().unwrap();
-        assert_eq!(canonical::decode(&bytes, &limits), None);
-        assert_eq!(Metadata::decode(&bytes, &limits).unwrap(), quantized);
-    }
-
-    /// The direct decoder never accepts what the general one refuses, nor reads it otherwise:
-    /// every single-byte change of a canonical blob (each byte set to every value).
-    #[test]
-    fn direct_decoder_accepts_only_what_the_general_one_reads_the_same() {
-        let bytes = sample().encode().unwrap();
-        let limits = Limits::default();
-        let mut direct = 0;
-        for at in 0..bytes.len() {
-            for value in 0..=255u8 {
-                let mut changed = bytes.clone();
-                changed[at] = value;
-                if let Some((meta, end)) = canonical::decode(&changed, &limits) {
-                    direct += 1;
-                    let general = Metadata::decode_general(&changed, &limits)
-                        .ok()
-                        .map(|(meta, extras)| (meta, extras.trailing));
-                    // Compared as text: a changed float may be NaN, which is not equal to itself.
-                    assert_eq!(
-                        format!("{general:?}"),
-                        format!("{:?}", Some((meta, changed.len() - end))),
-                        "byte {at} set to {value:#04x}"
-                    );
-                }
-            }
-        }
-        assert!(direct > bytes.len(), "the direct path was exercised");
-    }
-
-    #[test]
-    fn direct_decoder_leaves_limits_and_malformed_input_to_the_general_one() {
-        let limits = Limits {
-            max_tensor_count: 3,
-            ..Limits::default()
-        };
-        let bytes = sample().encode().unwrap();
-        assert_eq!(canonical::decode(&bytes, &limits), None);
-        assert!(Metadata::decode(&bytes, &limits).is_err());
-        let mut trailing = bytes;
-        trailing.push(0);
-        assert!(Metadata::decode(&trailing, &Limits::default()).is_err());
-        let (_, extras) = Metadata::decode_lenient(&trailing, &Limits::default()).unwrap();
-        assert_eq!(extras.trailing, 1);
-    }
 }

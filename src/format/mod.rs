@@ -23,10 +23,13 @@ mod table;
 mod tensor;
 
 pub(crate) use by_name::{owned, position, sort_unique};
+/// The raw metadata records, for tests that build malformed files (feature `internals`).
+#[cfg(feature = "internals")]
+pub use self::{metadata::Metadata, table::Descriptor};
 #[cfg(any(test, feature = "internals"))]
 pub use dtype::PLAIN_DTYPES;
-pub(crate) use dtype::byte_len_of;
 pub(crate) use dtype::tensor_description;
+pub(crate) use dtype::{bool_store_from_name, byte_len_of, dtype_from_name};
 pub use dtype::{byte_len, checksum, element_align, metadata_checksum};
 pub use error::FormatError;
 pub use header::{
@@ -36,8 +39,5 @@ pub use layout::{Layout, NAMESPACE_KEY, OpenError, PRODUCER, PRODUCER_NAME};
 pub use limits::Limits;
 pub use metadata::Extras;
 pub(crate) use metadata::{Blob, DescriptorRef};
-/// The raw metadata records, for tests that build malformed files (feature `internals`).
-#[cfg(feature = "internals")]
-pub use metadata::{Descriptor, Metadata};
 pub use scalar::{Scalar, ScalarConversionError};
 pub use tensor::TensorInfo;

@@ -5,9 +5,29 @@
 use std::sync::Arc;
 
 use burn::tensor::DType;
+use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
-use super::metadata::Descriptor;
+/// One tensor's entry in the metadata, exactly as stored.
+///
+/// ```
+/// use burn::tensor::DType;
+/// use burnpack::format::Descriptor;
+/// let d = Descriptor { dtype: DType::F32, shape: vec![2], data_offsets: (0, 8), param_id: None };
+/// assert_eq!(d.data_offsets.1 - d.data_offsets.0, 8);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Descriptor {
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions; empty for a scalar tensor.
+    pub shape: Vec<u64>,
+    /// `[start, end)` relative to the data section.
+    pub data_offsets: (u64, u64),
+    /// The parameter's `ParamId`, when the tensor is a module parameter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub param_id: Option<u64>,
+}
 
 /// Dimensions held inline up to rank 4 (every parameter of the common layers).
 pub(crate) type Dims<T> = SmallVec<[T; 4]>;
@@ -115,6 +135,7 @@ impl Table {
     }
 
     /// The name of `row`.
+    #[cfg(test)]
     pub fn name(&self, row: &Row) -> &str {
         self.names.get(row.name.0..row.name.1).unwrap_or_default()
     }
@@ -143,6 +164,7 @@ impl Table {
     }
 
     /// As the public [`Metadata::tensors`](super::Metadata::tensors) list.
+    #[cfg(test)]
     pub fn into_pairs(self) -> Vec<(String, Descriptor)> {
         self.rows
             .iter()

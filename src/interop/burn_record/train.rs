@@ -13,8 +13,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::source::param_id;
 use super::walk::Leaf;
-use super::{LegacyError, LegacySource, param_id};
+use super::{LegacyError, LegacySource};
 use crate::format::Scalar;
 use crate::read::TensorSource;
 use crate::write::{Entry, Writer};

@@ -1,0 +1,426 @@
+//! [`LegacySource`]: opening a record (mapped, decompressed or decoded), its tensors' table
+//! and reading them as a [`TensorSource`].
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+
+use burn::tensor::{AllocationProperty, Bytes, DType};
+
+use super::compact::{append_aligned, compact};
+use super::dtype::tensor_dtype;
+use super::walk::{self, Found, Payload, Walk};
+use super::{LegacyError, METADATA_PREFIX, RecordFormat, RecordMetadata, record_metadata};
+use crate::format::{Limits, TensorInfo, byte_len, element_align};
+use crate::read::source::Source;
+use crate::read::{CopyReason, ReadError, TensorSource};
+use crate::write::Writer;
+
+/// A Burn 0.14-0.21 record file as a [`TensorSource`].
+///
+/// ```no_run
+/// use burn::module::Module;
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::tensor::Device;
+/// use burnpack::interop::burn_record::LegacySource;
+/// use burnpack::{LoadOptions, PackModule};
+///
+/// #[derive(Module, Debug)]
+/// struct Model { fc: Linear }
+///
+/// let device = Device::flex();
+/// // A file that Burn 0.21's `NamedMpkGzFileRecorder` wrote.
+/// let source = LegacySource::open("model.mpk.gz").unwrap();
+/// println!("written by Burn {}", source.record_metadata().version);
+/// let model = Model { fc: LinearConfig::new(3, 4).init(&device) }
+///     .load_from_source(&source, &LoadOptions::new())
+///     .unwrap();
+/// ```
+pub struct LegacySource {
+    pub(super) file: String,
+    pub(super) format: RecordFormat,
+    pub(super) metadata: RecordMetadata,
+    /// `metadata` as string entries (`burn.record.version`...), what a conversion keeps.
+    pub(super) entries: BTreeMap<String, String>,
+    /// The mapped file, the decompressed file, or (JSON) the decoded bytes of every tensor.
+    pub(super) data: Source,
+    /// For a mapped file, the file read with positional reads: a tensor whose bytes are not
+    /// aligned in the mapping is read from it into a buffer of its own, so that the mapping's
+    /// pages are not also made resident (peak memory stays the model's size).
+    pub(super) unaligned: Option<Source>,
+    /// Sorted by name.
+    pub(super) tensors: Vec<TensorInfo>,
+    /// Numbers of the record by path (an optimizer's step count, a scheduler's state).
+    pub(super) leaves: Vec<(String, walk::Leaf)>,
+    /// Whether the tensors were decoded into memory of their own (JSON, or `MessagePack`
+    /// arrays of numbers) rather than read in place.
+    pub(super) decoded: bool,
+}
+
+impl std::fmt::Debug for LegacySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LegacySource")
+            .field("file", &self.file)
+            .field("format", &self.format)
+            .field("tensors", &self.tensors.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LegacySource {
+    /// Opens a record, its format told by the file name (`.mpk`, `.mpk.gz`, `.json`,
+    /// `.json.gz`), with the default [`Limits`].
+    ///
+    /// # Errors
+    /// See [`open_with`](Self::open_with).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, LegacyError> {
+        let path = path.as_ref();
+        let format = RecordFormat::from_path(path).ok_or_else(|| {
+            let name = path.display().to_string().to_ascii_lowercase();
+            let bincode = [".bin", ".bin.gz"].iter().any(|ext| name.ends_with(ext));
+            if bincode {
+                LegacyError::Bincode {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                LegacyError::Invalid {
+                    path: path.to_path_buf(),
+                    reason: "the file name does not end in .mpk, .mpk.gz, .json or .json.gz \
+                             (name the format with LegacySource::open_with)"
+                        .into(),
+                }
+            }
+        })?;
+        Self::open_with(path, format, &Limits::default())
+    }
+
+    /// Opens a record of `format`. Nesting deeper than `limits.max_cbor_depth`, more tensors
+    /// than `limits.max_tensor_count`, a tensor over `limits.max_tensor_size` and a
+    /// decompressed size over `limits.max_file_size` are refused.
+    ///
+    /// # Errors
+    /// [`LegacyError::Io`] when the file cannot be read, [`LegacyError::Invalid`] when it is
+    /// not a record of `format`, [`LegacyError::Tensor`] naming a tensor whose bytes, shape
+    /// or dtype do not agree, or whose dtype Burn 0.22 does not have.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        format: RecordFormat,
+        limits: &Limits,
+    ) -> Result<Self, LegacyError> {
+        let path = path.as_ref();
+        let io = |action: &'static str| {
+            move |source| LegacyError::Io {
+                path: path.to_path_buf(),
+                action,
+                source,
+            }
+        };
+        let invalid = |reason: String| LegacyError::Invalid {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let file = crate::platform::open_regular(path).map_err(io("open"))?;
+        let len = file.metadata().map_err(io("stat"))?.len();
+        if len > limits.max_file_size {
+            return Err(invalid(format!(
+                "{len} bytes is over the file-size limit ({} bytes)",
+                limits.max_file_size
+            )));
+        }
+        let input = if format.is_gzip() {
+            // Grown as data comes, up to the limit: a small bomb cannot ask for more. The
+            // limit is the smaller of the file-size limit and `max_inflation` times the
+            // compressed size (plus 1 MiB).
+            let inflated = len
+                .saturating_mul(limits.max_inflation)
+                .saturating_add(1 << 20);
+            let most = limits.max_file_size.min(inflated);
+            let mut out = Vec::new();
+            let mut reader = flate2::read::GzDecoder::new(std::io::BufReader::new(file))
+                .take(most.saturating_add(1));
+            reader.read_to_end(&mut out).map_err(io("decompress"))?;
+            if out.len() as u64 > most {
+                return Err(invalid(if most == limits.max_file_size {
+                    format!(
+                        "decompresses to more than the file-size limit ({} bytes)",
+                        limits.max_file_size
+                    )
+                } else {
+                    format!(
+                        "decompresses to more than {most} bytes, {} times its {len} bytes \
+                         plus 1 MiB (Limits::max_inflation; raise it for a record you trust)",
+                        limits.max_inflation
+                    )
+                }));
+            }
+            Input::Owned(out)
+        } else {
+            // As for packs, the file must not be truncated or rewritten while it is mapped.
+            let mapping = crate::read::source::map_file(&file).map_err(io("map"))?;
+            Input::Mapped(mapping, file)
+        };
+        let bytes = input.bytes();
+        if bytes.first() == Some(&b'\0') || bytes.is_empty() {
+            return Err(invalid("empty, or starts with a zero byte".into()));
+        }
+        let mut walk = Walk::new(bytes, limits.max_cbor_depth, limits.max_tensor_count);
+        let root = if format.is_json() {
+            let mut de = serde_json::Deserializer::from_slice(bytes);
+            let root = walk.record(&mut de).map_err(|e| invalid(e.to_string()))?;
+            de.end().map_err(|e| invalid(e.to_string()))?;
+            root
+        } else {
+            let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
+            walk.record(&mut de).map_err(|e| invalid(e.to_string()))?
+        };
+        let metadata = record_metadata(&root).ok_or_else(|| {
+            invalid(format!(
+                "no BurnRecord metadata (float, int, format, version, settings) at the top: \
+                 not a file of {}",
+                format.recorder()
+            ))
+        })?;
+        let found = std::mem::take(&mut walk.found);
+        let leaves = std::mem::take(&mut walk.leaves);
+        drop(walk);
+        let (data, unaligned, tensors, decoded) = Self::table(path, input, format, found, limits)?;
+        let entries = [
+            ("version", &metadata.version),
+            ("float", &metadata.float),
+            ("int", &metadata.int),
+            ("format", &metadata.format),
+            ("settings", &metadata.settings),
+        ]
+        .into_iter()
+        .map(|(key, value)| (format!("{METADATA_PREFIX}{key}"), value.clone()))
+        .collect();
+        Ok(Self {
+            file: path.display().to_string(),
+            format,
+            metadata,
+            entries,
+            data,
+            unaligned,
+            tensors,
+            leaves,
+            decoded,
+        })
+    }
+
+    /// The tensors' table and where their bytes are.
+    #[allow(clippy::type_complexity)]
+    fn table(
+        path: &Path,
+        input: Input,
+        format: RecordFormat,
+        mut found: Vec<Found>,
+        limits: &Limits,
+    ) -> Result<(Source, Option<Source>, Vec<TensorInfo>, bool), LegacyError> {
+        let tensor_error = |tensor: &str, reason: String| LegacyError::Tensor {
+            path: path.to_path_buf(),
+            tensor: tensor.to_string(),
+            reason,
+        };
+        // JSON's bytes are numbers; a MessagePack record whose bytes are arrays of numbers
+        // rather than `bin` (an older writer's) is decoded the same way, every tensor of it.
+        let decode = format.is_json()
+            || found
+                .iter()
+                .any(|f| matches!(f.tensor.payload, Payload::Owned(_)));
+        let mut decoded: Vec<u8> = Vec::new();
+        // A decompressed file is this source's own memory: each tensor's bytes are moved down
+        // to the 8-byte boundary at or below them (what lies in between is MessagePack heads,
+        // already read), so every tensor is a window of it and nothing is copied again.
+        let input = match input {
+            Input::Owned(mut buffer) if !decode => {
+                compact(&mut buffer, &mut found);
+                Input::Owned(buffer)
+            }
+            other => other,
+        };
+        let mut tensors = Vec::with_capacity(found.len());
+        for Found {
+            path: name,
+            id,
+            tensor,
+        } in found
+        {
+            let dtype = tensor_dtype(&tensor.dtype, &tensor.shape, tensor.len)
+                .map_err(|reason| tensor_error(&name, reason))?;
+            let shape: Vec<usize> = tensor
+                .shape
+                .iter()
+                .map(|&d| usize::try_from(d))
+                .collect::<Result<_, _>>()
+                .map_err(|_| tensor_error(&name, "a dimension does not fit in memory".into()))?;
+            let expected = byte_len(dtype, &tensor.shape);
+            // (A quantized tensor's length was checked against its scheme above.)
+            if !matches!(dtype, DType::QFloat(_)) && expected != Some(tensor.len as u64) {
+                return Err(tensor_error(
+                    &name,
+                    format!(
+                        "{} bytes for shape {shape:?} of {dtype:?} (expected {})",
+                        tensor.len,
+                        expected.map_or("more than fits".to_string(), |e| e.to_string())
+                    ),
+                ));
+            }
+            if tensor.len as u64 > limits.max_tensor_size {
+                return Err(tensor_error(
+                    &name,
+                    format!("{} bytes is over the tensor-size limit", tensor.len),
+                ));
+            }
+            let start = match tensor.payload {
+                Payload::At(at) if !decode => at,
+                Payload::At(at) => {
+                    append_aligned(&mut decoded, &input.bytes()[at..at + tensor.len])
+                }
+                Payload::Owned(bytes) => append_aligned(&mut decoded, &bytes),
+            };
+            let mut info =
+                TensorInfo::external(name, dtype, shape, start as u64, tensor.len as u64);
+            if let Some(id) = id.as_deref().and_then(param_id) {
+                info = info.with_param_id(id);
+            }
+            tensors.push(info);
+        }
+        tensors.sort_by(|a, b| a.name().cmp(b.name()));
+        if let Some(pair) = tensors.windows(2).find(|w| w[0].name() == w[1].name()) {
+            return Err(tensor_error(
+                pair[0].name(),
+                "two tensors with this path".into(),
+            ));
+        }
+        if decode {
+            // One buffer of every decoded tensor (the allocator aligns it for any element
+            // type, and each tensor starts at a multiple of 64 in it; a window that is not
+            // aligned is still copied on read).
+            let data = Source::Memory(Bytes::from_shared(
+                bytes::Bytes::from(decoded),
+                AllocationProperty::Other,
+            ));
+            return Ok((data, None, tensors, true));
+        }
+        Ok(match input {
+            Input::Mapped(mapping, file) => (
+                Source::Memory(mapping),
+                Some(Source::Buffered(file, AtomicU64::new(0))),
+                tensors,
+                false,
+            ),
+            Input::Owned(buffer) => (
+                Source::Memory(Bytes::from_shared(
+                    bytes::Bytes::from(buffer),
+                    AllocationProperty::Other,
+                )),
+                None,
+                tensors,
+                false,
+            ),
+        })
+    }
+
+    /// The record's metadata: the Burn version and precision settings that wrote it.
+    #[must_use]
+    pub fn record_metadata(&self) -> &RecordMetadata {
+        &self.metadata
+    }
+
+    /// The record's format.
+    #[must_use]
+    pub fn format(&self) -> RecordFormat {
+        self.format
+    }
+
+    /// The record's metadata as string entries under [`METADATA_PREFIX`]
+    /// (`burn.record.version`, `.float`, `.int`, `.format`, `.settings`): what
+    /// [`to_writer`](Self::to_writer) keeps in the pack.
+    #[must_use]
+    pub fn metadata(&self) -> &BTreeMap<String, String> {
+        &self.entries
+    }
+
+    /// A pack [`Writer`] of every tensor (names, dtypes, shapes, parameter ids) in the
+    /// record's order, with the record's metadata kept as metadata entries: what
+    /// `bpk convert old.mpk.gz new.bpk` writes. Tensors are windows of the source where it
+    /// allows.
+    ///
+    /// # Errors
+    /// A tensor's bytes could not be read.
+    pub fn to_writer(&self) -> Result<Writer, ReadError> {
+        let mut writer = Writer::from_source(self)?;
+        for (key, value) in &self.entries {
+            writer = writer.metadata(key.clone(), value.clone());
+        }
+        Ok(writer)
+    }
+}
+
+/// What a record is read from: the mapped file (and the file, for unaligned tensors), or the
+/// decompressed file in memory of this source's own.
+enum Input {
+    Mapped(Bytes, std::fs::File),
+    Owned(Vec<u8>),
+}
+
+impl Input {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Input::Mapped(mapping, _) => mapping,
+            Input::Owned(buffer) => buffer,
+        }
+    }
+}
+
+/// A `ParamId` as Burn 0.14-0.21 serialized it: the id's little-endian bytes in base32
+/// (DNSSEC alphabet: `0-9a-v`, no padding), 8 bytes, or 6 in the oldest format. Ids of the
+/// uuid era (before 0.14) were hashed by Burn with a per-build hasher and are not recovered.
+pub(super) fn param_id(text: &str) -> Option<u64> {
+    let bytes = data_encoding::BASE32_DNSSEC.decode(text.as_bytes()).ok()?;
+    if bytes.is_empty() || bytes.len() > 8 {
+        return None;
+    }
+    let mut buffer = [0u8; 8];
+    buffer[..bytes.len()].copy_from_slice(&bytes);
+    Some(u64::from_le_bytes(buffer))
+}
+
+impl TensorSource for LegacySource {
+    fn file(&self) -> &str {
+        &self.file
+    }
+
+    fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
+        let align = element_align(info.dtype());
+        let source = match &self.unaligned {
+            Some(file) if self.data.copy_reason(info.offset(), align).is_some() => file,
+            _ => &self.data,
+        };
+        source
+            .read(info.offset(), info.len(), align)
+            .map_err(|source| ReadError::Io {
+                file: self.file.clone(),
+                action: "read tensor data",
+                source,
+            })
+    }
+
+    fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
+        if self.decoded {
+            let format = if self.format.is_json() {
+                "JSON"
+            } else {
+                "MessagePack arrays"
+            };
+            return Some(CopyReason::Decoded { format });
+        }
+        self.data
+            .copy_reason(info.offset(), element_align(info.dtype()))
+    }
+}
