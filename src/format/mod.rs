@@ -29,6 +29,7 @@ pub use self::{metadata::Metadata, table::Descriptor};
 #[cfg(any(test, feature = "internals"))]
 pub use dtype::PLAIN_DTYPES;
 pub(crate) use dtype::tensor_description;
+#[cfg_attr(not(feature = "legacy"), allow(unused_imports))]
 pub(crate) use dtype::{bool_store_from_name, byte_len_of, dtype_from_name};
 pub use dtype::{byte_len, checksum, element_align, metadata_checksum};
 pub use error::FormatError;

@@ -28,56 +28,14 @@ pub use source::LegacySource;
 pub use train::import_legacy_burn_train;
 pub use train::{SchedulerKind, burn_train_epochs};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use walk::Node;
 
-/// An error opening a Burn 0.14-0.21 record, naming the file (and the tensor's path where
-/// there is one).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum LegacyError {
-    /// The file could not be read.
-    #[error("{path}: cannot {action}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// What was being done.
-        action: &'static str,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file is not a record this source reads, or is damaged.
-    #[error("{path}: not a valid Burn record: {reason}")]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// What was wrong.
-        reason: String,
-    },
-    /// A tensor of the record is not one Burn 0.22 can hold as stored.
-    #[error("{path}: tensor '{tensor}': {reason}")]
-    Tensor {
-        /// The file.
-        path: PathBuf,
-        /// The tensor's path in the record.
-        tensor: String,
-        /// What was wrong.
-        reason: String,
-    },
-    /// A bincode record (`BinFileRecorder`, `BinGzFileRecorder`).
-    #[error(
-        "{path}: a bincode record (BinFileRecorder / BinGzFileRecorder) does not describe itself \
-         (no field names, no lengths), so it cannot be read without the Burn 0.21 module type \
-         that wrote it: load it with that module under Burn 0.21 and save it with \
-         NamedMpkFileRecorder (or burn-store's BurnpackStore), then open that file here"
-    )]
-    Bincode {
-        /// The file.
-        path: PathBuf,
-    },
-}
+/// An error opening a Burn 0.14-0.21 record: the error of every source
+/// ([`SourceError`](crate::read::SourceError)), under its former name.
+#[deprecated(since = "0.1.0", note = "use burnpack::read::SourceError, the error of every source")]
+pub type LegacyError = crate::read::SourceError;
 
 /// The record formats of Burn 0.14-0.21 that describe themselves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +70,21 @@ impl RecordFormat {
         ]
         .into_iter()
         .find_map(|(ending, format)| name.ends_with(ending).then_some(format))
+    }
+
+    /// The format of a record's (decompressed) bytes: JSON when its first byte that is not
+    /// white space is `{`, `MessagePack` otherwise.
+    pub(super) fn of_content(gzip: bool, bytes: &[u8]) -> Self {
+        let json = bytes
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|&b| b == b'{');
+        match (gzip, json) {
+            (false, false) => Self::NamedMpk,
+            (true, false) => Self::NamedMpkGz,
+            (false, true) => Self::Json,
+            (true, true) => Self::JsonGz,
+        }
     }
 
     fn is_gzip(self) -> bool {

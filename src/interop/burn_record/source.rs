@@ -6,15 +6,15 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 
-use burn::tensor::{AllocationProperty, Bytes, DType};
+use burn::tensor::{AllocationProperty, Bytes};
 
 use super::compact::{append_aligned, compact};
 use super::dtype::tensor_dtype;
 use super::walk::{self, Found, Payload, Walk};
-use super::{LegacyError, METADATA_PREFIX, RecordFormat, RecordMetadata, record_metadata};
-use crate::format::{Limits, TensorInfo, byte_len, element_align};
+use super::{METADATA_PREFIX, RecordFormat, RecordMetadata, record_metadata};
+use crate::format::{Limits, TensorInfo, element_align};
 use crate::read::source::Source;
-use crate::read::{CopyReason, ReadError, TensorSource};
+use crate::read::{CopyReason, ReadError, SourceError, SourceTable, TableBuilder, TensorSource};
 use crate::write::Writer;
 
 /// A Burn 0.14-0.21 record file as a [`TensorSource`].
@@ -49,8 +49,8 @@ pub struct LegacySource {
     /// aligned in the mapping is read from it into a buffer of its own, so that the mapping's
     /// pages are not also made resident (peak memory stays the model's size).
     pub(super) unaligned: Option<Source>,
-    /// Sorted by name.
-    pub(super) tensors: Vec<TensorInfo>,
+    /// Every tensor, sorted by name.
+    pub(super) table: SourceTable<()>,
     /// Numbers of the record by path (an optimizer's step count, a scheduler's state).
     pub(super) leaves: Vec<(String, walk::Leaf)>,
     /// Whether the tensors were decoded into memory of their own (JSON, or `MessagePack`
@@ -63,7 +63,7 @@ impl std::fmt::Debug for LegacySource {
         f.debug_struct("LegacySource")
             .field("file", &self.file)
             .field("format", &self.format)
-            .field("tensors", &self.tensors.len())
+            .field("tensors", &self.table.tensors().len())
             .finish_non_exhaustive()
     }
 }
@@ -74,20 +74,21 @@ impl LegacySource {
     ///
     /// # Errors
     /// See [`open_with`](Self::open_with).
-    pub fn open(path: impl AsRef<Path>) -> Result<Self, LegacyError> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, SourceError> {
         let path = path.as_ref();
         let format = RecordFormat::from_path(path).ok_or_else(|| {
             let name = path.display().to_string().to_ascii_lowercase();
             let bincode = [".bin", ".bin.gz"].iter().any(|ext| name.ends_with(ext));
             if bincode {
-                LegacyError::Bincode {
+                SourceError::Bincode {
                     path: path.to_path_buf(),
                 }
             } else {
-                LegacyError::Invalid {
+                SourceError::Invalid {
                     path: path.to_path_buf(),
-                    reason: "the file name does not end in .mpk, .mpk.gz, .json or .json.gz \
-                             (name the format with LegacySource::open_with)"
+                    reason: "not a valid Burn record: the file name does not end in .mpk, \
+                             .mpk.gz, .json or .json.gz (name the format with \
+                             LegacySource::open_with, or open it with LegacySource::open_detect)"
                         .into(),
                 }
             }
@@ -100,66 +101,101 @@ impl LegacySource {
     /// decompressed size over `limits.max_file_size` are refused.
     ///
     /// # Errors
-    /// [`LegacyError::Io`] when the file cannot be read, [`LegacyError::Invalid`] when it is
-    /// not a record of `format`, [`LegacyError::Tensor`] naming a tensor whose bytes, shape
+    /// [`SourceError::Io`] when the file cannot be read, [`SourceError::Invalid`] when it is
+    /// not a record of `format`, [`SourceError::Tensor`] naming a tensor whose bytes, shape
     /// or dtype do not agree, or whose dtype Burn 0.22 does not have.
     pub fn open_with(
         path: impl AsRef<Path>,
         format: RecordFormat,
         limits: &Limits,
-    ) -> Result<Self, LegacyError> {
+    ) -> Result<Self, SourceError> {
         let path = path.as_ref();
-        let io = |action: &'static str| {
-            move |source| LegacyError::Io {
-                path: path.to_path_buf(),
-                action,
-                source,
-            }
+        let input = Self::read_file(path, format.is_gzip(), limits)?;
+        Self::from_input(path, input, format, limits)
+    }
+
+    /// Opens a record whose format is told by its content, not its name: gzip or not, then
+    /// JSON (a `{`) or `MessagePack`.
+    ///
+    /// ```
+    /// use burnpack::format::Limits;
+    /// use burnpack::interop::burn_record::LegacySource;
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("weights");
+    /// std::fs::write(&path, br#"{"a": 1}"#).unwrap();
+    /// let err = LegacySource::open_detect(&path, &Limits::default()).unwrap_err();
+    /// assert!(err.to_string().contains("no BurnRecord metadata"));
+    /// ```
+    ///
+    /// # Errors
+    /// As [`open_with`](Self::open_with).
+    pub fn open_detect(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
+        let path = path.as_ref();
+        let file = crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?;
+        let mut head = [0u8; 2];
+        let gzip = crate::platform::read_exact_at(&file, &mut head, 0).is_ok() && head == GZIP;
+        drop(file);
+        let input = Self::read_file(path, gzip, limits)?;
+        let format = RecordFormat::of_content(gzip, input.bytes());
+        Self::from_input(path, input, format, limits)
+    }
+
+    /// A record in memory (a `.mpk`, `.mpk.gz`, `.json` or `.json.gz` file's bytes), its
+    /// format told by its content.
+    ///
+    /// ```
+    /// use burnpack::format::Limits;
+    /// use burnpack::interop::burn_record::LegacySource;
+    /// let bytes = burn::tensor::Bytes::from_bytes_vec(b"hello".to_vec());
+    /// let err = LegacySource::from_bytes(bytes, &Limits::default()).unwrap_err();
+    /// assert!(err.to_string().starts_with("<memory>: not a valid Burn record"));
+    /// ```
+    ///
+    /// # Errors
+    /// As [`open_with`](Self::open_with), naming `"<memory>"`.
+    pub fn from_bytes(bytes: Bytes, limits: &Limits) -> Result<Self, SourceError> {
+        let path = Path::new("<memory>");
+        let gzip = bytes.starts_with(&GZIP);
+        let input = if gzip {
+            Input::Owned(inflate(path, &bytes[..], bytes.len() as u64, limits)?)
+        } else {
+            Input::Mapped(bytes, None)
         };
-        let invalid = |reason: String| LegacyError::Invalid {
-            path: path.to_path_buf(),
-            reason,
-        };
+        let format = RecordFormat::of_content(gzip, input.bytes());
+        Self::from_input(path, input, format, limits)
+    }
+
+    /// The file's bytes: decompressed (bounded) or mapped.
+    fn read_file(path: &Path, gzip: bool, limits: &Limits) -> Result<Input, SourceError> {
+        let io = |action| SourceError::io(path, action);
         let file = crate::platform::open_regular(path).map_err(io("open"))?;
         let len = file.metadata().map_err(io("stat"))?.len();
         if len > limits.max_file_size {
-            return Err(invalid(format!(
+            return Err(invalid(path)(format!(
                 "{len} bytes is over the file-size limit ({} bytes)",
                 limits.max_file_size
             )));
         }
-        let input = if format.is_gzip() {
-            // Grown as data comes, up to the limit: a small bomb cannot ask for more. The
-            // limit is the smaller of the file-size limit and `max_inflation` times the
-            // compressed size (plus 1 MiB).
-            let inflated = len
-                .saturating_mul(limits.max_inflation)
-                .saturating_add(1 << 20);
-            let most = limits.max_file_size.min(inflated);
-            let mut out = Vec::new();
-            let mut reader = flate2::read::GzDecoder::new(std::io::BufReader::new(file))
-                .take(most.saturating_add(1));
-            reader.read_to_end(&mut out).map_err(io("decompress"))?;
-            if out.len() as u64 > most {
-                return Err(invalid(if most == limits.max_file_size {
-                    format!(
-                        "decompresses to more than the file-size limit ({} bytes)",
-                        limits.max_file_size
-                    )
-                } else {
-                    format!(
-                        "decompresses to more than {most} bytes, {} times its {len} bytes \
-                         plus 1 MiB (Limits::max_inflation; raise it for a record you trust)",
-                        limits.max_inflation
-                    )
-                }));
-            }
-            Input::Owned(out)
-        } else {
-            // As for packs, the file must not be truncated or rewritten while it is mapped.
-            let mapping = crate::read::source::map_file(&file).map_err(io("map"))?;
-            Input::Mapped(mapping, file)
-        };
+        if gzip {
+            return Ok(Input::Owned(inflate(
+                path,
+                std::io::BufReader::new(file),
+                len,
+                limits,
+            )?));
+        }
+        // As for packs, the file must not be truncated or rewritten while it is mapped.
+        let mapping = crate::read::source::map_file(&file).map_err(io("map"))?;
+        Ok(Input::Mapped(mapping, Some(file)))
+    }
+
+    fn from_input(
+        path: &Path,
+        input: Input,
+        format: RecordFormat,
+        limits: &Limits,
+    ) -> Result<Self, SourceError> {
+        let invalid = invalid(path);
         let bytes = input.bytes();
         if bytes.first() == Some(&b'\0') || bytes.is_empty() {
             return Err(invalid("empty, or starts with a zero byte".into()));
@@ -184,7 +220,7 @@ impl LegacySource {
         let found = std::mem::take(&mut walk.found);
         let leaves = std::mem::take(&mut walk.leaves);
         drop(walk);
-        let (data, unaligned, tensors, decoded) = Self::table(path, input, format, found, limits)?;
+        let (data, unaligned, table, decoded) = Self::table(path, input, format, found, limits)?;
         let entries = [
             ("version", &metadata.version),
             ("float", &metadata.float),
@@ -202,7 +238,7 @@ impl LegacySource {
             entries,
             data,
             unaligned,
-            tensors,
+            table,
             leaves,
             decoded,
         })
@@ -216,8 +252,8 @@ impl LegacySource {
         format: RecordFormat,
         mut found: Vec<Found>,
         limits: &Limits,
-    ) -> Result<(Source, Option<Source>, Vec<TensorInfo>, bool), LegacyError> {
-        let tensor_error = |tensor: &str, reason: String| LegacyError::Tensor {
+    ) -> Result<(Source, Option<Source>, SourceTable<()>, bool), SourceError> {
+        let tensor_error = |tensor: &str, reason: String| SourceError::Tensor {
             path: path.to_path_buf(),
             tensor: tensor.to_string(),
             reason,
@@ -239,7 +275,7 @@ impl LegacySource {
             }
             other => other,
         };
-        let mut tensors = Vec::with_capacity(found.len());
+        let mut tensors = TableBuilder::new(path, limits);
         for Found {
             path: name,
             id,
@@ -254,24 +290,6 @@ impl LegacySource {
                 .map(|&d| usize::try_from(d))
                 .collect::<Result<_, _>>()
                 .map_err(|_| tensor_error(&name, "a dimension does not fit in memory".into()))?;
-            let expected = byte_len(dtype, &tensor.shape);
-            // (A quantized tensor's length was checked against its scheme above.)
-            if !matches!(dtype, DType::QFloat(_)) && expected != Some(tensor.len as u64) {
-                return Err(tensor_error(
-                    &name,
-                    format!(
-                        "{} bytes for shape {shape:?} of {dtype:?} (expected {})",
-                        tensor.len,
-                        expected.map_or("more than fits".to_string(), |e| e.to_string())
-                    ),
-                ));
-            }
-            if tensor.len as u64 > limits.max_tensor_size {
-                return Err(tensor_error(
-                    &name,
-                    format!("{} bytes is over the tensor-size limit", tensor.len),
-                ));
-            }
             let start = match tensor.payload {
                 Payload::At(at) if !decode => at,
                 Payload::At(at) => {
@@ -284,15 +302,9 @@ impl LegacySource {
             if let Some(id) = id.as_deref().and_then(param_id) {
                 info = info.with_param_id(id);
             }
-            tensors.push(info);
+            tensors.push(info, ())?;
         }
-        tensors.sort_by(|a, b| a.name().cmp(b.name()));
-        if let Some(pair) = tensors.windows(2).find(|w| w[0].name() == w[1].name()) {
-            return Err(tensor_error(
-                pair[0].name(),
-                "two tensors with this path".into(),
-            ));
-        }
+        let tensors = tensors.finish(|()| "in the record".into())?;
         if decode {
             // One buffer of every decoded tensor (the allocator aligns it for any element
             // type, and each tensor starts at a multiple of 64 in it; a window that is not
@@ -306,7 +318,7 @@ impl LegacySource {
         Ok(match input {
             Input::Mapped(mapping, file) => (
                 Source::Memory(mapping),
-                Some(Source::Buffered(file, AtomicU64::new(0))),
+                file.map(|file| Source::Buffered(file, AtomicU64::new(0))),
                 tensors,
                 false,
             ),
@@ -361,7 +373,8 @@ impl LegacySource {
 /// What a record is read from: the mapped file (and the file, for unaligned tensors), or the
 /// decompressed file in memory of this source's own.
 enum Input {
-    Mapped(Bytes, std::fs::File),
+    /// The mapped file (or bytes in memory, with no file).
+    Mapped(Bytes, Option<std::fs::File>),
     Owned(Vec<u8>),
 }
 
@@ -393,10 +406,11 @@ impl TensorSource for LegacySource {
     }
 
     fn tensors(&self) -> &[TensorInfo] {
-        &self.tensors
+        self.table.tensors()
     }
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
+        self.table.place(info)?;
         let align = element_align(info.dtype());
         let source = match &self.unaligned {
             Some(file) if self.data.copy_reason(info.offset(), align).is_some() => file,
@@ -412,6 +426,7 @@ impl TensorSource for LegacySource {
     }
 
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
+        self.table.place(info).ok()?;
         if self.decoded {
             let format = if self.format.is_json() {
                 "JSON"
@@ -423,4 +438,51 @@ impl TensorSource for LegacySource {
         self.data
             .copy_reason(info.offset(), element_align(info.dtype()))
     }
+}
+
+/// The first bytes of a gzip stream.
+const GZIP: [u8; 2] = [0x1f, 0x8b];
+
+/// `reason` that `path` is not a valid record, as an error.
+fn invalid(path: &Path) -> impl Fn(String) -> SourceError {
+    let path = path.to_path_buf();
+    move |reason| SourceError::Invalid {
+        path: path.clone(),
+        reason: format!("not a valid Burn record: {reason}"),
+    }
+}
+
+/// Decompresses a gzip stream of `len` bytes, grown as data comes, up to the limit (a small
+/// bomb cannot ask for more): the smaller of the file-size limit and `max_inflation` times the
+/// compressed size (plus 1 MiB).
+fn inflate(
+    path: &Path,
+    compressed: impl Read,
+    len: u64,
+    limits: &Limits,
+) -> Result<Vec<u8>, SourceError> {
+    let inflated = len
+        .saturating_mul(limits.max_inflation)
+        .saturating_add(1 << 20);
+    let most = limits.max_file_size.min(inflated);
+    let mut out = Vec::new();
+    let mut reader = flate2::read::GzDecoder::new(compressed).take(most.saturating_add(1));
+    reader
+        .read_to_end(&mut out)
+        .map_err(SourceError::io(path, "decompress"))?;
+    if out.len() as u64 > most {
+        return Err(invalid(path)(if most == limits.max_file_size {
+            format!(
+                "decompresses to more than the file-size limit ({} bytes)",
+                limits.max_file_size
+            )
+        } else {
+            format!(
+                "decompresses to more than {most} bytes, {} times its {len} bytes \
+                 plus 1 MiB (Limits::max_inflation; raise it for a record you trust)",
+                limits.max_inflation
+            )
+        }));
+    }
+    Ok(out)
 }

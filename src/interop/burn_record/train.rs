@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 
 use super::source::param_id;
 use super::walk::Leaf;
-use super::{LegacyError, LegacySource};
+use super::LegacySource;
+use crate::read::SourceError;
 use crate::format::Scalar;
 use crate::read::TensorSource;
 use crate::write::{Entry, Writer};
@@ -82,9 +83,9 @@ impl LegacySource {
     /// path.
     ///
     /// # Errors
-    /// [`LegacyError::Tensor`] for a tensor that is not a parameter's state (an id Burn did
+    /// [`SourceError::Tensor`] for a tensor that is not a parameter's state (an id Burn did
     /// not write, no rank).
-    pub fn optimizer_writer(&self, model: Option<&LegacySource>) -> Result<Writer, LegacyError> {
+    pub fn optimizer_writer(&self, model: Option<&LegacySource>) -> Result<Writer, SourceError> {
         let paths: BTreeMap<u64, &str> = model
             .map(|m| {
                 m.tensors()
@@ -94,13 +95,13 @@ impl LegacySource {
             })
             .unwrap_or_default();
         let mut ranks = BTreeMap::new();
-        let mut entries = Vec::with_capacity(self.tensors.len());
-        let mut infos: Vec<_> = self.tensors.iter().collect();
+        let mut entries = Vec::with_capacity(self.table.tensors().len());
+        let mut infos: Vec<_> = self.table.tensors().iter().collect();
         infos.sort_by_key(|t| t.offset());
         for info in infos {
             let (id, rank, field) = self.state_path(info.name())?;
             ranks.insert(id, rank);
-            let bytes = self.read(info).map_err(|e| LegacyError::Tensor {
+            let bytes = self.read(info).map_err(|e| SourceError::Tensor {
                 path: PathBuf::from(&self.file),
                 tensor: info.name().to_string(),
                 reason: e.to_string(),
@@ -134,8 +135,8 @@ impl LegacySource {
 
     /// `<id in base32>.V1.Rank<r>.<field>` (the `V1` absent in older records) as (id, rank,
     /// field).
-    fn state_path(&self, path: &str) -> Result<(u64, u64, String), LegacyError> {
-        let bad = |reason: &str| LegacyError::Tensor {
+    fn state_path(&self, path: &str) -> Result<(u64, u64, String), SourceError> {
+        let bad = |reason: &str| SourceError::Tensor {
             path: PathBuf::from(&self.file),
             tensor: path.to_string(),
             reason: format!("not an optimizer state of Burn 0.14-0.21: {reason}"),
@@ -164,14 +165,14 @@ impl LegacySource {
     /// 0.22's scheduler of `kind` reads with `load_record`.
     ///
     /// # Errors
-    /// [`LegacyError::Invalid`] when the record holds tensors, more than one number, or a
+    /// [`SourceError::Invalid`] when the record holds tensors, more than one number, or a
     /// number of another type than `kind` records.
-    pub fn scheduler_writer(&self, kind: SchedulerKind) -> Result<Writer, LegacyError> {
-        let invalid = |reason: String| LegacyError::Invalid {
+    pub fn scheduler_writer(&self, kind: SchedulerKind) -> Result<Writer, SourceError> {
+        let invalid = |reason: String| SourceError::Invalid {
             path: PathBuf::from(&self.file),
             reason,
         };
-        if !self.tensors.is_empty() || self.leaves.len() > 1 {
+        if !self.table.tensors().is_empty() || self.leaves.len() > 1 {
             return Err(invalid(
                 "not an LR scheduler's record: it holds tensors or several numbers".into(),
             ));
@@ -198,10 +199,10 @@ fn find_part(dir: &Path, part: &str, epoch: u64) -> Option<PathBuf> {
 ///
 /// # Errors
 /// The directory cannot be listed.
-pub fn burn_train_epochs(dir: impl AsRef<Path>) -> Result<Vec<u64>, LegacyError> {
+pub fn burn_train_epochs(dir: impl AsRef<Path>) -> Result<Vec<u64>, SourceError> {
     let dir = dir.as_ref();
     let mut epochs: Vec<u64> = std::fs::read_dir(dir)
-        .map_err(|source| LegacyError::Io {
+        .map_err(|source| SourceError::Io {
             path: dir.to_path_buf(),
             action: "list",
             source,
@@ -237,10 +238,10 @@ pub fn import_legacy_burn_train(
     epoch: u64,
     scheduler: SchedulerKind,
     out: impl AsRef<Path>,
-) -> Result<u64, LegacyError> {
+) -> Result<u64, SourceError> {
     let dir = dir.as_ref();
     let out = out.as_ref();
-    let missing = || LegacyError::Invalid {
+    let missing = || SourceError::Invalid {
         path: dir.join(format!("model-{epoch}.mpk.gz")),
         reason: "no model record of this epoch in the directory".into(),
     };
@@ -255,8 +256,8 @@ pub fn import_legacy_burn_train(
     // (no checksums: the checkpoint written from them carries its own). What goes wrong here
     // is the input record's fault (a tensor twice, a shape Burn 0.22 refuses): its errors
     // name that record.
-    let pack = |writer: Writer, from: &LegacySource| -> Result<crate::read::Reader, LegacyError> {
-        let invalid = |reason: String| LegacyError::Invalid {
+    let pack = |writer: Writer, from: &LegacySource| -> Result<crate::read::Reader, SourceError> {
+        let invalid = |reason: String| SourceError::Invalid {
             path: PathBuf::from(&from.file),
             reason,
         };
@@ -267,7 +268,7 @@ pub fn import_legacy_burn_train(
         crate::read::Reader::from_bytes(bytes).map_err(|e| invalid(e.to_string()))
     };
     let model_pack = pack(
-        model.to_writer().map_err(|e| LegacyError::Invalid {
+        model.to_writer().map_err(|e| SourceError::Invalid {
             path: PathBuf::from(&model.file),
             reason: e.to_string(),
         })?,
@@ -288,7 +289,7 @@ pub fn import_legacy_burn_train(
         epoch,
         out,
     )
-    .map_err(|e| LegacyError::Invalid {
+    .map_err(|e| SourceError::Invalid {
         path: out.to_path_buf(),
         reason: e.to_string(),
     })
