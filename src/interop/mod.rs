@@ -29,8 +29,13 @@ mod index;
 pub mod object_store;
 #[cfg(feature = "pytorch")]
 pub mod pytorch;
+mod registry;
 #[cfg(feature = "safetensors")]
 pub mod safetensors;
+
+pub use registry::{
+    Container, HEAD, OpenOptions, containers, open_any, open_any_with, open_bytes_any,
+};
 
 /// Whether `location` names an object on object storage (`s3://bucket/key`, `s3a://...`)
 /// rather than a local path. Answered with or without the `object-store` feature, so that a

@@ -93,6 +93,9 @@ pub enum SourceErrorKind {
     Unsupported,
     /// Not a container any source of this crate reads.
     UnknownFormat,
+    /// The path or URL itself is not one this crate can open (a malformed URL, a scheme this
+    /// build was compiled without).
+    Location,
 }
 
 impl SourceErrorKind {
@@ -106,7 +109,7 @@ impl SourceErrorKind {
     pub fn is_unreadable(self) -> bool {
         matches!(
             self,
-            Self::Io | Self::Truncated | Self::Unsupported | Self::UnknownFormat
+            Self::Io | Self::Truncated | Self::Unsupported | Self::UnknownFormat | Self::Location
         )
     }
 }
@@ -188,6 +191,14 @@ pub enum SourceError {
         /// What is wrong (naming the tensor where there is one).
         source: FormatError,
     },
+    /// The path or URL is not one this crate can open.
+    #[error("{}: {reason}", path.display())]
+    Location {
+        /// The path or URL as given.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Not a file any source of this crate reads.
     #[error("{}: not a file bpk reads (it starts with {start}){hint}", path.display())]
     UnknownFormat {
@@ -217,6 +228,7 @@ impl SourceError {
             Self::Refused { .. } => SourceErrorKind::Refused,
             Self::Bincode { .. } => SourceErrorKind::Unsupported,
             Self::UnknownFormat { .. } => SourceErrorKind::UnknownFormat,
+            Self::Location { .. } => SourceErrorKind::Location,
             Self::Format { source, .. } => match source {
                 FormatError::Truncated { .. } | FormatError::PastEnd { .. } => {
                     SourceErrorKind::Truncated
@@ -242,6 +254,7 @@ impl SourceError {
             | Self::Refused { path, .. }
             | Self::Bincode { path }
             | Self::Format { path, .. }
+            | Self::Location { path, .. }
             | Self::UnknownFormat { path, .. } => path,
         }
     }

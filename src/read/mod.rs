@@ -10,6 +10,7 @@
 //! `PackStore` and `bpk` take any of them. Kept as a model: a new source is one type behind
 //! this trait, never a copy of the load path.
 
+mod describe;
 mod error;
 mod reader;
 mod shards;
@@ -17,6 +18,8 @@ pub(crate) mod source;
 mod table;
 mod tensor_source;
 
+pub(crate) use describe::describe_pack;
+pub use describe::{Checksums, DescribedSource, Description, Value, human_bytes};
 pub use error::{ReadError, SourceError, SourceErrorKind};
 pub use reader::{ReadMode, ReadOptions, Reader};
 pub use shards::{InShard, Routing, Sharded, assemble_shards};

@@ -472,3 +472,17 @@ impl std::fmt::Debug for Reader {
             .finish_non_exhaustive()
     }
 }
+
+impl super::DescribedSource for Reader {
+    fn describe(&self) -> super::Description {
+        super::describe_pack(&self.layout)
+    }
+
+    fn column(&self, info: &TensorInfo) -> Option<String> {
+        info.param_id().map(|id| id.to_string())
+    }
+
+    fn as_tensor_source(&self) -> &(dyn TensorSource + Sync) {
+        self
+    }
+}

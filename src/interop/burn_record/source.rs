@@ -14,7 +14,9 @@ use super::walk::{self, Found, Payload, Walk};
 use super::{METADATA_PREFIX, RecordFormat, RecordMetadata, record_metadata};
 use crate::format::{Limits, TensorInfo, element_align};
 use crate::read::source::Source;
-use crate::read::{CopyReason, ReadError, SourceError, SourceTable, TableBuilder, TensorSource};
+use crate::read::{
+    CopyReason, Description, ReadError, SourceError, SourceTable, TableBuilder, TensorSource,
+};
 use crate::write::Writer;
 
 /// A Burn 0.14-0.21 record file as a [`TensorSource`].
@@ -485,4 +487,48 @@ fn inflate(
         }));
     }
     Ok(out)
+}
+
+impl crate::read::DescribedSource for LegacySource {
+    fn describe(&self) -> Description {
+        let meta = &self.metadata;
+        let recorder = self.format.recorder();
+        Description {
+            format: "burn-record",
+            summary: format!("Burn {} record ({recorder})", meta.version),
+            valid: format!("Burn {} record valid", meta.version),
+            metadata: self.entries.clone(),
+            lines: vec![format!("precision: float {}, int {}", meta.float, meta.int)],
+            fields: vec![
+                ("format", format!("{:?}", self.format).into()),
+                ("recorder", recorder.into()),
+                ("burn_version", meta.version.as_str().into()),
+                ("float", meta.float.as_str().into()),
+                ("int", meta.int.as_str().into()),
+            ],
+            unverified: "no checksums in Burn records (contents unverified)".into(),
+            column: Some("param id"),
+            ..Description::default()
+        }
+    }
+
+    fn column(&self, info: &TensorInfo) -> Option<String> {
+        info.param_id().map(|id| id.to_string())
+    }
+
+    /// A record without a tensor: nothing to load (a bare scheduler record, or tensors this
+    /// reader did not find), never a silent success.
+    fn unusable(&self) -> Option<String> {
+        self.table.tensors().is_empty().then(|| {
+            format!(
+                "{}: no tensors found in the record (a scheduler's or an empty optimizer's \
+                 record holds none: `bpk migrate` converts those with their checkpoint)",
+                self.file
+            )
+        })
+    }
+
+    fn as_tensor_source(&self) -> &(dyn TensorSource + Sync) {
+        self
+    }
 }

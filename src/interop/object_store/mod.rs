@@ -319,3 +319,32 @@ fn block_on<F: Future>(future: F) -> Result<F::Output, RemoteError> {
     }
     Ok(runtime()?.block_on(future))
 }
+
+impl From<RemoteError> for crate::read::SourceError {
+    /// An object that could not be opened, as the error of every source: a bad URL is a
+    /// [`Location`](crate::read::SourceError::Location) error, an invalid pack a
+    /// [`Format`](crate::read::SourceError::Format) one, a failed request an `Io` one.
+    fn from(e: RemoteError) -> Self {
+        match e {
+            RemoteError::Url { url, message } => Self::Location {
+                path: url.into(),
+                reason: message,
+            },
+            RemoteError::Invalid { url, source } => Self::Format {
+                path: url.into(),
+                source: *source,
+            },
+            RemoteError::Read(read) => (*read).into(),
+            RemoteError::Store { url, action, source } => Self::Io {
+                path: url.into(),
+                action,
+                source: std::io::Error::other(source.to_string()),
+            },
+            other => Self::Io {
+                path: std::path::PathBuf::new(),
+                action: "reach object storage",
+                source: std::io::Error::other(other.to_string()),
+            },
+        }
+    }
+}

@@ -398,3 +398,25 @@ impl std::fmt::Debug for ObjectSource {
             .finish_non_exhaustive()
     }
 }
+
+impl crate::read::DescribedSource for ObjectSource {
+    /// A pack's description, and what opening it cost (header and metadata, no tensor).
+    fn describe(&self) -> crate::read::Description {
+        let mut about = crate::read::describe_pack(&self.layout);
+        let (bytes, requests) = (self.fetched_bytes(), self.requests());
+        about.lines.push(format!(
+            "fetched: {bytes} bytes in {requests} requests (header and metadata, no tensor data)"
+        ));
+        about.fields.push(("fetched_bytes", bytes.into()));
+        about.fields.push(("requests", requests.into()));
+        about
+    }
+
+    fn column(&self, info: &TensorInfo) -> Option<String> {
+        info.param_id().map(|id| id.to_string())
+    }
+
+    fn as_tensor_source(&self) -> &(dyn TensorSource + Sync) {
+        self
+    }
+}

@@ -15,7 +15,7 @@ use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::index::ShardIndex;
 use crate::read::source::aligned_bytes;
 use crate::read::{
-    CopyReason, InShard, ReadError, Sharded, SourceError, SourceTable, TensorSource,
+    Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable, TensorSource,
     assemble_shards,
 };
 
@@ -88,12 +88,27 @@ impl PytorchSource {
             open_file(shard, &options)
         };
         if path.extension().is_some_and(|e| e == "json") {
-            let index = ShardIndex::read(path, "PyTorch shard", options.limits.max_tensor_count)?;
-            let sharded =
-                assemble_shards(path, &index.shards, Some(&index), &options.limits, open)?;
-            return Ok(Self::assemble(path, sharded));
+            return Self::open_index(path, options);
         }
         let sharded = assemble_shards(path, &[path.to_path_buf()], None, &options.limits, open)?;
+        Ok(Self::assemble(path, sharded))
+    }
+
+    /// Opens an index JSON (whatever its name) and the shards its `weight_map` names.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_index(
+        path: impl AsRef<Path>,
+        options: &PytorchOptions,
+    ) -> Result<Self, SourceError> {
+        let path = path.as_ref();
+        let index = ShardIndex::read(path, "PyTorch shard", options.limits.max_tensor_count)?;
+        let open = |shard: &Path, limits: &Limits| {
+            let options = PytorchOptions { key: options.key.clone(), limits: *limits };
+            open_file(shard, &options)
+        };
+        let sharded = assemble_shards(path, &index.shards, Some(&index), &options.limits, open)?;
         Ok(Self::assemble(path, sharded))
     }
 
@@ -466,5 +481,67 @@ impl TensorSource for PytorchSource {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .extend(done);
         Ok(())
+    }
+}
+
+impl crate::read::DescribedSource for PytorchSource {
+    fn describe(&self) -> Description {
+        let format = self.format();
+        let shards = match self.shards.len() {
+            1 => String::new(),
+            n => format!(", {n} shards"),
+        };
+        let mut lines = Vec::new();
+        if let Some(key) = &self.key {
+            lines.push(format!("state dict: under '{key}'"));
+        }
+        lines.push(format!("globals: {}", self.globals.join(", ")));
+        let mut notes = Vec::new();
+        if !self.unread.is_empty() {
+            notes.push(format!(
+                "not read (tensors under other top-level keys; --key KEY reads one): {}",
+                self.unread.join(", ")
+            ));
+        }
+        Description {
+            format: "pytorch",
+            summary: format!("PyTorch torch.save file ({format:?}{shards})"),
+            valid: format!("torch.save file valid ({format:?}), no globals beyond a state dict's"),
+            shards: self.shards.iter().map(|s| s.path.clone()).collect(),
+            lines,
+            fields: vec![
+                ("format", format!("{format:?}").into()),
+                (
+                    "shards",
+                    self.shards
+                        .iter()
+                        .map(|s| s.path.display().to_string())
+                        .collect::<Vec<_>>()
+                        .into(),
+                ),
+                ("key", self.key.clone().into()),
+                ("unread_keys", self.unread.clone().into()),
+                ("globals", self.globals.clone().into()),
+            ],
+            notes,
+            checksums: match format {
+                PytorchFormat::Zip => Checksums::ZipCrc32,
+                PytorchFormat::Legacy => Checksums::None,
+            },
+            unverified: "no checksums in the legacy format (contents unverified)".into(),
+            column: Some("load"),
+            ..Description::default()
+        }
+    }
+
+    fn column(&self, info: &TensorInfo) -> Option<String> {
+        Some(
+            self.copy_reason(info)
+                .map_or_else(|| "view".to_string(), |r| r.to_string()),
+        )
+    }
+
+    fn as_tensor_source(&self) -> &(dyn TensorSource + Sync) {
+        self
     }
 }

@@ -14,8 +14,8 @@ use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::index::ShardIndex;
 use crate::read::source::Source;
 use crate::read::{
-    CopyReason, InShard, ReadError, Sharded, SourceError, SourceTable, TensorSource,
-    assemble_shards,
+    CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable, TensorSource,
+    assemble_shards, human_bytes,
 };
 
 /// Hugging Face / `PyTorch` safetensors weights as a [`TensorSource`]: one `.safetensors` file,
@@ -98,13 +98,22 @@ impl SafetensorsSource {
     pub fn open_with(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
         let path = path.as_ref();
         if path.extension().is_some_and(|e| e == "json") {
-            let index = ShardIndex::read(path, "safetensors", limits.max_tensor_count)?;
-            let sharded = assemble_shards(path, &index.shards, Some(&index), limits, open_shard)?;
-            Ok(Self::assemble(path, sharded, index.metadata))
+            Self::open_index(path, limits)
         } else {
             let sharded = assemble_shards(path, &[path.to_path_buf()], None, limits, open_shard)?;
             Ok(Self::assemble(path, sharded, BTreeMap::new()))
         }
+    }
+
+    /// Opens an index JSON (whatever its name) and the shards its `weight_map` names.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_index(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
+        let path = path.as_ref();
+        let index = ShardIndex::read(path, "safetensors", limits.max_tensor_count)?;
+        let sharded = assemble_shards(path, &index.shards, Some(&index), limits, open_shard)?;
+        Ok(Self::assemble(path, sharded, index.metadata))
     }
 
     /// Safetensors bytes in memory (a file fetched by a web page, an embedded model): validated
@@ -408,4 +417,74 @@ impl TensorSource for SafetensorsSource {
             .source
             .copy_reason(info.offset(), element_align(info.dtype()))
     }
+}
+
+impl crate::read::DescribedSource for SafetensorsSource {
+    fn describe(&self) -> Description {
+        let tensors = self.table.tensors();
+        let mut by_shard = vec![(0usize, 0u64); self.shards.len()];
+        for (info, place) in tensors.iter().zip(self.table.places()) {
+            by_shard[place.shard].0 += 1;
+            by_shard[place.shard].1 += info.len();
+        }
+        let count = self.shards.len();
+        let plural = if count == 1 { "" } else { "s" };
+        let mut lines = Vec::new();
+        if count > 1 {
+            lines.push("shards:".to_string());
+            for (shard, (n, bytes)) in self.shards.iter().zip(&by_shard) {
+                lines.push(format!(
+                    "  {}  {n} tensors, {}",
+                    file_name(&shard.path),
+                    human_bytes(*bytes)
+                ));
+            }
+        }
+        let unaligned: Vec<String> = self.unaligned().map(|t| t.name().to_string()).collect();
+        if !unaligned.is_empty() {
+            lines.push(format!(
+                "unaligned: {} tensors (copied when loaded)",
+                unaligned.len()
+            ));
+        }
+        Description {
+            format: "safetensors",
+            summary: format!("safetensors, {count} shard{plural}"),
+            valid: format!("{count} shard{plural} valid"),
+            shards: self.shards.iter().map(|s| s.path.clone()).collect(),
+            metadata: self.metadata.clone(),
+            lines,
+            fields: vec![
+                ("format", "safetensors".into()),
+                (
+                    "shards",
+                    self.shards
+                        .iter()
+                        .map(|s| file_name(&s.path))
+                        .collect::<Vec<_>>()
+                        .into(),
+                ),
+                ("unaligned", unaligned.into()),
+            ],
+            unverified: "no checksums in safetensors (contents unverified)".into(),
+            column: Some("shard"),
+            ..Description::default()
+        }
+    }
+
+    fn column(&self, info: &TensorInfo) -> Option<String> {
+        Some(file_name(self.shard_of(info)))
+    }
+
+    fn as_tensor_source(&self) -> &(dyn TensorSource + Sync) {
+        self
+    }
+}
+
+/// A path's file name, for tables of shards.
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }

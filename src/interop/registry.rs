@@ -1,0 +1,399 @@
+//! The container registry: every format this crate reads, recognised by its content, opened
+//! into one [`DescribedSource`]. `bpk` and any program that takes "a file of weights" go
+//! through [`open_any`]; a new format is one [`Container`] here (its folder, its feature).
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::Bytes;
+
+use crate::format::Limits;
+use crate::read::{DescribedSource, Reader, SourceError};
+
+/// How [`open_any_with`] opens what it is given.
+///
+/// ```
+/// use burnpack::format::Limits;
+/// use burnpack::interop::OpenOptions;
+/// let options = OpenOptions::new()
+///     .key("ema_state_dict")
+///     .limits(Limits::default().with_max_file_size(1 << 40))
+///     .verify(true);
+/// assert_eq!(options.key_name(), Some("ema_state_dict"));
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    key: Option<String>,
+    limits: Limits,
+    verify: bool,
+}
+
+impl OpenOptions {
+    /// The defaults: the state dict of a `torch.save` file found as
+    /// [`PytorchOptions`](super::pytorch::PytorchOptions) finds it, the default [`Limits`],
+    /// mapped files.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `torch.save` files: the key of the top-level dict that holds the state dict.
+    #[must_use]
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Bounds checked before anything is allocated for the input.
+    #[must_use]
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Opens for a verification that will read every byte: a pack is read with ordinary
+    /// reads (a damaged file is then an error to report, never a fault of a mapping), and a
+    /// pack on object storage is fetched whole.
+    #[must_use]
+    pub fn verify(mut self, verify: bool) -> Self {
+        self.verify = verify;
+        self
+    }
+
+    /// The key set with [`key`](Self::key).
+    #[must_use]
+    pub fn key_name(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+}
+
+/// Opens a local file of a format.
+type OpenFile = fn(&Path, &OpenOptions) -> Result<Box<dyn DescribedSource>, SourceError>;
+/// Opens bytes of a format.
+type OpenBytes = fn(Bytes, &OpenOptions) -> Result<Box<dyn DescribedSource>, SourceError>;
+
+/// One format the registry reads: how to recognise it and how to open it.
+///
+/// ```
+/// let names: Vec<&str> = burnpack::interop::containers().iter().map(|c| c.name).collect();
+/// assert!(names.contains(&"burnpack"));
+/// ```
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Container {
+    /// The format's short name (as [`Description::format`](crate::read::Description) says it).
+    pub name: &'static str,
+    /// Whether a file's first bytes (up to [`HEAD`]) are this format's.
+    pub sniff: fn(&[u8]) -> bool,
+    /// Opens a file of this format.
+    pub open: OpenFile,
+    /// Opens an index JSON whose first shard is of this format (formats with shards).
+    pub open_index: Option<OpenFile>,
+    /// Opens bytes of this format.
+    pub from_bytes: OpenBytes,
+}
+
+/// How many bytes of a file [`Container::sniff`] is shown.
+pub const HEAD: usize = 64;
+
+fn boxed<S: DescribedSource + 'static>(
+    source: Result<S, SourceError>,
+) -> Result<Box<dyn DescribedSource>, SourceError> {
+    source.map(|s| Box::new(s) as Box<dyn DescribedSource>)
+}
+
+/// Every format this build reads, in the order they are tried.
+///
+/// ```
+/// for container in burnpack::interop::containers() {
+///     println!("{}", container.name);
+/// }
+/// ```
+#[must_use]
+pub fn containers() -> &'static [Container] {
+    &CONTAINERS
+}
+
+static CONTAINERS: &[Container] = &[
+    Container {
+        name: "burnpack",
+        sniff: |head| head.starts_with(&crate::format::MAGIC.to_le_bytes()),
+        open: |path, options| {
+            let read = crate::read::ReadOptions::new().limits(options.limits);
+            let read = if options.verify {
+                read.mode(crate::read::ReadMode::Buffered)
+            } else {
+                read
+            };
+            boxed(read.open(path).map_err(SourceError::from))
+        },
+        open_index: None,
+        from_bytes: |bytes, options| {
+            let read = crate::read::ReadOptions::new().limits(options.limits);
+            boxed(read.from_bytes(bytes).map_err(SourceError::from))
+        },
+    },
+    #[cfg(feature = "safetensors")]
+    Container {
+        name: "safetensors",
+        sniff: |head| {
+            // An 8-byte little-endian header length, then a JSON object.
+            let len = head.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+            len.is_some_and(|len| len >= 2) && head.get(8) == Some(&b'{')
+        },
+        open: |path, options| {
+            boxed(super::safetensors::SafetensorsSource::open_with(path, &options.limits))
+        },
+        open_index: Some(|path, options| {
+            boxed(super::safetensors::SafetensorsSource::open_index(path, &options.limits))
+        }),
+        from_bytes: |bytes, _| boxed(super::safetensors::SafetensorsSource::from_bytes(bytes)),
+    },
+    #[cfg(feature = "pytorch")]
+    Container {
+        name: "pytorch",
+        sniff: |head| {
+            head.starts_with(b"PK\x03\x04")
+                || head.len() > 1 && head[0] == 0x80 && (2..=5).contains(&head[1])
+        },
+        open: |path, options| {
+            boxed(super::pytorch::PytorchSource::open_with(path, &pytorch_options(options)))
+        },
+        open_index: Some(|path, options| {
+            boxed(super::pytorch::PytorchSource::open_index(path, &pytorch_options(options)))
+        }),
+        from_bytes: |bytes, options| {
+            boxed(super::pytorch::PytorchSource::from_bytes(bytes, &pytorch_options(options)))
+        },
+    },
+    #[cfg(feature = "legacy")]
+    Container {
+        name: "burn-record",
+        // Gzip (`.mpk.gz`, `.json.gz`), a JSON object, or a MessagePack map of 1 to 15
+        // entries, or a map16/map32: what Burn 0.14-0.21's recorders write.
+        sniff: |head| {
+            head.starts_with(&[0x1f, 0x8b])
+                || first_text_byte(head) == Some(b'{')
+                || head.first().is_some_and(|&b| matches!(b, 0x81..=0x8f | 0xde | 0xdf))
+        },
+        open: |path, options| {
+            boxed(super::burn_record::LegacySource::open_detect(path, &options.limits))
+        },
+        open_index: None,
+        from_bytes: |bytes, options| {
+            boxed(super::burn_record::LegacySource::from_bytes(bytes, &options.limits))
+        },
+    },
+];
+
+#[cfg(feature = "pytorch")]
+fn pytorch_options(options: &OpenOptions) -> super::pytorch::PytorchOptions {
+    let mut out = super::pytorch::PytorchOptions::new().limits(options.limits);
+    if let Some(key) = &options.key {
+        out = out.key(key.clone());
+    }
+    out
+}
+
+/// The first byte that is not ASCII white space.
+fn first_text_byte(head: &[u8]) -> Option<u8> {
+    head.iter().copied().find(|b| !b.is_ascii_whitespace())
+}
+
+/// Opens whatever `location` names, with the default [`OpenOptions`]: a local file of any
+/// format this build reads (told by its content, never by its name), an index JSON of shards
+/// (the format of its first shard), or a pack on object storage (`s3://bucket/key`, feature
+/// `object-store`).
+///
+/// ```
+/// use burnpack::read::SourceErrorKind;
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("notes.txt");
+/// std::fs::write(&path, b"hello").unwrap();
+/// let err = burnpack::interop::open_any(&path).unwrap_err();
+/// assert_eq!(err.kind(), SourceErrorKind::UnknownFormat);
+/// assert!(err.to_string().contains("not a file bpk reads (it starts with \"hello\")"));
+/// ```
+///
+/// # Errors
+/// [`SourceError`]: the file cannot be read, is of no format this build reads, or is invalid
+/// in its format.
+pub fn open_any(location: impl AsRef<Path>) -> Result<Box<dyn DescribedSource>, SourceError> {
+    open_any_with(location, &OpenOptions::new())
+}
+
+/// [`open_any`] with options.
+///
+/// # Errors
+/// As [`open_any`].
+pub fn open_any_with(
+    location: impl AsRef<Path>,
+    options: &OpenOptions,
+) -> Result<Box<dyn DescribedSource>, SourceError> {
+    let location = location.as_ref();
+    if location.to_str().is_some_and(super::is_object_url) {
+        return open_url(location, options);
+    }
+    let file = crate::platform::open_regular(location).map_err(SourceError::io(location, "open"))?;
+    let mut head = vec![0u8; INDEX_HEAD];
+    let len = file
+        .metadata()
+        .map_err(SourceError::io(location, "stat"))?
+        .len();
+    head.truncate(usize::try_from(len).map_or(INDEX_HEAD, |len| len.min(INDEX_HEAD)));
+    crate::platform::read_exact_at(&file, &mut head, 0)
+        .map_err(SourceError::io(location, "read"))?;
+    drop(file);
+    if let Some(shard) = index_shard(location, &head, options)? {
+        let mut shard_head = vec![0u8; HEAD];
+        let file = crate::platform::open_regular(&shard).map_err(SourceError::io(&shard, "open"))?;
+        let n = read_head(&file, &mut shard_head).map_err(SourceError::io(&shard, "read"))?;
+        shard_head.truncate(n);
+        let container = sniffed(&shard_head).ok_or_else(|| unknown(&shard, &shard_head))?;
+        let open = container.open_index.ok_or_else(|| SourceError::Invalid {
+            path: location.to_path_buf(),
+            reason: format!(
+                "an index of shards of {} files, which are not read through an index",
+                container.name
+            ),
+        })?;
+        return open(location, options);
+    }
+    let head = &head[..head.len().min(HEAD)];
+    match sniffed(head) {
+        Some(container) => (container.open)(location, options),
+        None => Err(unknown(location, head)),
+    }
+}
+
+/// Opens bytes of any format this build reads (told by their content), named `"<memory>"`
+/// in errors: what a web page fetched, a model compiled into the program.
+///
+/// ```
+/// use burn::tensor::{Bytes, DType};
+/// use burnpack::{Entry, Writer};
+/// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7]))])
+///     .into_bytes()
+///     .unwrap();
+/// let source = burnpack::interop::open_bytes_any(pack, &Default::default()).unwrap();
+/// assert_eq!(source.describe().format, "burnpack");
+/// ```
+///
+/// # Errors
+/// As [`open_any`].
+pub fn open_bytes_any(
+    bytes: Bytes,
+    options: &OpenOptions,
+) -> Result<Box<dyn DescribedSource>, SourceError> {
+    let head = &bytes[..bytes.len().min(HEAD)];
+    match sniffed(head) {
+        Some(container) => (container.from_bytes)(bytes, options),
+        None => Err(unknown(Path::new("<memory>"), head)),
+    }
+}
+
+/// How much of a file is looked at for an index's `weight_map` key.
+const INDEX_HEAD: usize = 64 << 10;
+
+/// When `head` begins an index JSON of shards (an object with a `weight_map`), its first
+/// shard (by name).
+fn index_shard(
+    path: &Path,
+    head: &[u8],
+    options: &OpenOptions,
+) -> Result<Option<PathBuf>, SourceError> {
+    if first_text_byte(head) != Some(b'{') || !contains(head, b"\"weight_map\"") {
+        return Ok(None);
+    }
+    #[cfg(any(feature = "safetensors", feature = "pytorch"))]
+    {
+        let index = super::index::ShardIndex::read(path, "shard", options.limits.max_tensor_count)?;
+        Ok(index.shards.first().cloned())
+    }
+    #[cfg(not(any(feature = "safetensors", feature = "pytorch")))]
+    {
+        let _ = options;
+        Err(SourceError::Location {
+            path: path.to_path_buf(),
+            reason: "an index of shards: this build reads neither safetensors nor PyTorch \
+                     shards (features `safetensors`, `pytorch`)"
+                .into(),
+        })
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+fn read_head(file: &std::fs::File, head: &mut [u8]) -> std::io::Result<usize> {
+    let len = file.metadata()?.len();
+    let n = usize::try_from(len).map_or(head.len(), |len| len.min(head.len()));
+    crate::platform::read_exact_at(file, &mut head[..n], 0)?;
+    Ok(n)
+}
+
+/// The first container whose sniff takes `head`.
+fn sniffed(head: &[u8]) -> Option<&'static Container> {
+    CONTAINERS.iter().find(|c| (c.sniff)(head))
+}
+
+/// The error for a file of no format this build reads: its first bytes, and what it may be.
+fn unknown(path: &Path, head: &[u8]) -> SourceError {
+    let name = path.to_string_lossy().to_ascii_lowercase();
+    // Burn's bincode records have no magic number: only their name can say what they are.
+    if cfg!(feature = "legacy") && (name.ends_with(".bin") || name.ends_with(".bin.gz")) {
+        return SourceError::Bincode {
+            path: path.to_path_buf(),
+        };
+    }
+    let shown = &head[..head.len().min(16)];
+    let start = format!("\"{}\"", shown.escape_ascii());
+    let hint = crate::format::looks_like(head)
+        .filter(|_| !cfg!(all(feature = "safetensors", feature = "pytorch")))
+        .or_else(|| {
+            (head.starts_with(b"GGUF") || head.starts_with(b"\x89HDF") || head.iter().all(|&b| b == 0))
+                .then(|| crate::format::looks_like(head))
+                .flatten()
+        })
+        .map_or_else(String::new, |hint| format!(": {hint}"));
+    let start = if head.is_empty() { "nothing: it is empty".to_string() } else { start };
+    SourceError::UnknownFormat {
+        path: path.to_path_buf(),
+        start,
+        hint,
+    }
+}
+
+/// A pack on object storage.
+#[cfg(feature = "object-store")]
+fn open_url(location: &Path, options: &OpenOptions) -> Result<Box<dyn DescribedSource>, SourceError> {
+    use super::object_store::{ObjectLocation, ObjectSource};
+    let url = location.to_string_lossy();
+    let object = ObjectLocation::parse(&url)?;
+    let source = ObjectSource::open_with(&object, &options.limits)?;
+    if !options.verify {
+        return Ok(Box::new(source));
+    }
+    // Header and metadata first (above), so that an object that is not a pack within the
+    // limits is refused before its data is fetched; then one GET.
+    drop(source);
+    let bytes = object.read_all()?;
+    let reader = crate::read::ReadOptions::new()
+        .limits(options.limits)
+        .from_bytes(Bytes::from_bytes_vec(bytes))
+        .map(|r: Reader| r.with_name(url.to_string()))
+        .map_err(SourceError::from)?;
+    Ok(Box::new(reader))
+}
+
+/// Without the `object-store` feature, a URL says how to get it.
+#[cfg(not(feature = "object-store"))]
+fn open_url(location: &Path, _: &OpenOptions) -> Result<Box<dyn DescribedSource>, SourceError> {
+    let _: Option<Reader> = None;
+    Err(SourceError::Location {
+        path: location.to_path_buf(),
+        reason: "this build reads no object storage; build it with the `object-store` feature \
+                 (bpk: install it with `--features cli,object-store`)"
+            .into(),
+    })
+}
