@@ -1,109 +1,19 @@
 //! Load side: map a module's parameters to zero-copy views of a reader's tensors.
 
 use std::borrow::Cow;
-use std::collections::hash_map::Entry;
 
 use burn::module::{ModuleMapper, Param, ParamId, Parameter};
 use burn::tensor::quantization::quantizable;
 use burn::tensor::{Bool, BoolStore, DType, Float, Int, Tensor, TensorData, kind::Basic};
 
+use super::convention::{DimOrder, ParamPlace};
 use super::error::{KindMismatch, Mismatch, ShapeMismatch, TensorKind};
+use super::lookup::Pending;
 use super::options::{DTypePolicy, LoadOptions};
 use super::report::LoadReport;
 use crate::format::TensorInfo;
 use crate::panic::catch_quiet;
 use crate::read::{CopyReason, ReadError, TensorSource};
-
-/// The file's tensors that a walk may take, by (renamed) path, in file order.
-///
-/// Writers of packs (this crate's and Burn's) and of safetensors files lay parameters out in
-/// the order a walk of the module meets them, so each lookup first tries the tensor after the
-/// one taken last: one comparison, no hashing. Only a lookup that misses builds the index by
-/// name (foldhash: fast on the short, shared-prefix names of a module, and seeded per process,
-/// so names crafted in a file cannot be chosen to collide).
-struct Pending<'a> {
-    /// Every tensor the filter accepts, in file order; `None` once taken.
-    order: Vec<(Cow<'a, str>, Option<&'a TensorInfo>)>,
-    /// Where the next lookup looks first.
-    next: usize,
-    /// Path -> place in `order`, built at the first miss.
-    index: Option<foldhash::HashMap<Cow<'a, str>, usize>>,
-}
-
-impl<'a> Pending<'a> {
-    /// The tensors in `accepted` (unique paths), put in file order.
-    fn new(mut accepted: Vec<(Cow<'a, str>, &'a TensorInfo)>) -> Self {
-        // Stable: tensors at one offset (zero-length ones) keep their name order.
-        accepted.sort_by_key(|(_, info)| info.offset());
-        Self {
-            order: accepted
-                .into_iter()
-                .map(|(path, info)| (path, Some(info)))
-                .collect(),
-            next: 0,
-            index: None,
-        }
-    }
-
-    /// Where `path` is in `order`, taken or not.
-    fn position(&mut self, path: &str) -> Option<usize> {
-        if let Some((key, _)) = self.order.get(self.next)
-            && key == path
-        {
-            return Some(self.next);
-        }
-        let order = &self.order;
-        self.index
-            .get_or_insert_with(|| {
-                let mut index = foldhash::HashMap::with_capacity_and_hasher(
-                    order.len(),
-                    foldhash::fast::RandomState::default(),
-                );
-                index.extend(
-                    order
-                        .iter()
-                        .enumerate()
-                        .map(|(i, (key, _))| (key.clone(), i)),
-                );
-                index
-            })
-            .get(path)
-            .copied()
-    }
-
-    /// The tensor at `path`, if it is there and not taken yet.
-    fn get(&mut self, path: &str) -> Option<&'a TensorInfo> {
-        let i = self.position(path)?;
-        self.order[i].1
-    }
-
-    /// The tensor at `path`, if it is there and not taken yet, the next lookup looking after
-    /// it first (for a walk that reads without taking).
-    fn peek(&mut self, path: &str) -> Option<&'a TensorInfo> {
-        let i = self.position(path)?;
-        self.next = i + 1;
-        self.order[i].1
-    }
-
-    /// Takes the tensor at `path`: a second take of the same path finds nothing.
-    fn take(&mut self, path: &str) -> Option<&'a TensorInfo> {
-        let i = self.position(path)?;
-        self.next = i + 1;
-        self.order[i].1.take()
-    }
-
-    /// The paths of the tensors nobody took, sorted.
-    fn untaken(self) -> Vec<String> {
-        let mut paths: Vec<String> = self
-            .order
-            .into_iter()
-            .filter(|(_, info)| info.is_some())
-            .map(|(path, _)| path.into_owned())
-            .collect();
-        paths.sort();
-        paths
-    }
-}
 
 /// Replaces each parameter found in the reader with a tensor built from its bytes on the
 /// parameter's own device, and records everything that did not match.
@@ -120,43 +30,7 @@ pub(crate) struct Applier<'a> {
 impl<'a> Applier<'a> {
     pub(crate) fn new(source: &'a dyn TensorSource, options: &'a LoadOptions) -> Self {
         let mut mismatch = Mismatch::default();
-        // A source that holds more than a module (a checkpoint) declares the namespace of its
-        // parameters.
-        let namespace = source.namespace();
-        let mut accepted = Vec::with_capacity(source.tensors().len());
-        for info in source.tensors() {
-            let name = match namespace {
-                Some(prefix) => match info.name().strip_prefix(prefix) {
-                    Some(name) => name,
-                    None => continue,
-                },
-                None => info.name(),
-            };
-            let path = options.renamed(name);
-            if options.accepts(&path) {
-                accepted.push((path, info));
-            }
-        }
-        // Distinct file names are distinct paths unless renames map two onto one: the later
-        // one (in name order) is kept, and the collision reported.
-        if !options.renames.is_empty() {
-            let mut seen: foldhash::HashMap<Cow<'a, str>, usize> = foldhash::HashMap::default();
-            let mut kept: Vec<Option<(Cow<'a, str>, &'a TensorInfo)>> = Vec::new();
-            for (path, info) in accepted {
-                match seen.entry(path.clone()) {
-                    Entry::Occupied(at) => {
-                        mismatch.collisions.push(at.key().to_string());
-                        kept[*at.get()] = Some((path, info));
-                    }
-                    Entry::Vacant(free) => {
-                        free.insert(kept.len());
-                        kept.push(Some((path, info)));
-                    }
-                }
-            }
-            accepted = kept.into_iter().flatten().collect();
-        }
-        let pending = Pending::new(accepted);
+        let pending = Pending::build(source, options, &mut mismatch);
         Self {
             source,
             options,
@@ -172,11 +46,11 @@ impl<'a> Applier<'a> {
     pub(crate) fn finish(mut self) -> (Mismatch, LoadReport) {
         if !self.options.allow_unused {
             self.mismatch.unused = self.pending.untaken();
-            // PyTorch's BatchNorm counts its batches in a buffer Burn's has no counterpart of.
-            if self.options.pytorch {
+            // Known extras of the format (PyTorch's `num_batches_tracked`).
+            if let Some(convention) = &self.options.convention {
                 self.mismatch
                     .unused
-                    .retain(|name| !name.ends_with("num_batches_tracked"));
+                    .retain(|name| !convention.ignores(name));
             }
         }
         if self.options.allow_partial {
@@ -197,8 +71,8 @@ impl<'a> Applier<'a> {
         if !self.options.accepts(path) {
             return param;
         }
-        let (key, transpose) = self.walk.lookup(self.options, &mut self.pending, D);
-        let Some(info) = self.pending.take(&key) else {
+        let place = self.walk.place(D, kind);
+        let Some((info, transpose)) = take(self.options, &mut self.pending, &place) else {
             self.mismatch.missing.push(path.to_string());
             return param;
         };
@@ -292,11 +166,7 @@ impl<'a> Applier<'a> {
             Ok(tensor) => {
                 // PyTorch's `[out, in]` as Burn's `[in, out]`: a view by strides, no copy
                 // (but on ndarray, whose strided views need an array of their own).
-                let tensor = if transpose {
-                    tensor.transpose()
-                } else {
-                    tensor
-                };
+                let tensor = if transpose { reversed(tensor) } else { tensor };
                 self.report.record(path, copied);
                 let id = info.param_id().map_or(param.id, ParamId::from);
                 param.transform_for_load(tensor, id)
@@ -312,6 +182,16 @@ impl<'a> Applier<'a> {
                 param
             }
         }
+    }
+}
+
+/// `tensor` with its dimensions in reverse order: a transpose for a matrix, a permutation
+/// otherwise (both by strides).
+fn reversed<const D: usize, K: Basic>(tensor: Tensor<D, K>) -> Tensor<D, K> {
+    match D {
+        0 | 1 => tensor,
+        2 => tensor.transpose(),
+        _ => tensor.permute(std::array::from_fn::<usize, D, _>(|i| D - 1 - i)),
     }
 }
 
@@ -428,46 +308,47 @@ impl Walk {
         &self.path
     }
 
-    /// The file name to look up for the parameter at the current path (of rank `rank`), and
-    /// whether it is a `Linear` weight stored transposed. The path itself, but under
-    /// [`LoadOptions::pytorch`] (mirroring burn-store's `PyTorchToBurnAdapter`, where the
-    /// innermost user-defined container decides) a normalization's `gamma` / `beta` is read
-    /// from `weight` / `bias` when the file lacks Burn's name.
-    fn lookup(
-        &self,
-        options: &LoadOptions,
-        pending: &mut Pending<'_>,
-        rank: usize,
-    ) -> (Cow<'_, str>, bool) {
-        let path = self.path.as_str();
-        if !options.pytorch {
-            return (Cow::Borrowed(path), false);
-        }
-        let module = self
-            .containers
-            .split_terminator('\n')
-            .rev()
-            .find(|c| c.starts_with("Struct:") || c.starts_with("Enum:"))
-            .unwrap_or("");
-        let leaf = self.marks.last().map_or("", |&(start, _)| &path[start..]);
-        if module == "Struct:Linear" && leaf == "weight" && rank == 2 {
-            return (Cow::Borrowed(path), true);
-        }
-        let norm = matches!(
-            module,
-            "Struct:BatchNorm" | "Struct:LayerNorm" | "Struct:GroupNorm" | "Struct:RmsNorm"
-        );
-        let pytorch_name = match leaf {
-            "gamma" => "weight",
-            "beta" => "bias",
-            _ => "",
-        };
-        if norm && !pytorch_name.is_empty() && pending.get(path).is_none() {
-            let parent = &path[..path.len() - leaf.len()];
-            return (Cow::Owned(format!("{parent}{pytorch_name}")), false);
-        }
-        (Cow::Borrowed(path), false)
+    /// The current parameter, of rank `rank` and kind `kind`, as a convention sees it.
+    fn place(&self, rank: usize, kind: TensorKind) -> ParamPlace<'_> {
+        let leaf_start = self.marks.last().map_or(0, |&(start, _)| start);
+        ParamPlace::new(&self.path, leaf_start, &self.containers, rank, kind)
     }
+}
+
+/// The name to look up for the parameter at `place`: its path, or under a
+/// [convention](LoadOptions::convention) the first of the convention's candidates that the
+/// source has (the first one when it has none; `None` when the convention proposes none).
+fn lookup<'p>(
+    options: &LoadOptions,
+    pending: &mut Pending<'_>,
+    place: &ParamPlace<'p>,
+) -> Option<Cow<'p, str>> {
+    let Some(convention) = &options.convention else {
+        return Some(Cow::Borrowed(place.path()));
+    };
+    let mut candidates = convention.candidates(place);
+    if candidates.len() > 1
+        && let Some(found) = candidates.iter().position(|c| pending.get(c).is_some())
+    {
+        return Some(candidates.swap_remove(found));
+    }
+    candidates.into_iter().next()
+}
+
+/// Takes the source tensor for the parameter at `place` (see [`lookup`]), with whether the
+/// convention says its dimensions are reversed (`PyTorch`'s `[out, in]` linear weights).
+fn take<'a>(
+    options: &LoadOptions,
+    pending: &mut Pending<'a>,
+    place: &ParamPlace<'_>,
+) -> Option<(&'a TensorInfo, bool)> {
+    let key = lookup(options, pending, place)?;
+    let info = pending.take(&key)?;
+    let reversed = options
+        .convention
+        .as_ref()
+        .is_some_and(|c| c.dim_order(place, info) == DimOrder::Reversed);
+    Some((info, reversed))
 }
 
 /// Collects the tensors a load will read (see [`Applier::wanted`]).
@@ -479,12 +360,14 @@ struct Wanted<'s, 'a> {
 }
 
 impl Wanted<'_, '_> {
-    fn want(&mut self, rank: usize) {
+    fn want(&mut self, rank: usize, kind: TensorKind) {
         if !self.options.accepts(self.walk.path()) {
             return;
         }
-        let (key, _) = self.walk.lookup(self.options, self.pending, rank);
-        if let Some(info) = self.pending.peek(&key) {
+        let place = self.walk.place(rank, kind);
+        if let Some(key) = lookup(self.options, self.pending, &place)
+            && let Some(info) = self.pending.peek(&key)
+        {
             self.found.push(info);
         }
     }
@@ -500,15 +383,15 @@ impl burn::module::ModuleVisitor for Wanted<'_, '_> {
     }
 
     fn visit_float<const D: usize>(&mut self, _param: &Param<Tensor<D, Float>>) {
-        self.want(D);
+        self.want(D, TensorKind::Float);
     }
 
     fn visit_int<const D: usize>(&mut self, _param: &Param<Tensor<D, Int>>) {
-        self.want(D);
+        self.want(D, TensorKind::Int);
     }
 
     fn visit_bool<const D: usize>(&mut self, _param: &Param<Tensor<D, Bool>>) {
-        self.want(D);
+        self.want(D, TensorKind::Bool);
     }
 }
 

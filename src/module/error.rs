@@ -206,4 +206,15 @@ pub enum ModuleError {
         /// What did not match.
         mismatch: Box<Mismatch>,
     },
+    /// A load option that this way of loading cannot honour, refused rather than ignored
+    /// ([`LoadOptions::limits`](super::LoadOptions::limits) or
+    /// [`buffered`](super::LoadOptions::buffered) given to
+    /// [`load_from_source`](super::PackModule::load_from_source)).
+    #[error("LoadOptions::{option} cannot be honoured here: it {reason}")]
+    Option {
+        /// The option's name (its method of [`LoadOptions`](super::LoadOptions)).
+        option: &'static str,
+        /// Why, and where it applies.
+        reason: String,
+    },
 }

@@ -30,8 +30,10 @@
 
 mod apply;
 mod collect;
+mod convention;
 mod error;
 mod host;
+mod lookup;
 mod options;
 mod report;
 
@@ -40,6 +42,7 @@ use std::path::Path;
 use burn::module::Module;
 use burn::tensor::Bytes;
 
+pub use convention::{Convention, DimOrder, ParamPlace, PytorchConvention};
 pub use error::{KindMismatch, Mismatch, ModuleError, ShapeMismatch, TensorKind};
 pub use options::{DTypePolicy, LoadOptions, SaveOptions};
 pub use report::{Copied, LoadReport};
@@ -125,8 +128,8 @@ pub trait PackModule: Module + Sized {
         path: impl AsRef<Path>,
         options: &LoadOptions,
     ) -> Result<Self, ModuleError> {
-        let reader = options.read.open(path)?;
-        self.load_from_source(&reader, options)
+        let reader = options.read_options().open(path)?;
+        Ok(load_opened(self, &reader, options)?.0)
     }
 
     /// Loads the module from pack bytes in memory (zero-copy views into them).
@@ -134,8 +137,8 @@ pub trait PackModule: Module + Sized {
     /// # Errors
     /// See [`load_pack_with`](Self::load_pack_with).
     fn load_pack_bytes(self, bytes: Bytes, options: &LoadOptions) -> Result<Self, ModuleError> {
-        let reader = options.read.from_bytes(bytes)?;
-        self.load_from_source(&reader, options)
+        let reader = options.read_options().from_bytes(bytes)?;
+        Ok(load_opened(self, &reader, options)?.0)
     }
 
     /// Loads the module from a pack embedded with `include_bytes!` (zero-copy).
@@ -147,14 +150,19 @@ pub trait PackModule: Module + Sized {
         data: &'static [u8],
         options: &LoadOptions,
     ) -> Result<Self, ModuleError> {
-        let reader = options.read.from_static(data)?;
-        self.load_from_source(&reader, options)
+        let reader = options.read_options().from_static(data)?;
+        Ok(load_opened(self, &reader, options)?.0)
     }
 
     /// Loads the module from any [`TensorSource`] (a pack [`Reader`](crate::read::Reader), or
     /// another container that builds the same table of tensors), with `options`: the source's
-    /// namespace, the filters, renames, dtype policy and strictness apply alike. The tensors
-    /// keep the source alive (a mapping lives as long as any parameter uses it).
+    /// namespace, the [convention](LoadOptions::convention), filters, renames, dtype policy
+    /// and strictness apply alike. The tensors keep the source alive (a mapping lives as long
+    /// as any parameter uses it).
+    ///
+    /// The source is already open: the options about opening a file
+    /// ([`limits`](LoadOptions::limits), [`buffered`](LoadOptions::buffered)) are refused
+    /// here rather than ignored; give them to the source when opening it.
     ///
     /// ```
     /// use burn::module::{Module, Param};
@@ -174,6 +182,7 @@ pub trait PackModule: Module + Sized {
     /// ```
     ///
     /// # Errors
+    /// [`ModuleError::Option`] for `limits` or `buffered` set in `options`,
     /// [`ModuleError::Read`] when a verified load finds the source damaged,
     /// [`ModuleError::Mismatch`] listing every problem.
     fn load_from_source(
@@ -195,26 +204,37 @@ pub trait PackModule: Module + Sized {
         source: &dyn TensorSource,
         options: &LoadOptions,
     ) -> Result<(Self, LoadReport), ModuleError> {
-        if options.verify {
-            source.verify_structure()?;
-        }
-        let mut applier = apply::Applier::new(source, options);
-        // A source that fetches (an object in a bucket) gets the whole list first, so that it
-        // can fetch in parallel and only what this module reads.
-        if source.wants_prefetch() {
-            source.prefetch(&applier.wanted(&self))?;
-        }
-        let module = self.map(&mut applier);
-        let (mismatch, report) = applier.finish();
-        if mismatch.is_empty() {
-            Ok((module, report))
-        } else {
-            Err(ModuleError::Mismatch {
-                file: source.file().to_string(),
-                mismatch: Box::new(mismatch),
-            })
-        }
+        options.check_for_source()?;
+        load_opened(self, source, options)
     }
 }
 
 impl<M: Module> PackModule for M {}
+
+/// Loads `module` from `source`, opened by this crate with `options` (or checked by the
+/// caller not to carry options about opening).
+fn load_opened<M: Module>(
+    module: M,
+    source: &dyn TensorSource,
+    options: &LoadOptions,
+) -> Result<(M, LoadReport), ModuleError> {
+    if options.verify {
+        source.verify_structure()?;
+    }
+    let mut applier = apply::Applier::new(source, options);
+    // A source that fetches (an object in a bucket) gets the whole list first, so that it
+    // can fetch in parallel and only what this module reads.
+    if source.wants_prefetch() {
+        source.prefetch(&applier.wanted(&module))?;
+    }
+    let module = module.map(&mut applier);
+    let (mismatch, report) = applier.finish();
+    if mismatch.is_empty() {
+        Ok((module, report))
+    } else {
+        Err(ModuleError::Mismatch {
+            file: source.file().to_string(),
+            mismatch: Box::new(mismatch),
+        })
+    }
+}

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use burn::tensor::DType;
 use regex::Regex;
 
+use super::convention::{Convention, PytorchConvention};
+use super::error::ModuleError;
 use crate::format::{Limits, Scalar};
 use crate::read::{ReadMode, ReadOptions};
 use crate::write::WriteOptions;
@@ -147,9 +149,13 @@ pub struct LoadOptions {
     pub(crate) filter: Option<Filter>,
     pub(crate) renames: Vec<(Regex, String)>,
     pub(crate) dtype: DTypePolicy,
-    pub(crate) read: ReadOptions,
+    /// Set by [`limits`](LoadOptions::limits): only for the `load_pack*` methods, which open
+    /// the file.
+    pub(crate) limits: Option<Limits>,
+    /// Set by [`buffered`](LoadOptions::buffered): likewise.
+    pub(crate) buffered: Option<bool>,
     pub(crate) verify: bool,
-    pub(crate) pytorch: bool,
+    pub(crate) convention: Option<Arc<dyn Convention>>,
 }
 
 impl LoadOptions {
@@ -213,13 +219,14 @@ impl LoadOptions {
     }
 
     /// Reads with ordinary reads instead of a memory map (network filesystems, unified memory).
+    ///
+    /// Only for the `load_pack*` methods, which open the file: a source given to
+    /// [`load_from_source`](crate::module::PackModule::load_from_source) is already open and
+    /// reads as it was opened, so there the option is refused
+    /// ([`ModuleError::Option`]) rather than ignored.
     #[must_use]
     pub fn buffered(mut self, buffered: bool) -> Self {
-        self.read = self.read.mode(if buffered {
-            ReadMode::Buffered
-        } else {
-            ReadMode::Mmap
-        });
+        self.buffered = Some(buffered);
         self
     }
 
@@ -235,12 +242,13 @@ impl LoadOptions {
         self
     }
 
-    /// `PyTorch` conventions, as burn-store's `PyTorchToBurnAdapter` applies them: a `Linear`'s
-    /// `weight` is stored `[out, in]` and becomes Burn's `[in, out]`; a `BatchNorm`,
-    /// `LayerNorm`, `GroupNorm` or `RmsNorm`'s `gamma` / `beta` are read from `weight` / `bias`
-    /// (Burn's own names are taken first when the file has them); a `BatchNorm`'s
-    /// `num_batches_tracked` buffer, which Burn's has no counterpart of, is not reported as
-    /// unused. Default off.
+    /// `PyTorch` conventions, as burn-store's `PyTorchToBurnAdapter` applies them: shorthand for
+    /// [`convention`](Self::convention)`(`[`PytorchConvention`]`)` when `true`; `false` removes
+    /// the convention (whichever was set). A `Linear`'s `weight` is stored `[out, in]` and
+    /// becomes Burn's `[in, out]`; a `BatchNorm`, `LayerNorm`, `GroupNorm` or `RmsNorm`'s
+    /// `gamma` / `beta` are read from `weight` / `bias` (Burn's own names are taken first when
+    /// the file has them); a `BatchNorm`'s `num_batches_tracked` buffer, which Burn's has no
+    /// counterpart of, is not reported as unused. Default off.
     ///
     /// The transpose is a view: the tensor is built from the stored bytes (zero copy where the
     /// source allows) and transposed as Burn does it, by its strides, so a transposed load costs
@@ -282,15 +290,99 @@ impl LoadOptions {
     /// ```
     #[must_use]
     pub fn pytorch(mut self, pytorch: bool) -> Self {
-        self.pytorch = pytorch;
+        self.convention = pytorch.then(|| Arc::new(PytorchConvention) as Arc<dyn Convention>);
         self
     }
 
+    /// Loads with `convention`: the rules that map the module's parameter paths to the
+    /// source's tensor names and layouts (see [`Convention`], and [`PytorchConvention`] for
+    /// `PyTorch`'s). Applied before the [`rename`](Self::rename) rules, which come on top of
+    /// it. Replaces a convention set before.
+    ///
+    /// ```
+    /// use std::borrow::Cow;
+    /// use burnpack::module::{Convention, LoadOptions};
+    ///
+    /// /// Tensors named `model.<path>`.
+    /// #[derive(Debug)]
+    /// struct Prefixed;
+    /// impl Convention for Prefixed {
+    ///     fn source_name<'n>(&self, name: &'n str) -> Cow<'n, str> {
+    ///         Cow::Borrowed(name.strip_prefix("model.").unwrap_or(name))
+    ///     }
+    /// }
+    /// let options = LoadOptions::new().convention(Prefixed);
+    /// assert!(options.convention_ref().is_some());
+    /// ```
+    #[must_use]
+    pub fn convention(mut self, convention: impl Convention + 'static) -> Self {
+        self.convention = Some(Arc::new(convention));
+        self
+    }
+
+    /// The convention set, if any.
+    ///
+    /// ```
+    /// use burnpack::module::LoadOptions;
+    /// assert!(LoadOptions::new().pytorch(true).convention_ref().is_some());
+    /// assert!(LoadOptions::new().pytorch(true).pytorch(false).convention_ref().is_none());
+    /// ```
+    #[must_use]
+    pub fn convention_ref(&self) -> Option<&dyn Convention> {
+        self.convention.as_deref()
+    }
+
     /// Sets the limits checked when opening the file.
+    ///
+    /// Only for the `load_pack*` methods, which open the file: a source given to
+    /// [`load_from_source`](crate::module::PackModule::load_from_source) was checked against
+    /// the limits it was opened with (such as [`ReadOptions::limits`]), so there the option is
+    /// refused ([`ModuleError::Option`]) rather than ignored.
     #[must_use]
     pub fn limits(mut self, limits: Limits) -> Self {
-        self.read = self.read.limits(limits);
+        self.limits = Some(limits);
         self
+    }
+
+    /// The options of the reader that the `load_pack*` methods open.
+    pub(crate) fn read_options(&self) -> ReadOptions {
+        let mut read = ReadOptions::new();
+        if let Some(limits) = self.limits {
+            read = read.limits(limits);
+        }
+        if let Some(buffered) = self.buffered {
+            read = read.mode(if buffered {
+                ReadMode::Buffered
+            } else {
+                ReadMode::Mmap
+            });
+        }
+        read
+    }
+
+    /// Refuses the options that only apply where this crate opens the file, for a load from a
+    /// source opened by the caller.
+    pub(crate) fn check_for_source(&self) -> Result<(), ModuleError> {
+        let refuse = |option: &'static str, what: &str| ModuleError::Option {
+            option,
+            reason: format!(
+                "applies to the load_pack* methods, which open the file; a source given to \
+                 load_from_source is already open ({what})"
+            ),
+        };
+        if self.limits.is_some() {
+            return Err(refuse(
+                "limits",
+                "a source's limits are given when it is opened, such as with ReadOptions::limits",
+            ));
+        }
+        if self.buffered.is_some() {
+            return Err(refuse(
+                "buffered",
+                "it reads as it was opened, such as with ReadOptions::mode(ReadMode::Buffered)",
+            ));
+        }
+        Ok(())
     }
 
     /// `name` after every rename rule, in order; borrowed when no rule changes it.

@@ -190,9 +190,10 @@ pub enum CopyReason {
         to: burn::tensor::DType,
     },
     /// A `PyTorch` `[out, in]` weight turned into Burn's `[in, out]`
-    /// ([`LoadOptions::pytorch`](crate::module::LoadOptions::pytorch)) on a backend that lays
-    /// a transposed borrowed tensor out anew (ndarray); flex and GPU backends transpose by
-    /// strides.
+    /// ([`LoadOptions::pytorch`](crate::module::LoadOptions::pytorch)), or any tensor a
+    /// [`Convention`](crate::module::Convention) stores with its dimensions
+    /// [reversed](crate::module::DimOrder::Reversed), on a backend that lays a transposed
+    /// borrowed tensor out anew (ndarray); flex and GPU backends transpose by strides.
     Transposed,
     /// The container stores the bytes in another form (text numbers in a JSON record of Burn
     /// 0.14-0.21): they were decoded into memory of their own when the source was opened.
