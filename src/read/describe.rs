@@ -162,6 +162,44 @@ pub trait DescribedSource: TensorSource + Send + Sync {
 
     /// The source as a plain [`TensorSource`].
     fn as_tensor_source(&self) -> &(dyn TensorSource + Sync);
+
+    /// The source as a whole pack (scalars, metadata, parameter ids, checksums), when it is
+    /// one.
+    fn as_pack(&self) -> Option<&dyn super::PackSource> {
+        None
+    }
+
+    /// A [`Writer`](crate::Writer) of everything the source holds: a pack's tensors,
+    /// scalars and metadata as they are (each tensor checked against its checksum); another
+    /// format's tensors with its [`Description::metadata`] (never its `producer`, which
+    /// names the writer of the file that holds it).
+    ///
+    /// ```
+    /// use burn::tensor::{Bytes, DType};
+    /// use burnpack::read::{DescribedSource, Reader};
+    /// use burnpack::{Entry, Writer};
+    /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7]))])
+    ///     .scalar("epoch", 2u64)
+    ///     .into_bytes()
+    ///     .unwrap();
+    /// let copy = Reader::from_bytes(pack).unwrap().to_writer().unwrap().into_bytes().unwrap();
+    /// assert_eq!(Reader::from_bytes(copy).unwrap().scalars().len(), 1);
+    /// ```
+    ///
+    /// # Errors
+    /// A tensor could not be read, or failed its checksum.
+    fn to_writer(&self) -> Result<crate::Writer, super::ReadError> {
+        if let Some(pack) = self.as_pack() {
+            return crate::Writer::from_part(pack, "");
+        }
+        let mut writer = crate::Writer::from_source(self.as_tensor_source())?;
+        for (k, v) in self.describe().metadata {
+            if k != "producer" {
+                writer = writer.metadata(k, v);
+            }
+        }
+        Ok(writer)
+    }
 }
 
 /// A size as people read it: `512 B`, `1.5 KiB`, `2.0 MiB`.

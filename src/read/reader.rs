@@ -485,4 +485,8 @@ impl super::DescribedSource for Reader {
     fn as_tensor_source(&self) -> &(dyn TensorSource + Sync) {
         self
     }
+
+    fn as_pack(&self) -> Option<&dyn crate::read::PackSource> {
+        Some(self)
+    }
 }

@@ -106,7 +106,7 @@ impl Staged {
         let sums = Checksums::sized(entries.len(), self.options.checksums);
         let total = end - slots[0].offset;
         let jobs = batches(entries, &slots, |i| i);
-        write_slots(jobs, total, &self.target, self.options.threads, &sums)?;
+        write_slots(jobs, total, &self.target, self.options.threads, &sums, None)?;
         self.sums.extend(sums.values());
         self.next = next;
         Ok(())

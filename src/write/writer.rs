@@ -47,12 +47,27 @@ use crate::platform::write_all_at;
 /// let reader = Reader::open(&path).unwrap();
 /// assert_eq!(reader.metadata()["producer"], "docs");
 /// ```
-#[derive(Debug)]
 pub struct Writer {
     entries: Vec<Entry>,
     metadata: BTreeMap<String, String>,
     scalars: BTreeMap<String, Scalar>,
     options: WriteOptions,
+    progress: Option<Progress>,
+}
+
+/// Called with the bytes of each tensor (or piece of one) as it is written.
+pub(crate) type Progress = std::sync::Arc<dyn Fn(u64) + Send + Sync>;
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("entries", &self.entries)
+            .field("metadata", &self.metadata)
+            .field("scalars", &self.scalars)
+            .field("options", &self.options)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
 }
 
 impl Writer {
@@ -64,7 +79,31 @@ impl Writer {
             metadata: BTreeMap::new(),
             scalars: BTreeMap::new(),
             options: WriteOptions::default(),
+            progress: None,
         }
+    }
+
+    /// Calls `progress` with the bytes of each tensor (or piece of one) as it is written to a
+    /// file, from the writing threads: for a progress bar over a long write (`bpk convert`).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use burn::tensor::{Bytes, DType};
+    /// use burnpack::{Entry, Writer};
+    /// let written = Arc::new(AtomicU64::new(0));
+    /// let counter = Arc::clone(&written);
+    /// let dir = tempfile::tempdir().unwrap();
+    /// Writer::new(vec![Entry::resident("w", DType::U8, vec![3], Bytes::from_bytes_vec(vec![1, 2, 3]))])
+    ///     .progress(move |bytes| { counter.fetch_add(bytes, Ordering::Relaxed); })
+    ///     .write_to_file(dir.path().join("m.bpk"))
+    ///     .unwrap();
+    /// assert_eq!(written.load(Ordering::Relaxed), 3);
+    /// ```
+    #[must_use]
+    pub fn progress(mut self, progress: impl Fn(u64) + Send + Sync + 'static) -> Self {
+        self.progress = Some(std::sync::Arc::new(progress));
+        self
     }
 
     /// A writer for the part of an open pack under `prefix` (prefix removed; `""` for the
@@ -387,6 +426,7 @@ impl Writer {
             &target,
             self.options.threads,
             &sums,
+            self.progress.as_deref(),
         )?;
         // The head goes last: it carries the checksums of what was just written.
         write_all_at(target.file(), &plan.seal(&sums.values()), 0)
@@ -489,8 +529,14 @@ pub(crate) fn write_slots(
     target: &Target,
     threads: Option<usize>,
     sums: &Checksums,
+    progress: Option<&(dyn Fn(u64) + Send + Sync)>,
 ) -> Result<(), WriteError> {
     let (file, path) = (target.file(), target.path());
+    let progress = |bytes: u64| {
+        if let Some(progress) = progress {
+            progress(bytes);
+        }
+    };
     let sequential =
         total < PIPELINE_BYTES && !jobs.iter().flatten().any(|(e, ..)| e.is_deferred());
     let write = |chunk: &Chunk| {
@@ -503,7 +549,9 @@ pub(crate) fn write_slots(
     };
     if sequential {
         for batch in jobs {
-            write(&produce(batch, sums)?)?;
+            let chunk = produce(batch, sums)?;
+            write(&chunk)?;
+            progress(chunk.len());
         }
         Ok(())
     } else {
@@ -511,6 +559,7 @@ pub(crate) fn write_slots(
         self::pipeline(jobs, threads, sums, |chunk| {
             write(&chunk)?;
             writeback.wrote(chunk.len());
+            progress(chunk.len());
             Ok(())
         })
     }

@@ -419,4 +419,8 @@ impl crate::read::DescribedSource for ObjectSource {
     fn as_tensor_source(&self) -> &(dyn TensorSource + Sync) {
         self
     }
+
+    fn as_pack(&self) -> Option<&dyn crate::read::PackSource> {
+        Some(self)
+    }
 }

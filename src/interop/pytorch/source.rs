@@ -503,8 +503,14 @@ impl crate::read::DescribedSource for PytorchSource {
                 self.unread.join(", ")
             ));
         }
+        let mut metadata = std::collections::BTreeMap::new();
+        metadata.insert("pytorch.format".into(), format!("{format:?}").to_lowercase());
+        if let Some(key) = &self.key {
+            metadata.insert("pytorch.key".into(), key.clone());
+        }
         Description {
             format: "pytorch",
+            metadata,
             summary: format!("PyTorch torch.save file ({format:?}{shards})"),
             valid: format!("torch.save file valid ({format:?}), no globals beyond a state dict's"),
             shards: self.shards.iter().map(|s| s.path.clone()).collect(),
