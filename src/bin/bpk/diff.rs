@@ -9,8 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use crate::Failure;
-use crate::open::*;
+use crate::open::open;
 use crate::print::*;
+use crate::progress::Bar;
 use crate::scan::*;
 
 /// Largest absolute and relative difference between two tensors of one dtype and shape.
@@ -184,13 +185,17 @@ impl Diff<'_> {
 }
 
 pub(crate) fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Failure> {
-    let (a, b) = (Opened::open(a_path)?, Opened::open(b_path)?);
-    let names_a: BTreeSet<&str> = a.source().tensors().iter().map(TensorInfo::name).collect();
-    let names_b: BTreeSet<&str> = b.source().tensors().iter().map(TensorInfo::name).collect();
+    let (opened_a, opened_b) = (open(a_path)?, open(b_path)?);
+    let (about_a, about_b) = (opened_a.describe(), opened_b.describe());
+    let (a, b) = (opened_a.as_tensor_source(), opened_b.as_tensor_source());
+    let names_a: BTreeSet<&str> = a.tensors().iter().map(TensorInfo::name).collect();
+    let names_b: BTreeSet<&str> = b.tensors().iter().map(TensorInfo::name).collect();
     let common: Vec<(&TensorInfo, &TensorInfo)> = names_a
         .intersection(&names_b)
-        .map(|n| (a.tensor(n).expect("listed"), b.tensor(n).expect("listed")))
+        .filter_map(|n| Some((a.tensor(n)?, b.tensor(n)?)))
         .collect();
+    let total = common.iter().map(|(x, y)| x.len() + y.len()).sum();
+    let bar = Bar::new(total, "compared");
     let same_kind =
         |(x, y): &&(&TensorInfo, &TensorInfo)| x.dtype() == y.dtype() && x.shape() == y.shape();
     let compared: Vec<Result<Option<ValueChange>, Failure>> = common
@@ -198,9 +203,10 @@ pub(crate) fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Fa
         .filter(same_kind)
         .map(|(x, y)| {
             let (bx, by) = (
-                a.source().read(x).map_err(Failure::file)?,
-                b.source().read(y).map_err(Failure::file)?,
+                a.read(x).map_err(Failure::file)?,
+                b.read(y).map_err(Failure::file)?,
             );
+            bar.inc(x.len() + y.len());
             if bx[..] == by[..] {
                 return Ok(None);
             }
@@ -212,16 +218,11 @@ pub(crate) fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Fa
             }))
         })
         .collect();
+    bar.finish();
     let mut values = Vec::new();
     for r in compared {
         values.extend(r?);
     }
-    let strings = |r: &Opened| {
-        r.metadata()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect::<Vec<_>>()
-    };
     let id = |t: &TensorInfo| t.param_id().map(|id| id.to_string());
     let mut found = Diff {
         a: a_path.display().to_string(),
@@ -236,7 +237,10 @@ pub(crate) fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Fa
             })
             .collect(),
         identical: false,
-        metadata: entry_changes(strings(&a), strings(&b)),
+        metadata: entry_changes(
+            about_a.metadata.clone().into_iter().collect(),
+            about_b.metadata.clone().into_iter().collect(),
+        ),
         only_in_a: names_a.difference(&names_b).copied().collect(),
         only_in_b: names_b.difference(&names_a).copied().collect(),
         param_ids: common
@@ -248,7 +252,7 @@ pub(crate) fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Fa
                 name: x.name(),
             })
             .collect(),
-        scalars: entry_changes(a.scalars(), b.scalars()),
+        scalars: entry_changes(about_a.scalars.clone(), about_b.scalars.clone()),
         values,
         common: common.len(),
     };

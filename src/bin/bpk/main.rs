@@ -6,20 +6,21 @@
 //! Exit codes: 0 success; 1 verification failed or the files differ; 2 usage error;
 //! 3 a file is unreadable or not a valid pack.
 //!
-//! One file per command (`inspect`, `verify`, `diff`, `convert`), as ripgrep splits its binary;
-//! the pieces they share are `open` (what an argument names: a pack, safetensors weights, a
-//! URL), `remote` (object storage, or the usage error without it), `print` (sizes, rows,
-//! metadata, the dtype census) and `scan` (every tensor read and checked, floats scanned for
-//! NaN/Inf, for any source). This file holds the arguments, the exit codes and the dispatch.
+//! One file per command (`inspect`, `verify`, `diff`, `convert`, `migrate`), as ripgrep splits
+//! its binary; no command knows a format by name: `open` opens any argument (a file of any
+//! format, an index of shards, a URL) through the library's container registry, and the
+//! source describes itself. The shared pieces: `print` (rows, metadata, the dtype census),
+//! `scan` (every tensor read and checked, floats scanned for NaN/Inf) and `progress` (bars on
+//! a terminal, nothing when piped). This file holds the arguments, the exit codes and the
+//! dispatch.
 
 mod convert;
 mod diff;
 mod inspect;
-mod legacy;
+mod migrate;
 mod open;
 mod print;
-mod pytorch;
-mod remote;
+mod progress;
 mod scan;
 mod verify;
 
@@ -160,7 +161,13 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
-    pytorch::KEY.get_or_init(|| cli.key.clone());
+    open::OPTIONS.get_or_init(|| {
+        let options = burnpack::interop::OpenOptions::new();
+        match &cli.key {
+            Some(key) => options.key(key.clone()),
+            None => options,
+        }
+    });
     let result = match cli.command {
         Command::Inspect { file, json, filter } => inspect::inspect(&file, json, filter.as_deref()),
         Command::Verify { file, nan } => verify::verify(&file, nan),
@@ -169,7 +176,7 @@ fn main() -> ExitCode {
             old,
             new,
             scheduler,
-        } => legacy::migrate(&old, &new, scheduler),
+        } => migrate::migrate(&old, &new, scheduler),
         Command::Convert {
             input,
             output,

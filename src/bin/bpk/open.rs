@@ -1,18 +1,18 @@
-//! Opening what a command names: burnpack files, safetensors weights, Burn 0.14-0.21 records,
-//! `torch.save` files, packs on object storage.
+//! Opening what a command names, of any format, through the library's container registry
+//! (`burnpack::interop::open_any_with`): no command knows a format by name.
 
-use burnpack::format::{Layout, TensorInfo};
-use burnpack::interop::safetensors::SafetensorsSource;
-use burnpack::read::{Reader, TensorSource};
 use std::path::Path;
 
-use crate::Failure;
-use crate::remote;
+use burnpack::interop::OpenOptions;
+use burnpack::read::{DescribedSource, SourceError, SourceErrorKind};
 
-/// Whether `path` names safetensors weights (a `.safetensors` file or an index `.json`).
-pub(crate) fn is_safetensors(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|e| e == "safetensors" || e == "json")
+use crate::Failure;
+
+/// The options every command opens its inputs with (`--key`), set once by `main`.
+pub(crate) static OPTIONS: std::sync::OnceLock<OpenOptions> = std::sync::OnceLock::new();
+
+fn options() -> OpenOptions {
+    OPTIONS.get().cloned().unwrap_or_default()
 }
 
 /// Whether `arg` names an object on object storage (`s3://bucket/key`) rather than a file.
@@ -20,104 +20,31 @@ pub(crate) fn is_url(arg: &Path) -> bool {
     arg.to_str().is_some_and(burnpack::interop::is_object_url)
 }
 
-/// A burnpack file, safetensors weights (one file or an index and its shards), or a pack on
-/// object storage.
-pub(crate) enum Opened {
-    Pack(Reader),
-    Safetensors(SafetensorsSource),
-    Legacy(burnpack::interop::burn_record::LegacySource),
-    Pytorch(burnpack::interop::pytorch::PytorchSource),
-    #[cfg(feature = "object-store")]
-    Remote(burnpack::interop::object_store::ObjectSource),
-}
-
-impl Opened {
-    pub(crate) fn open(path: &Path) -> Result<Self, Failure> {
-        if is_url(path) {
-            let source = remote::open(path)?;
-            #[cfg(feature = "object-store")]
-            {
-                // Everything at once: coalesced parallel requests, checked as they arrive.
-                let all: Vec<&TensorInfo> = source.tensors().iter().collect();
-                source.prefetch(&all).map_err(Failure::file)?;
-                return Ok(Opened::Remote(source));
-            }
-            #[cfg(not(feature = "object-store"))]
-            match source {}
-        }
-        if crate::pytorch::is_pytorch(path) {
-            return crate::pytorch::open(path).map(Opened::Pytorch);
-        }
-        if crate::legacy::is_legacy(path) {
-            return crate::legacy::open(path).map(Opened::Legacy);
-        }
-        if is_safetensors(path) {
-            SafetensorsSource::open(path)
-                .map(Opened::Safetensors)
-                .map_err(Failure::file)
-        } else {
-            Reader::open(path).map(Opened::Pack).map_err(Failure::file)
-        }
-    }
-
-    pub(crate) fn source(&self) -> &(dyn TensorSource + Sync) {
-        match self {
-            Opened::Pack(r) => r,
-            Opened::Safetensors(s) => s,
-            Opened::Legacy(s) => s,
-            Opened::Pytorch(s) => s,
-            #[cfg(feature = "object-store")]
-            Opened::Remote(s) => s,
-        }
-    }
-
-    /// The pack's layout (`None` for safetensors).
-    pub(crate) fn layout(&self) -> Option<&Layout> {
-        match self {
-            Opened::Pack(r) => Some(r.layout()),
-            Opened::Safetensors(_) | Opened::Legacy(_) | Opened::Pytorch(_) => None,
-            #[cfg(feature = "object-store")]
-            Opened::Remote(s) => Some(s.layout()),
-        }
-    }
-
-    pub(crate) fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        match self {
-            Opened::Pack(r) => r.tensor(name),
-            Opened::Safetensors(s) => s.tensor(name),
-            Opened::Legacy(s) => s.tensors().iter().find(|t| t.name() == name),
-            Opened::Pytorch(s) => s.tensor(name),
-            #[cfg(feature = "object-store")]
-            Opened::Remote(s) => s.layout().tensor(name),
-        }
-    }
-
-    pub(crate) fn metadata(&self) -> &std::collections::BTreeMap<String, String> {
-        match self {
-            Opened::Pack(r) => r.metadata(),
-            Opened::Safetensors(s) => s.metadata(),
-            Opened::Legacy(s) => s.metadata(),
-            Opened::Pytorch(_) => &NO_METADATA,
-            #[cfg(feature = "object-store")]
-            Opened::Remote(s) => s.layout().metadata(),
-        }
-    }
-
-    /// Scalars as text (safetensors has none).
-    pub(crate) fn scalars(&self) -> Vec<(String, String)> {
-        self.layout().map_or_else(Vec::new, |layout| {
-            layout
-                .scalars()
-                .iter()
-                .map(|(k, v)| (k.clone(), format!("{v:?}")))
-                .collect()
-        })
+/// The failure of an input that could not be opened: a path or URL that is itself wrong is a
+/// usage error (2), anything else exit 3 naming the input.
+pub(crate) fn failure(e: &SourceError) -> Failure {
+    if e.kind() == SourceErrorKind::Location {
+        Failure::usage(e)
+    } else {
+        Failure::file(e)
     }
 }
 
-/// What a source without string metadata (a `torch.save` file) shows.
-static NO_METADATA: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+/// Opens `arg` (a file of any format bpk reads, an index of shards, or an s3:// URL) for
+/// reading its tensors: a source that fetches over a network fetches everything at once
+/// (coalesced parallel requests, each checked as it arrives).
+pub(crate) fn open(arg: &Path) -> Result<Box<dyn DescribedSource>, Failure> {
+    let source = burnpack::interop::open_any_with(arg, &options()).map_err(|e| failure(&e))?;
+    let tensors = source.as_tensor_source();
+    if tensors.wants_prefetch() {
+        let all: Vec<_> = tensors.tensors().iter().collect();
+        tensors.prefetch(&all).map_err(Failure::file)?;
+    }
+    Ok(source)
+}
 
-pub(crate) fn open(path: &Path) -> Result<Reader, Failure> {
-    Reader::open(path).map_err(Failure::file)
+/// Opens `arg` for `verify`: never through a mapping (a damaged file is an error to report,
+/// not a `SIGBUS`), a URL fetched whole. The error is returned for `verify` to judge.
+pub(crate) fn open_for_verify(arg: &Path) -> Result<Box<dyn DescribedSource>, SourceError> {
+    burnpack::interop::open_any_with(arg, &options().verify(true))
 }

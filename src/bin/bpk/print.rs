@@ -3,18 +3,9 @@
 
 use burn::tensor::DType;
 use burnpack::format::TensorInfo;
+use burnpack::read::human_bytes;
 use regex::Regex;
 use serde_json::{Value, json};
-
-pub(crate) fn mib(bytes: u64) -> String {
-    if bytes >= 1 << 20 {
-        format!("{:.1} MiB", bytes as f64 / 1048576.0)
-    } else if bytes >= 1 << 10 {
-        format!("{:.1} KiB", bytes as f64 / 1024.0)
-    } else {
-        format!("{bytes} B")
-    }
-}
 
 pub(crate) fn dtype_name(dtype: DType) -> String {
     match dtype {
@@ -63,13 +54,13 @@ impl Census {
         let dtypes: Vec<String> = self
             .by_dtype
             .iter()
-            .map(|(d, b)| format!("{d} {}", mib(*b)))
+            .map(|(d, b)| format!("{d} {}", human_bytes(*b)))
             .collect();
         println!(
             "tensors: {} ({} elements, {}; {})",
             self.count,
             self.elements,
-            mib(self.data_bytes),
+            human_bytes(self.data_bytes),
             if dtypes.is_empty() {
                 "none".into()
             } else {
@@ -109,8 +100,8 @@ pub(crate) fn matching<'a>(
         .collect()
 }
 
-/// The tensor table of `inspect` for sources other than packs: name, dtype, shape, bytes and
-/// one column of the source's own (`header`, each row's `value`).
+/// The tensor table of `inspect`: name, dtype, shape, bytes, offset and one column of the
+/// source's own (`header`, each row's `value`).
 pub(crate) fn print_tensor_table(
     shown: &[&TensorInfo],
     header: &str,
@@ -118,16 +109,17 @@ pub(crate) fn print_tensor_table(
 ) {
     let width = name_width(shown);
     println!(
-        "{:<width$}  {:>9}  {:>16}  {:>12}  {header}",
-        "name", "dtype", "shape", "bytes"
+        "{:<width$}  {:>9}  {:>16}  {:>12}  {:>12}  {header}",
+        "name", "dtype", "shape", "bytes", "offset"
     );
     for t in shown {
         println!(
-            "{:<width$}  {:>9}  {:>16}  {:>12}  {}",
+            "{:<width$}  {:>9}  {:>16}  {:>12}  {:>12}  {}",
             t.name(),
             dtype_name(t.dtype()),
             format!("{:?}", t.shape()),
             t.len(),
+            t.offset(),
             value(t)
         );
     }

@@ -58,14 +58,7 @@ pub(crate) fn scan(
     nan: bool,
 ) -> Result<Scan, Failure> {
     let total: u64 = source.tensors().iter().map(TensorInfo::len).sum();
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {msg}")
-            .expect("valid template"),
-    );
-    if total < 256 << 20 {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
+    let bar = crate::progress::Bar::new(total, "read and checked");
     // Per tensor: name, NaN count, infinity count, checksum verdict.
     type Verdict = (String, u64, u64, Result<bool, String>);
     let results: Vec<Result<Verdict, Failure>> = source
@@ -85,7 +78,7 @@ pub(crate) fn scan(
             Ok((t.name().to_string(), nans, infs, sum))
         })
         .collect();
-    bar.finish_and_clear();
+    bar.finish();
     let (mut bad, mut verified) = (0, 0);
     for result in results {
         let (name, nans, infs, sum) = result?;
