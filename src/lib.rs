@@ -166,9 +166,13 @@ pub mod store;
 pub mod train;
 pub mod write;
 
-/// The safetensors conversions under their earlier name ([`interop::safetensors`]).
+/// The safetensors conversions under their earlier name: use [`interop::safetensors`] (this
+/// alias goes in the next release; it is the one place this root names `interop`).
 #[cfg(feature = "safetensors")]
-pub use interop::safetensors as convert;
+#[deprecated(since = "0.1.0", note = "use burnpack::interop::safetensors")]
+pub mod convert {
+    pub use crate::interop::safetensors::*;
+}
 
 pub use format::{Limits, Scalar};
 pub use module::{LoadOptions, ModuleError, PackModule, SaveOptions};

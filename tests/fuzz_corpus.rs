@@ -1,32 +1,21 @@
 //! Replays the committed fuzz corpora (`fuzz/corpus/<target>`) and a few thousand seeded
-//! mutations of each file through the same checks as the fuzz targets (`reader`,
-//! `safetensors`, `object_source`, `burn_record`, `pytorch`), under a time bound. Set `BURNPACK_WRITE_CORPUS=1` to
-//! regenerate the corpus files.
+//! mutations of each file through the fuzz targets' own bodies (`burnpack::interop::fuzz`:
+//! `reader`, `safetensors`, `object_source`, `burn_record`, `pytorch`, `any`), which hold
+//! whatever opens to the source contract, under a time bound. Set `BURNPACK_WRITE_CORPUS=1`
+//! to regenerate the corpus files.
 
 mod common;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use burn::tensor::{Bytes, DType};
-use burnpack::read::Reader;
+use burn::tensor::DType;
 use common::{Spec, every_dtype, ours, ours_checked, pattern};
 
 fn corpus_of(target: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("fuzz/corpus")
         .join(target)
-}
-
-/// The fuzz target's body: never panics on any input.
-fn exercise(data: &[u8]) {
-    let Ok(reader) = Reader::from_bytes(Bytes::from_bytes_vec(data.to_vec())) else {
-        return;
-    };
-    for info in reader.tensors() {
-        assert_eq!(reader.read(info).unwrap().len() as u64, info.len());
-    }
-    let _ = reader.verify_all();
 }
 
 fn seeds() -> Vec<(&'static str, Vec<u8>)> {
@@ -53,7 +42,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
 
 #[test]
 fn corpus_and_mutations_never_panic() {
-    replay("reader", seeds(), exercise, 1000);
+    replay("reader", seeds(), burnpack::interop::fuzz::reader, 1000);
 }
 
 /// Writes `seeds` as the corpus of `target` when asked, then runs `exercise` over the
@@ -105,21 +94,6 @@ fn replay(
     assert!(runs >= min_runs, "{target}: only {runs} mutations ran");
 }
 
-/// The `safetensors` fuzz target's body: bytes as a `.safetensors` file, opened, every
-/// tensor read.
-fn exercise_safetensors(data: &[u8]) {
-    use burnpack::interop::safetensors::SafetensorsSource;
-    use burnpack::read::TensorSource;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fuzz.safetensors");
-    std::fs::write(&path, data).unwrap();
-    if let Ok(source) = SafetensorsSource::open(&path) {
-        for info in source.tensors() {
-            assert_eq!(source.read(info).unwrap().len() as u64, info.len());
-        }
-    }
-}
-
 /// safetensors files written by the `safetensors` crate: one tensor, several dtypes with
 /// metadata, none.
 fn safetensors_seeds() -> Vec<(&'static str, Vec<u8>)> {
@@ -153,54 +127,20 @@ fn safetensors_corpus_and_mutations_never_panic() {
     replay(
         "safetensors",
         safetensors_seeds(),
-        exercise_safetensors,
+        burnpack::interop::fuzz::safetensors,
         500,
     );
-}
-
-/// The `object_source` fuzz target's body: bytes as an object of an in-memory store, opened
-/// with ranged GETs, every tensor fetched and checked.
-#[cfg(feature = "object-store")]
-fn exercise_object_source(data: &[u8]) {
-    use std::sync::Arc;
-
-    use burnpack::interop::object_store::{Bucket, ObjectLocation, ObjectSource};
-    use burnpack::read::TensorSource;
-    let store = Arc::new(object_store::memory::InMemory::new());
-    let location = ObjectLocation::new(store as Arc<dyn Bucket>, "fuzz.bpk");
-    location.put_all(data.to_vec()).unwrap();
-    if let Ok(source) = ObjectSource::open(&location) {
-        for info in source.tensors() {
-            if let Ok(bytes) = source.read(info) {
-                assert_eq!(bytes.len() as u64, info.len());
-            }
-        }
-    }
 }
 
 #[cfg(feature = "object-store")]
 #[test]
 fn object_source_corpus_and_mutations_never_panic() {
-    replay("object_source", seeds(), exercise_object_source, 500);
-}
-
-/// The `burn_record` fuzz target's body: bytes as a named-MessagePack and as a JSON record of
-/// Burn 0.14-0.21, opened, every tensor read.
-#[cfg(feature = "legacy")]
-fn exercise_burn_record(data: &[u8]) {
-    use burnpack::format::Limits;
-    use burnpack::interop::burn_record::{LegacySource, RecordFormat};
-    use burnpack::read::TensorSource;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fuzz.record");
-    std::fs::write(&path, data).unwrap();
-    for format in [RecordFormat::NamedMpk, RecordFormat::Json] {
-        if let Ok(source) = LegacySource::open_with(&path, format, &Limits::default()) {
-            for info in source.tensors() {
-                assert_eq!(source.read(info).unwrap().len() as u64, info.len());
-            }
-        }
-    }
+    replay(
+        "object_source",
+        seeds(),
+        burnpack::interop::fuzz::object_source,
+        500,
+    );
 }
 
 /// Records Burn 0.21's own recorders wrote (`tests/data/legacy`, see `tests/legacy.rs`).
@@ -219,24 +159,9 @@ fn burn_record_corpus_and_mutations_never_panic() {
     replay(
         "burn_record",
         burn_record_seeds(),
-        exercise_burn_record,
+        burnpack::interop::fuzz::burn_record,
         500,
     );
-}
-
-/// The `pytorch` fuzz target's body: bytes as a `torch.save` file, opened, every tensor read.
-#[cfg(feature = "pytorch")]
-fn exercise_pytorch(data: &[u8]) {
-    use burnpack::interop::pytorch::PytorchSource;
-    use burnpack::read::TensorSource;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fuzz.pt");
-    std::fs::write(&path, data).unwrap();
-    if let Ok(source) = PytorchSource::open(&path) {
-        for info in source.tensors() {
-            assert_eq!(source.read(info).unwrap().len() as u64, info.len());
-        }
-    }
 }
 
 /// Files `torch.save` wrote (zip and legacy, `tests/data/pytorch`), and one with strided views
@@ -272,5 +197,22 @@ fn pytorch_seeds() -> Vec<(&'static str, Vec<u8>)> {
 #[cfg(feature = "pytorch")]
 #[test]
 fn pytorch_corpus_and_mutations_never_panic() {
-    replay("pytorch", pytorch_seeds(), exercise_pytorch, 500);
+    replay(
+        "pytorch",
+        pytorch_seeds(),
+        burnpack::interop::fuzz::pytorch,
+        500,
+    );
+}
+
+/// Every format's seeds through the container registry (`interop::open_bytes_any`): what
+/// sniffing and dispatch do with each, and with their mutations.
+#[cfg(all(feature = "pytorch", feature = "legacy"))]
+#[test]
+fn any_format_corpus_and_mutations_never_panic() {
+    let mut all = seeds();
+    all.extend(safetensors_seeds());
+    all.extend(burn_record_seeds());
+    all.extend(pytorch_seeds());
+    replay("any", all, burnpack::interop::fuzz::any, 500);
 }

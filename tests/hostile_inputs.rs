@@ -756,14 +756,14 @@ fn safetensors_through_a_pack_come_back_byte_for_byte() {
         let st = dir.path().join("in.safetensors");
         std::fs::write(&st, &original).unwrap();
         let pack = dir.path().join("m.bpk");
-        burnpack::convert::safetensors_to_burnpack(&st, &pack).unwrap();
+        burnpack::interop::safetensors::safetensors_to_burnpack(&st, &pack).unwrap();
         // The pack names its own writer ...
         let reader = Reader::open(&pack).unwrap();
         assert!(reader.metadata().get("producer").is_some());
         drop(reader);
         // ... which is not the safetensors file's.
         let back = dir.path().join("back.safetensors");
-        burnpack::convert::burnpack_to_safetensors(&pack, &back).unwrap();
+        burnpack::interop::safetensors::burnpack_to_safetensors(&pack, &back).unwrap();
         assert_eq!(std::fs::read(&back).unwrap(), original);
     }
     // A safetensors file naming a producer: not carried into the pack as if it were ours.
@@ -775,7 +775,7 @@ fn safetensors_through_a_pack_come_back_byte_for_byte() {
     let st = dir.path().join("claims.safetensors");
     std::fs::write(&st, &original).unwrap();
     let pack = dir.path().join("claims.bpk");
-    burnpack::convert::safetensors_to_burnpack(&st, &pack).unwrap();
+    burnpack::interop::safetensors::safetensors_to_burnpack(&st, &pack).unwrap();
     let reader = Reader::open(&pack).unwrap();
     assert_eq!(
         reader.metadata().get("producer").map(String::as_str),
@@ -824,7 +824,7 @@ fn errors_of_an_input_name_the_input() {
     .write_to_file(&pack)
     .unwrap();
     let st = dir.path().join("bools.safetensors");
-    let err = burnpack::convert::burnpack_to_safetensors(&pack, &st)
+    let err = burnpack::interop::safetensors::burnpack_to_safetensors(&pack, &st)
         .unwrap_err()
         .to_string();
     assert!(err.contains("bools.bpk") && err.contains("mask"), "{err}");

@@ -543,8 +543,8 @@ fn every_writing_path_names_the_producer_and_every_flip_is_detected() {
     paths.push(("Writer::from_part", read(file("part.bpk"))));
     // safetensors weights converted.
     let st = file("weights.safetensors");
-    burnpack::convert::burnpack_to_safetensors(file("module.bpk"), &st).unwrap();
-    burnpack::convert::safetensors_to_burnpack(&st, file("converted.bpk")).unwrap();
+    burnpack::interop::safetensors::burnpack_to_safetensors(file("module.bpk"), &st).unwrap();
+    burnpack::interop::safetensors::safetensors_to_burnpack(&st, file("converted.bpk")).unwrap();
     paths.push((
         "convert::safetensors_to_burnpack",
         read(file("converted.bpk")),

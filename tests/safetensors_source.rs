@@ -9,7 +9,7 @@ use std::path::Path;
 use burn::module::{Module, Param};
 use burn::tensor::{DType, Device, Tensor};
 use burn_store::{ModuleSnapshot, SafetensorsStore};
-use burnpack::interop::safetensors::{ConvertError, SafetensorsSource, save_safetensors};
+use burnpack::interop::safetensors::{SafetensorsSource, save_safetensors};
 use burnpack::module::{DTypePolicy, LoadOptions, ModuleError, PackModule};
 use burnpack::read::{CopyReason, TensorSource};
 use common::model::{Net, snapshot, trained_with};
@@ -294,7 +294,7 @@ fn f16_and_bf16_weights_load_into_f32_modules_when_asked() {
     );
 }
 
-fn message(err: ConvertError) -> String {
+fn message(err: impl std::fmt::Display) -> String {
     err.to_string()
 }
 

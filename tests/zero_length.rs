@@ -127,7 +127,7 @@ fn zero_length_tensors_convert_to_safetensors() {
         Writer::new(entries(&specs, true))
             .write_to_file(&pack)
             .unwrap();
-        burnpack::convert::burnpack_to_safetensors(&pack, &out)
+        burnpack::interop::safetensors::burnpack_to_safetensors(&pack, &out)
             .unwrap_or_else(|e| panic!("{case}: {e}"));
         let bytes = std::fs::read(&out).unwrap();
         let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
@@ -140,7 +140,7 @@ fn zero_length_tensors_convert_to_safetensors() {
     }
     // A module straight to safetensors.
     let model = with_empty(&Device::flex(), 1.0);
-    burnpack::convert::save_safetensors(&model, out_path(&dir), None).unwrap();
+    burnpack::interop::safetensors::save_safetensors(&model, out_path(&dir), None).unwrap();
     let bytes = std::fs::read(out_path(&dir)).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     assert_eq!(st.tensor("empty").unwrap().shape(), [0]);

@@ -22,10 +22,10 @@ mod scalar;
 mod table;
 mod tensor;
 
-pub(crate) use by_name::{owned, position, sort_unique};
 /// The raw metadata records, for tests that build malformed files (feature `internals`).
 #[cfg(feature = "internals")]
 pub use self::{metadata::Metadata, table::Descriptor};
+pub(crate) use by_name::{owned, position, sort_unique};
 #[cfg(any(test, feature = "internals"))]
 pub use dtype::PLAIN_DTYPES;
 pub(crate) use dtype::tensor_description;

@@ -23,6 +23,8 @@
 
 #[cfg(feature = "legacy")]
 pub mod burn_record;
+#[doc(hidden)]
+pub mod fuzz;
 #[cfg(any(feature = "safetensors", feature = "pytorch"))]
 mod index;
 #[cfg(feature = "object-store")]

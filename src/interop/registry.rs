@@ -82,8 +82,8 @@ type OpenBytes = fn(Bytes, &OpenOptions) -> Result<Box<dyn DescribedSource>, Sou
 pub struct Container {
     /// The format's short name (as [`Description::format`](crate::read::Description) says it).
     pub name: &'static str,
-    /// Whether a file's first bytes (up to [`HEAD`]) are this format's.
-    pub sniff: fn(&[u8]) -> bool,
+    /// Whether a file's first bytes (up to [`HEAD`]) are this format's, given its length.
+    pub sniff: fn(&[u8], u64) -> bool,
     /// Opens a file of this format.
     pub open: OpenFile,
     /// Opens an index JSON whose first shard is of this format (formats with shards).
@@ -116,7 +116,7 @@ pub fn containers() -> &'static [Container] {
 static CONTAINERS: &[Container] = &[
     Container {
         name: "burnpack",
-        sniff: |head| head.starts_with(&crate::format::MAGIC.to_le_bytes()),
+        sniff: |head, _| head.starts_with(&crate::format::MAGIC.to_le_bytes()),
         open: |path, options| {
             let read = crate::read::ReadOptions::new().limits(options.limits);
             let read = if options.verify {
@@ -135,34 +135,53 @@ static CONTAINERS: &[Container] = &[
     #[cfg(feature = "safetensors")]
     Container {
         name: "safetensors",
-        sniff: |head| {
-            // An 8-byte little-endian header length, then a JSON object.
-            let len = head.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
-            len.is_some_and(|len| len >= 2) && head.get(8) == Some(&b'{')
+        sniff: |head, total| {
+            // An 8-byte little-endian header length (of a header inside the file), then a
+            // JSON object.
+            let len = head
+                .get(..8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+            len.is_some_and(|len| len >= 2 && len.saturating_add(8) <= total)
+                && head.get(8) == Some(&b'{')
         },
         open: |path, options| {
-            boxed(super::safetensors::SafetensorsSource::open_with(path, &options.limits))
+            boxed(super::safetensors::SafetensorsSource::open_file(
+                path,
+                &options.limits,
+            ))
         },
         open_index: Some(|path, options| {
-            boxed(super::safetensors::SafetensorsSource::open_index(path, &options.limits))
+            boxed(super::safetensors::SafetensorsSource::open_index(
+                path,
+                &options.limits,
+            ))
         }),
         from_bytes: |bytes, _| boxed(super::safetensors::SafetensorsSource::from_bytes(bytes)),
     },
     #[cfg(feature = "pytorch")]
     Container {
         name: "pytorch",
-        sniff: |head| {
+        sniff: |head, _| {
             head.starts_with(b"PK\x03\x04")
                 || head.len() > 1 && head[0] == 0x80 && (2..=5).contains(&head[1])
         },
         open: |path, options| {
-            boxed(super::pytorch::PytorchSource::open_with(path, &pytorch_options(options)))
+            boxed(super::pytorch::PytorchSource::open_file(
+                path,
+                &pytorch_options(options),
+            ))
         },
         open_index: Some(|path, options| {
-            boxed(super::pytorch::PytorchSource::open_index(path, &pytorch_options(options)))
+            boxed(super::pytorch::PytorchSource::open_index(
+                path,
+                &pytorch_options(options),
+            ))
         }),
         from_bytes: |bytes, options| {
-            boxed(super::pytorch::PytorchSource::from_bytes(bytes, &pytorch_options(options)))
+            boxed(super::pytorch::PytorchSource::from_bytes(
+                bytes,
+                &pytorch_options(options),
+            ))
         },
     },
     #[cfg(feature = "legacy")]
@@ -170,17 +189,25 @@ static CONTAINERS: &[Container] = &[
         name: "burn-record",
         // Gzip (`.mpk.gz`, `.json.gz`), a JSON object, or a MessagePack map of 1 to 15
         // entries, or a map16/map32: what Burn 0.14-0.21's recorders write.
-        sniff: |head| {
+        sniff: |head, _| {
             head.starts_with(&[0x1f, 0x8b])
                 || first_text_byte(head) == Some(b'{')
-                || head.first().is_some_and(|&b| matches!(b, 0x81..=0x8f | 0xde | 0xdf))
+                || head
+                    .first()
+                    .is_some_and(|&b| matches!(b, 0x81..=0x8f | 0xde | 0xdf))
         },
         open: |path, options| {
-            boxed(super::burn_record::LegacySource::open_detect(path, &options.limits))
+            boxed(super::burn_record::LegacySource::open_detect(
+                path,
+                &options.limits,
+            ))
         },
         open_index: None,
         from_bytes: |bytes, options| {
-            boxed(super::burn_record::LegacySource::from_bytes(bytes, &options.limits))
+            boxed(super::burn_record::LegacySource::from_bytes(
+                bytes,
+                &options.limits,
+            ))
         },
     },
 ];
@@ -233,7 +260,8 @@ pub fn open_any_with(
     if location.to_str().is_some_and(super::is_object_url) {
         return open_url(location, options);
     }
-    let file = crate::platform::open_regular(location).map_err(SourceError::io(location, "open"))?;
+    let file =
+        crate::platform::open_regular(location).map_err(SourceError::io(location, "open"))?;
     let mut head = vec![0u8; INDEX_HEAD];
     let len = file
         .metadata()
@@ -245,10 +273,16 @@ pub fn open_any_with(
     drop(file);
     if let Some(shard) = index_shard(location, &head, options)? {
         let mut shard_head = vec![0u8; HEAD];
-        let file = crate::platform::open_regular(&shard).map_err(SourceError::io(&shard, "open"))?;
+        let file =
+            crate::platform::open_regular(&shard).map_err(SourceError::io(&shard, "open"))?;
         let n = read_head(&file, &mut shard_head).map_err(SourceError::io(&shard, "read"))?;
         shard_head.truncate(n);
-        let container = sniffed(&shard_head).ok_or_else(|| unknown(&shard, &shard_head))?;
+        let shard_len = file
+            .metadata()
+            .map_err(SourceError::io(&shard, "stat"))?
+            .len();
+        let container =
+            sniffed(&shard_head, shard_len).ok_or_else(|| unknown(&shard, &shard_head))?;
         let open = container.open_index.ok_or_else(|| SourceError::Invalid {
             path: location.to_path_buf(),
             reason: format!(
@@ -259,7 +293,7 @@ pub fn open_any_with(
         return open(location, options);
     }
     let head = &head[..head.len().min(HEAD)];
-    match sniffed(head) {
+    match sniffed(head, len) {
         Some(container) => (container.open)(location, options),
         None => Err(unknown(location, head)),
     }
@@ -285,7 +319,7 @@ pub fn open_bytes_any(
     options: &OpenOptions,
 ) -> Result<Box<dyn DescribedSource>, SourceError> {
     let head = &bytes[..bytes.len().min(HEAD)];
-    match sniffed(head) {
+    match sniffed(head, bytes.len() as u64) {
         Some(container) => (container.from_bytes)(bytes, options),
         None => Err(unknown(Path::new("<memory>"), head)),
     }
@@ -333,8 +367,8 @@ fn read_head(file: &std::fs::File, head: &mut [u8]) -> std::io::Result<usize> {
 }
 
 /// The first container whose sniff takes `head`.
-fn sniffed(head: &[u8]) -> Option<&'static Container> {
-    CONTAINERS.iter().find(|c| (c.sniff)(head))
+fn sniffed(head: &[u8], total: u64) -> Option<&'static Container> {
+    CONTAINERS.iter().find(|c| (c.sniff)(head, total))
 }
 
 /// The error for a file of no format this build reads: its first bytes, and what it may be.
@@ -351,12 +385,18 @@ fn unknown(path: &Path, head: &[u8]) -> SourceError {
     let hint = crate::format::looks_like(head)
         .filter(|_| !cfg!(all(feature = "safetensors", feature = "pytorch")))
         .or_else(|| {
-            (head.starts_with(b"GGUF") || head.starts_with(b"\x89HDF") || head.iter().all(|&b| b == 0))
-                .then(|| crate::format::looks_like(head))
-                .flatten()
+            (head.starts_with(b"GGUF")
+                || head.starts_with(b"\x89HDF")
+                || head.iter().all(|&b| b == 0))
+            .then(|| crate::format::looks_like(head))
+            .flatten()
         })
         .map_or_else(String::new, |hint| format!(": {hint}"));
-    let start = if head.is_empty() { "nothing: it is empty".to_string() } else { start };
+    let start = if head.is_empty() {
+        "nothing: it is empty".to_string()
+    } else {
+        start
+    };
     SourceError::UnknownFormat {
         path: path.to_path_buf(),
         start,
@@ -366,7 +406,10 @@ fn unknown(path: &Path, head: &[u8]) -> SourceError {
 
 /// A pack on object storage.
 #[cfg(feature = "object-store")]
-fn open_url(location: &Path, options: &OpenOptions) -> Result<Box<dyn DescribedSource>, SourceError> {
+fn open_url(
+    location: &Path,
+    options: &OpenOptions,
+) -> Result<Box<dyn DescribedSource>, SourceError> {
     use super::object_store::{ObjectLocation, ObjectSource};
     let url = location.to_string_lossy();
     let object = ObjectLocation::parse(&url)?;

@@ -202,6 +202,16 @@ pub trait DescribedSource: TensorSource + Send + Sync {
     }
 }
 
+impl std::fmt::Debug for dyn DescribedSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DescribedSource")
+            .field("format", &self.describe().format)
+            .field("file", &self.file())
+            .field("tensors", &self.tensors().len())
+            .finish()
+    }
+}
+
 /// A size as people read it: `512 B`, `1.5 KiB`, `2.0 MiB`.
 ///
 /// ```

@@ -10,6 +10,7 @@
 //! `PackStore` and `bpk` take any of them. Kept as a model: a new source is one type behind
 //! this trait, never a copy of the load path.
 
+mod contract;
 mod describe;
 mod error;
 mod reader;
@@ -18,6 +19,7 @@ pub(crate) mod source;
 mod table;
 mod tensor_source;
 
+pub use contract::assert_source_contract;
 pub(crate) use describe::describe_pack;
 pub use describe::{Checksums, DescribedSource, Description, Value, human_bytes};
 pub use error::{ReadError, SourceError, SourceErrorKind};

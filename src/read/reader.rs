@@ -138,14 +138,7 @@ impl ReadOptions {
     /// # Errors
     /// [`ReadError::Invalid`] if the bytes are not a valid pack within the limits.
     pub fn from_bytes(&self, bytes: Bytes) -> Result<Reader, ReadError> {
-        // Make the buffer view-capable without copying it. A plain vector becomes a shared
-        // `bytes::Bytes` (property `Other`, so ndarray borrows from it rather than copying).
-        let all = match bytes.try_into_vec::<u8>() {
-            Ok(vec) => Bytes::from_shared(bytes::Bytes::from(vec), AllocationProperty::Other),
-            Err(bytes) if bytes.view(0, 0).is_ok() => bytes,
-            Err(bytes) => bytes.shared(),
-        };
-        self.open_memory(all)
+        self.open_memory(super::source::view_capable(bytes))
     }
 
     /// Reads a pack embedded in the program (e.g. with `include_bytes!`), without copying.
@@ -311,12 +304,24 @@ impl Reader {
     /// # Errors
     /// [`ReadError::Io`] if a buffered read fails.
     pub fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
+        self.owned(info)?;
         self.source
             .read(info.offset(), info.len(), element_align(info.dtype()))
             .map_err(|source| ReadError::Io {
                 file: self.file.clone(),
                 action: "read tensor data",
                 source,
+            })
+    }
+
+    /// `info`, when it is one of this pack's tensors ("not mine" otherwise, as every source
+    /// answers).
+    fn owned(&self, info: &TensorInfo) -> Result<(), ReadError> {
+        crate::format::owned(self.layout.tensors(), info)
+            .map(|_| ())
+            .ok_or_else(|| ReadError::NotMine {
+                file: self.file.clone(),
+                tensor: info.name().to_string(),
             })
     }
 

@@ -36,6 +36,17 @@ pub(crate) fn aligned_words(words: Vec<u64>, len: usize, property: AllocationPro
     Bytes::from_shared(bytes::Bytes::from_owner(Aligned { words, len }), property)
 }
 
+/// `bytes` made view-capable (tensors are windows of it) without copying: a plain vector
+/// becomes a shared `bytes::Bytes` (property `Other`, so ndarray borrows from it rather than
+/// copying). Every source opened from bytes takes them through here.
+pub(crate) fn view_capable(bytes: Bytes) -> Bytes {
+    match bytes.try_into_vec::<u8>() {
+        Ok(vec) => Bytes::from_shared(bytes::Bytes::from(vec), AllocationProperty::Other),
+        Err(bytes) if bytes.view(0, 0).is_ok() => bytes,
+        Err(bytes) => bytes.shared(),
+    }
+}
+
 /// The bytes behind a reader.
 /// Maps `file` read-only, as a Burn [`Bytes`] with the `File` allocation property (so windows
 /// of it reach flex and ndarray without a copy). The one place this crate maps files.

@@ -47,7 +47,8 @@ impl Bar {
                 indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}")
                     .expect("valid template"),
             );
-            self.0.enable_steady_tick(std::time::Duration::from_millis(200));
+            self.0
+                .enable_steady_tick(std::time::Duration::from_millis(200));
         }
     }
 

@@ -34,7 +34,10 @@ use walk::Node;
 
 /// An error opening a Burn 0.14-0.21 record: the error of every source
 /// ([`SourceError`](crate::read::SourceError)), under its former name.
-#[deprecated(since = "0.1.0", note = "use burnpack::read::SourceError, the error of every source")]
+#[deprecated(
+    since = "0.1.0",
+    note = "use burnpack::read::SourceError, the error of every source"
+)]
 pub type LegacyError = crate::read::SourceError;
 
 /// The record formats of Burn 0.14-0.21 that describe themselves.

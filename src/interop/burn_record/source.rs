@@ -161,7 +161,7 @@ impl LegacySource {
         let input = if gzip {
             Input::Owned(inflate(path, &bytes[..], bytes.len() as u64, limits)?)
         } else {
-            Input::Mapped(bytes, None)
+            Input::Mapped(crate::read::source::view_capable(bytes), None)
         };
         let format = RecordFormat::of_content(gzip, input.bytes());
         Self::from_input(path, input, format, limits)

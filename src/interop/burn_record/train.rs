@@ -13,11 +13,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::LegacySource;
 use super::source::param_id;
 use super::walk::Leaf;
-use super::LegacySource;
-use crate::read::SourceError;
 use crate::format::Scalar;
+use crate::read::SourceError;
 use crate::read::TensorSource;
 use crate::write::{Entry, Writer};
 

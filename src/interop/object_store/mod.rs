@@ -335,7 +335,11 @@ impl From<RemoteError> for crate::read::SourceError {
                 source: *source,
             },
             RemoteError::Read(read) => (*read).into(),
-            RemoteError::Store { url, action, source } => Self::Io {
+            RemoteError::Store {
+                url,
+                action,
+                source,
+            } => Self::Io {
                 path: url.into(),
                 action,
                 source: std::io::Error::other(source.to_string()),

@@ -311,6 +311,12 @@ impl TensorSource for ObjectSource {
     }
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
+        if crate::format::owned(self.layout.tensors(), info).is_none() {
+            return Err(ReadError::NotMine {
+                file: self.fetcher.location.url.clone(),
+                tensor: info.name().to_string(),
+            });
+        }
         let ahead = self
             .fetched
             .lock()

@@ -98,6 +98,14 @@ impl PytorchOptions {
         self.limits = limits;
         self
     }
+
+    /// The same options with other limits (a shard's share of the whole).
+    fn with_limits(&self, limits: Limits) -> Self {
+        Self {
+            key: self.key.clone(),
+            limits,
+        }
+    }
 }
 
 /// The two containers `torch.save` writes.

@@ -15,8 +15,8 @@ use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::index::ShardIndex;
 use crate::read::source::aligned_bytes;
 use crate::read::{
-    Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable, TensorSource,
-    assemble_shards,
+    Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable,
+    TensorSource, assemble_shards,
 };
 
 /// `torch.save` weights as a [`TensorSource`]: one file (zip or legacy), or a sharded
@@ -80,16 +80,22 @@ impl PytorchSource {
         options: &PytorchOptions,
     ) -> Result<Self, SourceError> {
         let path = path.as_ref();
-        let open = |shard: &Path, limits: &Limits| {
-            let options = PytorchOptions {
-                key: options.key.clone(),
-                limits: *limits,
-            };
-            open_file(shard, &options)
-        };
         if path.extension().is_some_and(|e| e == "json") {
             return Self::open_index(path, options);
         }
+        Self::open_file(path, options)
+    }
+
+    /// Opens one `torch.save` file (zip or legacy), whatever its name.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_file(
+        path: impl AsRef<Path>,
+        options: &PytorchOptions,
+    ) -> Result<Self, SourceError> {
+        let path = path.as_ref();
+        let open = |shard: &Path, limits: &Limits| open_file(shard, &options.with_limits(*limits));
         let sharded = assemble_shards(path, &[path.to_path_buf()], None, &options.limits, open)?;
         Ok(Self::assemble(path, sharded))
     }
@@ -104,10 +110,7 @@ impl PytorchSource {
     ) -> Result<Self, SourceError> {
         let path = path.as_ref();
         let index = ShardIndex::read(path, "PyTorch shard", options.limits.max_tensor_count)?;
-        let open = |shard: &Path, limits: &Limits| {
-            let options = PytorchOptions { key: options.key.clone(), limits: *limits };
-            open_file(shard, &options)
-        };
+        let open = |shard: &Path, limits: &Limits| open_file(shard, &options.with_limits(*limits));
         let sharded = assemble_shards(path, &index.shards, Some(&index), &options.limits, open)?;
         Ok(Self::assemble(path, sharded))
     }
@@ -126,7 +129,7 @@ impl PytorchSource {
     /// As [`open`](Self::open), naming `"<memory>"`.
     pub fn from_bytes(bytes: Bytes, options: &PytorchOptions) -> Result<Self, SourceError> {
         let path = Path::new("<memory>");
-        let mut bytes = Some(bytes);
+        let mut bytes = Some(crate::read::source::view_capable(bytes));
         let sharded = assemble_shards(
             path,
             &[path.to_path_buf()],
@@ -504,7 +507,10 @@ impl crate::read::DescribedSource for PytorchSource {
             ));
         }
         let mut metadata = std::collections::BTreeMap::new();
-        metadata.insert("pytorch.format".into(), format!("{format:?}").to_lowercase());
+        metadata.insert(
+            "pytorch.format".into(),
+            format!("{format:?}").to_lowercase(),
+        );
         if let Some(key) = &self.key {
             metadata.insert("pytorch.key".into(), key.clone());
         }

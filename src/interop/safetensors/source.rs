@@ -100,9 +100,18 @@ impl SafetensorsSource {
         if path.extension().is_some_and(|e| e == "json") {
             Self::open_index(path, limits)
         } else {
-            let sharded = assemble_shards(path, &[path.to_path_buf()], None, limits, open_shard)?;
-            Ok(Self::assemble(path, sharded, BTreeMap::new()))
+            Self::open_file(path, limits)
         }
+    }
+
+    /// Opens one `.safetensors` file, whatever its name.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_file(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
+        let path = path.as_ref();
+        let sharded = assemble_shards(path, &[path.to_path_buf()], None, limits, open_shard)?;
+        Ok(Self::assemble(path, sharded, BTreeMap::new()))
     }
 
     /// Opens an index JSON (whatever its name) and the shards its `weight_map` names.
@@ -133,7 +142,7 @@ impl SafetensorsSource {
     /// As [`open`](Self::open), naming `"<memory>"`.
     pub fn from_bytes(bytes: Bytes) -> Result<Self, SourceError> {
         let path = Path::new(MEMORY);
-        let mut bytes = Some(bytes);
+        let mut bytes = Some(crate::read::source::view_capable(bytes));
         let sharded = assemble_shards(
             path,
             &[path.to_path_buf()],
