@@ -1005,3 +1005,114 @@ fn foreign_files_that_are_not_what_they_seem_exit_1_or_3_naming_the_input() {
     let (code, out, _) = run(&["verify", s(&crc)]);
     assert_eq!(code, 1, "{out}");
 }
+
+/// One exit-code and stderr contract for every format, whatever the command: a missing or
+/// damaged input of any format exits 3 with one line on stderr naming it (`verify` reports a
+/// file it could read and found damaged as a failed verification, exit 1); a file of no format
+/// bpk reads says what it starts with; a successful run writes nothing on stderr (no progress
+/// bar when piped).
+#[test]
+fn every_format_meets_one_exit_code_and_stderr_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let pack = d.join("m.bpk");
+    Writer::new(vec![f32_entry("w", &[1.0, 2.0]), f32_entry("v", &[3.0])])
+        .write_to_file(&pack)
+        .unwrap();
+    let st = d.join("m.safetensors");
+    assert_eq!(run(&["convert", s(&pack), s(&st)]).0, 0);
+    let shards = d.join("sharded.safetensors");
+    assert_eq!(
+        run(&["convert", s(&pack), s(&shards), "--shard-size", "8"]).0,
+        0
+    );
+    let index = d.join("sharded.safetensors.index.json");
+    let pt = d.join("m.pt");
+    std::fs::copy(data.join("pytorch/linear__linear.pt"), &pt).unwrap();
+    let legacy_pt = d.join("old.pt");
+    std::fs::copy(
+        data.join("pytorch/reader__test_data__legacy_with_offsets.pt"),
+        &legacy_pt,
+    )
+    .unwrap();
+    let mpk = d.join("m.mpk");
+    std::fs::copy(data.join("legacy/zoo.mpk"), &mpk).unwrap();
+    let gz = d.join("m.json.gz");
+    std::fs::copy(data.join("legacy/zoo.json.gz"), &gz).unwrap();
+    let one_line = |what: &str, err: &str, name: &str| {
+        assert!(
+            err.starts_with("bpk: ") && err.contains(name) && err.lines().count() == 1,
+            "{what}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{what}: {err}");
+    };
+    for file in [&pack, &st, &index, &pt, &legacy_pt, &mpk, &gz] {
+        let name = file.file_name().unwrap().to_str().unwrap();
+        // Sound: every command succeeds, with nothing on stderr.
+        for args in [
+            vec!["inspect", s(file)],
+            vec!["inspect", s(file), "--json"],
+            vec!["verify", s(file)],
+            vec!["diff", s(file), s(file)],
+        ] {
+            let (code, out, err) = run(&args);
+            assert_eq!(code, 0, "{args:?}: {out}{err}");
+            assert!(err.is_empty(), "{args:?}: {err}");
+        }
+        // Missing: exit 3, one line naming it, for every command.
+        let missing = d.join(format!("missing-{name}"));
+        let out_file = d.join("out.bpk");
+        for args in [
+            vec!["inspect", s(&missing)],
+            vec!["verify", s(&missing)],
+            vec!["diff", s(&missing), s(file)],
+            vec!["diff", s(file), s(&missing)],
+            vec!["convert", s(&missing), s(&out_file)],
+        ] {
+            let (code, _, err) = run(&args);
+            assert_eq!(code, 3, "{args:?}: {err}");
+            one_line(&format!("{args:?}"), &err, "missing-");
+        }
+        // Damaged (cut in half): exit 3 naming it, or a failed verification.
+        if file.extension().is_some_and(|e| e == "json") {
+            continue;
+        }
+        let bytes = std::fs::read(file).unwrap();
+        let cut = d.join(format!("cut-{name}"));
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        for args in [
+            vec!["inspect", s(&cut)],
+            vec!["diff", s(&cut), s(file)],
+            vec!["convert", s(&cut), s(&out_file)],
+        ] {
+            let (code, _, err) = run(&args);
+            assert_eq!(code, 3, "{args:?}: {err}");
+            one_line(&format!("{args:?}"), &err, "cut-");
+        }
+        let (code, out, err) = run(&["verify", s(&cut)]);
+        match code {
+            1 => assert!(out.contains("FAILED") && out.contains("cut-"), "{out}"),
+            3 => one_line("verify", &err, "cut-"),
+            other => panic!("verify {name} cut in half: exit {other}: {out}{err}"),
+        }
+        assert!(!out_file.exists(), "nothing written from a damaged {name}");
+    }
+    // No format bpk reads: what it starts with, exit 3, for every command.
+    let text = d.join("notes.pt");
+    std::fs::write(&text, b"hello, weights\n").unwrap();
+    for args in [
+        vec!["inspect", s(&text)],
+        vec!["verify", s(&text)],
+        vec!["diff", s(&text), s(&pack)],
+        vec!["convert", s(&text), "x.bpk"],
+    ] {
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 3, "{args:?}: {err}");
+        one_line(&format!("{args:?}"), &err, "notes.pt");
+        assert!(
+            err.contains("not a file bpk reads (it starts with \"hello, weights\\n\")"),
+            "{err}"
+        );
+    }
+}
