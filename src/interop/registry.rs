@@ -22,28 +22,30 @@ use crate::read::{DescribedSource, Reader, SourceError};
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct OpenOptions {
-    key: Option<String>,
-    limits: Limits,
+    pub(crate) key: Option<String>,
+    pub(crate) limits: Limits,
     verify: bool,
 }
 
 impl OpenOptions {
-    /// The defaults: the state dict of a `torch.save` file found as
-    /// [`PytorchOptions`](super::pytorch::PytorchOptions) finds it, the default [`Limits`],
-    /// mapped files.
+    /// The defaults: the state dict of a `torch.save` file at the top or under a well-known
+    /// key, the default [`Limits`], mapped files.
     #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// `torch.save` files: the key of the top-level dict that holds the state dict.
+    /// `torch.save` files: the key of the top-level dict that holds the state dict (an error
+    /// if it is not there).
     #[must_use]
     pub fn key(mut self, key: impl Into<String>) -> Self {
         self.key = Some(key.into());
         self
     }
 
-    /// Bounds checked before anything is allocated for the input.
+    /// Bounds checked before anything is allocated for the input (for a `torch.save` file: its
+    /// size, the pickle's size as `max_metadata_size`, the number of tensors, one tensor's
+    /// size, the nesting of the state dict).
     #[must_use]
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
@@ -63,6 +65,15 @@ impl OpenOptions {
     #[must_use]
     pub fn key_name(&self) -> Option<&str> {
         self.key.as_deref()
+    }
+
+    /// The same options with other limits (a shard's share of the whole).
+    #[cfg(feature = "pytorch")]
+    pub(crate) fn with_limits(&self, limits: Limits) -> Self {
+        Self {
+            limits,
+            ..self.clone()
+        }
     }
 }
 
@@ -165,23 +176,12 @@ static CONTAINERS: &[Container] = &[
             head.starts_with(b"PK\x03\x04")
                 || head.len() > 1 && head[0] == 0x80 && (2..=5).contains(&head[1])
         },
-        open: |path, options| {
-            boxed(super::pytorch::PytorchSource::open_file(
-                path,
-                &pytorch_options(options),
-            ))
-        },
+        open: |path, options| boxed(super::pytorch::PytorchSource::open_file(path, options)),
         open_index: Some(|path, options| {
-            boxed(super::pytorch::PytorchSource::open_index(
-                path,
-                &pytorch_options(options),
-            ))
+            boxed(super::pytorch::PytorchSource::open_index(path, options))
         }),
         from_bytes: |bytes, options| {
-            boxed(super::pytorch::PytorchSource::from_bytes(
-                bytes,
-                &pytorch_options(options),
-            ))
+            boxed(super::pytorch::PytorchSource::from_bytes(bytes, options))
         },
     },
     #[cfg(feature = "legacy")]
@@ -211,15 +211,6 @@ static CONTAINERS: &[Container] = &[
         },
     },
 ];
-
-#[cfg(feature = "pytorch")]
-fn pytorch_options(options: &OpenOptions) -> super::pytorch::PytorchOptions {
-    let mut out = super::pytorch::PytorchOptions::new().limits(options.limits);
-    if let Some(key) = &options.key {
-        out = out.key(key.clone());
-    }
-    out
-}
 
 /// The first byte that is not ASCII white space.
 fn first_text_byte(head: &[u8]) -> Option<u8> {

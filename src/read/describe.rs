@@ -144,14 +144,14 @@ pub struct Description {
 /// assert_eq!(source.as_tensor_source().tensors().len(), 1);
 /// assert!(source.unusable().is_none());
 /// ```
-pub trait DescribedSource: TensorSource + Send + Sync {
+pub trait DescribedSource: TensorSource + AsTensorSource + Send + Sync {
     /// What the source is.
     fn describe(&self) -> Description;
 
-    /// The value of [`Description::column`] for one tensor (its shard, how it loads...).
+    /// The value of [`Description::column`] for one tensor (its shard, how it loads...): by
+    /// default its parameter id.
     fn column(&self, info: &TensorInfo) -> Option<String> {
-        let _ = info;
-        None
+        info.param_id().map(|id| id.to_string())
     }
 
     /// Why this source, though it opened, holds nothing a load or a conversion could use (a
@@ -159,9 +159,6 @@ pub trait DescribedSource: TensorSource + Send + Sync {
     fn unusable(&self) -> Option<String> {
         None
     }
-
-    /// The source as a plain [`TensorSource`].
-    fn as_tensor_source(&self) -> &(dyn TensorSource + Sync);
 
     /// The source as a whole pack (scalars, metadata, parameter ids, checksums), when it is
     /// one.
@@ -209,6 +206,19 @@ impl std::fmt::Debug for dyn DescribedSource {
             .field("file", &self.file())
             .field("tensors", &self.tensors().len())
             .finish()
+    }
+}
+
+/// A source as a plain [`TensorSource`] (every `TensorSource + Sync` is one): how a
+/// `dyn DescribedSource` is handed to the module loader.
+pub trait AsTensorSource {
+    /// The source as a plain [`TensorSource`].
+    fn as_tensor_source(&self) -> &(dyn TensorSource + Sync);
+}
+
+impl<T: TensorSource + Sync> AsTensorSource for T {
+    fn as_tensor_source(&self) -> &(dyn TensorSource + Sync) {
+        self
     }
 }
 

@@ -483,14 +483,6 @@ impl super::DescribedSource for Reader {
         super::describe_pack(&self.layout)
     }
 
-    fn column(&self, info: &TensorInfo) -> Option<String> {
-        info.param_id().map(|id| id.to_string())
-    }
-
-    fn as_tensor_source(&self) -> &(dyn TensorSource + Sync) {
-        self
-    }
-
     fn as_pack(&self) -> Option<&dyn crate::read::PackSource> {
         Some(self)
     }

@@ -98,6 +98,35 @@ impl<P> SourceTable<P> {
         &self.file
     }
 
+    /// The `Debug` of a source built on this table: its `kind`, file, shards and tensors.
+    ///
+    /// ```
+    /// use burnpack::read::{SourceTable, TableBuilder};
+    /// struct Mine(SourceTable<()>);
+    /// impl std::fmt::Debug for Mine {
+    ///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    ///         self.0.fmt_source(f, "Mine", 1)
+    ///     }
+    /// }
+    /// let table = TableBuilder::<()>::new("m.bin", &Default::default()).finish(|()| String::new()).unwrap();
+    /// assert!(format!("{:?}", Mine(table)).contains("m.bin"));
+    /// ```
+    ///
+    /// # Errors
+    /// The formatter's.
+    pub fn fmt_source(
+        &self,
+        f: &mut std::fmt::Formatter<'_>,
+        kind: &str,
+        shards: usize,
+    ) -> std::fmt::Result {
+        f.debug_struct(kind)
+            .field("file", &self.file)
+            .field("shards", &shards)
+            .field("tensors", &self.tensors.len())
+            .finish_non_exhaustive()
+    }
+
     /// The same tensors with each place changed by `f`.
     #[must_use]
     pub fn map<Q>(self, f: impl FnMut(P) -> Q) -> SourceTable<Q> {

@@ -62,11 +62,7 @@ pub struct LegacySource {
 
 impl std::fmt::Debug for LegacySource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LegacySource")
-            .field("file", &self.file)
-            .field("format", &self.format)
-            .field("tensors", &self.table.tensors().len())
-            .finish_non_exhaustive()
+        self.table.fmt_source(f, "LegacySource", 1)
     }
 }
 
@@ -512,10 +508,6 @@ impl crate::read::DescribedSource for LegacySource {
         }
     }
 
-    fn column(&self, info: &TensorInfo) -> Option<String> {
-        info.param_id().map(|id| id.to_string())
-    }
-
     /// A record without a tensor: nothing to load (a bare scheduler record, or tensors this
     /// reader did not find), never a silent success.
     fn unusable(&self) -> Option<String> {
@@ -526,9 +518,5 @@ impl crate::read::DescribedSource for LegacySource {
                 self.file
             )
         })
-    }
-
-    fn as_tensor_source(&self) -> &(dyn TensorSource + Sync) {
-        self
     }
 }

@@ -418,14 +418,6 @@ impl crate::read::DescribedSource for ObjectSource {
         about
     }
 
-    fn column(&self, info: &TensorInfo) -> Option<String> {
-        info.param_id().map(|id| id.to_string())
-    }
-
-    fn as_tensor_source(&self) -> &(dyn TensorSource + Sync) {
-        self
-    }
-
     fn as_pack(&self) -> Option<&dyn crate::read::PackSource> {
         Some(self)
     }

@@ -52,8 +52,6 @@ mod zip;
 
 use std::collections::HashMap;
 
-use crate::format::Limits;
-
 pub use source::PytorchSource;
 
 /// Why a `torch.save` file could not be opened: the error of every source
@@ -64,49 +62,14 @@ pub use source::PytorchSource;
 )]
 pub type PytorchError = crate::read::SourceError;
 
-/// How to open a `torch.save` file.
+/// How to open a `torch.save` file: the options of opening any source
+/// ([`OpenOptions`](crate::interop::OpenOptions)): the key of the state dict, the limits.
 ///
 /// ```
 /// use burnpack::interop::pytorch::PytorchOptions;
 /// let options = PytorchOptions::new().key("ema_state_dict");
 /// ```
-#[derive(Debug, Clone, Default)]
-pub struct PytorchOptions {
-    key: Option<String>,
-    limits: Limits,
-}
-
-impl PytorchOptions {
-    /// The defaults: the state dict found at the top or under a well-known key, the default
-    /// [`Limits`].
-    #[must_use]
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The state dict is under this key of the top-level dict (an error if it is not).
-    #[must_use]
-    pub fn key(mut self, key: impl Into<String>) -> Self {
-        self.key = Some(key.into());
-        self
-    }
-
-    /// Bounds on the file: its size, the pickle's size (`max_metadata_size`), the number of
-    /// tensors, one tensor's size (a gathered view included), the nesting of the state dict.
-    #[must_use]
-    pub fn limits(mut self, limits: Limits) -> Self {
-        self.limits = limits;
-        self
-    }
-
-    /// The same options with other limits (a shard's share of the whole).
-    fn with_limits(&self, limits: Limits) -> Self {
-        Self {
-            key: self.key.clone(),
-            limits,
-        }
-    }
-}
+pub type PytorchOptions = crate::interop::OpenOptions;
 
 /// The two containers `torch.save` writes.
 ///

@@ -53,11 +53,7 @@ pub struct PytorchSource {
 
 impl std::fmt::Debug for PytorchSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PytorchSource")
-            .field("file", &self.file)
-            .field("shards", &self.shards.len())
-            .field("tensors", &self.table.tensors().len())
-            .finish_non_exhaustive()
+        self.table.fmt_source(f, "PytorchSource", self.shards.len())
     }
 }
 
@@ -136,10 +132,7 @@ impl PytorchSource {
             None,
             &options.limits,
             |path, limits| {
-                let options = PytorchOptions {
-                    key: options.key.clone(),
-                    limits: *limits,
-                };
+                let options = options.with_limits(*limits);
                 let bytes = bytes
                     .take()
                     .unwrap_or_else(|| Bytes::from_bytes_vec(Vec::new()));
@@ -551,9 +544,5 @@ impl crate::read::DescribedSource for PytorchSource {
             self.copy_reason(info)
                 .map_or_else(|| "view".to_string(), |r| r.to_string()),
         )
-    }
-
-    fn as_tensor_source(&self) -> &(dyn TensorSource + Sync) {
-        self
     }
 }

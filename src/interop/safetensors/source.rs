@@ -70,11 +70,8 @@ struct Shard {
 
 impl std::fmt::Debug for SafetensorsSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SafetensorsSource")
-            .field("file", &self.file)
-            .field("shards", &self.shards.len())
-            .field("tensors", &self.table.tensors().len())
-            .finish_non_exhaustive()
+        self.table
+            .fmt_source(f, "SafetensorsSource", self.shards.len())
     }
 }
 
@@ -483,10 +480,6 @@ impl crate::read::DescribedSource for SafetensorsSource {
 
     fn column(&self, info: &TensorInfo) -> Option<String> {
         Some(file_name(self.shard_of(info)))
-    }
-
-    fn as_tensor_source(&self) -> &(dyn TensorSource + Sync) {
-        self
     }
 }
 
