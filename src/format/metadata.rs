@@ -262,7 +262,7 @@ impl Metadata {
     }
 }
 
-/// What [`Metadata::decode_lenient`] read past, as Burn's reader does: the file still loads,
+/// What `Metadata::decode_lenient` read past, as Burn's reader does: the file still loads,
 /// and verification reports these (see `Reader::verify_structure`).
 ///
 /// ```

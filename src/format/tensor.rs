@@ -9,7 +9,7 @@ use super::table::{Dims, Name, Names, Row};
 
 /// One tensor of a validated file: what it is and where its bytes are.
 ///
-/// Obtained from [`Layout`] (and so from [`crate::read::Reader`]); every range has been
+/// Obtained from [`Layout`](super::Layout) (and so from [`crate::read::Reader`]); every range has been
 /// checked against the file, the limits and the other tensors.
 ///
 /// ```

@@ -121,7 +121,7 @@ fn boxed<S: DescribedSource + 'static>(
 /// ```
 #[must_use]
 pub fn containers() -> &'static [Container] {
-    &CONTAINERS
+    CONTAINERS
 }
 
 static CONTAINERS: &[Container] = &[
@@ -366,7 +366,8 @@ fn sniffed(head: &[u8], total: u64) -> Option<&'static Container> {
 fn unknown(path: &Path, head: &[u8]) -> SourceError {
     let name = path.to_string_lossy().to_ascii_lowercase();
     // Burn's bincode records have no magic number: only their name can say what they are.
-    if cfg!(feature = "legacy") && (name.ends_with(".bin") || name.ends_with(".bin.gz")) {
+    let bincode = [".bin", ".bin.gz"].iter().any(|end| name.ends_with(end));
+    if cfg!(feature = "legacy") && bincode {
         return SourceError::Bincode {
             path: path.to_path_buf(),
         };

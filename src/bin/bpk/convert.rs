@@ -70,10 +70,7 @@ pub(crate) fn convert(
         return Ok(converted_to_safetensors(input, output, &written));
     }
     let counter = bar.counter();
-    let writer = source
-        .to_writer()
-        .map_err(Failure::file)?
-        .progress(move |bytes| counter(bytes));
+    let writer = source.to_writer().map_err(Failure::file)?.progress(counter);
     let size = if is_url(output) {
         upload(writer, output)?
     } else {

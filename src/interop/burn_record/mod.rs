@@ -1,4 +1,4 @@
-//! Records of Burn 0.14 to 0.21 (which Burn 0.22 can no longer read) as a [`TensorSource`]:
+//! Records of Burn 0.14 to 0.21 (which Burn 0.22 can no longer read) as a [`TensorSource`](crate::read::TensorSource):
 //! the files of `NamedMpkFileRecorder` (`.mpk`, Burn's default), `NamedMpkGzFileRecorder`
 //! (`.mpk.gz`), `PrettyJsonFileRecorder` (`.json`) and `JsonGzFileRecorder` (`.json.gz`).
 //!
@@ -14,7 +14,7 @@
 //! the mapping where aligned for their element type, copied otherwise (the load report says
 //! which). A `.gz` file is decompressed into memory once, and its tensors are windows of that
 //! buffer. JSON stores bytes as numbers: they are decoded when the file is opened
-//! ([`CopyReason::Decoded`]). Bincode records (`.bin`, `.bin.gz`) do not describe themselves
+//! ([`CopyReason::Decoded`](crate::read::CopyReason::Decoded)). Bincode records (`.bin`, `.bin.gz`) do not describe themselves
 //! (no field names, no lengths) and are refused with an explanation.
 
 mod compact;

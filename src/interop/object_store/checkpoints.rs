@@ -156,7 +156,7 @@ impl Storage for ObjectPrefix {
 /// leave is an incomplete multipart upload, which S3 keeps (and bills) until aborted: a
 /// bucket lifecycle rule (`AbortIncompleteMultipartUpload`) removes those.
 ///
-/// [`latest`](Self::latest) returns a [`Checkpoint`] over an [`ObjectSource`]: opening it reads
+/// [`latest`](Self::latest) returns a [`Checkpoint`](crate::checkpoint::Checkpoint) over an [`ObjectSource`]: opening it reads
 /// only header and metadata; restoring the model fetches only the model's tensors, the
 /// optimizer only its own, each in parallel ranged requests.
 ///

@@ -1,4 +1,4 @@
-//! `PyTorch` `torch.save` files (`.pt`, `.pth`, `.bin`) as a [`TensorSource`], read without
+//! `PyTorch` `torch.save` files (`.pt`, `.pth`, `.bin`) as a [`TensorSource`](crate::read::TensorSource), read without
 //! running anything in them: a restricted unpickler reads the state dict's object graph and
 //! refuses every global a state dict does not need, by name.
 //!
@@ -14,7 +14,7 @@
 //! A contiguous view is a window; a non-contiguous one (a transposed weight saved as is, a
 //! buffer expanded with stride 0) is gathered into memory of its own, once, in parallel across
 //! tensors when the module loader asks for them together, and the load report says why
-//! ([`CopyReason::Strided`]). What the gathered views of a file add up to is bounded by the
+//! ([`CopyReason::Strided`](crate::read::CopyReason::Strided)). What the gathered views of a file add up to is bounded by the
 //! file's own size plus 16 MiB, checked when it is opened: a few bytes expanded to gigabytes
 //! are an error naming the tensor, not an allocation.
 //!
