@@ -77,6 +77,12 @@ pub(crate) fn byte_len_of(dtype: DType, dims: impl IntoIterator<Item = u64>) -> 
     if matches!(dtype, DType::QFloat(_)) {
         return None;
     }
+    // A zero dimension makes an empty tensor whatever the others are (checked first, so
+    // that `[2^32, 2^32, 2^32, 0]` is as empty as `[0, 2^32, 2^32, 2^32]`).
+    let dims: smallvec::SmallVec<[u64; 8]> = dims.into_iter().collect();
+    if dims.contains(&0) {
+        return Some(0);
+    }
     dims.into_iter()
         .try_fold(1u64, u64::checked_mul)?
         .checked_mul(dtype.size() as u64)

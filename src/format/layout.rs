@@ -277,6 +277,15 @@ impl Layout {
             }
             None => None,
         };
+        // Burn's writer and this crate's pad the data section to its aligned start even
+        // when there is no tensor: a file that ends before it was cut short.
+        if file_len < data_start {
+            return Err(FormatError::Truncated {
+                what: "data section",
+                needed: data_start,
+                available: file_len,
+            });
+        }
         let (names, rows) = table.into_names();
         let mut tensors = Vec::with_capacity(rows.len());
         for (i, row) in rows.into_iter().enumerate() {

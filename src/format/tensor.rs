@@ -176,7 +176,15 @@ impl TensorInfo {
     /// Number of elements (product of the shape).
     #[must_use]
     pub fn num_elements(&self) -> usize {
-        self.shape.iter().product()
+        // Every source checks that shape × dtype size fits; a zero dimension makes any
+        // other empty, and the product never overflows for a tensor of a validated table.
+        if self.shape.contains(&0) {
+            return 0;
+        }
+        self.shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .unwrap_or(usize::MAX)
     }
 
     /// The stored xxh3-64 checksum of the tensor's bytes, if the file has checksums.

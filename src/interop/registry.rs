@@ -167,7 +167,12 @@ static CONTAINERS: &[Container] = &[
                 &options.limits,
             ))
         }),
-        from_bytes: |bytes, _| boxed(super::safetensors::SafetensorsSource::from_bytes(bytes)),
+        from_bytes: |bytes, options| {
+            boxed(super::safetensors::SafetensorsSource::from_bytes_with(
+                bytes,
+                &options.limits,
+            ))
+        },
     },
     #[cfg(feature = "pytorch")]
     Container {
@@ -253,41 +258,78 @@ pub fn open_any_with(
     }
     let file =
         crate::platform::open_regular(location).map_err(SourceError::io(location, "open"))?;
-    let mut head = vec![0u8; INDEX_HEAD];
     let len = file
         .metadata()
         .map_err(SourceError::io(location, "stat"))?
         .len();
-    head.truncate(usize::try_from(len).map_or(INDEX_HEAD, |len| len.min(INDEX_HEAD)));
-    crate::platform::read_exact_at(&file, &mut head, 0)
-        .map_err(SourceError::io(location, "read"))?;
-    drop(file);
-    if let Some(shard) = index_shard(location, &head, options)? {
-        let mut shard_head = vec![0u8; HEAD];
-        let file =
-            crate::platform::open_regular(&shard).map_err(SourceError::io(&shard, "open"))?;
-        let n = read_head(&file, &mut shard_head).map_err(SourceError::io(&shard, "read"))?;
-        shard_head.truncate(n);
-        let shard_len = file
-            .metadata()
-            .map_err(SourceError::io(&shard, "stat"))?
-            .len();
-        let container =
-            sniffed(&shard_head, shard_len).ok_or_else(|| unknown(&shard, &shard_head))?;
-        let open = container.open_index.ok_or_else(|| SourceError::Invalid {
-            path: location.to_path_buf(),
-            reason: format!(
-                "an index of shards of {} files, which are not read through an index",
-                container.name
-            ),
-        })?;
-        return open(location, options);
+    let mut head = vec![0u8; INDEX_HEAD];
+    let n = read_head(&file, &mut head).map_err(SourceError::io(location, "read"))?;
+    head.truncate(n);
+    if first_text_byte(&head) == Some(b'{') && is_index(file) {
+        return open_index(location, options);
     }
-    let head = &head[..head.len().min(HEAD)];
-    match sniffed(head, len) {
+    match sniffed(&head, len) {
         Some(container) => (container.open)(location, options),
-        None => Err(unknown(location, head)),
+        None => Err(unknown(location, &head)),
     }
+}
+
+/// An index JSON of shards: every shard's format told by its content, all of one format,
+/// opened by that format's index opener.
+fn open_index(
+    location: &Path,
+    options: &OpenOptions,
+) -> Result<Box<dyn DescribedSource>, SourceError> {
+    let shards = index_shards(location, options)?;
+    let mut format: Option<(&'static Container, &Path)> = None;
+    for shard in &shards {
+        let file = crate::platform::open_regular(shard).map_err(SourceError::io(shard, "open"))?;
+        let len = file
+            .metadata()
+            .map_err(SourceError::io(shard, "stat"))?
+            .len();
+        let mut head = vec![0u8; HEAD];
+        let n = read_head(&file, &mut head).map_err(SourceError::io(shard, "read"))?;
+        head.truncate(n);
+        if first_text_byte(&head) == Some(b'{') && is_index(file) {
+            return Err(SourceError::Invalid {
+                path: location.to_path_buf(),
+                reason: format!(
+                    "shard '{}' is itself an index: an index names files of tensors",
+                    shard.display()
+                ),
+            });
+        }
+        let container = sniffed(&head, len).ok_or_else(|| unknown(shard, &head))?;
+        match format {
+            None => format = Some((container, shard)),
+            Some((first, first_shard)) if first.name != container.name => {
+                return Err(SourceError::Invalid {
+                    path: location.to_path_buf(),
+                    reason: format!(
+                        "shards of two formats: '{}' is {}, '{}' is {}",
+                        first_shard.display(),
+                        first.name,
+                        shard.display(),
+                        container.name
+                    ),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    let (container, _) = format.ok_or_else(|| SourceError::Invalid {
+        path: location.to_path_buf(),
+        reason: "an index of no shard".into(),
+    })?;
+    let open = container.open_index.ok_or_else(|| SourceError::Invalid {
+        path: location.to_path_buf(),
+        reason: format!(
+            "an index of shards of {} files, which are not read through an index",
+            container.name
+        ),
+    })?;
+    open(location, options)
 }
 
 /// Opens bytes of any format this build reads (told by their content), named `"<memory>"`
@@ -316,23 +358,58 @@ pub fn open_bytes_any(
     }
 }
 
-/// How much of a file is looked at for an index's `weight_map` key.
+/// How much of a file's start is looked at for its format (a JSON document may start with
+/// white space).
 const INDEX_HEAD: usize = 64 << 10;
 
-/// When `head` begins an index JSON of shards (an object with a `weight_map`), its first
-/// shard (by name).
-fn index_shard(
-    path: &Path,
-    head: &[u8],
-    options: &OpenOptions,
-) -> Result<Option<PathBuf>, SourceError> {
-    if first_text_byte(head) != Some(b'{') || !contains(head, b"\"weight_map\"") {
-        return Ok(None);
+/// Whether the JSON object `file` starts with is an index of shards: told by its first key
+/// that decides (`weight_map`: an index; `item`: a Burn record), reading no further than that
+/// (other keys' values, such as an index's or a record's `metadata`, are skipped).
+fn is_index(file: std::fs::File) -> bool {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+    struct Keys<'a>(&'a std::cell::Cell<Option<bool>>);
+    impl<'de> Visitor<'de> for Keys<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<String>()? {
+                match key.as_str() {
+                    "weight_map" => {
+                        self.0.set(Some(true));
+                        return Ok(());
+                    }
+                    "item" => {
+                        self.0.set(Some(false));
+                        return Ok(());
+                    }
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(())
+        }
     }
+    let decided = std::cell::Cell::new(None);
+    let reader = std::io::BufReader::new(std::io::Read::take(file, INDEX_SCAN));
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    // The deserializer complains of the keys left unread once the visitor has decided.
+    let _ = (&mut de).deserialize_map(Keys(&decided));
+    decided.get() == Some(true)
+}
+
+/// How far into a JSON file [`is_index`] reads for its deciding key (an index's `metadata`
+/// comes first and is small).
+const INDEX_SCAN: u64 = 64 << 20;
+
+/// The shards an index names, in name order.
+fn index_shards(path: &Path, options: &OpenOptions) -> Result<Vec<PathBuf>, SourceError> {
     #[cfg(any(feature = "safetensors", feature = "pytorch"))]
     {
         let index = super::index::ShardIndex::read(path, "shard", options.limits.max_tensor_count)?;
-        Ok(index.shards.first().cloned())
+        Ok(index.shards)
     }
     #[cfg(not(any(feature = "safetensors", feature = "pytorch")))]
     {
@@ -344,10 +421,6 @@ fn index_shard(
                 .into(),
         })
     }
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 fn read_head(file: &std::fs::File, head: &mut [u8]) -> std::io::Result<usize> {

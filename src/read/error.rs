@@ -191,6 +191,14 @@ pub enum SourceError {
         /// What is wrong (naming the tensor where there is one).
         source: FormatError,
     },
+    /// The file is shorter than its own header says (an interrupted copy or download).
+    #[error("{}: truncated: {reason}", path.display())]
+    Truncated {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What its header says, and what is there.
+        reason: String,
+    },
     /// The path or URL is not one this crate can open.
     #[error("{}: {reason}", path.display())]
     Location {
@@ -229,6 +237,7 @@ impl SourceError {
             Self::Bincode { .. } => SourceErrorKind::Unsupported,
             Self::UnknownFormat { .. } => SourceErrorKind::UnknownFormat,
             Self::Location { .. } => SourceErrorKind::Location,
+            Self::Truncated { .. } => SourceErrorKind::Truncated,
             Self::Format { source, .. } => match source {
                 FormatError::Truncated { .. } | FormatError::PastEnd { .. } => {
                     SourceErrorKind::Truncated
@@ -255,6 +264,7 @@ impl SourceError {
             | Self::Bincode { path }
             | Self::Format { path, .. }
             | Self::Location { path, .. }
+            | Self::Truncated { path, .. }
             | Self::UnknownFormat { path, .. } => path,
         }
     }

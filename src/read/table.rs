@@ -215,24 +215,30 @@ impl<P> TableBuilder<P> {
                 self.limits.max_tensor_size
             )));
         }
-        let shape = info.shape().iter().map(|&d| d as u64);
-        if let Some(expected) = crate::format::byte_len_of(info.dtype(), shape)
-            && expected != info.len()
-        {
-            return Err(tensor_error(format!(
-                "{} bytes, but {:?} of shape {:?} needs {expected}",
-                info.len(),
-                info.dtype(),
-                info.shape()
-            )));
-        }
-        if matches!(info.dtype(), burn::tensor::DType::QFloat(_))
-            && crate::format::byte_len_of(burn::tensor::DType::U8, shape_of(&info)).is_none()
-        {
-            return Err(tensor_error(format!(
-                "shape {:?} is too large to address",
-                info.shape()
-            )));
+        // Quantized tensors' packed length is Burn's own (checked by their source); their
+        // element count must still be addressable.
+        let quantized = matches!(info.dtype(), burn::tensor::DType::QFloat(_));
+        let dtype = if quantized {
+            burn::tensor::DType::U8
+        } else {
+            info.dtype()
+        };
+        match crate::format::byte_len_of(dtype, shape_of(&info)) {
+            None => {
+                return Err(tensor_error(format!(
+                    "shape {:?} is too large to address",
+                    info.shape()
+                )));
+            }
+            Some(expected) if !quantized && expected != info.len() => {
+                return Err(tensor_error(format!(
+                    "{} bytes, but {:?} of shape {:?} needs {expected}",
+                    info.len(),
+                    info.dtype(),
+                    info.shape()
+                )));
+            }
+            Some(_) => {}
         }
         self.rows.push((info, place));
         Ok(())

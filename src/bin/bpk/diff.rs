@@ -138,15 +138,15 @@ impl Diff<'_> {
 
     fn print_text(&self) {
         for n in &self.only_in_a {
-            println!("only in {}: {n}", self.a);
+            println!("only in {}: {}", self.a, clean(n));
         }
         for n in &self.only_in_b {
-            println!("only in {}: {n}", self.b);
+            println!("only in {}: {}", self.b, clean(n));
         }
         for c in &self.dtype_or_shape {
             println!(
                 "{}: {} {} vs {} {}",
-                c.name,
+                clean(c.name),
                 shown(&c.a.dtype),
                 shown(&c.a.shape),
                 shown(&c.b.dtype),
@@ -156,7 +156,7 @@ impl Diff<'_> {
         for d in &self.param_ids {
             println!(
                 "{}: param id {} vs {}",
-                d.name,
+                clean(d.name),
                 d.a.as_deref().unwrap_or("none"),
                 d.b.as_deref().unwrap_or("none")
             );
@@ -164,12 +164,19 @@ impl Diff<'_> {
         for v in &self.values {
             println!(
                 "{}: values differ (max abs {:e}, max rel {:e})",
-                v.name, v.max_abs, v.max_rel
+                clean(&v.name),
+                v.max_abs,
+                v.max_rel
             );
         }
         for (what, changes) in [("metadata", &self.metadata), ("scalar", &self.scalars)] {
             for m in changes {
-                println!("{what} {}: {} vs {}", m.key, shown(&m.a), shown(&m.b));
+                println!(
+                    "{what} {}: {} vs {}",
+                    clean(&m.key),
+                    shown(&m.a),
+                    shown(&m.b)
+                );
             }
         }
         let same = self.common - self.dtype_or_shape.len() - self.values.len();

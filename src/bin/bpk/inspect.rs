@@ -84,22 +84,19 @@ fn show(path: &Path, source: &dyn DescribedSource, as_json: bool, filter: Option
     }
     println!(
         "{}: {}, {} of tensor data",
-        path.display(),
+        clean(&path.display().to_string()),
         about.summary,
         human_bytes(census.data_bytes)
     );
-    for line in &about.lines {
-        println!("{line}");
-    }
-    for note in &about.notes {
-        println!("{note}");
+    for line in about.lines.iter().chain(&about.notes) {
+        println!("{}", clean(line));
     }
     census.print();
     print_metadata(&about.metadata);
     if !about.scalars.is_empty() {
         println!("scalars:");
         for (k, v) in &about.scalars {
-            println!("  {k} = {v}");
+            println!("  {} = {}", clean(k), clean(v));
         }
     }
     let heading = about.column.unwrap_or("");

@@ -187,7 +187,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            eprintln!("bpk: {}", failure.message);
+            eprintln!("bpk: {}", print::clean(&failure.message));
             ExitCode::from(failure.code)
         }
     }

@@ -7,6 +7,26 @@ use burnpack::read::human_bytes;
 use regex::Regex;
 use serde_json::{Value, json};
 
+/// Text from a file (a tensor name, a metadata value, a path, an error that quotes them) made
+/// safe to print: control characters (a newline, a terminal escape sequence) are shown
+/// escaped, so that one record stays one line and no name can drive the terminal.
+pub(crate) fn clean(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
+}
+
 pub(crate) fn dtype_name(dtype: DType) -> String {
     match dtype {
         DType::QFloat(_) => "qfloat".to_string(),
@@ -75,7 +95,7 @@ pub(crate) fn print_metadata(metadata: &std::collections::BTreeMap<String, Strin
     if !metadata.is_empty() {
         println!("metadata:");
         for (k, v) in metadata {
-            println!("  {k} = {v}");
+            println!("  {} = {}", clean(k), clean(v));
         }
     }
 }
@@ -84,7 +104,7 @@ pub(crate) fn print_metadata(metadata: &std::collections::BTreeMap<String, Strin
 pub(crate) fn name_width(shown: &[&TensorInfo]) -> usize {
     shown
         .iter()
-        .map(|t| t.name().len())
+        .map(|t| clean(t.name()).chars().count())
         .max()
         .unwrap_or(4)
         .max(4)
@@ -115,12 +135,12 @@ pub(crate) fn print_tensor_table(
     for t in shown {
         println!(
             "{:<width$}  {:>9}  {:>16}  {:>12}  {:>12}  {}",
-            t.name(),
+            clean(t.name()),
             dtype_name(t.dtype()),
             format!("{:?}", t.shape()),
             t.len(),
             t.offset(),
-            value(t)
+            clean(&value(t))
         );
     }
 }

@@ -86,14 +86,15 @@ pub(crate) fn scan(
             Ok(checked) => verified += usize::from(checked),
             Err(message) => {
                 bad += 1;
-                println!("{message}");
+                println!("{}", crate::print::clean(&message));
             }
         }
         if nans + infs > 0 {
             bad += 1;
             println!(
-                "{}: tensor '{name}': {nans} NaN and {infs} infinite values",
-                path.display()
+                "{}: tensor '{}': {nans} NaN and {infs} infinite values",
+                path.display(),
+                crate::print::clean(&name)
             );
         }
     }

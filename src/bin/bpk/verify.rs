@@ -11,10 +11,14 @@ use crate::scan::*;
 /// Prints a failed verification of `path` with its problems and returns exit code 1.
 fn failed(path: &Path, problems: &[String]) -> u8 {
     for problem in problems {
-        println!("{problem}");
+        println!("{}", clean(problem));
     }
     let s = if problems.len() == 1 { "" } else { "s" };
-    println!("{}: FAILED: {} problem{s}", path.display(), problems.len());
+    println!(
+        "{}: FAILED: {} problem{s}",
+        clean(&path.display().to_string()),
+        problems.len()
+    );
     1
 }
 
@@ -37,7 +41,7 @@ pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
     // What the format's reader ignores (an error in this crate's own files, refused above):
     // named, without failing the verification.
     for warning in &about.warnings {
-        println!("{}: warning: {warning}", path.display());
+        println!("{}: warning: {}", path.display(), clean(warning));
     }
     let Scan {
         bad,
@@ -66,7 +70,7 @@ pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
         scanned(nan)
     );
     for note in &about.notes {
-        println!("{}: note: {note}", path.display());
+        println!("{}: note: {}", path.display(), clean(note));
     }
     Ok(0)
 }

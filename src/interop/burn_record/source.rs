@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::atomic::AtomicU64;
 
 use burn::tensor::{AllocationProperty, Bytes};
+use serde::Deserialize;
 
 use super::compact::{append_aligned, compact};
 use super::dtype::tensor_dtype;
@@ -20,6 +21,12 @@ use crate::read::{
 use crate::write::Writer;
 
 /// A Burn 0.14-0.21 record file as a [`TensorSource`].
+///
+/// A gzipped record is decompressed (bounded by [`Limits::max_inflation`]) with ordinary
+/// reads. An uncompressed one (`.mpk`, `.json`) is mapped and parsed through its mapping: it
+/// must not be truncated or rewritten while the source lives (as for
+/// [`Reader::open`](crate::read::Reader::open)); if another process truncates it meanwhile, a
+/// read past its new end faults (`SIGBUS`), as any mapped read does.
 ///
 /// ```no_run
 /// use burn::module::Module;
@@ -206,7 +213,20 @@ impl LegacySource {
             root
         } else {
             let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
-            walk.record(&mut de).map_err(|e| invalid(e.to_string()))?
+            let root = walk.record(&mut de).map_err(|e| invalid(e.to_string()))?;
+            // Bytes past the record would be read by nobody (and could be another record):
+            // the record's end found by skipping it once more (its `bin`s are read into one
+            // buffer at a time, so this costs a copy, not memory beyond a tensor).
+            let mut rest: &[u8] = bytes;
+            serde::de::IgnoredAny::deserialize(&mut rmp_serde::Deserializer::new(&mut rest))
+                .map_err(|e| invalid(e.to_string()))?;
+            let rest = rest.len();
+            if rest > 0 {
+                return Err(invalid(format!(
+                    "{rest} bytes after the record, which nothing reads"
+                )));
+            }
+            root
         };
         let metadata = record_metadata(&root).ok_or_else(|| {
             invalid(format!(
@@ -464,7 +484,7 @@ fn inflate(
         .saturating_add(1 << 20);
     let most = limits.max_file_size.min(inflated);
     let mut out = Vec::new();
-    let mut reader = flate2::read::GzDecoder::new(compressed).take(most.saturating_add(1));
+    let mut reader = flate2::read::MultiGzDecoder::new(compressed).take(most.saturating_add(1));
     reader
         .read_to_end(&mut out)
         .map_err(SourceError::io(path, "decompress"))?;

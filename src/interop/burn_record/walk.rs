@@ -359,6 +359,13 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
                 other => other,
             };
             if count <= SMALL {
+                // Serde, and so Burn, refuses a key given twice; one of them would be lost.
+                if entries.iter().any(|(k, _)| *k == key) {
+                    let path = self.walk.joined::<A::Error>(None)?;
+                    return Err(de::Error::custom(format!(
+                        "the key '{key}' is given twice in the map at '{path}'"
+                    )));
+                }
                 entries.push((key, value));
             }
         }

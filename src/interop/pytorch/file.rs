@@ -9,7 +9,7 @@ use burn::tensor::Bytes;
 use super::pickle::{Node, Pickle, PickleError};
 use super::state_dict::{Walker, check_storage_types, state_dict, top_keys, unread_keys};
 use super::views::{Placed, place};
-use super::{PytorchFormat, PytorchOptions, StorageEntry, Storages, legacy, zip};
+use super::{Fault, PytorchFormat, PytorchOptions, StorageEntry, Storages, legacy, zip};
 use crate::format::TensorInfo;
 use crate::read::SourceError;
 use crate::read::source::Source;
@@ -246,11 +246,6 @@ fn fault(path: &Path, e: Fault) -> SourceError {
             reason: format!("not a readable torch.save file: {reason}"),
         },
     }
-}
-
-pub(super) enum Fault {
-    Pickle(PickleError),
-    Other(String),
 }
 
 /// Bytes that gathered (non-contiguous) views may add up to beyond the size of their file.

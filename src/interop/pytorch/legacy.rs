@@ -3,9 +3,8 @@
 
 use std::collections::HashMap;
 
-use super::file::Fault;
 use super::pickle::{self, Node, Pickle};
-use super::{PytorchOptions, StorageEntry, Storages};
+use super::{Fault, PytorchOptions, StorageEntry, Storages};
 
 /// The magic number of the legacy format, as its pickle writes it (LONG1, little-endian).
 const LEGACY_MAGIC: [u8; 10] = [0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];

@@ -100,3 +100,9 @@ struct StorageEntry {
 
 /// Each storage by key.
 type Storages = HashMap<String, StorageEntry>;
+
+/// Why a container could not be read: its pickle, or anything else (said as a sentence).
+enum Fault {
+    Pickle(pickle::PickleError),
+    Other(String),
+}

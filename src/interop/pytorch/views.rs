@@ -133,10 +133,13 @@ pub(super) fn place(
         .map(|&d| usize::try_from(d))
         .collect::<Result<_, _>>()
         .map_err(|_| "a dimension that does not fit in memory".to_string())?;
-    let len = view
-        .shape
-        .iter()
-        .try_fold(size, |n, &d| n.checked_mul(d))
+    // A zero dimension makes the view empty, whatever the others are.
+    let len = if view.shape.contains(&0) {
+        Some(0)
+    } else {
+        view.shape.iter().try_fold(size, |n, &d| n.checked_mul(d))
+    };
+    let len = len
         .filter(|&len| len <= limits.max_tensor_size)
         .ok_or_else(|| {
             format!(

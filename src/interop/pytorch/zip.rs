@@ -4,9 +4,8 @@
 use std::borrow::Cow;
 use std::io::{Cursor, Read, Seek};
 
-use super::file::Fault;
 use super::pickle::{self, Pickle};
-use super::{PytorchOptions, StorageEntry, Storages};
+use super::{Fault, PytorchOptions, StorageEntry, Storages};
 
 /// The bytes of a `torch.save` file, as the zip reader reads them: a file with ordinary
 /// reads (its central directory and pickle are never read through a mapping, so opening a

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::Bytes;
-use safetensors::SafeTensors;
 
 use super::to_burn;
 use crate::format::{Limits, TensorInfo, element_align};
@@ -138,18 +137,22 @@ impl SafetensorsSource {
     /// # Errors
     /// As [`open`](Self::open), naming `"<memory>"`.
     pub fn from_bytes(bytes: Bytes) -> Result<Self, SourceError> {
+        Self::from_bytes_with(bytes, &Limits::default())
+    }
+
+    /// [`from_bytes`](Self::from_bytes) with the limits on tensor count and size.
+    ///
+    /// # Errors
+    /// As [`from_bytes`](Self::from_bytes).
+    pub fn from_bytes_with(bytes: Bytes, limits: &Limits) -> Result<Self, SourceError> {
         let path = Path::new(MEMORY);
         let mut bytes = Some(crate::read::source::view_capable(bytes));
-        let sharded = assemble_shards(
-            path,
-            &[path.to_path_buf()],
-            None,
-            &Limits::default(),
-            |path, _| {
+        let sharded =
+            assemble_shards(path, &[path.to_path_buf()], None, limits, |path, limits| {
                 let bytes = bytes
                     .take()
                     .unwrap_or_else(|| Bytes::from_bytes_vec(Vec::new()));
-                let (header_len, metadata) = validate(path, &bytes, bytes.len() as u64)?;
+                let (header_len, metadata) = validate(path, &bytes, bytes.len() as u64, limits)?;
                 let mut rows = Vec::new();
                 let shard = shard(
                     path,
@@ -159,8 +162,7 @@ impl SafetensorsSource {
                     &mut rows,
                 )?;
                 Ok((shard, rows))
-            },
-        )?;
+            })?;
         Ok(Self::assemble(path, sharded, BTreeMap::new()))
     }
 
@@ -269,34 +271,38 @@ impl SafetensorsSource {
 /// The name of a source in memory, in errors.
 const MEMORY: &str = "<memory>";
 
-/// Validates a safetensors header with the `safetensors` crate: `head` holds at least the
-/// length prefix and the JSON header (all of `total` bytes, or only the header of a file of
-/// `total` bytes). Returns the header's length and the parsed metadata.
+/// Validates a safetensors header with the `safetensors` crate's own rules: `head` holds the
+/// 8-byte prefix and the header (or all of a file in memory), `total` is the file's length.
+/// Returns the header's length and the parsed metadata. A file shorter than its header or its
+/// tensors say is [`SourceError::Truncated`]; a tensor named twice in the header (which a
+/// map would keep one of, in silence) is an error naming it.
 fn validate(
     path: &Path,
     head: &[u8],
     total: u64,
+    limits: &Limits,
 ) -> Result<(usize, safetensors::tensor::Metadata), SourceError> {
     let invalid = |e: safetensors::SafeTensorError| SourceError::Invalid {
         path: path.to_path_buf(),
         reason: e.to_string(),
     };
-    if head.len() as u64 == total {
-        return SafeTensors::read_metadata(head).map_err(invalid);
-    }
-    // Only the header was read: the same checks, in the crate's own order and words (the
-    // crate's `Metadata` validates offsets and lengths as it is deserialized), then the file's
-    // length against the offsets.
-    let n = header_len(head).map_err(invalid)?;
+    let n = header_len(path, head, total)?;
     let json = std::str::from_utf8(&head[8..8 + n])
         .map_err(|e| invalid(safetensors::SafeTensorError::InvalidHeader(e)))?;
+    unique_names(path, json, limits)?;
     let metadata: safetensors::tensor::Metadata = serde_json::from_str(json).map_err(|e| {
         invalid(safetensors::SafeTensorError::InvalidHeaderDeserialization(
             e,
         ))
     })?;
-    let end = (8 + n as u64).checked_add(metadata.data_len() as u64);
-    if end != Some(total) {
+    let end = (8 + n as u64).saturating_add(metadata.data_len() as u64);
+    if end > total {
+        return Err(SourceError::Truncated {
+            path: path.to_path_buf(),
+            reason: format!("its tensors end at byte {end}, but the file has {total} bytes"),
+        });
+    }
+    if end < total {
         return Err(invalid(
             safetensors::SafeTensorError::MetadataIncompleteBuffer,
         ));
@@ -304,21 +310,73 @@ fn validate(
     Ok((n, metadata))
 }
 
-/// The header length a safetensors prefix declares, when `head` holds all of it.
-fn header_len(head: &[u8]) -> Result<usize, safetensors::SafeTensorError> {
+/// The header length the 8-byte prefix of `head` declares, checked against the crate's bound
+/// and the file's length `total` (`head` holds at least the prefix, or all of a short file).
+fn header_len(path: &Path, head: &[u8], total: u64) -> Result<usize, SourceError> {
+    let invalid = |e: safetensors::SafeTensorError| SourceError::Invalid {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
     let prefix: [u8; 8] = head
         .get(..8)
         .and_then(|b| b.try_into().ok())
-        .ok_or(safetensors::SafeTensorError::HeaderTooSmall)?;
-    let n = usize::try_from(u64::from_le_bytes(prefix))
-        .map_err(|_| safetensors::SafeTensorError::HeaderTooLarge)?;
-    if n > MAX_HEADER {
-        return Err(safetensors::SafeTensorError::HeaderTooLarge);
+        .ok_or_else(|| invalid(safetensors::SafeTensorError::HeaderTooSmall))?;
+    let n = u64::from_le_bytes(prefix);
+    if n > MAX_HEADER as u64 {
+        return Err(invalid(safetensors::SafeTensorError::HeaderTooLarge));
     }
-    if head.len() < 8 + n {
-        return Err(safetensors::SafeTensorError::InvalidHeaderLength);
+    if 8 + n > total {
+        return Err(SourceError::Truncated {
+            path: path.to_path_buf(),
+            reason: format!("its header says it is {n} bytes long, but the file has {total} bytes"),
+        });
     }
-    Ok(n)
+    Ok(n as usize)
+}
+
+/// Refuses a header that names a tensor twice (JSON allows it; the `safetensors` crate keeps
+/// the last), or lists more entries than the tensor-count limit (checked before each one is
+/// kept: what is kept is bounded by the limit).
+fn unique_names(path: &Path, json: &str, limits: &Limits) -> Result<(), SourceError> {
+    struct Names<'l>(&'l Limits);
+    impl<'de> serde::de::DeserializeSeed<'de> for Names<'_> {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+    impl<'de> serde::de::Visitor<'de> for Names<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(name) = map.next_key::<String>()? {
+                // The tensors and `__metadata__`.
+                if seen.len() > self.0.max_tensor_count {
+                    return Err(serde::de::Error::custom(format!(
+                        "more than {} tensors, the tensor-count limit",
+                        self.0.max_tensor_count
+                    )));
+                }
+                map.next_value::<serde::de::IgnoredAny>()?;
+                if !seen.insert(name.clone()) {
+                    return Err(serde::de::Error::custom(format!(
+                        "'{name}' is listed twice in the header (one of them would be dropped)"
+                    )));
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(json);
+    serde::de::DeserializeSeed::deserialize(Names(limits), &mut de).map_err(|e| {
+        SourceError::Invalid {
+            path: path.to_path_buf(),
+            reason: format!("invalid header: {e}"),
+        }
+    })
 }
 
 /// The `safetensors` crate's own bound on a header (100 MB).
@@ -326,10 +384,7 @@ const MAX_HEADER: usize = 100_000_000;
 
 /// Opens one file: its header read with ordinary reads (at most [`MAX_HEADER`] bytes past
 /// the length prefix) and validated, then the file mapped; returns the shard and its rows.
-fn open_shard(
-    path: &Path,
-    _limits: &Limits,
-) -> Result<(Shard, Vec<(TensorInfo, ())>), SourceError> {
+fn open_shard(path: &Path, limits: &Limits) -> Result<(Shard, Vec<(TensorInfo, ())>), SourceError> {
     let file = crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?;
     let total = file
         .metadata()
@@ -338,24 +393,11 @@ fn open_shard(
     let mut prefix = [0u8; 8];
     let got = crate::platform::read_exact_at(&file, &mut prefix[..total.min(8) as usize], 0);
     got.map_err(SourceError::io(path, "read the header"))?;
-    let invalid = |e: safetensors::SafeTensorError| SourceError::Invalid {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    };
-    if total < 8 {
-        return Err(invalid(safetensors::SafeTensorError::HeaderTooSmall));
-    }
-    let n = u64::from_le_bytes(prefix);
-    if n > MAX_HEADER as u64 {
-        return Err(invalid(safetensors::SafeTensorError::HeaderTooLarge));
-    }
-    if 8 + n > total {
-        return Err(invalid(safetensors::SafeTensorError::InvalidHeaderLength));
-    }
-    let mut head = vec![0u8; 8 + n as usize];
+    let n = header_len(path, &prefix[..total.min(8) as usize], total)?;
+    let mut head = vec![0u8; 8 + n];
     crate::platform::read_exact_at(&file, &mut head, 0)
         .map_err(SourceError::io(path, "read the header"))?;
-    let (header_len, metadata) = validate(path, &head, total)?;
+    let (header_len, metadata) = validate(path, &head, total, limits)?;
     drop(head);
     // As for `Reader::open`, the file must not be truncated while it is mapped (documented
     // on `SafetensorsSource`).

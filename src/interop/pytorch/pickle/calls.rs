@@ -4,13 +4,7 @@
 
 use super::globals::Global;
 use super::machine::Machine;
-use super::{Fault, MAX_RANK, Node, Storage, TensorView, fault};
-
-/// What a call of a global makes: a new node, or a node that already exists.
-pub(super) enum Called {
-    New(Node),
-    Same(usize),
-}
+use super::{Called, Fault, MAX_RANK, Node, Storage, TensorView, fault};
 
 impl Machine<'_> {
     /// An integer node's value (a bool is 0 or 1).

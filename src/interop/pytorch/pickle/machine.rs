@@ -2,11 +2,10 @@
 
 use std::collections::HashMap;
 
-use super::calls::Called;
 use super::globals::global;
 use super::memory::Memory;
 use super::opcodes::{self as op, opcode_name};
-use super::{Fault, Node, Storage, fault};
+use super::{Called, Fault, Node, Storage, fault};
 
 /// The nodes every pickle starts with, shared: `None`, `False`, `True`, the empty tuple and
 /// the integers 0 to 255 (what `BININT1` pushes), which nothing can change.
@@ -347,4 +346,12 @@ fn long(bytes: &[u8]) -> Node {
         return Node::Int(i64::from_le_bytes(wide));
     }
     Node::BigInt(bytes.into())
+}
+
+impl Machine<'_> {
+    /// Counts `bytes` more of graph, or fails when that would pass the budget (see
+    /// [`Memory::charge`]).
+    pub(super) fn charge(&mut self, bytes: usize) -> Result<(), Fault> {
+        self.memory.charge(bytes, self.at)
+    }
 }

@@ -2,7 +2,6 @@
 //! of the pickle read, charged for every node, container, memo entry and copy, and for each
 //! growth of the node table, the stack and the marks.
 
-use super::machine::Machine;
 use super::{Fault, fault};
 
 /// Bytes of graph (nodes, their contents, memo entries, copies made by calls) the machine may
@@ -47,13 +46,5 @@ impl Memory {
             table.reserve_exact(more);
         }
         Ok(())
-    }
-}
-
-impl Machine<'_> {
-    /// Counts `bytes` more of graph, or fails when that would pass the budget (see
-    /// [`Memory::charge`]).
-    pub(super) fn charge(&mut self, bytes: usize) -> Result<(), Fault> {
-        self.memory.charge(bytes, self.at)
     }
 }

@@ -185,6 +185,12 @@ pub(crate) fn load(input: &[u8]) -> Result<(Pickle, usize), PickleError> {
 /// offset, which [`load`] adds.
 type Fault = (String, Option<String>);
 
+/// What a call of a global makes: a new node, or a node that already exists.
+enum Called {
+    New(Node),
+    Same(usize),
+}
+
 fn fault(reason: impl Into<String>) -> Fault {
     (reason.into(), None)
 }
