@@ -1116,3 +1116,25 @@ fn every_format_meets_one_exit_code_and_stderr_contract() {
         );
     }
 }
+
+/// Names from a file (tensor names, shard names, paths) never drive the terminal: control
+/// characters are shown escaped, and an error stays one line.
+#[test]
+fn control_characters_in_names_are_printed_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "a\u{1b}[2J\nfake line";
+    let data = 1.0f32.to_le_bytes();
+    let view = safetensors::tensor::TensorView::new(Dtype::F32, vec![1], &data).unwrap();
+    let path = dir.path().join("esc.safetensors");
+    safetensors::serialize_to_file([(name, view)], None, &path).unwrap();
+    let (code, out, _) = run(&["inspect", s(&path)]);
+    assert_eq!(code, 0);
+    assert!(
+        !out.contains('\u{1b}') && out.contains("a\\u{1b}[2J\\nfake line"),
+        "{out}"
+    );
+    let odd = dir.path().join("no\nsuch.pt");
+    let (code, _, err) = run(&["inspect", s(&odd)]);
+    assert_eq!(code, 3);
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

@@ -1,0 +1,221 @@
+//! The container registry (`interop::open_any`) under the inputs an attack through `bpk`
+//! found wanting: files cut short, names given twice, shapes past any address, indexes of
+//! mixed or unknown shards, JSON that is an index or a record, bytes after a record. Each is an
+//! error naming the file (and the tensor), of the right kind, or opens as what it is.
+
+mod common;
+
+use std::path::Path;
+
+use burnpack::interop::open_any;
+use burnpack::read::{SourceErrorKind, assert_source_contract};
+use common::ours;
+use serde_json::json;
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// A safetensors file of `header` (a JSON object) and `data`, the header padded to 8 bytes.
+fn safetensors(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut header = header.as_bytes().to_vec();
+    while header.len() % 8 != 0 {
+        header.push(b' ');
+    }
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend(header);
+    out.extend(data);
+    out
+}
+
+/// A JSON record of Burn 0.21 holding `item`.
+fn record(item: serde_json::Value) -> Vec<u8> {
+    json!({
+        "metadata": {"float": "f32", "int": "i64", "format": "burn::record::file::PrettyJsonFileRecorder",
+                     "version": "0.21.0", "settings": "x"},
+        "item": item
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn param(shape: &[u64], bytes: &[u8]) -> serde_json::Value {
+    json!({"id": "abc", "param": {"bytes": bytes, "shape": shape, "dtype": "F32"}})
+}
+
+#[test]
+fn shapes_past_any_address_are_refused_and_zero_sized_ones_are_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // 2^96 elements: the product overflows; 2^62 + 2 elements of 4 bytes wrap to 8 bytes.
+    for (name, shape, bytes) in [
+        ("overflow.json", vec![1u64 << 32, 1 << 32, 1 << 32], vec![]),
+        ("wrap.json", vec![(1u64 << 62) + 2], vec![0u8; 8]),
+    ] {
+        let path = write(d, name, &record(json!({ "w": param(&shape, &bytes) })));
+        let err = open_any(&path).unwrap_err();
+        assert_eq!(err.kind(), SourceErrorKind::Tensor, "{name}: {err}");
+        assert!(
+            err.to_string().contains(name) && err.tensor() == Some("w"),
+            "{err}"
+        );
+    }
+    // A zero dimension anywhere makes an empty tensor, whatever the others are.
+    for shape in [
+        [0u64, 1 << 32, 1 << 32, 1 << 32],
+        [1 << 32, 1 << 32, 1 << 32, 0],
+    ] {
+        let path = write(d, "empty.json", &record(json!({ "w": param(&shape, &[]) })));
+        let source = open_any(&path).unwrap();
+        let info = source.as_tensor_source().tensor("w").unwrap();
+        assert_eq!((info.len(), info.num_elements()), (0, 0), "{shape:?}");
+        assert_source_contract(source.as_tensor_source());
+    }
+}
+
+#[test]
+fn files_cut_short_are_truncated_whatever_the_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A pack of no tensor ends before its data section: cut short, not an empty pack.
+    let empty = ours(&[]);
+    let path = write(d, "cut.bpk", &empty[..20]);
+    let err = open_any(&path).unwrap_err();
+    assert_eq!(err.kind(), SourceErrorKind::Truncated, "{err}");
+    // A safetensors file cut in its header or its data is still told to be safetensors, and
+    // cut (a long header's length could otherwise look like another format's first bytes).
+    let metadata = "x".repeat(300);
+    let full = safetensors(
+        &format!(
+            r#"{{"a":{{"dtype":"F32","shape":[2],"data_offsets":[0,8]}},"__metadata__":{{"p":"{metadata}"}}}}"#
+        ),
+        &[0u8; 8],
+    );
+    assert!(open_any(write(d, "full.safetensors", &full)).is_ok());
+    for cut in [full.len() - 4, full.len() / 2, 12] {
+        let path = write(d, "cut.safetensors", &full[..cut]);
+        let err = open_any(&path).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            SourceErrorKind::Truncated,
+            "cut at {cut}: {err}"
+        );
+        assert!(
+            err.to_string().contains("cut.safetensors: truncated"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_name_given_twice_is_an_error_not_a_choice() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let twice = safetensors(
+        r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{"dtype":"I32","shape":[2],"data_offsets":[0,8]}}"#,
+        &[0u8; 8],
+    );
+    let err = open_any(write(d, "twice.safetensors", &twice)).unwrap_err();
+    assert!(
+        err.to_string().contains("'a' is listed twice")
+            && err.to_string().contains("twice.safetensors"),
+        "{err}"
+    );
+    // A record whose map gives `item` twice (Burn's reader refuses it; one would be lost).
+    let text = String::from_utf8(record(json!({"w": param(&[1], &[0, 0, 128, 63])}))).unwrap();
+    let doubled = text.replacen(
+        "\"item\":",
+        "\"item\":{\"v\":{\"id\":\"x\",\"param\":{\"bytes\":[0,0,128,63],\"shape\":[1],\"dtype\":\"F32\"}}},\"item\":",
+        1,
+    );
+    let err = open_any(write(d, "twice.json", doubled.as_bytes())).unwrap_err();
+    assert!(err.to_string().contains("'item' is given twice"), "{err}");
+}
+
+#[test]
+fn bytes_after_a_record_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/legacy");
+    let mut mpk = std::fs::read(data.join("zoo.mpk")).unwrap();
+    mpk.extend(b"\xff\xff trailing");
+    let err = open_any(write(d, "trail.mpk", &mpk)).unwrap_err();
+    assert!(err.to_string().contains("bytes after the record"), "{err}");
+    let mut gz = std::fs::read(data.join("zoo.json.gz")).unwrap();
+    gz.extend(b"garbage");
+    assert!(open_any(write(d, "trail.json.gz", &gz)).is_err());
+}
+
+#[test]
+fn json_is_an_index_or_a_record_by_its_first_deciding_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/legacy");
+    // A record with a module named `weight_map` is a record.
+    let zoo = std::fs::read_to_string(data.join("zoo.json")).unwrap();
+    let renamed = zoo.replacen("\"linear\"", "\"weight_map\"", 1);
+    assert_ne!(renamed, zoo);
+    let source = open_any(write(d, "renamed.json", renamed.as_bytes())).unwrap();
+    assert_eq!(source.describe().format, "burn-record");
+    // So is one that starts with more than 64 bytes of white space.
+    let padded = format!("{}{zoo}", " ".repeat(200));
+    let source = open_any(write(d, "padded.json", padded.as_bytes())).unwrap();
+    assert_eq!(source.describe().format, "burn-record");
+    // An index whose `metadata` (first) is long is an index.
+    write(
+        d,
+        "s1.safetensors",
+        &safetensors(
+            r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+            &[0u8; 4],
+        ),
+    );
+    let index =
+        json!({"metadata": {"x": "y".repeat(70_000)}, "weight_map": {"a": "s1.safetensors"}});
+    let source = open_any(write(d, "late.json", index.to_string().as_bytes())).unwrap();
+    assert_eq!(source.describe().format, "safetensors");
+}
+
+#[test]
+fn every_shard_of_an_index_is_told_by_its_content() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(
+        d,
+        "s1.safetensors",
+        &safetensors(
+            r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+            &[0u8; 4],
+        ),
+    );
+    let pt = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/pytorch/linear__linear.pt");
+    std::fs::copy(pt, d.join("p2.pt")).unwrap();
+    write(d, "notes.dat", b"hello world");
+    let index = |name: &str, map: serde_json::Value| {
+        write(d, name, json!({ "weight_map": map }).to_string().as_bytes())
+    };
+    let err = open_any(index(
+        "mixed.json",
+        json!({"a": "s1.safetensors", "b": "p2.pt"}),
+    ))
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("shards of two formats") && err.to_string().contains("p2.pt"),
+        "{err}"
+    );
+    let err = open_any(index(
+        "unknown.json",
+        json!({"a": "s1.safetensors", "b": "notes.dat"}),
+    ))
+    .unwrap_err();
+    assert_eq!(err.kind(), SourceErrorKind::UnknownFormat, "{err}");
+    assert!(err.to_string().contains("notes.dat"), "{err}");
+    let err = open_any(index(
+        "self.json",
+        json!({"a": "s1.safetensors", "b": "self.json"}),
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("is itself an index"), "{err}");
+}
