@@ -359,13 +359,6 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
                 other => other,
             };
             if count <= SMALL {
-                // Serde, and so Burn, refuses a key given twice; one of them would be lost.
-                if entries.iter().any(|(k, _)| *k == key) {
-                    let path = self.walk.joined::<A::Error>(None)?;
-                    return Err(de::Error::custom(format!(
-                        "the key '{key}' is given twice in the map at '{path}'"
-                    )));
-                }
                 entries.push((key, value));
             }
         }
@@ -389,6 +382,18 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
                      is an error, never dropped)"
                 )));
             }
+        }
+        // Serde, and so Burn, refuses a key given twice; one of them would be lost. (A
+        // `TensorData` with a key twice was refused above, in its own words.)
+        if let Some((_, (key, _))) = entries
+            .iter()
+            .enumerate()
+            .find(|(i, (k, _))| entries[..*i].iter().any(|(other, _)| other == k))
+        {
+            let path = self.walk.joined::<A::Error>(None)?;
+            return Err(de::Error::custom(format!(
+                "the key '{key}' is given twice in the map at '{path}'"
+            )));
         }
         // A `ParamSerde`: `id` and `param`, the tensor taken out under this map's path.
         let keys: Vec<&str> = entries.iter().map(|(k, _)| k.as_str()).collect();
