@@ -205,6 +205,16 @@ impl LegacySource {
         if bytes.first() == Some(&b'\0') || bytes.is_empty() {
             return Err(invalid("empty, or starts with a zero byte".into()));
         }
+        // A record is a map: a JSON object, or a MessagePack map. A gzip file holding anything
+        // else (a compressed safetensors file) is said to be so, not parsed as a record.
+        let map = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+            || matches!(bytes[0], 0x80..=0x8f | 0xde | 0xdf);
+        if format.is_gzip() && !map {
+            return Err(invalid(format!(
+                "the gzip stream holds no record (a record is a map; it starts with \"{}\")",
+                bytes[..bytes.len().min(16)].escape_ascii()
+            )));
+        }
         let mut walk = Walk::new(bytes, limits.max_cbor_depth, limits.max_tensor_count);
         let root = if format.is_json() {
             let mut de = serde_json::Deserializer::from_slice(bytes);

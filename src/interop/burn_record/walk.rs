@@ -391,8 +391,13 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
             .find(|(i, (k, _))| entries[..*i].iter().any(|(other, _)| other == k))
         {
             let path = self.walk.joined::<A::Error>(None)?;
+            let at = if path.is_empty() {
+                "at the top of the record".to_string()
+            } else {
+                format!("at '{path}'")
+            };
             return Err(de::Error::custom(format!(
-                "the key '{key}' is given twice in the map at '{path}'"
+                "the key '{key}' is given twice in the map {at}"
             )));
         }
         // A `ParamSerde`: `id` and `param`, the tensor taken out under this map's path.
