@@ -166,13 +166,9 @@ pub mod store;
 pub mod train;
 pub mod write;
 
-/// The safetensors conversions under their earlier name: use [`interop::safetensors`] (this
-/// alias goes in the next release; it is the one place this root names `interop`).
 #[cfg(feature = "safetensors")]
 #[deprecated(since = "0.1.0", note = "use burnpack::interop::safetensors")]
-pub mod convert {
-    pub use crate::interop::safetensors::*;
-}
+pub mod convert;
 
 pub use format::{Limits, Scalar};
 pub use module::{LoadOptions, ModuleError, PackModule, SaveOptions};
