@@ -4,6 +4,9 @@
 //! every heap allocation (a counting global allocator) and each case asserts the peak it
 //! reached while the file was opened against the bound the crate states (mapped file pages are
 //! not heap and are not counted).
+// These tests name the errors by their former names too (`PytorchError`, `LegacyError`:
+// deprecated aliases of `read::SourceError`), which they keep working.
+#![allow(deprecated)]
 
 mod common;
 
