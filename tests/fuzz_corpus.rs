@@ -214,5 +214,89 @@ fn any_format_corpus_and_mutations_never_panic() {
     all.extend(safetensors_seeds());
     all.extend(burn_record_seeds());
     all.extend(pytorch_seeds());
+    #[cfg(feature = "gguf")]
+    all.extend(gguf_seeds());
     replay("any", all, burnpack::interop::fuzz::any, 500);
+}
+
+/// Small GGUF files in llama.cpp's layout (v3, metadata, a table, a 32-aligned data section):
+/// an `F32` and an `F16` tensor, a `Q8_0` block, a `Q4_K` block, an array of strings.
+#[cfg(feature = "gguf")]
+fn gguf_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    fn file(
+        tensors: &[(&str, &[u64], u32, u64)],
+        data: &[u8],
+        kv: &[(&str, u32, Vec<u8>)],
+    ) -> Vec<u8> {
+        let mut out = b"GGUF".to_vec();
+        out.extend(3u32.to_le_bytes());
+        out.extend((tensors.len() as u64).to_le_bytes());
+        out.extend((kv.len() as u64).to_le_bytes());
+        for (key, ty, value) in kv {
+            out.extend((key.len() as u64).to_le_bytes());
+            out.extend(key.as_bytes());
+            out.extend(ty.to_le_bytes());
+            out.extend(value);
+        }
+        for (name, dims, ty, offset) in tensors {
+            out.extend((name.len() as u64).to_le_bytes());
+            out.extend(name.as_bytes());
+            out.extend((dims.len() as u32).to_le_bytes());
+            for d in *dims {
+                out.extend(d.to_le_bytes());
+            }
+            out.extend(ty.to_le_bytes());
+            out.extend(offset.to_le_bytes());
+        }
+        while out.len() % 32 != 0 {
+            out.push(0);
+        }
+        out.extend(data);
+        out
+    }
+    let string = |s: &str| [&(s.len() as u64).to_le_bytes()[..], s.as_bytes()].concat();
+    let arch = ("general.architecture", 8, string("llama"));
+    let tokens = (
+        "tokenizer.ggml.tokens",
+        9,
+        [
+            &8u32.to_le_bytes()[..],
+            &2u64.to_le_bytes(),
+            &string("a"),
+            &string("b"),
+        ]
+        .concat(),
+    );
+    let mut q8 = vec![0u8; 34];
+    q8[..2].copy_from_slice(&0x3c00u16.to_le_bytes());
+    for (i, b) in q8[2..].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(7);
+    }
+    let mut q4k = vec![0u8; 144];
+    q4k[..2].copy_from_slice(&0x3c00u16.to_le_bytes());
+    q4k[2..4].copy_from_slice(&0x3800u16.to_le_bytes());
+    for (i, b) in q4k[4..].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(13);
+    }
+    vec![
+        (
+            "plain.gguf",
+            file(
+                &[("w", &[4, 2], 0, 0), ("h", &[4], 1, 32)],
+                &[[0u8; 32].as_slice(), &[0x00, 0x3c].repeat(4)].concat(),
+                &[arch.clone(), tokens],
+            ),
+        ),
+        (
+            "q8_0.gguf",
+            file(&[("q", &[32], 8, 0)], &q8, &[arch.clone()]),
+        ),
+        ("q4_k.gguf", file(&[("k", &[256], 12, 0)], &q4k, &[arch])),
+    ]
+}
+
+#[cfg(feature = "gguf")]
+#[test]
+fn gguf_corpus_and_mutations_never_panic() {
+    replay("gguf", gguf_seeds(), burnpack::interop::fuzz::gguf, 500);
 }

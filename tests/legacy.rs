@@ -10,7 +10,6 @@
 // These tests name the errors by their former names too (`PytorchError`, `LegacyError`:
 // deprecated aliases of `read::SourceError`), which they keep working.
 #![allow(deprecated)]
-
 #![allow(deprecated)] // ndarray: deprecated in Burn 0.22, still a backend users load onto
 
 mod common;

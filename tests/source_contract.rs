@@ -202,11 +202,11 @@ fn unknown_and_unreadable_inputs_are_one_error_with_a_kind() {
             .contains("not a file bpk reads (it starts with \"just some text\\n\")"),
         "{err}"
     );
-    let gguf = dir.path().join("model.gguf");
-    std::fs::write(&gguf, b"GGUF\x03\x00\x00\x00rest").unwrap();
-    let err = open_any(&gguf).unwrap_err();
+    let keras = dir.path().join("model.h5");
+    std::fs::write(&keras, b"\x89HDF\r\n\x1a\nrest").unwrap();
+    let err = open_any(&keras).unwrap_err();
     assert_eq!(err.kind(), SourceErrorKind::UnknownFormat);
-    assert!(err.to_string().contains("GGUF"), "{err}");
+    assert!(err.to_string().contains("HDF5"), "{err}");
     let missing = open_any(dir.path().join("missing.pt")).unwrap_err();
     assert_eq!(missing.kind(), SourceErrorKind::Io);
     assert!(missing.to_string().contains("missing.pt"));
@@ -254,4 +254,17 @@ fn formats_are_told_by_content_not_by_name() {
         assert_eq!(source.describe().format, format, "{name}");
         assert_source_contract(source.as_tensor_source());
     }
+}
+
+#[test]
+fn gguf_files_keep_the_contract() {
+    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/gguf");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(corpus).unwrap() {
+        let path = entry.unwrap().path();
+        let source = burnpack::interop::gguf::GgufSource::open(&path).unwrap();
+        holds(&path, &source);
+        checked += 1;
+    }
+    assert!(checked >= 3);
 }

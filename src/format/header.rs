@@ -166,7 +166,10 @@ pub fn looks_like(bytes: &[u8]) -> Option<&'static str> {
         );
     }
     if starts(b"GGUF") {
-        return Some("this looks like a GGUF file, which burnpack does not read");
+        return Some(
+            "this looks like a GGUF file (llama.cpp): burnpack reads it with its `gguf` feature \
+             (`interop::gguf::GgufSource`, or `bpk inspect`)",
+        );
     }
     if starts(b"\x89HDF") {
         return Some("this looks like an HDF5 (Keras) file, which burnpack does not read");

@@ -48,6 +48,15 @@ pub fn burn_record(data: &[u8]) {
     }
 }
 
+/// Bytes as a GGUF file.
+#[cfg(feature = "gguf")]
+pub fn gguf(data: &[u8]) {
+    if let Ok(source) = super::gguf::GgufSource::from_bytes(bytes(data), &Limits::default()) {
+        assert_source_contract(&source);
+        let _ = crate::read::DescribedSource::describe(&source);
+    }
+}
+
 /// Bytes of any format, through the container registry.
 pub fn any(data: &[u8]) {
     let options = super::OpenOptions::new().limits(Limits::default());

@@ -25,6 +25,8 @@
 pub mod burn_record;
 #[doc(hidden)]
 pub mod fuzz;
+#[cfg(feature = "gguf")]
+pub mod gguf;
 #[cfg(any(feature = "safetensors", feature = "pytorch"))]
 mod index;
 #[cfg(feature = "object-store")]

@@ -187,17 +187,27 @@ static CONTAINERS: &[Container] = &[
             boxed(super::pytorch::PytorchSource::from_bytes(bytes, options))
         },
     },
+    #[cfg(feature = "gguf")]
+    Container {
+        name: "gguf",
+        sniff: |head, _| head.starts_with(b"GGUF"),
+        open: |path, options| boxed(super::gguf::GgufSource::open_with(path, &options.limits)),
+        open_index: None,
+        from_bytes: |bytes, options| {
+            boxed(super::gguf::GgufSource::from_bytes(bytes, &options.limits))
+        },
+    },
     #[cfg(feature = "legacy")]
     Container {
         name: "burn-record",
-        // Gzip (`.mpk.gz`, `.json.gz`), a JSON object, or a MessagePack map of 1 to 15
-        // entries, or a map16/map32: what Burn 0.14-0.21's recorders write.
+        // Gzip (`.mpk.gz`, `.json.gz`), a JSON object, or a small MessagePack map whose first
+        // key is a short string (`metadata`): what Burn 0.14-0.21's recorders write.
         sniff: |head, _| {
             head.starts_with(&[0x1f, 0x8b])
                 || first_text_byte(head) == Some(b'{')
-                || head
-                    .first()
-                    .is_some_and(|&b| matches!(b, 0x81..=0x8f | 0xde | 0xdf))
+                || head.len() > 1
+                    && (0x81..=0x8f).contains(&head[0])
+                    && (0xa0..=0xbf).contains(&head[1])
         },
         open: |path, options| {
             boxed(super::burn_record::LegacySource::open_detect(

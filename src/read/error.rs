@@ -55,6 +55,17 @@ pub enum ReadError {
         /// The name of the tensor asked for.
         tensor: String,
     },
+    /// The source lists the tensor but does not read how it is stored (a GGUF quantization
+    /// type this crate does not dequantize): the other tensors read.
+    #[error("{file}: tensor '{tensor}': {reason}")]
+    Unsupported {
+        /// The file.
+        file: String,
+        /// The tensor.
+        tensor: String,
+        /// How it is stored, and that it is not read.
+        reason: String,
+    },
     /// No tensor of that name.
     #[error("{file}: no tensor named '{tensor}'")]
     NotFound {
@@ -344,6 +355,15 @@ impl From<ReadError> for SourceError {
                 path: file.into(),
                 tensor,
                 reason: "no tensor of this name".into(),
+            },
+            ReadError::Unsupported {
+                file,
+                tensor,
+                reason,
+            } => Self::Tensor {
+                path: file.into(),
+                tensor,
+                reason,
             },
             ReadError::NotMine { file, tensor } => Self::Tensor {
                 path: file.into(),

@@ -1,0 +1,277 @@
+//! Dequantization of ggml's block types into `f32`, block by block, bit for bit as llama.cpp's
+//! reference (`gguf.quants.dequantize`, numpy in `f32`) computes it: the same operations in
+//! the same order, each rounded to `f32` (no fused multiply-add). Blocks are independent, so a
+//! tensor is dequantized in parallel.
+//!
+//! The names are the reference's: `d` and `dmin` the block scales, `q`, `qs`, `qh`, `ql` the
+//! packed values, `e` an element of the block, `j`/`l` a sub-block and an element of it.
+#![allow(clippy::many_single_char_names)]
+
+use burn::tensor::f16;
+use rayon::prelude::*;
+
+use super::types::GgmlType;
+
+/// Dequantizes one block (`block_bytes` bytes) into its `block` values.
+pub(super) type Dequantize = fn(&[u8], &mut [f32]);
+
+/// The dequantizer of `ty`, when this crate has one.
+pub(super) fn dequantizer(ty: GgmlType) -> Option<Dequantize> {
+    Some(match ty.name() {
+        "Q4_0" => q4_0,
+        "Q4_1" => q4_1,
+        "Q5_0" => q5_0,
+        "Q5_1" => q5_1,
+        "Q8_0" => q8_0,
+        "Q2_K" => q2_k,
+        "Q3_K" => q3_k,
+        "Q4_K" => q4_k,
+        "Q5_K" => q5_k,
+        "Q6_K" => q6_k,
+        "TQ1_0" => tq1_0,
+        "TQ2_0" => tq2_0,
+        "MXFP4" => mxfp4,
+        "IQ4_NL" => iq4_nl,
+        "IQ4_XS" => iq4_xs,
+        _ => return None,
+    })
+}
+
+/// Dequantizes `raw` (whole blocks of `ty`) into `out` (little-endian `f32`, `block` values per
+/// block), in parallel over groups of blocks.
+pub(super) fn dequantize(ty: GgmlType, f: Dequantize, raw: &[u8], out: &mut [u8]) {
+    let (bytes, values) = (ty.block_bytes() as usize, ty.block() as usize);
+    // Groups of blocks large enough to be worth a task (about 64 KiB of output).
+    let group = (16_384 / values).max(1);
+    out.par_chunks_mut(values * 4 * group)
+        .zip(raw.par_chunks(bytes * group))
+        .for_each(|(out, raw)| {
+            let mut block = vec![0f32; values];
+            for (out, raw) in out
+                .chunks_exact_mut(values * 4)
+                .zip(raw.chunks_exact(bytes))
+            {
+                f(raw, &mut block);
+                for (o, v) in out.chunks_exact_mut(4).zip(&block) {
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        });
+}
+
+fn half(b: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}
+
+/// The 32 values of 16 bytes of nibbles: the low nibbles first, then the high ones.
+fn nibble(qs: &[u8], j: usize) -> u8 {
+    if j < 16 {
+        qs[j] & 0x0F
+    } else {
+        qs[j - 16] >> 4
+    }
+}
+
+fn q4_0(b: &[u8], out: &mut [f32]) {
+    let d = half(b, 0);
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = d * f32::from(nibble(&b[2..], j).cast_signed() - 8);
+    }
+}
+
+fn q4_1(b: &[u8], out: &mut [f32]) {
+    let (d, m) = (half(b, 0), half(b, 2));
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = d * f32::from(nibble(&b[4..], j)) + m;
+    }
+}
+
+/// The 5-bit values of a `Q5_0`/`Q5_1` block: nibbles of `qs`, high bits in the `u32` `qh`.
+fn five(qh: &[u8], qs: &[u8], j: usize) -> u8 {
+    let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    nibble(qs, j) | ((((qh >> j) & 1) as u8) << 4)
+}
+
+fn q5_0(b: &[u8], out: &mut [f32]) {
+    let d = half(b, 0);
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = d * f32::from(five(&b[2..6], &b[6..], j).cast_signed() - 16);
+    }
+}
+
+fn q5_1(b: &[u8], out: &mut [f32]) {
+    let (d, m) = (half(b, 0), half(b, 2));
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = d * f32::from(five(&b[4..8], &b[8..], j)) + m;
+    }
+}
+
+fn q8_0(b: &[u8], out: &mut [f32]) {
+    let d = half(b, 0);
+    for (o, &q) in out.iter_mut().zip(&b[2..]) {
+        *o = f32::from(q.cast_signed()) * d;
+    }
+}
+
+/// Element `e` of 256 packed 2 bits a value, 32 bytes a group of 128: `(qs[g*32 + l] >> 2s) & 3`.
+fn two_bits(qs: &[u8], e: usize) -> u8 {
+    let (g, s, l) = (e / 128, (e % 128) / 32, e % 32);
+    (qs[g * 32 + l] >> (2 * s)) & 3
+}
+
+fn q2_k(b: &[u8], out: &mut [f32]) {
+    let (scales, qs) = (&b[..16], &b[16..80]);
+    let (d, dmin) = (half(b, 80), half(b, 82));
+    for (e, o) in out.iter_mut().enumerate() {
+        let sc = scales[e / 16];
+        let dl = d * f32::from(sc & 0x0F);
+        let ml = dmin * f32::from(sc >> 4);
+        *o = dl * f32::from(two_bits(qs, e)) - ml;
+    }
+}
+
+fn q3_k(b: &[u8], out: &mut [f32]) {
+    let (hmask, qs, scales) = (&b[..32], &b[32..96], &b[96..108]);
+    let d = half(b, 108);
+    let scale = |k: usize| {
+        let low = if k < 8 {
+            scales[k] & 0x0F
+        } else {
+            scales[k - 8] >> 4
+        };
+        let high = (scales[8 + k % 4] >> (2 * (k / 4))) & 3;
+        f32::from((low | (high << 4)).cast_signed() - 32)
+    };
+    for (e, o) in out.iter_mut().enumerate() {
+        let dl = d * scale(e / 16);
+        let (bit, l) = (e / 32, e % 32);
+        let qh = ((hmask[l] >> bit) & 1) ^ 1;
+        let q = two_bits(qs, e).cast_signed() - (qh << 2).cast_signed();
+        *o = dl * f32::from(q);
+    }
+}
+
+/// The 8 scales and 8 mins of a `Q4_K`/`Q5_K` block's 12 bytes (6 bits each).
+fn scale_min(s: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let (mut sc, mut mn) = ([0u8; 8], [0u8; 8]);
+    for j in 0..4 {
+        sc[j] = s[j] & 0x3F;
+        mn[j] = s[4 + j] & 0x3F;
+        sc[4 + j] = (s[8 + j] & 0x0F) | ((s[j] >> 2) & 0x30);
+        mn[4 + j] = (s[8 + j] >> 4) | ((s[4 + j] >> 2) & 0x30);
+    }
+    (sc, mn)
+}
+
+/// Element `l` of sub-block `j` (of 8, 32 values each) of 128 bytes of nibbles: chunks of 32
+/// bytes, low nibbles for the even sub-block, high for the odd.
+fn k_nibble(qs: &[u8], j: usize, l: usize) -> u8 {
+    (qs[(j / 2) * 32 + l] >> (4 * (j % 2))) & 0x0F
+}
+
+fn q4_k(b: &[u8], out: &mut [f32]) {
+    let (d, dmin) = (half(b, 0), half(b, 2));
+    let (sc, mn) = scale_min(&b[4..16]);
+    let qs = &b[16..144];
+    for (e, o) in out.iter_mut().enumerate() {
+        let (j, l) = (e / 32, e % 32);
+        let dj = d * f32::from(sc[j]);
+        let mj = dmin * f32::from(mn[j]);
+        *o = dj * f32::from(k_nibble(qs, j, l)) - mj;
+    }
+}
+
+fn q5_k(b: &[u8], out: &mut [f32]) {
+    let (d, dmin) = (half(b, 0), half(b, 2));
+    let (sc, mn) = scale_min(&b[4..16]);
+    let (qh, qs) = (&b[16..48], &b[48..176]);
+    for (e, o) in out.iter_mut().enumerate() {
+        let (j, l) = (e / 32, e % 32);
+        let dj = d * f32::from(sc[j]);
+        let mj = dmin * f32::from(mn[j]);
+        let q = k_nibble(qs, j, l) | (((qh[l] >> j) & 1) << 4);
+        *o = dj * f32::from(q) - mj;
+    }
+}
+
+fn q6_k(b: &[u8], out: &mut [f32]) {
+    let (ql, qh, scales) = (&b[..128], &b[128..192], &b[192..208]);
+    let d = half(b, 208);
+    for (e, o) in out.iter_mut().enumerate() {
+        let (h, nib, l) = (e / 128, (e % 128) / 64, e % 64);
+        let low = (ql[h * 64 + l] >> (4 * nib)) & 0x0F;
+        let (s, l32) = ((e % 128) / 32, e % 32);
+        let high = (qh[h * 32 + l32] >> (2 * s)) & 3;
+        let q = (low | (high << 4)).cast_signed() - 32;
+        let di = d * f32::from(scales[e / 16].cast_signed());
+        *o = di * f32::from(q);
+    }
+}
+
+fn tq1_0(b: &[u8], out: &mut [f32]) {
+    const POW3: [u8; 5] = [1, 3, 9, 27, 81];
+    let (qs, qh) = (&b[..48], &b[48..52]);
+    let d = half(b, 52);
+    for (e, o) in out.iter_mut().enumerate() {
+        let v = if e < 160 {
+            qs[e % 32].wrapping_mul(POW3[e / 32])
+        } else if e < 240 {
+            let e = e - 160;
+            qs[32 + e % 16].wrapping_mul(POW3[e / 16])
+        } else {
+            let e = e - 240;
+            qh[e % 4].wrapping_mul(POW3[e / 4])
+        };
+        let q = ((u16::from(v) * 3) >> 8) as i8 - 1;
+        *o = d * f32::from(q);
+    }
+}
+
+fn tq2_0(b: &[u8], out: &mut [f32]) {
+    let d = half(b, 64);
+    for (e, o) in out.iter_mut().enumerate() {
+        *o = d * f32::from(two_bits(&b[..64], e).cast_signed() - 1);
+    }
+}
+
+/// e2m1 values, doubled (`kvalues_mxfp4`).
+const MXFP4: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+fn mxfp4(b: &[u8], out: &mut [f32]) {
+    // `ggml_e8m0_to_fp32_half`: the scale's power of two, halved.
+    let e = u32::from(b[0]);
+    let bits = if e < 2 {
+        0x0020_0000 << e
+    } else {
+        (e - 1) << 23
+    };
+    let d = f32::from_bits(bits);
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = d * f32::from(MXFP4[usize::from(nibble(&b[1..], j))]);
+    }
+}
+
+/// The non-linear 4-bit grid of `IQ4_NL` and `IQ4_XS`.
+const IQ4: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+fn iq4_nl(b: &[u8], out: &mut [f32]) {
+    let d = half(b, 0);
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = d * f32::from(IQ4[usize::from(nibble(&b[2..], j))]);
+    }
+}
+
+fn iq4_xs(b: &[u8], out: &mut [f32]) {
+    let d = half(b, 0);
+    let high = u16::from_le_bytes([b[2], b[3]]);
+    let (low, qs) = (&b[4..8], &b[8..136]);
+    for (e, o) in out.iter_mut().enumerate() {
+        let (i, l) = (e / 32, e % 32);
+        let lo = (low[i / 2] >> (4 * (i % 2))) & 0x0F;
+        let hi = ((high >> (2 * i)) as u8) & 3;
+        let dl = d * f32::from((lo | (hi << 4)).cast_signed() - 32);
+        *o = dl * f32::from(IQ4[usize::from(nibble(&qs[i * 16..], l))]);
+    }
+}

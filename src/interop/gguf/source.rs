@@ -1,0 +1,513 @@
+//! [`GgufSource`]: a GGUF file (or a split set) as a [`TensorSource`]: plain types as windows
+//! of the mapping, quantized types dequantized into `f32` when read.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use burn::tensor::{Bytes, DType};
+
+use super::dequant::{Dequantize, dequantize, dequantizer};
+use super::header::{self, Header};
+use super::types::GgmlType;
+use super::value::Value;
+use crate::format::{Limits, TensorInfo, element_align};
+use crate::read::source::{Source, aligned_bytes};
+use crate::read::{
+    Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable,
+    TensorSource, assemble_shards, human_bytes,
+};
+
+/// A llama.cpp GGUF file as a [`TensorSource`]: versions 2 and 3, little-endian, one file or a
+/// split set (`model-00001-of-00003.gguf`, opened from its first part).
+///
+/// The header (metadata and tensor table) is read with ordinary reads and validated before the
+/// file is mapped: counts and string lengths against what the file holds, every tensor's bytes
+/// from its type's block size inside the data section, aligned, not overlapping another's.
+/// Shapes are Burn's row-major order (GGUF lists dimensions fastest first). `F32`, `F16`,
+/// `BF16`, `F64` and the integer types are zero-copy windows of the mapping; the quantized
+/// types this crate reads ([`GgmlType::is_dequantized`]) are tables of `F32` tensors,
+/// dequantized in parallel when read, bit for bit as llama.cpp's reference. A tensor of a type
+/// this crate does not read is listed (with the dtype it would have) and refused by name when
+/// read; the other tensors load.
+///
+/// ```
+/// use burnpack::interop::gguf::GgufSource;
+/// let err = GgufSource::from_bytes(burn::tensor::Bytes::from_bytes_vec(b"GGUF\x01\x00\x00\x00".to_vec()), &Default::default())
+///     .unwrap_err();
+/// assert!(err.to_string().contains("versions 2 and 3"));
+/// ```
+pub struct GgufSource {
+    file: String,
+    shards: Vec<Shard>,
+    table: SourceTable<InShard<Stored>>,
+}
+
+struct Shard {
+    path: PathBuf,
+    source: Source,
+    version: u32,
+    alignment: u64,
+    metadata: Vec<(String, Value)>,
+}
+
+/// How a tensor's bytes are stored.
+#[derive(Clone, Copy)]
+pub(super) struct Stored {
+    ty: Option<GgmlType>,
+    /// The type id, for a type ggml does not have.
+    type_id: u32,
+    /// Absolute offset and length of the stored bytes (`None` for an unknown type).
+    range: Option<(u64, u64)>,
+}
+
+impl std::fmt::Debug for GgufSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.table.fmt_source(f, "GgufSource", self.shards.len())
+    }
+}
+
+impl GgufSource {
+    /// Opens a GGUF file, or the first part of a split set and its other parts (named
+    /// `<stem>-0000N-of-0000M.gguf` in the same folder), with the default [`Limits`].
+    ///
+    /// # Errors
+    /// [`SourceError`] naming the file, and the tensor where there is one.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, SourceError> {
+        Self::open_with(path, &Limits::default())
+    }
+
+    /// [`open`](Self::open) with limits.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_with(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
+        let path = path.as_ref();
+        let first = open_file(path, limits)?;
+        let count = split_count(&first.0.metadata, path)?;
+        let shards = if count > 1 {
+            split_parts(path, count)?
+        } else {
+            vec![path.to_path_buf()]
+        };
+        let mut first = Some(first);
+        let mut no = 0u64;
+        let sharded = assemble_shards(path, &shards, None, limits, |part, limits| {
+            let opened = match first.take() {
+                Some(opened) => opened,
+                None => open_file(part, limits)?,
+            };
+            check_part(part, &opened.0.metadata, no, count)?;
+            no += 1;
+            Ok(opened)
+        })?;
+        Ok(Self::assemble(path, sharded))
+    }
+
+    /// GGUF bytes in memory (one file), with limits.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open), naming `"<memory>"`.
+    pub fn from_bytes(bytes: Bytes, limits: &Limits) -> Result<Self, SourceError> {
+        let path = Path::new("<memory>");
+        let bytes = crate::read::source::view_capable(bytes);
+        let len = bytes.len() as u64;
+        let header = header::read(std::io::Cursor::new(&bytes[..]), len, limits)
+            .map_err(SourceError::invalid(path))?;
+        let mut opened = Some(shard(path, header, len, Source::Memory(bytes))?);
+        let sharded = assemble_shards(path, &[path.to_path_buf()], None, limits, |_, _| {
+            opened
+                .take()
+                .ok_or_else(|| SourceError::invalid(path)("opened twice".into()))
+        })?;
+        Ok(Self::assemble(path, sharded))
+    }
+
+    fn assemble(path: &Path, sharded: Sharded<Shard, Stored>) -> Self {
+        Self {
+            file: path.display().to_string(),
+            shards: sharded.shards.into_iter().map(|(_, s)| s).collect(),
+            table: sharded.table,
+        }
+    }
+
+    /// The metadata of the (first) file, in file order, typed.
+    ///
+    /// ```no_run
+    /// let source = burnpack::interop::gguf::GgufSource::open("model.gguf").unwrap();
+    /// let arch = source.get("general.architecture").and_then(|v| v.as_str());
+    /// ```
+    #[must_use]
+    pub fn metadata(&self) -> &[(String, Value)] {
+        &self.shards[0].metadata
+    }
+
+    /// The metadata value of `key` in the (first) file.
+    #[must_use]
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.metadata()
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v)
+    }
+
+    /// The GGUF version of the (first) file.
+    #[must_use]
+    pub fn version(&self) -> u32 {
+        self.shards[0].version
+    }
+
+    /// The stored type of `info` (a tensor of this source), when ggml has it.
+    #[must_use]
+    pub fn ggml_type(&self, info: &TensorInfo) -> Option<GgmlType> {
+        self.table.place(info).ok().and_then(|p| p.place.ty)
+    }
+
+    /// The files read: the one file, or the parts of a split set in order.
+    #[must_use]
+    pub fn shards(&self) -> impl ExactSizeIterator<Item = &Path> {
+        self.shards.iter().map(|s| s.path.as_path())
+    }
+
+    fn type_name(stored: &Stored) -> String {
+        stored.ty.map_or_else(
+            || format!("type {}", stored.type_id),
+            |t| t.name().to_string(),
+        )
+    }
+}
+
+/// The `split.count` of a file's metadata (1 without one).
+fn split_count(metadata: &[(String, Value)], path: &Path) -> Result<u64, SourceError> {
+    match metadata.iter().find(|(k, _)| k == "split.count") {
+        None => Ok(1),
+        Some((_, v)) => v
+            .as_u64()
+            .filter(|&n| (1..=9999).contains(&n))
+            .ok_or_else(|| {
+                SourceError::invalid(path)(format!(
+                    "split.count is {v}: a count of parts is expected"
+                ))
+            }),
+    }
+}
+
+/// The parts of a split set, from its first part's name (`<stem>-00001-of-0000M.gguf`).
+fn split_parts(path: &Path, count: u64) -> Result<Vec<PathBuf>, SourceError> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    let suffix = format!("-00001-of-{count:05}.gguf");
+    let stem = name.strip_suffix(&suffix).ok_or_else(|| {
+        SourceError::invalid(path)(format!(
+            "the first of a split set of {count} parts, but not named <name>{suffix}: open \
+             the set from its first part"
+        ))
+    })?;
+    let folder = path.parent().unwrap_or(Path::new(""));
+    Ok((1..=count)
+        .map(|i| folder.join(format!("{stem}-{i:05}-of-{count:05}.gguf")))
+        .collect())
+}
+
+/// A part of a split set must say it is part `no` (0-based) of `count`.
+fn check_part(
+    path: &Path,
+    metadata: &[(String, Value)],
+    no: u64,
+    count: u64,
+) -> Result<(), SourceError> {
+    if count == 1 {
+        return Ok(());
+    }
+    let get = |key: &str| {
+        metadata
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| v.as_u64())
+    };
+    if get("split.no") != Some(no) || get("split.count") != Some(count) {
+        return Err(SourceError::invalid(path)(format!(
+            "not part {} of {count} of its set (split.no {:?}, split.count {:?})",
+            no + 1,
+            get("split.no"),
+            get("split.count")
+        )));
+    }
+    Ok(())
+}
+
+type Opened = (Shard, Vec<(TensorInfo, Stored)>);
+
+/// One file: its header read with ordinary reads and validated, then the file mapped.
+fn open_file(path: &Path, limits: &Limits) -> Result<Opened, SourceError> {
+    let file = crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?;
+    let len = file
+        .metadata()
+        .map_err(SourceError::io(path, "stat"))?
+        .len();
+    if len > limits.max_file_size {
+        return Err(SourceError::invalid(path)(format!(
+            "{len} bytes, over the file-size limit of {}",
+            limits.max_file_size
+        )));
+    }
+    let header = header::read(std::io::BufReader::new(&file), len, limits)
+        .map_err(SourceError::invalid(path))?;
+    // As for `Reader::open`, the file must not be truncated while it is mapped.
+    let all = crate::read::source::map_file(&file).map_err(SourceError::io(path, "map"))?;
+    shard(path, header, len, Source::Memory(all))
+}
+
+/// The rows of a validated header: each tensor's shape reversed into Burn's order, its bytes
+/// inside the data section, aligned, and clear of every other tensor's.
+fn shard(path: &Path, header: Header, len: u64, source: Source) -> Result<Opened, SourceError> {
+    let tensor_error = |tensor: &str, reason: String| SourceError::Tensor {
+        path: path.to_path_buf(),
+        tensor: tensor.to_string(),
+        reason,
+    };
+    let mut rows = Vec::with_capacity(header.tensors.len());
+    let mut ranges: Vec<(u64, u64, usize)> = Vec::new();
+    for raw in &header.tensors {
+        let name = &raw.name;
+        let elements = raw
+            .dims
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| tensor_error(name, format!("dimensions {:?} overflow", raw.dims)))?;
+        let shape: Vec<usize> = raw
+            .dims
+            .iter()
+            .rev()
+            .map(|&d| usize::try_from(d))
+            .collect::<Result<_, _>>()
+            .map_err(|_| tensor_error(name, "a dimension past this platform's memory".into()))?;
+        let ty = GgmlType::from_id(raw.type_id);
+        let range = match ty {
+            None => None,
+            Some(ty) => {
+                let bytes = ty.bytes_of(elements).ok_or_else(|| {
+                    tensor_error(
+                        name,
+                        format!(
+                            "{elements} elements of {ty}, not whole blocks of {}",
+                            ty.block()
+                        ),
+                    )
+                })?;
+                if !raw.offset.is_multiple_of(header.alignment) {
+                    return Err(tensor_error(
+                        name,
+                        format!(
+                            "offset {} is not a multiple of the alignment {}",
+                            raw.offset, header.alignment
+                        ),
+                    ));
+                }
+                let start = header.data_start.checked_add(raw.offset);
+                let end = start.and_then(|s| s.checked_add(bytes));
+                let (Some(start), Some(end)) = (start, end) else {
+                    return Err(tensor_error(name, "an offset past any file".into()));
+                };
+                if end > len {
+                    return Err(SourceError::Truncated {
+                        path: path.to_path_buf(),
+                        reason: format!(
+                            "tensor '{name}' ends at byte {end}, but the file has {len} bytes"
+                        ),
+                    });
+                }
+                ranges.push((start, end, rows.len()));
+                Some((start, bytes))
+            }
+        };
+        let stored = Stored {
+            ty,
+            type_id: raw.type_id,
+            range,
+        };
+        let plain = ty.and_then(GgmlType::plain_dtype);
+        let (dtype, len) = match (plain, range) {
+            (Some(dtype), Some((_, bytes))) => (dtype, bytes),
+            // Dequantized (or refused when read) as `f32`.
+            _ => (
+                DType::F32,
+                elements
+                    .checked_mul(4)
+                    .ok_or_else(|| tensor_error(name, "too many elements".into()))?,
+            ),
+        };
+        let offset = range.map_or(header.data_start, |(start, _)| start);
+        rows.push((
+            TensorInfo::external(name.clone(), dtype, shape, offset, len),
+            stored,
+        ));
+    }
+    ranges.sort_unstable();
+    for pair in ranges.windows(2) {
+        let ((_, end, a), (start, _, b)) = (pair[0], pair[1]);
+        if start < end {
+            return Err(tensor_error(
+                rows[b].0.name(),
+                format!("its bytes overlap those of tensor '{}'", rows[a].0.name()),
+            ));
+        }
+    }
+    let shard = Shard {
+        path: path.to_path_buf(),
+        source,
+        version: header.version,
+        alignment: header.alignment,
+        metadata: header.metadata,
+    };
+    Ok((shard, rows))
+}
+
+impl TensorSource for GgufSource {
+    fn file(&self) -> &str {
+        &self.file
+    }
+
+    fn tensors(&self) -> &[TensorInfo] {
+        self.table.tensors()
+    }
+
+    fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
+        let InShard { shard, place } = self.table.place(info)?;
+        let shard = &self.shards[*shard];
+        let io = |source| ReadError::Io {
+            file: shard.path.display().to_string(),
+            action: "read tensor data",
+            source,
+        };
+        let unread = || ReadError::Unsupported {
+            file: shard.path.display().to_string(),
+            tensor: info.name().to_string(),
+            reason: format!(
+                "stored as GGUF {}, which this crate does not read (the other tensors load)",
+                Self::type_name(place)
+            ),
+        };
+        let (Some(ty), Some((start, bytes))) = (place.ty, place.range) else {
+            return Err(unread());
+        };
+        if ty.plain_dtype().is_some() {
+            return shard
+                .source
+                .read(start, bytes, element_align(info.dtype()))
+                .map_err(io);
+        }
+        let f: Dequantize = dequantizer(ty).ok_or_else(unread)?;
+        let raw = shard.source.read(start, bytes, 1).map_err(io)?;
+        let len =
+            usize::try_from(info.len()).map_err(|_| io(std::io::Error::other("too large")))?;
+        aligned_bytes(len, |out| {
+            dequantize(ty, f, &raw, out);
+            Ok(())
+        })
+    }
+
+    fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
+        let InShard { shard, place } = self.table.place(info).ok()?;
+        match (place.ty, place.range) {
+            (Some(ty), Some((start, _))) if ty.plain_dtype().is_some() => self.shards[*shard]
+                .source
+                .copy_reason(start, element_align(info.dtype())),
+            (Some(ty), _) => Some(CopyReason::Decoded { format: ty.name() }),
+            _ => Some(CopyReason::Decoded { format: "GGUF" }),
+        }
+    }
+}
+
+impl crate::read::DescribedSource for GgufSource {
+    fn describe(&self) -> Description {
+        let get = |key: &str| self.get(key);
+        let arch = get("general.architecture")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_string();
+        let mut census: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+        for (info, place) in self.table.tensors().iter().zip(self.table.places()) {
+            let entry = census.entry(Self::type_name(&place.place)).or_default();
+            entry.0 += 1;
+            entry.1 += place.place.range.map_or(0, |(_, bytes)| bytes);
+            let _ = info;
+        }
+        let types: Vec<String> = census
+            .iter()
+            .map(|(t, (n, bytes))| format!("{t} {n} ({})", human_bytes(*bytes)))
+            .collect();
+        let mut lines = vec![format!("architecture: {arch}")];
+        if let Some(context) = get(&format!("{arch}.context_length")) {
+            lines.push(format!("context length: {context}"));
+        }
+        if let Some(model) = get("tokenizer.ggml.model").and_then(Value::as_str) {
+            let tokens = get("tokenizer.ggml.tokens")
+                .and_then(Value::as_array)
+                .map_or(0, super::value::Array::len);
+            lines.push(format!("tokenizer: {model} ({tokens} tokens)"));
+        }
+        lines.push(format!("stored types: {}", types.join(", ")));
+        let unread: Vec<String> = self
+            .table
+            .tensors()
+            .iter()
+            .zip(self.table.places())
+            .filter(|(_, p)| {
+                !p.place
+                    .ty
+                    .is_some_and(|t| t.plain_dtype().is_some() || t.is_dequantized())
+            })
+            .map(|(t, p)| format!("{} ({})", t.name(), Self::type_name(&p.place)))
+            .collect();
+        let mut notes = Vec::new();
+        if !unread.is_empty() {
+            notes.push(format!(
+                "not read (types this crate does not dequantize): {}",
+                unread.join(", ")
+            ));
+        }
+        let first = &self.shards[0];
+        let parts = self.shards.len();
+        Description {
+            format: "gguf",
+            summary: format!(
+                "GGUF v{}{}",
+                first.version,
+                if parts > 1 {
+                    format!(", {parts} parts")
+                } else {
+                    String::new()
+                }
+            ),
+            valid: format!("GGUF v{} valid", first.version),
+            shards: self.shards.iter().map(|s| s.path.clone()).collect(),
+            metadata: first
+                .metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_string()))
+                .collect(),
+            lines,
+            fields: vec![
+                ("version", u64::from(first.version).into()),
+                ("architecture", arch.into()),
+                ("alignment", first.alignment.into()),
+                ("types", types.into()),
+                ("not_read", unread.into()),
+            ],
+            notes,
+            checksums: Checksums::None,
+            unverified: "no checksums in GGUF (contents unverified)".into(),
+            column: Some("type"),
+            ..Description::default()
+        }
+    }
+
+    fn column(&self, info: &TensorInfo) -> Option<String> {
+        self.table
+            .place(info)
+            .ok()
+            .map(|p| Self::type_name(&p.place))
+    }
+}

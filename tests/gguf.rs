@@ -1,0 +1,437 @@
+//! GGUF files written by llama.cpp's own Python library (`gguf` from PyPI: `GGUFWriter`, and
+//! `gguf.quants` for the reference dequantization), read here: every plain type as views,
+//! every quantized type this crate reads compared bit for bit with `gguf.quants.dequantize`,
+//! every metadata type, split sets, and hostile files made here.
+//!
+//! The Python side needs `gguf` and `numpy` (`.ci/run` installs them, pinned, into a folder it
+//! names in `BURNPACK_PYTHONPATH`); without them these tests say "skipped" and pass, except in
+//! CI.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use burn::tensor::{Bytes, DType};
+use burnpack::format::Limits;
+use burnpack::interop::gguf::{Array, GgmlType, GgufSource, Value};
+use burnpack::interop::open_any;
+use burnpack::read::{SourceErrorKind, TensorSource, assert_source_contract};
+
+/// Runs `script` with `python3` and the `gguf` package; `None` (and a "skipped" line) when
+/// they are not there.
+fn python(script: &str, dir: &Path) -> Option<()> {
+    let mut command = Command::new("python3");
+    command.arg("-c").arg(script).current_dir(dir);
+    if let Some(path) = std::env::var_os("BURNPACK_PYTHONPATH") {
+        command.env("PYTHONPATH", path);
+    }
+    let probe = Command::new("python3")
+        .args(["-c", "import gguf, numpy"])
+        .envs(std::env::var_os("BURNPACK_PYTHONPATH").map(|p| ("PYTHONPATH", p)))
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        common::skip("python3 with the gguf and numpy packages (BURNPACK_PYTHONPATH)");
+        return None;
+    }
+    let out = command.output().expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(())
+}
+
+/// Writes `model.gguf` in `dir`: metadata of every type, tensors of every plain type and of
+/// every quantized type this crate reads (random blocks with finite scales, as llama.cpp's
+/// writer stores them), and `<name>.ref`: `gguf.quants.dequantize`'s values (little-endian
+/// f32) or the plain values as stored.
+const WRITER: &str = r#"
+import numpy as np, gguf, struct
+from gguf import GGUFWriter, GGMLQuantizationType as T
+from gguf.quants import dequantize
+from gguf.constants import GGML_QUANT_SIZES
+rng = np.random.default_rng(7)
+w = GGUFWriter("model.gguf", "llama")
+w.add_uint32("llama.context_length", 2048)
+w.add_int8("k.i8", -3); w.add_uint8("k.u8", 250); w.add_int16("k.i16", -300); w.add_uint16("k.u16", 60000)
+w.add_int32("k.i32", -70000); w.add_int64("k.i64", -(1 << 40)); w.add_uint64("k.u64", 1 << 60)
+w.add_float32("k.f32", 0.5); w.add_float64("k.f64", -2.25); w.add_bool("k.bool", True)
+w.add_string("k.str", "héllo \"world\"")
+w.add_array("k.ints", [1, 2, 3])
+w.add_array("k.strs", ["a", "b"])
+w.add_array("k.nested", [[1, 2], [3]])
+w.add_tokenizer_model("gpt2")
+w.add_token_list([f"t{i}" for i in range(100)])
+# Plain types.
+plain = {
+    "plain.f32": np.arange(6, dtype=np.float32).reshape(2, 3) / 7,
+    "plain.f16": (np.arange(8, dtype=np.float32) / 3).astype(np.float16).reshape(2, 4),
+    "plain.f64": np.arange(3, dtype=np.float64) / 9,
+    "plain.i8": np.arange(-4, 4, dtype=np.int8),
+    "plain.i16": np.arange(-4, 4, dtype=np.int16),
+    "plain.i32": np.arange(-4, 4, dtype=np.int32).reshape(2, 2, 2),
+    "plain.i64": np.arange(-2, 2, dtype=np.int64),
+}
+for name, value in plain.items():
+    w.add_tensor(name, value)
+    value.tofile(name + ".ref")
+bf16 = (rng.integers(0, 1 << 15, 12, dtype=np.uint16) | 0x3000).astype(np.uint16)
+w.add_tensor("plain.bf16", bf16.view(np.uint8).reshape(3, 8), raw_dtype=T.BF16)
+bf16.tofile("plain.bf16.ref")
+# Quantized types, random blocks with finite scales: where each block keeps its f16 scales.
+scales = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0],
+          "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
+          "TQ1_0": [52], "TQ2_0": [64], "IQ4_NL": [0], "IQ4_XS": [0], "MXFP4": []}
+for name, fields in scales.items():
+    t = T[name]
+    block, size = GGML_QUANT_SIZES[t]
+    rows, per_row = 3, 2
+    raw = rng.integers(0, 256, (rows, per_row * size), dtype=np.uint8)
+    for r in range(rows):
+        for b in range(per_row):
+            for at in fields:
+                scale = np.float16(rng.uniform(-2, 2))
+                raw[r, b * size + at:b * size + at + 2] = np.frombuffer(scale.tobytes(), np.uint8)
+    if name == "MXFP4":
+        raw[:, ::size] = rng.integers(100, 140, (rows, per_row), dtype=np.uint8)
+    w.add_tensor("q." + name, raw, raw_dtype=t)
+    dequantize(raw, t).astype("<f4").tofile("q." + name + ".ref")
+# A type this crate does not read: IQ2_XXS (blocks of 256, 66 bytes).
+w.add_tensor("q.IQ2_XXS", rng.integers(0, 256, (1, 66), dtype=np.uint8), raw_dtype=T.IQ2_XXS)
+w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+"#;
+
+fn model(dir: &Path) -> Option<PathBuf> {
+    python(WRITER, dir)?;
+    Some(dir.join("model.gguf"))
+}
+
+fn reference(dir: &Path, name: &str) -> Vec<u8> {
+    std::fs::read(dir.join(format!("{name}.ref"))).unwrap()
+}
+
+#[test]
+fn every_type_reads_as_llama_cpps_reference_computes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(path) = model(dir.path()) else {
+        return;
+    };
+    let source = GgufSource::open(&path).unwrap();
+    assert_source_contract(&source);
+    let mut quantized = 0;
+    for info in source.tensors() {
+        let name = info.name();
+        let ty = source.ggml_type(info).unwrap();
+        if name == "q.IQ2_XXS" {
+            // Listed, with its shape; refused by name when read; the rest still load.
+            assert_eq!(info.shape(), [1, 256]);
+            let err = source.read(info).unwrap_err().to_string();
+            assert!(
+                err.contains("q.IQ2_XXS") && err.contains("IQ2_XXS"),
+                "{err}"
+            );
+            continue;
+        }
+        let bytes = source.read(info).unwrap();
+        assert_eq!(
+            &bytes[..],
+            &reference(dir.path(), name)[..],
+            "{name} ({ty})"
+        );
+        if ty.plain_dtype().is_some() {
+            assert_eq!(source.copy_reason(info), None, "{name} is a view");
+        } else {
+            assert_eq!(info.dtype(), DType::F32);
+            quantized += 1;
+        }
+    }
+    assert_eq!(quantized, 15);
+    // Shapes in Burn's order: numpy's (2, 3) is GGUF's [3, 2].
+    let f32s = source.tensor("plain.f32").unwrap();
+    assert_eq!((f32s.shape(), f32s.dtype()), (&[2, 3][..], DType::F32));
+    let q = source.tensor("q.Q4_K").unwrap();
+    assert_eq!(q.shape(), [3, 512]);
+    assert_eq!(source.tensor("plain.bf16").unwrap().dtype(), DType::BF16);
+    // From bytes, the same.
+    let bytes = Bytes::from_bytes_vec(std::fs::read(&path).unwrap());
+    let from_bytes = GgufSource::from_bytes(bytes, &Limits::default()).unwrap();
+    assert_source_contract(&from_bytes);
+    assert_eq!(from_bytes.tensors(), source.tensors());
+}
+
+#[test]
+fn metadata_of_every_type_is_exposed_typed_and_as_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(path) = model(dir.path()) else {
+        return;
+    };
+    let source = GgufSource::open(&path).unwrap();
+    assert_eq!(source.version(), 3);
+    assert_eq!(
+        source.get("general.architecture").and_then(Value::as_str),
+        Some("llama")
+    );
+    assert_eq!(source.get("llama.context_length"), Some(&Value::U32(2048)));
+    assert_eq!(source.get("k.i8"), Some(&Value::I8(-3)));
+    assert_eq!(source.get("k.u16"), Some(&Value::U16(60000)));
+    assert_eq!(source.get("k.i64"), Some(&Value::I64(-(1 << 40))));
+    assert_eq!(source.get("k.u64"), Some(&Value::U64(1 << 60)));
+    assert_eq!(source.get("k.f64"), Some(&Value::F64(-2.25)));
+    assert_eq!(source.get("k.bool"), Some(&Value::Bool(true)));
+    assert_eq!(
+        source.get("k.str").unwrap().to_string(),
+        "\"héllo \\\"world\\\"\""
+    );
+    assert_eq!(source.get("k.ints").unwrap().to_string(), "[1, 2, 3]");
+    assert_eq!(source.get("k.strs").unwrap().to_string(), "[\"a\", \"b\"]");
+    assert_eq!(source.get("k.nested").unwrap().to_string(), "[[1, 2], [3]]");
+    let Some(Value::Array(Array::String(tokens))) = source.get("tokenizer.ggml.tokens") else {
+        panic!("the token list")
+    };
+    assert_eq!(tokens.len(), 100);
+    assert!(
+        source
+            .get("tokenizer.ggml.tokens")
+            .unwrap()
+            .to_string()
+            .ends_with("... (100 items)]")
+    );
+    // Through the registry, described.
+    let any = open_any(&path).unwrap();
+    let about = any.describe();
+    assert_eq!(about.format, "gguf");
+    assert!(about.lines.iter().any(|l| l == "architecture: llama"));
+    assert!(about.lines.iter().any(|l| l == "context length: 2048"));
+    assert!(
+        about
+            .lines
+            .iter()
+            .any(|l| l == "tokenizer: gpt2 (100 tokens)")
+    );
+    assert!(
+        about
+            .notes
+            .iter()
+            .any(|n| n.contains("q.IQ2_XXS (IQ2_XXS)"))
+    );
+    assert_eq!(about.metadata["k.nested"], "[[1, 2], [3]]");
+    assert_eq!(GgmlType::from_id(12).unwrap().name(), "Q4_K");
+}
+
+/// A GGUF v3 file of `tensors` (name, dims fastest first, type id, offset) and `data`, with
+/// no metadata but `extra` key/values, the data section at a multiple of 32.
+fn gguf(tensors: &[(&str, &[u64], u32, u64)], data: &[u8], kv: &[u8], kv_count: u64) -> Vec<u8> {
+    let mut out = b"GGUF".to_vec();
+    out.extend(3u32.to_le_bytes());
+    out.extend((tensors.len() as u64).to_le_bytes());
+    out.extend(kv_count.to_le_bytes());
+    out.extend(kv);
+    for (name, dims, ty, offset) in tensors {
+        out.extend((name.len() as u64).to_le_bytes());
+        out.extend(name.as_bytes());
+        out.extend((dims.len() as u32).to_le_bytes());
+        for d in *dims {
+            out.extend(d.to_le_bytes());
+        }
+        out.extend(ty.to_le_bytes());
+        out.extend(offset.to_le_bytes());
+    }
+    while out.len() % 32 != 0 {
+        out.push(0);
+    }
+    out.extend(data);
+    out
+}
+
+fn key(name: &str, ty: u32, value: &[u8]) -> Vec<u8> {
+    let mut out = (name.len() as u64).to_le_bytes().to_vec();
+    out.extend(name.as_bytes());
+    out.extend(ty.to_le_bytes());
+    out.extend(value);
+    out
+}
+
+#[test]
+fn hostile_files_are_clear_errors_naming_the_file_and_the_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let open = |name: &str, bytes: &[u8]| {
+        let path = d.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        GgufSource::open(&path).map(|_| ())
+    };
+    let f32s = [0u8; 64];
+    // A sound one, to vary.
+    assert!(
+        open(
+            "ok.gguf",
+            &gguf(&[("w", &[4, 2], 0, 0)], &f32s[..32], &[], 0)
+        )
+        .is_ok()
+    );
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty.gguf", vec![], "ends in the magic"),
+        (
+            "v1.gguf",
+            b"GGUF\x01\x00\x00\x00".to_vec(),
+            "versions 2 and 3",
+        ),
+        ("be.gguf", b"GGUF\x00\x00\x00\x03".to_vec(), "big-endian"),
+        (
+            "count.gguf",
+            [
+                b"GGUF".as_slice(),
+                &3u32.to_le_bytes(),
+                &u64::MAX.to_le_bytes(),
+                &0u64.to_le_bytes(),
+            ]
+            .concat(),
+            "tensor-count limit",
+        ),
+        (
+            "kvs.gguf",
+            [
+                b"GGUF".as_slice(),
+                &3u32.to_le_bytes(),
+                &0u64.to_le_bytes(),
+                &(1u64 << 40).to_le_bytes(),
+            ]
+            .concat(),
+            "more than the",
+        ),
+        (
+            "string.gguf",
+            gguf(&[], &[], &key("k", 8, &(1u64 << 40).to_le_bytes()), 1),
+            "a string of 1099511627776 bytes",
+        ),
+        (
+            "array.gguf",
+            gguf(
+                &[],
+                &[],
+                &key(
+                    "k",
+                    9,
+                    &[&4u32.to_le_bytes()[..], &(1u64 << 40).to_le_bytes()].concat(),
+                ),
+                1,
+            ),
+            "more than the",
+        ),
+        (
+            "twice.gguf",
+            gguf(
+                &[],
+                &[],
+                &[key("k", 4, &[1, 0, 0, 0]), key("k", 4, &[2, 0, 0, 0])].concat(),
+                2,
+            ),
+            "'k' is given twice",
+        ),
+        (
+            "past.gguf",
+            gguf(&[("w", &[4, 2], 0, 32)], &f32s[..32], &[], 0),
+            "tensor 'w' ends at byte",
+        ),
+        (
+            "misaligned.gguf",
+            gguf(&[("w", &[2], 0, 4)], &f32s, &[], 0),
+            "not a multiple of the alignment",
+        ),
+        (
+            "overlap.gguf",
+            gguf(&[("a", &[8], 0, 0), ("b", &[8], 0, 0)], &f32s, &[], 0),
+            "overlap",
+        ),
+        (
+            "blocks.gguf",
+            gguf(&[("q", &[31], 8, 0)], &f32s, &[], 0),
+            "not whole blocks of 32",
+        ),
+        (
+            "dims.gguf",
+            gguf(&[("w", &[1 << 32, 1 << 32, 1 << 32], 0, 0)], &f32s, &[], 0),
+            "overflow",
+        ),
+        (
+            "dup.gguf",
+            gguf(&[("w", &[2], 0, 0), ("w", &[2], 0, 32)], &f32s, &[], 0),
+            "two tensors of this name",
+        ),
+        (
+            "alignment.gguf",
+            gguf(
+                &[],
+                &[],
+                &key("general.alignment", 4, &3u32.to_le_bytes()),
+                1,
+            ),
+            "power of two",
+        ),
+        (
+            "split.gguf",
+            gguf(&[], &[], &key("split.count", 2, &3u16.to_le_bytes()), 1),
+            "split set",
+        ),
+    ];
+    for (name, bytes, says) in cases {
+        let err = open(name, &bytes).unwrap_err().to_string();
+        assert!(err.contains(name) && err.contains(says), "{name}: {err}");
+    }
+    // A type ggml does not have yet: listed, refused by name when read.
+    let path = d.join("future.gguf");
+    std::fs::write(
+        &path,
+        gguf(&[("new", &[4], 99, 0), ("w", &[4], 0, 0)], &f32s, &[], 0),
+    )
+    .unwrap();
+    let source = GgufSource::open(&path).unwrap();
+    let err = source
+        .read(source.tensor("new").unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("'new'") && err.contains("type 99"), "{err}");
+    assert_eq!(source.read(source.tensor("w").unwrap()).unwrap().len(), 16);
+    // Cut short: truncated, through the registry too.
+    let whole = gguf(&[("w", &[8], 0, 0)], &f32s[..32], &[], 0);
+    let path = d.join("cut.gguf");
+    std::fs::write(&path, &whole[..whole.len() - 4]).unwrap();
+    assert_eq!(
+        open_any(&path).unwrap_err().kind(),
+        SourceErrorKind::Truncated
+    );
+}
+
+#[test]
+fn a_split_set_opens_as_one_source_from_its_first_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let part = |no: u16, name: &str| {
+        let kv = [
+            key("split.no", 2, &no.to_le_bytes()),
+            key("split.count", 2, &2u16.to_le_bytes()),
+        ]
+        .concat();
+        gguf(&[(name, &[4], 0, 0)], &[1u8; 16], &kv, 2)
+    };
+    std::fs::write(d.join("m-00001-of-00002.gguf"), part(0, "a")).unwrap();
+    std::fs::write(d.join("m-00002-of-00002.gguf"), part(1, "b")).unwrap();
+    let source = open_any(d.join("m-00001-of-00002.gguf")).unwrap();
+    let names: Vec<&str> = source.tensors().iter().map(|t| t.name()).collect();
+    assert_eq!(names, ["a", "b"]);
+    assert_source_contract(source.as_tensor_source());
+    // A part that says it is another, or a missing part: refused, naming it.
+    std::fs::write(d.join("m-00002-of-00002.gguf"), part(0, "b")).unwrap();
+    let err = open_any(d.join("m-00001-of-00002.gguf"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("m-00002-of-00002.gguf") && err.contains("not part 2"),
+        "{err}"
+    );
+    std::fs::remove_file(d.join("m-00002-of-00002.gguf")).unwrap();
+    let err = open_any(d.join("m-00001-of-00002.gguf")).unwrap_err();
+    assert_eq!(err.kind(), SourceErrorKind::Io, "{err}");
+}
