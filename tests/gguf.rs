@@ -435,3 +435,176 @@ fn a_split_set_opens_as_one_source_from_its_first_part() {
     let err = open_any(d.join("m-00001-of-00002.gguf")).unwrap_err();
     assert_eq!(err.kind(), SourceErrorKind::Io, "{err}");
 }
+
+/// A llama-architecture file (`GGUFWriter("llama")`, llama.cpp's names; some weights `Q8_0`),
+/// and `reference.ref`: one forward pass in numpy over the dequantized weights.
+const LLAMA: &str = r#"
+import numpy as np, gguf
+from gguf.quants import quantize, dequantize
+T = gguf.GGMLQuantizationType
+rng = np.random.default_rng(1)
+dim, hidden, vocab = 32, 64, 16
+w = gguf.GGUFWriter("llama.gguf", "llama")
+w.add_uint32("llama.context_length", 128)
+def lin(name, out, inp, q):
+    m = (rng.standard_normal((out, inp)) / 8).astype(np.float32)
+    if q:
+        raw = quantize(m, T.Q8_0)
+        w.add_tensor(name, raw, raw_dtype=T.Q8_0)
+        return dequantize(raw, T.Q8_0)
+    w.add_tensor(name, m)
+    return m
+def norm(name):
+    g = rng.uniform(0.5, 1.5, dim).astype(np.float32)
+    w.add_tensor(name, g)
+    return g
+emb = rng.standard_normal((vocab, dim)).astype(np.float32)
+w.add_tensor("token_embd.weight", emb)
+g1 = norm("blk.0.attn_norm.weight")
+wq = lin("blk.0.attn_q.weight", dim, dim, True)
+wk = lin("blk.0.attn_k.weight", dim, dim, False)
+wv = lin("blk.0.attn_v.weight", dim, dim, True)
+wo = lin("blk.0.attn_output.weight", dim, dim, False)
+g2 = norm("blk.0.ffn_norm.weight")
+w1 = lin("blk.0.ffn_gate.weight", hidden, dim, True)
+w2 = lin("blk.0.ffn_down.weight", dim, hidden, True)
+w3 = lin("blk.0.ffn_up.weight", hidden, dim, False)
+gn = norm("output_norm.weight")
+out = lin("output.weight", vocab, dim, False)
+w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+def rms(x, g): return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * g
+silu = lambda x: x / (1 + np.exp(-x))
+x = emb[[1, 5, 7]]
+h = rms(x, g1)
+x = x + (h @ wq.T + h @ wk.T + h @ wv.T) @ wo.T
+f = rms(x, g2)
+x = x + (silu(f @ w1.T) * (f @ w3.T)) @ w2.T
+y = rms(x, gn) @ out.T
+y.astype("<f4").tofile("reference.ref")
+"#;
+
+mod llama {
+    use burn::module::Module;
+    use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, RmsNorm, RmsNormConfig};
+    use burn::tensor::activation::silu;
+    use burn::tensor::{Device, Int, Tensor};
+
+    #[derive(Module, Debug)]
+    pub struct Attention {
+        wq: Linear,
+        wk: Linear,
+        wv: Linear,
+        wo: Linear,
+    }
+
+    #[derive(Module, Debug)]
+    pub struct FeedForward {
+        w1: Linear,
+        w2: Linear,
+        w3: Linear,
+    }
+
+    #[derive(Module, Debug)]
+    pub struct Layer {
+        attention: Attention,
+        feed_forward: FeedForward,
+        attention_norm: RmsNorm,
+        ffn_norm: RmsNorm,
+    }
+
+    /// The names of Burn's llama models, at a toy's size.
+    #[derive(Module, Debug)]
+    pub struct Llama {
+        tok_embeddings: Embedding,
+        layers: Vec<Layer>,
+        norm: RmsNorm,
+        output: Linear,
+    }
+
+    impl Llama {
+        pub fn new(device: &Device) -> Self {
+            let (dim, hidden, vocab) = (32, 64, 16);
+            let linear = |i, o| LinearConfig::new(i, o).with_bias(false).init(device);
+            Self {
+                tok_embeddings: EmbeddingConfig::new(vocab, dim).init(device),
+                layers: vec![Layer {
+                    attention: Attention {
+                        wq: linear(dim, dim),
+                        wk: linear(dim, dim),
+                        wv: linear(dim, dim),
+                        wo: linear(dim, dim),
+                    },
+                    feed_forward: FeedForward {
+                        w1: linear(dim, hidden),
+                        w2: linear(hidden, dim),
+                        w3: linear(dim, hidden),
+                    },
+                    attention_norm: RmsNormConfig::new(dim).init(device),
+                    ffn_norm: RmsNormConfig::new(dim).init(device),
+                }],
+                norm: RmsNormConfig::new(dim).init(device),
+                output: linear(dim, vocab),
+            }
+        }
+
+        /// The reference's forward pass (no attention softmax: the weights are what is
+        /// compared).
+        pub fn forward(&self, ids: Tensor<2, Int>) -> Tensor<3> {
+            let mut x = self.tok_embeddings.forward(ids);
+            for layer in &self.layers {
+                let a = &layer.attention;
+                let h = layer.attention_norm.forward(x.clone());
+                let qkv = a.wq.forward(h.clone()) + a.wk.forward(h.clone()) + a.wv.forward(h);
+                x = x + a.wo.forward(qkv);
+                let f = layer.ffn_norm.forward(x.clone());
+                let ff = &layer.feed_forward;
+                x = x + ff
+                    .w2
+                    .forward(silu(ff.w1.forward(f.clone())) * ff.w3.forward(f));
+            }
+            self.output.forward(self.norm.forward(x))
+        }
+    }
+}
+
+#[test]
+fn a_llama_file_loads_into_a_burn_llama_with_llama_cpps_convention() {
+    use burn::tensor::{Device, Int, Tensor};
+    use burnpack::LoadOptions;
+    use burnpack::PackModule;
+    use burnpack::interop::gguf::LlamaCppConvention;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(()) = python(LLAMA, dir.path()) else {
+        return;
+    };
+    let source = GgufSource::open(dir.path().join("llama.gguf")).unwrap();
+    #[allow(deprecated)] // ndarray: still one of Burn 0.22's CPU backends, tested beside flex
+    let devices = [Device::flex(), Device::ndarray()];
+    for device in devices {
+        let model = llama::Llama::new(&device)
+            .load_from_source(
+                &source,
+                &LoadOptions::new().convention(LlamaCppConvention::llama()),
+            )
+            .unwrap();
+        let ids = Tensor::<2, Int>::from_data([[1, 5, 7]], &device);
+        let y = model.forward(ids).into_data().try_to_vec::<f32>().unwrap();
+        let reference: Vec<f32> = reference(dir.path(), "reference")
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        assert_eq!(y.len(), reference.len());
+        for (i, (a, b)) in y.iter().zip(&reference).enumerate() {
+            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{i}: {a} vs {b}");
+        }
+    }
+    // Without the convention, strict loading names what it cannot find.
+    let err = llama::Llama::new(&Device::flex())
+        .load_from_source(&source, &LoadOptions::new())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("tok_embeddings.weight") && err.contains("token_embd.weight"),
+        "{err}"
+    );
+}

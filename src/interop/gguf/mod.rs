@@ -31,12 +31,14 @@
 //! # Ok::<(), burnpack::read::SourceError>(())
 //! ```
 
+mod convention;
 mod dequant;
 mod header;
 mod source;
 mod types;
 mod value;
 
+pub use convention::LlamaCppConvention;
 pub use source::GgufSource;
 pub use types::GgmlType;
 pub use value::{Array, Value};
