@@ -97,7 +97,8 @@
 //! - [`interop`]: other containers, each a `TensorSource`: `safetensors` (one file or shards
 //!   with an index; conversions both ways; feature `safetensors`, default), `pytorch`
 //!   (`torch.save` files through an unpickler that runs nothing; feature `pytorch`, default),
-//!   `burn_record` (records of Burn 0.14-0.21; feature `legacy`, default) and `object_store`
+//!   `burn_record` (records of Burn 0.14-0.21; feature `legacy`, default), `gguf` (llama.cpp's
+//!   GGUF files, quantized types dequantized; feature `gguf`, default) and `object_store`
 //!   (packs and checkpoints on S3 and compatibles; feature `object-store`).
 //! - Burn's plug-in points: `store` (feature `store`), a `ModuleStore` for burn-store's
 //!   `save_into` / `load_from`; `train` (feature `train`), checkpointers for burn-train's

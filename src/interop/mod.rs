@@ -18,6 +18,9 @@
 //! - `pytorch`: `torch.save` files (`.pt`, `.pth`, `.bin`; zip and legacy; sharded through
 //!   an index) through a restricted unpickler that runs nothing (feature `pytorch`, on by
 //!   default).
+//! - `gguf`: llama.cpp's GGUF files (one file or a split set): plain types as views of the
+//!   mapping, quantized types dequantized in parallel as llama.cpp's reference computes them,
+//!   llama.cpp's names and layout as a convention (feature `gguf`, on by default).
 //! - `object_store`: packs on S3 and compatibles: ranged loads of only
 //!   what a module reads, saves as multipart uploads (feature `object-store`).
 
