@@ -1152,7 +1152,9 @@ fn gguf_files_through_every_command() {
         let (code, out, err) = run(&["inspect", s(&file)]);
         assert_eq!(code, 0, "{err}");
         assert!(
-            out.contains("GGUF v3") && out.contains("architecture: llama") && out.contains("stored types:"),
+            out.contains("GGUF v3")
+                && out.contains("architecture: llama")
+                && out.contains("stored types:"),
             "{out}"
         );
         let (code, out, _) = run(&["inspect", s(&file), "--json"]);

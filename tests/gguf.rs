@@ -217,6 +217,16 @@ fn metadata_of_every_type_is_exposed_typed_and_as_text() {
             .any(|n| n.contains("q.IQ2_XXS (IQ2_XXS)"))
     );
     assert_eq!(about.metadata["k.nested"], "[[1, 2], [3]]");
+    // Converted, the metadata is whole: strings as they are, arrays unabridged.
+    assert_eq!(
+        source.get("general.architecture").unwrap().stored(),
+        "llama"
+    );
+    let tokens = source.get("tokenizer.ggml.tokens").unwrap().stored();
+    assert!(
+        tokens.contains("\"t99\"") && !tokens.contains("..."),
+        "{tokens}"
+    );
     assert_eq!(GgmlType::from_id(12).unwrap().name(), "Q4_K");
 }
 
@@ -299,7 +309,7 @@ fn hostile_files_are_clear_errors_naming_the_file_and_the_tensor() {
                 &(1u64 << 40).to_le_bytes(),
             ]
             .concat(),
-            "more than the",
+            "metadata entries, over the limit",
         ),
         (
             "string.gguf",
@@ -375,6 +385,43 @@ fn hostile_files_are_clear_errors_naming_the_file_and_the_tensor() {
             gguf(&[], &[], &key("split.count", 2, &3u16.to_le_bytes()), 1),
             "split set",
         ),
+        (
+            "rows.gguf",
+            gguf(&[("q", &[16, 2], 2, 0)], &f32s, &[], 0),
+            "not whole blocks of 32",
+        ),
+        (
+            "rank.gguf",
+            gguf(&[("w", &[1, 1, 1, 1, 1], 0, 0)], &f32s, &[], 0),
+            "at most 4",
+        ),
+        (
+            "v196608.gguf",
+            [
+                b"GGUF".as_slice(),
+                &0x0003_0000u32.to_le_bytes(),
+                &[0u8; 16],
+            ]
+            .concat(),
+            "GGUF version 196608",
+        ),
+        (
+            "keys.gguf",
+            [
+                b"GGUF".as_slice(),
+                &3u32.to_le_bytes(),
+                &0u64.to_le_bytes(),
+                &200_000u64.to_le_bytes(),
+                &[0u8; 4096],
+            ]
+            .concat(),
+            "metadata entries, over the limit",
+        ),
+        (
+            "orphan.gguf",
+            gguf(&[], &[], &key("split.no", 2, &0u16.to_le_bytes()), 1),
+            "does not say how many parts",
+        ),
     ];
     for (name, bytes, says) in cases {
         let err = open(name, &bytes).unwrap_err().to_string();
@@ -394,6 +441,32 @@ fn hostile_files_are_clear_errors_naming_the_file_and_the_tensor() {
         .to_string();
     assert!(err.contains("'new'") && err.contains("type 99"), "{err}");
     assert_eq!(source.read(source.tensor("w").unwrap()).unwrap().len(), 16);
+    // Kinds a program can match: a cut header is truncated, another version unsupported.
+    let path = d.join("cut-header.gguf");
+    std::fs::write(&path, b"GGUF").unwrap();
+    assert_eq!(
+        open_any(&path).unwrap_err().kind(),
+        SourceErrorKind::Truncated
+    );
+    let path = d.join("be.gguf");
+    std::fs::write(&path, b"GGUF\x00\x00\x00\x03").unwrap();
+    assert_eq!(
+        open_any(&path).unwrap_err().kind(),
+        SourceErrorKind::Unsupported
+    );
+    // A count the file cannot hold is refused before anything is allocated for it, and
+    // arrays nested in arrays keep only what the file holds.
+    let mut nested = Vec::new();
+    for _ in 0..64 {
+        nested.extend(9u32.to_le_bytes());
+        nested.extend(1u64.to_le_bytes());
+    }
+    nested.extend(0u32.to_le_bytes());
+    nested.extend(0u64.to_le_bytes());
+    let path = d.join("nested.gguf");
+    std::fs::write(&path, gguf(&[], &[], &key("deep", 9, &nested), 1)).unwrap();
+    let source = GgufSource::open(&path).unwrap();
+    assert!(source.get("deep").unwrap().to_string().starts_with("[[[["));
     // Cut short: truncated, through the registry too.
     let whole = gguf(&[("w", &[8], 0, 0)], &f32s[..32], &[], 0);
     let path = d.join("cut.gguf");

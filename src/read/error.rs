@@ -202,6 +202,15 @@ pub enum SourceError {
         /// What is wrong (naming the tensor where there is one).
         source: FormatError,
     },
+    /// A file of a format this crate recognises, in a variant it does not read (a big-endian
+    /// or future version of it).
+    #[error("{}: {reason}", path.display())]
+    Unsupported {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What it is, and what is read.
+        reason: String,
+    },
     /// The file is shorter than its own header says (an interrupted copy or download).
     #[error("{}: truncated: {reason}", path.display())]
     Truncated {
@@ -249,6 +258,7 @@ impl SourceError {
             Self::UnknownFormat { .. } => SourceErrorKind::UnknownFormat,
             Self::Location { .. } => SourceErrorKind::Location,
             Self::Truncated { .. } => SourceErrorKind::Truncated,
+            Self::Unsupported { .. } => SourceErrorKind::Unsupported,
             Self::Format { source, .. } => match source {
                 FormatError::Truncated { .. } | FormatError::PastEnd { .. } => {
                     SourceErrorKind::Truncated
@@ -276,6 +286,7 @@ impl SourceError {
             | Self::Format { path, .. }
             | Self::Location { path, .. }
             | Self::Truncated { path, .. }
+            | Self::Unsupported { path, .. }
             | Self::UnknownFormat { path, .. } => path,
         }
     }

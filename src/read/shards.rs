@@ -103,7 +103,14 @@ pub fn assemble_shards<S, P>(
         }
         opened.push((path.clone(), state));
     }
-    let table = table.finish(|p| format!("in '{}'", shards[p.shard].display()))?;
+    // Two of one name in one file need no "where".
+    let table = table.finish(|p| {
+        if shards.len() > 1 {
+            format!("in '{}'", shards[p.shard].display())
+        } else {
+            String::new()
+        }
+    })?;
     Ok(Sharded {
         shards: opened,
         table,

@@ -254,14 +254,16 @@ impl<P> TableBuilder<P> {
         describe: impl Fn(&P) -> String,
     ) -> Result<SourceTable<P>, SourceError> {
         if let Some((a, b)) = crate::format::sort_unique(&mut self.rows, |r| r.0.name()) {
+            let (first, second) = (describe(&self.rows[a].1), describe(&self.rows[b].1));
+            let reason = if first.is_empty() && second.is_empty() {
+                "two tensors of this name".to_string()
+            } else {
+                format!("two tensors of this name ({first} and {second})")
+            };
             return Err(SourceError::Tensor {
                 path: self.path,
                 tensor: self.rows[a].0.name().to_string(),
-                reason: format!(
-                    "two tensors of this name ({} and {})",
-                    describe(&self.rows[a].1),
-                    describe(&self.rows[b].1)
-                ),
+                reason,
             });
         }
         let (tensors, places) = self.rows.into_iter().unzip();

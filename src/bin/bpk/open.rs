@@ -43,8 +43,10 @@ pub(crate) fn open(arg: &Path) -> Result<Box<dyn DescribedSource>, Failure> {
     Ok(source)
 }
 
-/// Opens `arg` for `verify`: never through a mapping (a damaged file is an error to report,
-/// not a `SIGBUS`), a URL fetched whole. The error is returned for `verify` to judge.
+/// Opens `arg` for `verify`: a pack with ordinary reads, never through a mapping (a damaged
+/// file is an error to report, not a `SIGBUS`), a URL fetched whole; other formats read their
+/// headers with ordinary reads and map their data (see each source's docs). The error is
+/// returned for `verify` to judge.
 pub(crate) fn open_for_verify(arg: &Path) -> Result<Box<dyn DescribedSource>, SourceError> {
     burnpack::interop::open_any_with(arg, &options().verify(true))
 }

@@ -17,8 +17,8 @@ const DEFAULT_ALIGNMENT: u64 = 32;
 /// Longest tensor name read (llama.cpp allows 64 bytes; files with longer ones exist).
 const MAX_NAME: u64 = 64 << 10;
 
-/// Most dimensions a tensor may have (ggml has 4).
-const MAX_DIMS: u32 = 8;
+/// Most dimensions a tensor may have (`GGML_MAX_DIMS`).
+const MAX_DIMS: u32 = 4;
 
 /// A tensor as the table declares it.
 pub(super) struct RawTensor {
@@ -28,6 +28,20 @@ pub(super) struct RawTensor {
     pub type_id: u32,
     /// From the start of the data section.
     pub offset: u64,
+}
+
+/// Why a header could not be read: the file ends first, a format this crate recognises but
+/// does not read (big-endian, another version), or anything else wrong.
+pub(super) enum HeaderError {
+    Truncated(String),
+    Unsupported(String),
+    Invalid(String),
+}
+
+impl From<String> for HeaderError {
+    fn from(reason: String) -> Self {
+        Self::Invalid(reason)
+    }
 }
 
 /// A parsed header.
@@ -48,6 +62,10 @@ struct Input<R> {
     len: u64,
     depth: usize,
     max_depth: usize,
+    /// The header may not be longer than this (`Limits::max_metadata_size`).
+    max_header: u64,
+    /// Whether the last error was the file ending first.
+    ended: bool,
 }
 
 impl<R: Read> Input<R> {
@@ -58,8 +76,10 @@ impl<R: Read> Input<R> {
     fn bytes<const N: usize>(&mut self, what: &str) -> Result<[u8; N], String> {
         let mut out = [0u8; N];
         if self.left() < N as u64 {
+            self.ended = true;
             return Err(format!("the file ends in {what}"));
         }
+        self.within_limit(N as u64)?;
         self.inner
             .read_exact(&mut out)
             .map_err(|e| format!("cannot read {what}: {e}"))?;
@@ -79,6 +99,7 @@ impl<R: Read> Input<R> {
     /// anything is allocated for them.
     fn count(&mut self, count: u64, each: u64, what: &str) -> Result<usize, String> {
         if count.saturating_mul(each) > self.left() {
+            self.ended = true;
             return Err(format!(
                 "{what}: {count} items, more than the {} bytes left in the file can hold",
                 self.left()
@@ -87,14 +108,31 @@ impl<R: Read> Input<R> {
         usize::try_from(count).map_err(|_| format!("{what}: {count} items"))
     }
 
+    /// The header is bounded by the metadata-size limit: checked before `more` bytes are
+    /// read (and kept).
+    fn within_limit(&self, more: u64) -> Result<(), String> {
+        if self.at.saturating_add(more) > self.max_header {
+            return Err(format!(
+                "the header (metadata and tensor table) passes the metadata-size limit of {} \
+                 bytes (raise `Limits::max_metadata_size` if you trust this file)",
+                self.max_header
+            ));
+        }
+        Ok(())
+    }
+
     fn string(&mut self, max: u64, what: &str) -> Result<String, String> {
         let len = self.u64(what)?;
+        if len > self.left() {
+            self.ended = true;
+        }
         if len > max || len > self.left() {
             return Err(format!(
                 "{what}: a string of {len} bytes (the file has {} left; at most {max})",
                 self.left()
             ));
         }
+        self.within_limit(len)?;
         let mut out = vec![0u8; len as usize];
         self.inner
             .read_exact(&mut out)
@@ -153,7 +191,9 @@ impl<R: Read> Input<R> {
         let n = self.count(count, each, what)?;
         macro_rules! items {
             ($variant:ident, $read:expr) => {{
-                let mut out = Vec::with_capacity(n);
+                // Grown as items are read: what is kept is bounded by what the file holds, not
+                // by what the count says.
+                let mut out = Vec::with_capacity(n.min(1024));
                 for _ in 0..n {
                     out.push($read(&mut *self)?);
                 }
@@ -193,35 +233,54 @@ impl<R: Read> Input<R> {
 }
 
 /// Reads the header of a GGUF file of `len` bytes from `inner` (positioned at its start).
-pub(super) fn read(inner: impl Read, len: u64, limits: &Limits) -> Result<Header, String> {
+pub(super) fn read(inner: impl Read, len: u64, limits: &Limits) -> Result<Header, HeaderError> {
     let mut input = Input {
         inner,
         at: 0,
         len,
         depth: 0,
         max_depth: limits.max_cbor_depth,
+        max_header: u64::from(limits.max_metadata_size),
+        ended: false,
     };
+    read_with(&mut input, limits).map_err(|reason| match reason {
+        HeaderError::Invalid(reason) if input.ended => HeaderError::Truncated(reason),
+        other => other,
+    })
+}
+
+fn read_with<R: Read>(input: &mut Input<R>, limits: &Limits) -> Result<Header, HeaderError> {
     let magic = input.bytes::<4>("the magic number")?;
     if &magic != MAGIC {
-        return Err("not a GGUF file (its first bytes are not GGUF)".into());
-    }
-    let version = input.u32("the version")?;
-    if version != 0 && version.trailing_zeros() >= 16 {
-        return Err(format!(
-            "a big-endian GGUF file (version {}): only little-endian files are read",
-            version.swap_bytes()
+        return Err(HeaderError::Invalid(
+            "not a GGUF file (its first bytes are not GGUF)".into(),
         ));
     }
+    let version = input.u32("the version")?;
+    if (1..=3).contains(&version.swap_bytes()) {
+        return Err(HeaderError::Unsupported(format!(
+            "a big-endian GGUF file (version {}): only little-endian files are read",
+            version.swap_bytes()
+        )));
+    }
     if !(2..=3).contains(&version) {
-        return Err(format!("GGUF version {version}: versions 2 and 3 are read"));
+        return Err(HeaderError::Unsupported(format!(
+            "GGUF version {version}: versions 2 and 3 are read"
+        )));
     }
     let tensor_count = input.u64("the tensor count")?;
     let kv_count = input.u64("the metadata count")?;
     if tensor_count > limits.max_tensor_count as u64 {
-        return Err(format!(
+        return Err(HeaderError::Invalid(format!(
             "{tensor_count} tensors, over the tensor-count limit of {}",
             limits.max_tensor_count
-        ));
+        )));
+    }
+    if kv_count > limits.max_tensor_count as u64 {
+        return Err(HeaderError::Invalid(format!(
+            "{kv_count} metadata entries, over the limit of {} entries in a map",
+            limits.max_tensor_count
+        )));
     }
     // A key is at least its length (8), a type (4) and a byte of value.
     let kv_count = input.count(kv_count, 13, "the metadata")?;
@@ -232,9 +291,9 @@ pub(super) fn read(inner: impl Read, len: u64, limits: &Limits) -> Result<Header
         let kind = input.u32(&format!("the type of '{key}'"))?;
         let value = input.value(kind, &format!("metadata '{key}'"))?;
         if !keys.insert(key.clone()) {
-            return Err(format!(
+            return Err(HeaderError::Invalid(format!(
                 "metadata key '{key}' is given twice (one value would be lost)"
-            ));
+            )));
         }
         metadata.push((key, value));
     }
@@ -246,11 +305,18 @@ pub(super) fn read(inner: impl Read, len: u64, limits: &Limits) -> Result<Header
         let what = format!("tensor '{name}'");
         let rank = input.u32(&what)?;
         if rank > MAX_DIMS {
-            return Err(format!("{what}: {rank} dimensions (at most {MAX_DIMS})"));
+            return Err(HeaderError::Invalid(format!(
+                "{what}: {rank} dimensions (ggml has at most {MAX_DIMS})"
+            )));
         }
         let dims = (0..rank)
             .map(|_| input.u64(&what))
             .collect::<Result<Vec<u64>, String>>()?;
+        if let Some(d) = dims.iter().find(|&&d| i64::try_from(d).is_err()) {
+            return Err(HeaderError::Invalid(format!(
+                "{what}: a dimension of {d}, past ggml's signed 64-bit sizes"
+            )));
+        }
         let type_id = input.u32(&what)?;
         let offset = input.u64(&what)?;
         tensors.push(RawTensor {
@@ -264,9 +330,9 @@ pub(super) fn read(inner: impl Read, len: u64, limits: &Limits) -> Result<Header
         None => DEFAULT_ALIGNMENT,
         Some((_, Value::U32(a))) if a.is_power_of_two() => u64::from(*a),
         Some((_, other)) => {
-            return Err(format!(
+            return Err(HeaderError::Invalid(format!(
                 "general.alignment is {other}: a power of two of type u32 is expected"
-            ));
+            )));
         }
     };
     let data_start = input.at.div_ceil(alignment) * alignment;

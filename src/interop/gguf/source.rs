@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Bytes, DType};
 
 use super::dequant::{Dequantize, dequantize, dequantizer};
-use super::header::{self, Header};
+use super::header::{self, Header, HeaderError};
 use super::types::GgmlType;
 use super::value::Value;
 use crate::format::{Limits, TensorInfo, element_align};
-use crate::read::source::{Source, aligned_bytes};
+use crate::read::source::{Source, aligned_words};
 use crate::read::{
     Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable,
     TensorSource, assemble_shards, human_bytes,
@@ -100,6 +100,19 @@ impl GgufSource {
             no += 1;
             Ok(opened)
         })?;
+        let declared = sharded.shards[0]
+            .1
+            .metadata
+            .iter()
+            .find(|(k, _)| k == "split.tensors.count")
+            .and_then(|(_, v)| v.as_u64());
+        let found = sharded.table.tensors().len() as u64;
+        if let Some(declared) = declared.filter(|&d| d != found) {
+            return Err(SourceError::invalid(path)(format!(
+                "the split set says it holds {declared} tensors (split.tensors.count), its \
+                 parts hold {found}"
+            )));
+        }
         Ok(Self::assemble(path, sharded))
     }
 
@@ -112,7 +125,7 @@ impl GgufSource {
         let bytes = crate::read::source::view_capable(bytes);
         let len = bytes.len() as u64;
         let header = header::read(std::io::Cursor::new(&bytes[..]), len, limits)
-            .map_err(SourceError::invalid(path))?;
+            .map_err(|e| header_error(path, e))?;
         let mut opened = Some(shard(path, header, len, Source::Memory(bytes))?);
         let sharded = assemble_shards(path, &[path.to_path_buf()], None, limits, |_, _| {
             opened
@@ -176,11 +189,17 @@ impl GgufSource {
     }
 }
 
-/// The `split.count` of a file's metadata (1 without one).
+/// The `split.count` of a file's metadata (1 without one; a `split.no` without it is refused).
 fn split_count(metadata: &[(String, Value)], path: &Path) -> Result<u64, SourceError> {
-    match metadata.iter().find(|(k, _)| k == "split.count") {
+    let find = |key: &str| metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+    match find("split.count") {
+        None if find("split.no").is_some() => Err(SourceError::invalid(path)(
+            "a part of a split set (split.no) that does not say how many parts there are \
+             (split.count)"
+                .into(),
+        )),
         None => Ok(1),
-        Some((_, v)) => v
+        Some(v) => v
             .as_u64()
             .filter(|&n| (1..=9999).contains(&n))
             .ok_or_else(|| {
@@ -227,17 +246,27 @@ fn check_part(
             .and_then(|(_, v)| v.as_u64())
     };
     if get("split.no") != Some(no) || get("split.count") != Some(count) {
+        let shown = |v: Option<u64>| v.map_or_else(|| "none".to_string(), |v| v.to_string());
         return Err(SourceError::invalid(path)(format!(
-            "not part {} of {count} of its set (split.no {:?}, split.count {:?})",
+            "not part {} of {count} of its set (split.no {}, split.count {})",
             no + 1,
-            get("split.no"),
-            get("split.count")
+            shown(get("split.no")),
+            shown(get("split.count"))
         )));
     }
     Ok(())
 }
 
 type Opened = (Shard, Vec<(TensorInfo, Stored)>);
+
+fn header_error(path: &Path, e: HeaderError) -> SourceError {
+    let path = path.to_path_buf();
+    match e {
+        HeaderError::Truncated(reason) => SourceError::Truncated { path, reason },
+        HeaderError::Unsupported(reason) => SourceError::Unsupported { path, reason },
+        HeaderError::Invalid(reason) => SourceError::Invalid { path, reason },
+    }
+}
 
 /// One file: its header read with ordinary reads and validated, then the file mapped.
 fn open_file(path: &Path, limits: &Limits) -> Result<Opened, SourceError> {
@@ -253,7 +282,7 @@ fn open_file(path: &Path, limits: &Limits) -> Result<Opened, SourceError> {
         )));
     }
     let header = header::read(std::io::BufReader::new(&file), len, limits)
-        .map_err(SourceError::invalid(path))?;
+        .map_err(|e| header_error(path, e))?;
     // As for `Reader::open`, the file must not be truncated while it is mapped.
     let all = crate::read::source::map_file(&file).map_err(SourceError::io(path, "map"))?;
     shard(path, header, len, Source::Memory(all))
@@ -284,27 +313,37 @@ fn shard(path: &Path, header: Header, len: u64, source: Source) -> Result<Opened
             .collect::<Result<_, _>>()
             .map_err(|_| tensor_error(name, "a dimension past this platform's memory".into()))?;
         let ty = GgmlType::from_id(raw.type_id);
+        // Every tensor's declared place is aligned, whatever its type.
+        if !raw.offset.is_multiple_of(header.alignment) {
+            return Err(tensor_error(
+                name,
+                format!(
+                    "offset {} is not a multiple of the alignment {}",
+                    raw.offset, header.alignment
+                ),
+            ));
+        }
         let range = match ty {
             None => None,
             Some(ty) => {
-                let bytes = ty.bytes_of(elements).ok_or_else(|| {
-                    tensor_error(
-                        name,
-                        format!(
-                            "{elements} elements of {ty}, not whole blocks of {}",
-                            ty.block()
-                        ),
-                    )
-                })?;
-                if !raw.offset.is_multiple_of(header.alignment) {
+                // ggml stores rows of whole blocks: the first (fastest) dimension is a
+                // multiple of the block.
+                let row = raw.dims.first().copied().unwrap_or(1);
+                if !row.is_multiple_of(ty.block()) {
                     return Err(tensor_error(
                         name,
                         format!(
-                            "offset {} is not a multiple of the alignment {}",
-                            raw.offset, header.alignment
+                            "rows of {row} elements of {ty}, not whole blocks of {}",
+                            ty.block()
                         ),
                     ));
                 }
+                let bytes = ty.bytes_of(elements).ok_or_else(|| {
+                    tensor_error(
+                        name,
+                        format!("{elements} elements of {ty} are too large to address"),
+                    )
+                })?;
                 let start = header.data_start.checked_add(raw.offset);
                 let end = start.and_then(|s| s.checked_add(bytes));
                 let (Some(start), Some(end)) = (start, end) else {
@@ -338,7 +377,10 @@ fn shard(path: &Path, header: Header, len: u64, source: Source) -> Result<Opened
                     .ok_or_else(|| tensor_error(name, "too many elements".into()))?,
             ),
         };
-        let offset = range.map_or(header.data_start, |(start, _)| start);
+        let offset = range.map_or(
+            header.data_start.saturating_add(raw.offset),
+            |(start, _)| start,
+        );
         rows.push((
             TensorInfo::external(name.clone(), dtype, shape, offset, len),
             stored,
@@ -402,10 +444,27 @@ impl TensorSource for GgufSource {
         let raw = shard.source.read(start, bytes, 1).map_err(io)?;
         let len =
             usize::try_from(info.len()).map_err(|_| io(std::io::Error::other("too large")))?;
-        aligned_bytes(len, |out| {
-            dequantize(ty, f, &raw, out);
-            Ok(())
-        })
+        // The dequantized tensor is memory of its own: asked for first, so that a tensor
+        // larger than what is left is an error naming it, not an abort.
+        let mut words: Vec<u64> = Vec::new();
+        words.try_reserve_exact(len.div_ceil(8)).map_err(|_| {
+            io(std::io::Error::other(format!(
+                "cannot allocate {len} bytes to dequantize tensor '{}'",
+                info.name()
+            )))
+        })?;
+        words.resize(len.div_ceil(8), 0);
+        dequantize(
+            ty,
+            f,
+            &raw,
+            &mut bytemuck::cast_slice_mut(&mut words)[..len],
+        );
+        Ok(aligned_words(
+            words,
+            len,
+            burn::tensor::AllocationProperty::Native,
+        ))
     }
 
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
@@ -502,6 +561,17 @@ impl crate::read::DescribedSource for GgufSource {
             column: Some("type"),
             ..Description::default()
         }
+    }
+
+    /// Every tensor (quantized ones dequantized) and the whole metadata: strings as they
+    /// are, other values in their full text (arrays unabridged), under `gguf.` keys beside
+    /// nothing else.
+    fn to_writer(&self) -> Result<crate::Writer, ReadError> {
+        let mut writer = crate::Writer::from_source(self)?;
+        for (key, value) in self.metadata() {
+            writer = writer.metadata(key.clone(), value.stored());
+        }
+        Ok(writer)
     }
 
     fn column(&self, info: &TensorInfo) -> Option<String> {

@@ -101,7 +101,32 @@ impl Value {
     }
 }
 
+impl Value {
+    /// The value as stored in another format's string metadata: a string as it is, any other
+    /// value as its text with arrays unabridged (`[1, 2, 3]`, `["a", "b"]`).
+    ///
+    /// ```
+    /// use burnpack::interop::gguf::{Array, Value};
+    /// assert_eq!(Value::String("llama".into()).stored(), "llama");
+    /// let long = Value::Array(Array::U8(vec![0; 20]));
+    /// assert!(!long.stored().contains("..."));
+    /// ```
+    #[must_use]
+    pub fn stored(&self) -> String {
+        match self {
+            Self::String(s) => s.clone(),
+            Self::Array(a) => a.full(),
+            other => other.to_string(),
+        }
+    }
+}
+
 impl Array {
+    /// Every item as text, in brackets.
+    fn full(&self) -> String {
+        format!("[{}]", self.items(usize::MAX).join(", "))
+    }
+
     /// How many items.
     #[must_use]
     pub fn len(&self) -> usize {
