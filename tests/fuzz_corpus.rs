@@ -223,38 +223,11 @@ fn any_format_corpus_and_mutations_never_panic() {
 /// an `F32` and an `F16` tensor, a `Q8_0` block, a `Q4_K` block, an array of strings.
 #[cfg(feature = "gguf")]
 fn gguf_seeds() -> Vec<(&'static str, Vec<u8>)> {
-    fn file(
-        tensors: &[(&str, &[u64], u32, u64)],
-        data: &[u8],
-        kv: &[(&str, u32, Vec<u8>)],
-    ) -> Vec<u8> {
-        let mut out = b"GGUF".to_vec();
-        out.extend(3u32.to_le_bytes());
-        out.extend((tensors.len() as u64).to_le_bytes());
-        out.extend((kv.len() as u64).to_le_bytes());
-        for (key, ty, value) in kv {
-            out.extend((key.len() as u64).to_le_bytes());
-            out.extend(key.as_bytes());
-            out.extend(ty.to_le_bytes());
-            out.extend(value);
-        }
-        for (name, dims, ty, offset) in tensors {
-            out.extend((name.len() as u64).to_le_bytes());
-            out.extend(name.as_bytes());
-            out.extend((dims.len() as u32).to_le_bytes());
-            for d in *dims {
-                out.extend(d.to_le_bytes());
-            }
-            out.extend(ty.to_le_bytes());
-            out.extend(offset.to_le_bytes());
-        }
-        while out.len() % 32 != 0 {
-            out.push(0);
-        }
-        out.extend(data);
-        out
-    }
-    let string = |s: &str| [&(s.len() as u64).to_le_bytes()[..], s.as_bytes()].concat();
+    use common::gguf::{key, string};
+    let file = |tensors: &[(&str, &[u64], u32, u64)], data: &[u8], kv: &[(&str, u32, Vec<u8>)]| {
+        let entries: Vec<u8> = kv.iter().flat_map(|(k, t, v)| key(k, *t, v)).collect();
+        common::gguf::file(tensors, data, &entries, kv.len() as u64)
+    };
     let arch = ("general.architecture", 8, string("llama"));
     let tokens = (
         "tokenizer.ggml.tokens",
@@ -289,7 +262,7 @@ fn gguf_seeds() -> Vec<(&'static str, Vec<u8>)> {
         ),
         (
             "q8_0.gguf",
-            file(&[("q", &[32], 8, 0)], &q8, &[arch.clone()]),
+            file(&[("q", &[32], 8, 0)], &q8, std::slice::from_ref(&arch)),
         ),
         ("q4_k.gguf", file(&[("k", &[256], 12, 0)], &q4k, &[arch])),
     ]

@@ -230,38 +230,7 @@ fn metadata_of_every_type_is_exposed_typed_and_as_text() {
     assert_eq!(GgmlType::from_id(12).unwrap().name(), "Q4_K");
 }
 
-/// A GGUF v3 file of `tensors` (name, dims fastest first, type id, offset) and `data`, with
-/// no metadata but `extra` key/values, the data section at a multiple of 32.
-fn gguf(tensors: &[(&str, &[u64], u32, u64)], data: &[u8], kv: &[u8], kv_count: u64) -> Vec<u8> {
-    let mut out = b"GGUF".to_vec();
-    out.extend(3u32.to_le_bytes());
-    out.extend((tensors.len() as u64).to_le_bytes());
-    out.extend(kv_count.to_le_bytes());
-    out.extend(kv);
-    for (name, dims, ty, offset) in tensors {
-        out.extend((name.len() as u64).to_le_bytes());
-        out.extend(name.as_bytes());
-        out.extend((dims.len() as u32).to_le_bytes());
-        for d in *dims {
-            out.extend(d.to_le_bytes());
-        }
-        out.extend(ty.to_le_bytes());
-        out.extend(offset.to_le_bytes());
-    }
-    while out.len() % 32 != 0 {
-        out.push(0);
-    }
-    out.extend(data);
-    out
-}
-
-fn key(name: &str, ty: u32, value: &[u8]) -> Vec<u8> {
-    let mut out = (name.len() as u64).to_le_bytes().to_vec();
-    out.extend(name.as_bytes());
-    out.extend(ty.to_le_bytes());
-    out.extend(value);
-    out
-}
+use common::gguf::{file as gguf, key};
 
 #[test]
 fn hostile_files_are_clear_errors_naming_the_file_and_the_tensor() {

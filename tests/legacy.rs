@@ -7,9 +7,6 @@
 //! `cargo run --release --manifest-path tools/legacy-fixtures/Cargo.toml -- tests/data/legacy`
 //! and `cargo run --release --manifest-path tools/legacy-fixtures-0.16/Cargo.toml --
 //! tests/data/legacy/0.16`.
-// These tests name the errors by their former names too (`PytorchError`, `LegacyError`:
-// deprecated aliases of `read::SourceError`), which they keep working.
-#![allow(deprecated)]
 #![allow(deprecated)] // ndarray: deprecated in Burn 0.22, still a backend users load onto
 
 mod common;

@@ -2,9 +2,6 @@
 //! `torch.save`, from Burn's test data; see its README) read here and compared tensor by tensor
 //! with what burn-store's `PytorchReader` (the reader behind `PytorchStore`) reads from the same
 //! file; model-shaped ones loaded into Burn modules; hostile files made here refused clearly.
-// These tests name the errors by their former names too (`PytorchError`, `LegacyError`:
-// deprecated aliases of `read::SourceError`), which they keep working.
-#![allow(deprecated)]
 #![allow(deprecated)] // ndarray: deprecated in Burn 0.22, still a backend users load onto
 
 mod common;

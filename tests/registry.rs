@@ -21,7 +21,7 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
 /// A safetensors file of `header` (a JSON object) and `data`, the header padded to 8 bytes.
 fn safetensors(header: &str, data: &[u8]) -> Vec<u8> {
     let mut header = header.as_bytes().to_vec();
-    while header.len() % 8 != 0 {
+    while !header.len().is_multiple_of(8) {
         header.push(b' ');
     }
     let mut out = (header.len() as u64).to_le_bytes().to_vec();

@@ -75,7 +75,7 @@ fn safetensors_files_and_shards_keep_the_contract() {
     let mut header =
         br#"{"a":{"dtype":"U8","shape":[3],"data_offsets":[0,3]},"b":{"dtype":"F32","shape":[3],"data_offsets":[3,15]}}"#
             .to_vec();
-    while (8 + header.len()) % 8 != 0 {
+    while !(8 + header.len()).is_multiple_of(8) {
         header.push(b' ');
     }
     let mut file = (header.len() as u64).to_le_bytes().to_vec();

@@ -373,6 +373,14 @@ const INDEX_HEAD: usize = 64 << 10;
 /// Whether the JSON object `file` starts with is an index of shards: told by its first key
 /// that decides (`weight_map`: an index; `item`: a Burn record), reading no further than that
 /// (other keys' values, such as an index's or a record's `metadata`, are skipped).
+#[cfg(not(any(feature = "safetensors", feature = "pytorch", feature = "legacy")))]
+fn is_index(_: std::fs::File) -> bool {
+    // No format of this build reads JSON.
+    false
+}
+
+/// Whether the JSON object `file` starts with is an index of shards (see above).
+#[cfg(any(feature = "safetensors", feature = "pytorch", feature = "legacy"))]
 fn is_index(file: std::fs::File) -> bool {
     use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
     struct Keys<'a>(&'a std::cell::Cell<Option<bool>>);
@@ -410,6 +418,7 @@ fn is_index(file: std::fs::File) -> bool {
 
 /// How far into a JSON file [`is_index`] reads for its deciding key (an index's `metadata`
 /// comes first and is small).
+#[cfg(any(feature = "safetensors", feature = "pytorch", feature = "legacy"))]
 const INDEX_SCAN: u64 = 64 << 20;
 
 /// The shards an index names, in name order.

@@ -254,11 +254,10 @@ impl SourceError {
             Self::Invalid { .. } => SourceErrorKind::Invalid,
             Self::Tensor { .. } => SourceErrorKind::Tensor,
             Self::Refused { .. } => SourceErrorKind::Refused,
-            Self::Bincode { .. } => SourceErrorKind::Unsupported,
+            Self::Bincode { .. } | Self::Unsupported { .. } => SourceErrorKind::Unsupported,
             Self::UnknownFormat { .. } => SourceErrorKind::UnknownFormat,
             Self::Location { .. } => SourceErrorKind::Location,
             Self::Truncated { .. } => SourceErrorKind::Truncated,
-            Self::Unsupported { .. } => SourceErrorKind::Unsupported,
             Self::Format { source, .. } => match source {
                 FormatError::Truncated { .. } | FormatError::PastEnd { .. } => {
                     SourceErrorKind::Truncated

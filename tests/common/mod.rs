@@ -2,6 +2,7 @@
 //! crate's entries and into Burn's `burn_pack` tensors.
 #![allow(dead_code)]
 
+pub mod gguf;
 pub mod held;
 pub mod lazy;
 pub mod model;

@@ -275,3 +275,17 @@ fn iq4_xs(b: &[u8], out: &mut [f32]) {
         *o = dl * f32::from(IQ4[usize::from(nibble(&qs[i * 16..], l))]);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_type_said_to_be_dequantized_is_and_no_other() {
+        for id in 0..64 {
+            if let Some(ty) = GgmlType::from_id(id) {
+                assert_eq!(ty.is_dequantized(), dequantizer(ty).is_some(), "{ty}");
+            }
+        }
+    }
+}

@@ -35,6 +35,7 @@ mod convention;
 mod dequant;
 mod header;
 mod source;
+mod split;
 mod types;
 mod value;
 

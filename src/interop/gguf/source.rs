@@ -8,6 +8,7 @@ use burn::tensor::{Bytes, DType};
 
 use super::dequant::{Dequantize, dequantize, dequantizer};
 use super::header::{self, Header, HeaderError};
+use super::split::{check_part, split_count, split_parts};
 use super::types::GgmlType;
 use super::value::Value;
 use crate::format::{Limits, TensorInfo, element_align};
@@ -189,74 +190,6 @@ impl GgufSource {
     }
 }
 
-/// The `split.count` of a file's metadata (1 without one; a `split.no` without it is refused).
-fn split_count(metadata: &[(String, Value)], path: &Path) -> Result<u64, SourceError> {
-    let find = |key: &str| metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v);
-    match find("split.count") {
-        None if find("split.no").is_some() => Err(SourceError::invalid(path)(
-            "a part of a split set (split.no) that does not say how many parts there are \
-             (split.count)"
-                .into(),
-        )),
-        None => Ok(1),
-        Some(v) => v
-            .as_u64()
-            .filter(|&n| (1..=9999).contains(&n))
-            .ok_or_else(|| {
-                SourceError::invalid(path)(format!(
-                    "split.count is {v}: a count of parts is expected"
-                ))
-            }),
-    }
-}
-
-/// The parts of a split set, from its first part's name (`<stem>-00001-of-0000M.gguf`).
-fn split_parts(path: &Path, count: u64) -> Result<Vec<PathBuf>, SourceError> {
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or_default();
-    let suffix = format!("-00001-of-{count:05}.gguf");
-    let stem = name.strip_suffix(&suffix).ok_or_else(|| {
-        SourceError::invalid(path)(format!(
-            "the first of a split set of {count} parts, but not named <name>{suffix}: open \
-             the set from its first part"
-        ))
-    })?;
-    let folder = path.parent().unwrap_or(Path::new(""));
-    Ok((1..=count)
-        .map(|i| folder.join(format!("{stem}-{i:05}-of-{count:05}.gguf")))
-        .collect())
-}
-
-/// A part of a split set must say it is part `no` (0-based) of `count`.
-fn check_part(
-    path: &Path,
-    metadata: &[(String, Value)],
-    no: u64,
-    count: u64,
-) -> Result<(), SourceError> {
-    if count == 1 {
-        return Ok(());
-    }
-    let get = |key: &str| {
-        metadata
-            .iter()
-            .find(|(k, _)| k == key)
-            .and_then(|(_, v)| v.as_u64())
-    };
-    if get("split.no") != Some(no) || get("split.count") != Some(count) {
-        let shown = |v: Option<u64>| v.map_or_else(|| "none".to_string(), |v| v.to_string());
-        return Err(SourceError::invalid(path)(format!(
-            "not part {} of {count} of its set (split.no {}, split.count {})",
-            no + 1,
-            shown(get("split.no")),
-            shown(get("split.count"))
-        )));
-    }
-    Ok(())
-}
-
 type Opened = (Shard, Vec<(TensorInfo, Stored)>);
 
 fn header_error(path: &Path, e: HeaderError) -> SourceError {
@@ -313,54 +246,10 @@ fn shard(path: &Path, header: Header, len: u64, source: Source) -> Result<Opened
             .collect::<Result<_, _>>()
             .map_err(|_| tensor_error(name, "a dimension past this platform's memory".into()))?;
         let ty = GgmlType::from_id(raw.type_id);
-        // Every tensor's declared place is aligned, whatever its type.
-        if !raw.offset.is_multiple_of(header.alignment) {
-            return Err(tensor_error(
-                name,
-                format!(
-                    "offset {} is not a multiple of the alignment {}",
-                    raw.offset, header.alignment
-                ),
-            ));
+        let range = stored_range(path, &header, raw, ty, elements, len)?;
+        if let Some((start, bytes)) = range {
+            ranges.push((start, start + bytes, rows.len()));
         }
-        let range = match ty {
-            None => None,
-            Some(ty) => {
-                // ggml stores rows of whole blocks: the first (fastest) dimension is a
-                // multiple of the block.
-                let row = raw.dims.first().copied().unwrap_or(1);
-                if !row.is_multiple_of(ty.block()) {
-                    return Err(tensor_error(
-                        name,
-                        format!(
-                            "rows of {row} elements of {ty}, not whole blocks of {}",
-                            ty.block()
-                        ),
-                    ));
-                }
-                let bytes = ty.bytes_of(elements).ok_or_else(|| {
-                    tensor_error(
-                        name,
-                        format!("{elements} elements of {ty} are too large to address"),
-                    )
-                })?;
-                let start = header.data_start.checked_add(raw.offset);
-                let end = start.and_then(|s| s.checked_add(bytes));
-                let (Some(start), Some(end)) = (start, end) else {
-                    return Err(tensor_error(name, "an offset past any file".into()));
-                };
-                if end > len {
-                    return Err(SourceError::Truncated {
-                        path: path.to_path_buf(),
-                        reason: format!(
-                            "tensor '{name}' ends at byte {end}, but the file has {len} bytes"
-                        ),
-                    });
-                }
-                ranges.push((start, end, rows.len()));
-                Some((start, bytes))
-            }
-        };
         let stored = Stored {
             ty,
             type_id: raw.type_id,
@@ -404,6 +293,72 @@ fn shard(path: &Path, header: Header, len: u64, source: Source) -> Result<Opened
         metadata: header.metadata,
     };
     Ok((shard, rows))
+}
+
+/// Where a tensor's bytes are (absolute start, length), checked: its declared place aligned,
+/// rows of whole blocks, inside the file. `None` for a type ggml does not have (its size is
+/// unknown).
+fn stored_range(
+    path: &Path,
+    header: &Header,
+    raw: &header::RawTensor,
+    ty: Option<GgmlType>,
+    elements: u64,
+    len: u64,
+) -> Result<Option<(u64, u64)>, SourceError> {
+    let name = &raw.name;
+    let tensor_error = |tensor: &str, reason: String| SourceError::Tensor {
+        path: path.to_path_buf(),
+        tensor: tensor.to_string(),
+        reason,
+    };
+    // Every tensor's declared place is aligned, whatever its type.
+    if !raw.offset.is_multiple_of(header.alignment) {
+        return Err(tensor_error(
+            name,
+            format!(
+                "offset {} is not a multiple of the alignment {}",
+                raw.offset, header.alignment
+            ),
+        ));
+    }
+    Ok(match ty {
+        None => None,
+        Some(ty) => {
+            // ggml stores rows of whole blocks: the first (fastest) dimension is a
+            // multiple of the block.
+            let row = raw.dims.first().copied().unwrap_or(1);
+            if !row.is_multiple_of(ty.block()) {
+                return Err(tensor_error(
+                    name,
+                    format!(
+                        "rows of {row} elements of {ty}, not whole blocks of {}",
+                        ty.block()
+                    ),
+                ));
+            }
+            let bytes = ty.bytes_of(elements).ok_or_else(|| {
+                tensor_error(
+                    name,
+                    format!("{elements} elements of {ty} are too large to address"),
+                )
+            })?;
+            let start = header.data_start.checked_add(raw.offset);
+            let end = start.and_then(|s| s.checked_add(bytes));
+            let (Some(start), Some(end)) = (start, end) else {
+                return Err(tensor_error(name, "an offset past any file".into()));
+            };
+            if end > len {
+                return Err(SourceError::Truncated {
+                    path: path.to_path_buf(),
+                    reason: format!(
+                        "tensor '{name}' ends at byte {end}, but the file has {len} bytes"
+                    ),
+                });
+            }
+            Some((start, bytes))
+        }
+    })
 }
 
 impl TensorSource for GgufSource {
