@@ -264,15 +264,7 @@ pub fn open_any_with(
     if location.to_str().is_some_and(super::is_object_url) {
         return open_url(location, options);
     }
-    let file =
-        crate::platform::open_regular(location).map_err(SourceError::io(location, "open"))?;
-    let len = file
-        .metadata()
-        .map_err(SourceError::io(location, "stat"))?
-        .len();
-    let mut head = vec![0u8; INDEX_HEAD];
-    let n = read_head(&file, &mut head).map_err(SourceError::io(location, "read"))?;
-    head.truncate(n);
+    let (file, head, len) = head_of(location, INDEX_HEAD)?;
     if first_text_byte(&head) == Some(b'{') && is_index(file) {
         return open_index(location, options);
     }
@@ -291,14 +283,7 @@ fn open_index(
     let shards = index_shards(location, options)?;
     let mut format: Option<(&'static Container, &Path)> = None;
     for shard in &shards {
-        let file = crate::platform::open_regular(shard).map_err(SourceError::io(shard, "open"))?;
-        let len = file
-            .metadata()
-            .map_err(SourceError::io(shard, "stat"))?
-            .len();
-        let mut head = vec![0u8; HEAD];
-        let n = read_head(&file, &mut head).map_err(SourceError::io(shard, "read"))?;
-        head.truncate(n);
+        let (file, head, len) = head_of(shard, HEAD)?;
         if first_text_byte(&head) == Some(b'{') && is_index(file) {
             return Err(SourceError::Invalid {
                 path: location.to_path_buf(),
@@ -440,11 +425,18 @@ fn index_shards(path: &Path, options: &OpenOptions) -> Result<Vec<PathBuf>, Sour
     }
 }
 
-fn read_head(file: &std::fs::File, head: &mut [u8]) -> std::io::Result<usize> {
-    let len = file.metadata()?.len();
-    let n = usize::try_from(len).map_or(head.len(), |len| len.min(head.len()));
-    crate::platform::read_exact_at(file, &mut head[..n], 0)?;
-    Ok(n)
+/// Opens the regular file `path` and reads its first `most` bytes (fewer when it is shorter):
+/// the file, those bytes and its length.
+fn head_of(path: &Path, most: usize) -> Result<(std::fs::File, Vec<u8>, u64), SourceError> {
+    let file = crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?;
+    let len = file
+        .metadata()
+        .map_err(SourceError::io(path, "stat"))?
+        .len();
+    let n = usize::try_from(len).map_or(most, |len| len.min(most));
+    let mut head = vec![0u8; n];
+    crate::platform::read_exact_at(&file, &mut head, 0).map_err(SourceError::io(path, "read"))?;
+    Ok((file, head, len))
 }
 
 /// The first container whose sniff takes `head`.
