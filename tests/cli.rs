@@ -1173,3 +1173,49 @@ fn gguf_files_through_every_command() {
         assert!(out.contains("0 differ in values"), "{code}: {out}");
     }
 }
+
+/// `bpk convert --keep-quantized`: GGUF's Q8_0 tensors become Burn quantized tensors of the
+/// pack, which Burn dequantizes to the values the GGUF reader dequantizes; safetensors output
+/// refuses the flag.
+#[cfg(feature = "gguf")]
+#[test]
+fn gguf_q8_0_converts_kept_quantized() {
+    use burn::tensor::{DType, Device, Tensor, TensorData};
+    use burnpack::read::TensorSource;
+    let dir = tempfile::tempdir().unwrap();
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/gguf/q8_0.gguf");
+    let pack = dir.path().join("kept.bpk");
+    let (code, _, err) = run(&["convert", s(&file), s(&pack), "--keep-quantized"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = run(&["inspect", s(&pack)]);
+    assert_eq!(code, 0);
+    assert!(out.contains("qfloat"), "{out}");
+    let reader = burnpack::read::Reader::open(&pack).unwrap();
+    let gguf = burnpack::interop::gguf::GgufSource::open(&file).unwrap();
+    let mut kept = 0;
+    for info in gguf.tensors() {
+        let stored = reader.tensor(info.name()).unwrap();
+        let bytes = TensorSource::read(&reader, stored).unwrap();
+        let expected = gguf.read(info).unwrap();
+        if let DType::QFloat(_) = stored.dtype() {
+            kept += 1;
+            let data = TensorData::from_bytes(bytes, stored.shape().to_vec(), stored.dtype());
+            let values = match stored.shape().len() {
+                1 => Tensor::<1>::from_data(data, (&Device::flex(), stored.dtype()))
+                    .dequantize()
+                    .into_data(),
+                _ => Tensor::<2>::from_data(data, (&Device::flex(), stored.dtype()))
+                    .dequantize()
+                    .into_data(),
+            };
+            assert_eq!(values.as_bytes(), &expected[..], "{}", info.name());
+        } else {
+            assert_eq!(&bytes[..], &expected[..], "{}", info.name());
+        }
+    }
+    assert!(kept > 0, "no tensor kept quantized");
+    let st = dir.path().join("kept.safetensors");
+    let (code, _, err) = run(&["convert", s(&file), s(&st), "--keep-quantized"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--keep-quantized"), "{err}");
+}

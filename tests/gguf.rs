@@ -13,9 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use burn::tensor::{Bytes, DType};
-use burnpack::format::Limits;
 use burnpack::interop::gguf::{Array, GgmlType, GgufSource, Value};
-use burnpack::interop::open_any;
+use burnpack::interop::{OpenOptions, open_any};
 use burnpack::read::{SourceErrorKind, TensorSource, assert_source_contract};
 
 /// Runs `script` with `python3` and the `gguf` package; `None` (and a "skipped" line) when
@@ -156,7 +155,8 @@ fn every_type_reads_as_llama_cpps_reference_computes_it() {
     assert_eq!(source.tensor("plain.bf16").unwrap().dtype(), DType::BF16);
     // From bytes, the same.
     let bytes = Bytes::from_bytes_vec(std::fs::read(&path).unwrap());
-    let from_bytes = GgufSource::from_bytes(bytes, &Limits::default()).unwrap();
+    let from_bytes =
+        GgufSource::from_bytes(bytes, &burnpack::interop::OpenOptions::default()).unwrap();
     assert_source_contract(&from_bytes);
     assert_eq!(from_bytes.tensors(), source.tensors());
 }
@@ -533,34 +533,34 @@ mod llama {
 
     #[derive(Module, Debug)]
     pub struct Attention {
-        wq: Linear,
-        wk: Linear,
-        wv: Linear,
-        wo: Linear,
+        pub wq: Linear,
+        pub wk: Linear,
+        pub wv: Linear,
+        pub wo: Linear,
     }
 
     #[derive(Module, Debug)]
     pub struct FeedForward {
-        w1: Linear,
-        w2: Linear,
-        w3: Linear,
+        pub w1: Linear,
+        pub w2: Linear,
+        pub w3: Linear,
     }
 
     #[derive(Module, Debug)]
     pub struct Layer {
-        attention: Attention,
-        feed_forward: FeedForward,
-        attention_norm: RmsNorm,
-        ffn_norm: RmsNorm,
+        pub attention: Attention,
+        pub feed_forward: FeedForward,
+        pub attention_norm: RmsNorm,
+        pub ffn_norm: RmsNorm,
     }
 
     /// The names of Burn's llama models, at a toy's size.
     #[derive(Module, Debug)]
     pub struct Llama {
-        tok_embeddings: Embedding,
-        layers: Vec<Layer>,
-        norm: RmsNorm,
-        output: Linear,
+        pub tok_embeddings: Embedding,
+        pub layers: Vec<Layer>,
+        pub norm: RmsNorm,
+        pub output: Linear,
     }
 
     impl Llama {
@@ -619,25 +619,62 @@ fn a_llama_file_loads_into_a_burn_llama_with_llama_cpps_convention() {
     let Some(()) = python(LLAMA, dir.path()) else {
         return;
     };
-    let source = GgufSource::open(dir.path().join("llama.gguf")).unwrap();
+    let path = dir.path().join("llama.gguf");
+    let source = GgufSource::open(&path).unwrap();
+    // Q8_0 weights kept quantized: Burn quantized tensors, dequantized by Burn in the pass.
+    let kept = GgufSource::open_with(&path, &OpenOptions::new().keep_quantized(true)).unwrap();
+    let wq = kept.tensor("blk.0.attn_q.weight").unwrap();
+    assert!(matches!(wq.dtype(), DType::QFloat(_)), "{:?}", wq.dtype());
+    let reference: Vec<f32> = reference(dir.path(), "reference")
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let options = LoadOptions::new().convention(LlamaCppConvention::llama());
     #[allow(deprecated)] // ndarray: still one of Burn 0.22's CPU backends, tested beside flex
-    let devices = [Device::flex(), Device::ndarray()];
-    for device in devices {
+    for device in [Device::flex(), Device::ndarray()] {
         let model = llama::Llama::new(&device)
-            .load_from_source(
-                &source,
-                &LoadOptions::new().convention(LlamaCppConvention::llama()),
-            )
+            .load_from_source(&source, &options)
             .unwrap();
-        let ids = Tensor::<2, Int>::from_data([[1, 5, 7]], &device);
-        let y = model.forward(ids).into_data().try_to_vec::<f32>().unwrap();
-        let reference: Vec<f32> = reference(dir.path(), "reference")
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-            .collect();
+        let forward = |model: &llama::Llama| {
+            let ids = Tensor::<2, Int>::from_data([[1, 5, 7]], &device);
+            model.forward(ids).into_data().try_to_vec::<f32>().unwrap()
+        };
+        let y = forward(&model);
         assert_eq!(y.len(), reference.len());
         for (i, (a, b)) in y.iter().zip(&reference).enumerate() {
-            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{i}: {a} vs {b}");
+            assert!(
+                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                "{device:?} {i}: {a} vs {b}"
+            );
+        }
+        // Kept quantized, the Q8_0 weights are Burn quantized tensors, transposed as the
+        // convention says, and Burn dequantizes them to the reference's weights exactly.
+        let quantized = llama::Llama::new(&device)
+            .load_from_source(&kept, &options)
+            .unwrap();
+        let (a, q) = (&model.layers[0], &quantized.layers[0]);
+        for (plain, kept) in [
+            (&a.attention.wq, &q.attention.wq),
+            (&a.attention.wv, &q.attention.wv),
+            (&a.feed_forward.w1, &q.feed_forward.w1),
+            (&a.feed_forward.w2, &q.feed_forward.w2),
+        ] {
+            let kept = kept.weight.val();
+            assert!(matches!(kept.dtype(), DType::QFloat(_)), "{device:?}");
+            assert_eq!(
+                kept.dequantize().into_data().try_to_vec::<f32>().unwrap(),
+                plain.weight.val().into_data().try_to_vec::<f32>().unwrap(),
+                "{device:?}"
+            );
+        }
+        // Burn computes with the quantized weights its own way (its quantized matmul):
+        // close to the reference, not bit for bit.
+        let y = forward(&quantized);
+        for (i, (a, b)) in y.iter().zip(&reference).enumerate() {
+            assert!(
+                (a - b).abs() <= 2e-2 * (1.0 + b.abs()),
+                "{device:?} {i}: {a} vs {b}"
+            );
         }
     }
     // Without the convention, strict loading names what it cannot find.
@@ -649,4 +686,46 @@ fn a_llama_file_loads_into_a_burn_llama_with_llama_cpps_convention() {
         err.contains("tok_embeddings.weight") && err.contains("token_embd.weight"),
         "{err}"
     );
+}
+
+#[test]
+fn q8_0_kept_quantized_is_a_burn_quantized_tensor_that_dequantizes_to_the_reference() {
+    use burn::tensor::{Device, Tensor, TensorData};
+    let dir = tempfile::tempdir().unwrap();
+    let Some(path) = model(dir.path()) else {
+        return;
+    };
+    let source = GgufSource::open_with(&path, &OpenOptions::new().keep_quantized(true)).unwrap();
+    assert_source_contract(&source);
+    let info = source.tensor("q.Q8_0").unwrap();
+    let DType::QFloat(scheme) = info.dtype() else {
+        panic!("{:?}", info.dtype());
+    };
+    // Other quantized types are still dequantized.
+    assert_eq!(source.tensor("q.Q4_K").unwrap().dtype(), DType::F32);
+    let bytes = source.read(info).unwrap();
+    assert_eq!(
+        bytes.len(),
+        burn::tensor::quantization::quantized_data_len(
+            &scheme,
+            &burn::tensor::Shape::from(info.shape().to_vec())
+        )
+    );
+    let expected = reference(dir.path(), "q.Q8_0");
+    #[allow(deprecated)] // ndarray: still one of Burn 0.22's CPU backends, tested beside flex
+    for device in [Device::flex(), Device::ndarray()] {
+        let data = TensorData::from_bytes(bytes.clone(), info.shape().to_vec(), info.dtype());
+        let tensor = Tensor::<2>::from_data(data, (&device, info.dtype()));
+        assert!(matches!(tensor.dtype(), DType::QFloat(_)));
+        let values = tensor.dequantize().into_data();
+        assert_eq!(
+            values.as_bytes(),
+            &expected[..],
+            "{device:?}: Burn's dequantization"
+        );
+    }
+    // The same file dequantized here gives the same values.
+    let dequantized = GgufSource::open(&path).unwrap();
+    let info = dequantized.tensor("q.Q8_0").unwrap();
+    assert_eq!(&dequantized.read(info).unwrap()[..], &expected[..]);
 }

@@ -51,9 +51,13 @@ pub fn burn_record(data: &[u8]) {
 /// Bytes as a GGUF file.
 #[cfg(feature = "gguf")]
 pub fn gguf(data: &[u8]) {
-    if let Ok(source) = super::gguf::GgufSource::from_bytes(bytes(data), &Limits::default()) {
-        assert_source_contract(&source);
-        let _ = crate::read::DescribedSource::describe(&source);
+    // Dequantized, and with the blocks Burn holds exactly kept quantized.
+    for keep in [false, true] {
+        let options = super::OpenOptions::new().keep_quantized(keep);
+        if let Ok(source) = super::gguf::GgufSource::from_bytes(bytes(data), &options) {
+            assert_source_contract(&source);
+            let _ = crate::read::DescribedSource::describe(&source);
+        }
     }
 }
 

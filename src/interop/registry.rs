@@ -25,6 +25,7 @@ pub struct OpenOptions {
     pub(crate) key: Option<String>,
     pub(crate) limits: Limits,
     verify: bool,
+    pub(crate) keep_quantized: bool,
 }
 
 impl OpenOptions {
@@ -59,6 +60,28 @@ impl OpenOptions {
     pub fn verify(mut self, verify: bool) -> Self {
         self.verify = verify;
         self
+    }
+
+    /// Keeps quantized blocks quantized where one of Burn's quantization schemes holds them
+    /// exactly, instead of dequantizing them when read: GGUF's `Q8_0` (symmetric 8-bit, blocks
+    /// of 32 along a row, an `f16` scale each) becomes a Burn `QFloat` tensor (`Q8F` values,
+    /// per-block `[32]` `F16` scales), whose dequantization gives llama.cpp's values bit for
+    /// bit. Types no Burn scheme holds exactly are dequantized as without it.
+    ///
+    /// ```
+    /// let options = burnpack::interop::OpenOptions::new().keep_quantized(true);
+    /// assert!(options.keeps_quantized());
+    /// ```
+    #[must_use]
+    pub fn keep_quantized(mut self, keep: bool) -> Self {
+        self.keep_quantized = keep;
+        self
+    }
+
+    /// Whether [`keep_quantized`](Self::keep_quantized) is set.
+    #[must_use]
+    pub fn keeps_quantized(&self) -> bool {
+        self.keep_quantized
     }
 
     /// The key set with [`key`](Self::key).
@@ -191,11 +214,9 @@ static CONTAINERS: &[Container] = &[
     Container {
         name: "gguf",
         sniff: |head, _| head.starts_with(b"GGUF"),
-        open: |path, options| boxed(super::gguf::GgufSource::open_with(path, &options.limits)),
+        open: |path, options| boxed(super::gguf::GgufSource::open_with(path, options)),
         open_index: None,
-        from_bytes: |bytes, options| {
-            boxed(super::gguf::GgufSource::from_bytes(bytes, &options.limits))
-        },
+        from_bytes: |bytes, options| boxed(super::gguf::GgufSource::from_bytes(bytes, options)),
     },
     #[cfg(feature = "legacy")]
     Container {

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use burn::module::{ModuleMapper, Param, ParamId, Parameter};
 use burn::tensor::quantization::quantizable;
-use burn::tensor::{Bool, BoolStore, DType, Float, Int, Tensor, TensorData, kind::Basic};
+use burn::tensor::{Bool, BoolStore, DType, Float, Int, Tensor, kind::Basic};
 
 use super::convention::{DimOrder, ParamPlace};
 use super::error::{KindMismatch, Mismatch, ShapeMismatch, TensorKind};
@@ -79,17 +79,7 @@ impl<'a> Applier<'a> {
         // Lazy shape and device: an uninitialized parameter is filled without running its
         // initializer. A transposed tensor is compared as Burn will hold it.
         let expected = param.lazy_shape();
-        let stored_shape = info.shape();
-        let same = if transpose {
-            expected.as_slice().iter().eq(stored_shape.iter().rev())
-        } else {
-            expected.as_slice() == stored_shape
-        };
-        if !same {
-            let mut found = stored_shape.to_vec();
-            if transpose {
-                found.reverse();
-            }
+        if let Some(found) = shape_as_held(expected.as_slice(), info.shape(), transpose) {
             self.mismatch.shapes.push(ShapeMismatch {
                 path: path.to_string(),
                 expected: expected.to_vec(),
@@ -158,7 +148,11 @@ impl<'a> Applier<'a> {
         //   into a (pinned, where the backend has it) staging buffer that the device reads by
         //   DMA. That one copy is the minimum Burn allows; no intermediate `Vec` is made here.
         let copied = self.copy_reason(info, dtype, transpose, &device);
-        let data = TensorData::from_bytes(bytes, info.shape().iter().copied(), stored);
+        let (data, dtype, to_transpose) =
+            super::quantized::stored_data(bytes, info.shape(), stored, dtype, transpose);
+        let copied = (transpose != to_transpose)
+            .then_some(CopyReason::Transposed)
+            .or(copied);
         // Kinds, shapes and lengths were checked above. A backend can still refuse a dtype it
         // says it supports (Burn 0.22's cubecl backends, wgpu and CUDA, for Flex32): that
         // panic is caught without reaching the user's stderr and reported with the others.
@@ -166,7 +160,11 @@ impl<'a> Applier<'a> {
             Ok(tensor) => {
                 // PyTorch's `[out, in]` as Burn's `[in, out]`: a view by strides, no copy
                 // (but on ndarray, whose strided views need an array of their own).
-                let tensor = if transpose { reversed(tensor) } else { tensor };
+                let tensor = if to_transpose {
+                    reversed(tensor)
+                } else {
+                    tensor
+                };
                 self.report.record(path, copied);
                 let id = info.param_id().map_or(param.id, ParamId::from);
                 param.transform_for_load(tensor, id)
@@ -183,6 +181,15 @@ impl<'a> Applier<'a> {
             }
         }
     }
+}
+
+/// The stored shape as Burn will hold it (reversed when transposed), when it is not `expected`.
+fn shape_as_held(expected: &[usize], stored: &[usize], transpose: bool) -> Option<Vec<usize>> {
+    let mut found = stored.to_vec();
+    if transpose {
+        found.reverse();
+    }
+    (found != expected).then_some(found)
 }
 
 /// `tensor` with its dimensions in reverse order: a transpose for a matrix, a permutation

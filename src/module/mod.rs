@@ -35,6 +35,7 @@ mod error;
 mod host;
 mod lookup;
 mod options;
+mod quantized;
 mod report;
 
 use std::path::Path;

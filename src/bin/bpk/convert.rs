@@ -14,6 +14,7 @@ pub(crate) fn convert(
     output: &Path,
     to: Option<Format>,
     shard_size: Option<u64>,
+    keep_quantized: bool,
 ) -> Result<u8, Failure> {
     let to = match to {
         Some(f) => f,
@@ -31,6 +32,11 @@ pub(crate) fn convert(
     if shard_size.is_some() && to != Format::Safetensors {
         return Err(Failure::usage(
             "--shard-size applies to safetensors output only",
+        ));
+    }
+    if keep_quantized && to != Format::Burnpack {
+        return Err(Failure::usage(
+            "--keep-quantized applies to burnpack output only (safetensors has no quantized dtype)",
         ));
     }
     if to == Format::Safetensors && is_url(output) {

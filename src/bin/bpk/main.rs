@@ -106,7 +106,7 @@ enum Command {
     /// or --to), and PyTorch torch.save files and Burn 0.14-0.21 records to either; a pack also copies to or from object
     /// storage (s3:// URLs).
     #[command(
-        after_help = "Examples:\n  bpk convert model.safetensors model.bpk\n  bpk convert model.safetensors.index.json model.bpk\n  bpk convert model.bpk model.safetensors --shard-size 5000000000\n  bpk convert model.safetensors s3://models/run-7/model.bpk\n  bpk convert s3://models/run-7/model.bpk model.safetensors\n  bpk convert model-3.mpk.gz model.bpk\n  bpk convert pytorch_model.bin model.safetensors"
+        after_help = "Examples:\n  bpk convert model.safetensors model.bpk\n  bpk convert model.safetensors.index.json model.bpk\n  bpk convert model.bpk model.safetensors --shard-size 5000000000\n  bpk convert model.safetensors s3://models/run-7/model.bpk\n  bpk convert s3://models/run-7/model.bpk model.safetensors\n  bpk convert model-3.mpk.gz model.bpk\n  bpk convert pytorch_model.bin model.safetensors\n  bpk convert model-q8_0.gguf model.bpk --keep-quantized"
     )]
     Convert {
         /// The source file (burnpack or safetensors, recognised by its content; a torch.save
@@ -122,6 +122,10 @@ enum Command {
         /// (`<output>.index.json`).
         #[arg(long, value_name = "BYTES")]
         shard_size: Option<u64>,
+        /// To burnpack: keep quantized blocks that a Burn quantization scheme holds exactly
+        /// (GGUF Q8_0) as Burn quantized tensors instead of dequantizing them.
+        #[arg(long)]
+        keep_quantized: bool,
     },
 }
 
@@ -162,7 +166,14 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     open::OPTIONS.get_or_init(|| {
-        let options = burnpack::interop::OpenOptions::new();
+        let keep = matches!(
+            cli.command,
+            Command::Convert {
+                keep_quantized: true,
+                ..
+            }
+        );
+        let options = burnpack::interop::OpenOptions::new().keep_quantized(keep);
         match &cli.key {
             Some(key) => options.key(key.clone()),
             None => options,
@@ -182,7 +193,8 @@ fn main() -> ExitCode {
             output,
             to,
             shard_size,
-        } => convert::convert(&input, &output, to, shard_size),
+            keep_quantized,
+        } => convert::convert(&input, &output, to, shard_size, keep_quantized),
     };
     match result {
         Ok(code) => ExitCode::from(code),

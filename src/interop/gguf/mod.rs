@@ -20,6 +20,10 @@
 //! `NVFP4`, `Q1_0`, a type ggml does not have yet) does not spoil the file: it is listed, and
 //! reading it is an error naming the tensor and the type.
 //!
+//! With [`OpenOptions::keep_quantized`](crate::interop::OpenOptions::keep_quantized), `Q8_0`
+//! tensors stay quantized: they are Burn `QFloat` tensors (symmetric 8-bit values, per-block
+//! `[32]` `f16` scales), whose dequantization by Burn gives the reference's values exactly.
+//!
 //! ```no_run
 //! use burnpack::interop::gguf::GgufSource;
 //! use burnpack::read::TensorSource;
@@ -34,6 +38,7 @@
 mod convention;
 mod dequant;
 mod header;
+mod quantized;
 mod source;
 mod split;
 mod types;

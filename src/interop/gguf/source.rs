@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{Bytes, DType};
 
+use super::super::OpenOptions;
 use super::dequant::{Dequantize, dequantize, dequantizer};
 use super::header::{self, Header, HeaderError};
+use super::quantized::{burn_dtype, burn_len, split_q8_0};
 use super::split::{check_part, split_count, split_parts};
 use super::types::GgmlType;
 use super::value::Value;
@@ -74,16 +76,24 @@ impl GgufSource {
     /// # Errors
     /// [`SourceError`] naming the file, and the tensor where there is one.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, SourceError> {
-        Self::open_with(path, &Limits::default())
+        Self::open_with(path, &OpenOptions::default())
     }
 
-    /// [`open`](Self::open) with limits.
+    /// [`open`](Self::open) with options: the [`Limits`], and `Q8_0` tensors kept quantized
+    /// ([`OpenOptions::keep_quantized`]).
+    ///
+    /// ```no_run
+    /// use burnpack::interop::{OpenOptions, gguf::GgufSource};
+    /// let source = GgufSource::open_with("model-q8_0.gguf", &OpenOptions::new().keep_quantized(true))?;
+    /// # Ok::<(), burnpack::read::SourceError>(())
+    /// ```
     ///
     /// # Errors
     /// As [`open`](Self::open).
-    pub fn open_with(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
+    pub fn open_with(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Self, SourceError> {
         let path = path.as_ref();
-        let first = open_file(path, limits)?;
+        let (limits, keep) = (&options.limits, options.keep_quantized);
+        let first = open_file(path, limits, keep)?;
         let count = split_count(&first.0.metadata, path)?;
         let shards = if count > 1 {
             split_parts(path, count)?
@@ -95,7 +105,7 @@ impl GgufSource {
         let sharded = assemble_shards(path, &shards, None, limits, |part, limits| {
             let opened = match first.take() {
                 Some(opened) => opened,
-                None => open_file(part, limits)?,
+                None => open_file(part, limits, keep)?,
             };
             check_part(part, &opened.0.metadata, no, count)?;
             no += 1;
@@ -117,17 +127,24 @@ impl GgufSource {
         Ok(Self::assemble(path, sharded))
     }
 
-    /// GGUF bytes in memory (one file), with limits.
+    /// GGUF bytes in memory (one file), with options.
     ///
     /// # Errors
     /// As [`open`](Self::open), naming `"<memory>"`.
-    pub fn from_bytes(bytes: Bytes, limits: &Limits) -> Result<Self, SourceError> {
+    pub fn from_bytes(bytes: Bytes, options: &OpenOptions) -> Result<Self, SourceError> {
         let path = Path::new("<memory>");
+        let limits = &options.limits;
         let bytes = crate::read::source::view_capable(bytes);
         let len = bytes.len() as u64;
         let header = header::read(std::io::Cursor::new(&bytes[..]), len, limits)
             .map_err(|e| header_error(path, e))?;
-        let mut opened = Some(shard(path, header, len, Source::Memory(bytes))?);
+        let mut opened = Some(shard(
+            path,
+            header,
+            len,
+            Source::Memory(bytes),
+            options.keep_quantized,
+        )?);
         let sharded = assemble_shards(path, &[path.to_path_buf()], None, limits, |_, _| {
             opened
                 .take()
@@ -202,7 +219,7 @@ fn header_error(path: &Path, e: HeaderError) -> SourceError {
 }
 
 /// One file: its header read with ordinary reads and validated, then the file mapped.
-fn open_file(path: &Path, limits: &Limits) -> Result<Opened, SourceError> {
+fn open_file(path: &Path, limits: &Limits, keep: bool) -> Result<Opened, SourceError> {
     let file = crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?;
     let len = file
         .metadata()
@@ -218,12 +235,19 @@ fn open_file(path: &Path, limits: &Limits) -> Result<Opened, SourceError> {
         .map_err(|e| header_error(path, e))?;
     // As for `Reader::open`, the file must not be truncated while it is mapped.
     let all = crate::read::source::map_file(&file).map_err(SourceError::io(path, "map"))?;
-    shard(path, header, len, Source::Memory(all))
+    shard(path, header, len, Source::Memory(all), keep)
 }
 
 /// The rows of a validated header: each tensor's shape reversed into Burn's order, its bytes
 /// inside the data section, aligned, and clear of every other tensor's.
-fn shard(path: &Path, header: Header, len: u64, source: Source) -> Result<Opened, SourceError> {
+/// With `keep`, the types a Burn scheme holds exactly are that scheme's `QFloat` tensors.
+fn shard(
+    path: &Path,
+    header: Header,
+    len: u64,
+    source: Source,
+    keep: bool,
+) -> Result<Opened, SourceError> {
     let tensor_error = |tensor: &str, reason: String| SourceError::Tensor {
         path: path.to_path_buf(),
         tensor: tensor.to_string(),
@@ -256,8 +280,13 @@ fn shard(path: &Path, header: Header, len: u64, source: Source) -> Result<Opened
             range,
         };
         let plain = ty.and_then(GgmlType::plain_dtype);
-        let (dtype, len) = match (plain, range) {
-            (Some(dtype), Some((_, bytes))) => (dtype, bytes),
+        let kept = ty.filter(|_| keep).and_then(burn_dtype);
+        let (dtype, len) = match (plain, kept, range) {
+            (Some(dtype), _, Some((_, bytes))) => (dtype, bytes),
+            (_, Some(dtype), Some(_)) => (
+                dtype,
+                burn_len(elements).ok_or_else(|| tensor_error(name, "too many elements".into()))?,
+            ),
             // Dequantized (or refused when read) as `f32`.
             _ => (
                 DType::F32,
@@ -395,12 +424,17 @@ impl TensorSource for GgufSource {
                 .read(start, bytes, element_align(info.dtype()))
                 .map_err(io);
         }
-        let f: Dequantize = dequantizer(ty).ok_or_else(unread)?;
+        let kept = matches!(info.dtype(), DType::QFloat(_));
+        let f: Option<Dequantize> = if kept {
+            None
+        } else {
+            Some(dequantizer(ty).ok_or_else(unread)?)
+        };
         let raw = shard.source.read(start, bytes, 1).map_err(io)?;
         let len =
             usize::try_from(info.len()).map_err(|_| io(std::io::Error::other("too large")))?;
-        // The dequantized tensor is memory of its own: asked for first, so that a tensor
-        // larger than what is left is an error naming it, not an abort.
+        // The dequantized (or re-laid) tensor is memory of its own: asked for first, so that a
+        // tensor larger than what is left is an error naming it, not an abort.
         let mut words: Vec<u64> = Vec::new();
         words.try_reserve_exact(len.div_ceil(8)).map_err(|_| {
             io(std::io::Error::other(format!(
@@ -409,12 +443,11 @@ impl TensorSource for GgufSource {
             )))
         })?;
         words.resize(len.div_ceil(8), 0);
-        dequantize(
-            ty,
-            f,
-            &raw,
-            &mut bytemuck::cast_slice_mut(&mut words)[..len],
-        );
+        let out = &mut bytemuck::cast_slice_mut(&mut words)[..len];
+        match f {
+            Some(f) => dequantize(ty, f, &raw, out),
+            None => split_q8_0(&raw, out),
+        }
         Ok(aligned_words(
             words,
             len,
