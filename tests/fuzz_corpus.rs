@@ -220,7 +220,8 @@ fn any_format_corpus_and_mutations_never_panic() {
 }
 
 /// Small GGUF files in llama.cpp's layout (v3, metadata, a table, a 32-aligned data section):
-/// an `F32` and an `F16` tensor, a `Q8_0` block, a `Q4_K` block, an array of strings.
+/// an `F32` and an `F16` tensor, a `Q8_0` block, a `Q4_K` block, an array of strings; blocks of
+/// `IQ2_XXS`, `IQ3_S`, `IQ1_M` and `NVFP4` (the grids, the spread scale, the `UE4M3` scales).
 #[cfg(feature = "gguf")]
 fn gguf_seeds() -> Vec<(&'static str, Vec<u8>)> {
     use common::gguf::{key, string};
@@ -251,7 +252,30 @@ fn gguf_seeds() -> Vec<(&'static str, Vec<u8>)> {
     for (i, b) in q4k[4..].iter_mut().enumerate() {
         *b = (i as u8).wrapping_mul(13);
     }
+    // (name, ggml id, block bytes): each block at a 32-aligned offset, `f16` scales of 1 in front.
+    let iq: [(&str, u32, usize); 4] = [("a", 16, 66), ("b", 21, 110), ("c", 29, 56), ("d", 40, 36)];
+    let (mut iq_data, mut iq_tensors) = (Vec::new(), Vec::new());
+    for (i, &(name, id, bytes)) in iq.iter().enumerate() {
+        let mut block: Vec<u8> = (0..bytes)
+            .map(|j| (j as u8).wrapping_mul(29) ^ (i as u8))
+            .collect();
+        if id != 29 && id != 40 {
+            block[..2].copy_from_slice(&0x3c00u16.to_le_bytes());
+        }
+        let per_block: u64 = if id == 40 { 64 } else { 256 };
+        iq_tensors.push((name, [per_block], id, iq_data.len() as u64));
+        iq_data.extend(&block);
+        iq_data.resize(iq_data.len().next_multiple_of(32), 0);
+    }
+    let iq_tensors: Vec<(&str, &[u64], u32, u64)> = iq_tensors
+        .iter()
+        .map(|(n, d, id, at)| (*n, &d[..], *id, *at))
+        .collect();
     vec![
+        (
+            "iq.gguf",
+            file(&iq_tensors, &iq_data, std::slice::from_ref(&arch)),
+        ),
         (
             "plain.gguf",
             file(

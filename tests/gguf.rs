@@ -51,6 +51,8 @@ import numpy as np, gguf, struct
 from gguf import GGUFWriter, GGMLQuantizationType as T
 from gguf.quants import dequantize
 from gguf.constants import GGML_QUANT_SIZES
+# ggml's block_q8_1 is 36 bytes (f16 d, f16 s, 32 int8); gguf 0.19 still lists the old 40.
+GGML_QUANT_SIZES[T.Q8_1] = (32, 36)
 rng = np.random.default_rng(7)
 w = GGUFWriter("model.gguf", "llama")
 w.add_uint32("llama.context_length", 2048)
@@ -80,25 +82,45 @@ bf16 = (rng.integers(0, 1 << 15, 12, dtype=np.uint16) | 0x3000).astype(np.uint16
 w.add_tensor("plain.bf16", bf16.view(np.uint8).reshape(3, 8), raw_dtype=T.BF16)
 bf16.tofile("plain.bf16.ref")
 # Quantized types, random blocks with finite scales: where each block keeps its f16 scales.
-scales = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0],
-          "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
-          "TQ1_0": [52], "TQ2_0": [64], "IQ4_NL": [0], "IQ4_XS": [0], "MXFP4": []}
+scales = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q8_1": [0, 2],
+          "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208], "Q8_K": [],
+          "TQ1_0": [52], "TQ2_0": [64], "IQ4_NL": [0], "IQ4_XS": [0], "MXFP4": [], "NVFP4": [],
+          "IQ2_XXS": [0], "IQ2_XS": [0], "IQ2_S": [0], "IQ3_XXS": [0], "IQ3_S": [0], "IQ1_S": [0],
+          "IQ1_M": []}
+# The grid-based types get enough blocks to pick (nearly) every row of their grids.
+grids = {"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"}
 for name, fields in scales.items():
     t = T[name]
     block, size = GGML_QUANT_SIZES[t]
-    rows, per_row = 3, 2
+    rows, per_row = (3, 256) if name in grids else (3, 32) if name == "NVFP4" else (3, 2)
     raw = rng.integers(0, 256, (rows, per_row * size), dtype=np.uint8)
     for r in range(rows):
         for b in range(per_row):
             for at in fields:
                 scale = np.float16(rng.uniform(-2, 2))
                 raw[r, b * size + at:b * size + at + 2] = np.frombuffer(scale.tobytes(), np.uint8)
+    blocks = raw.reshape(-1, size)
     if name == "MXFP4":
         raw[:, ::size] = rng.integers(100, 140, (rows, per_row), dtype=np.uint8)
+    if name == "NVFP4":  # every byte as a UE4M3 scale (0x7F is zero, the top bit ignored)
+        blocks[:, :4] = (np.arange(blocks.shape[0] * 4) % 256).astype(np.uint8).reshape(-1, 4)
+    if name == "Q8_K":  # an f32 scale
+        blocks[:, :4] = rng.uniform(-2, 2, len(blocks)).astype("<f4").view(np.uint8).reshape(-1, 4)
+    if name == "IQ1_M":  # the f16 scale: the top nibbles of the 4 u16 of scales (bytes 48..56)
+        bits = rng.uniform(-2, 2, len(blocks)).astype(np.float16).view(np.uint16)
+        for k in range(4):
+            high = ((bits >> (4 * k)) & 0xF).astype(np.uint8) << 4
+            blocks[:, 49 + 2 * k] = (blocks[:, 49 + 2 * k] & 0x0F) | high
     w.add_tensor("q." + name, raw, raw_dtype=t)
-    dequantize(raw, t).astype("<f4").tofile("q." + name + ".ref")
-# A type this crate does not read: IQ2_XXS (blocks of 256, 66 bytes).
-w.add_tensor("q.IQ2_XXS", rng.integers(0, 256, (1, 66), dtype=np.uint8), raw_dtype=T.IQ2_XXS)
+    if name in ("Q8_1", "Q8_K"):  # no class in gguf.quants: d * q in float32
+        d = blocks[:, :4].copy().view("<f4") if name == "Q8_K" else blocks[:, :2].copy().view("<f2").astype(np.float32)
+        ref = d * blocks[:, 4:4 + block].view(np.int8).astype(np.float32)
+    else:
+        ref = dequantize(raw, t)
+    assert ref.dtype == np.float32 and np.isfinite(ref).all(), name
+    ref.astype("<f4").tofile("q." + name + ".ref")
+# A type this crate does not read: Q1_0 (blocks of 128, 18 bytes).
+w.add_tensor("q.Q1_0", rng.integers(0, 256, (1, 18), dtype=np.uint8), raw_dtype=T.Q1_0)
 w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 "#;
 
@@ -123,14 +145,11 @@ fn every_type_reads_as_llama_cpps_reference_computes_it() {
     for info in source.tensors() {
         let name = info.name();
         let ty = source.ggml_type(info).unwrap();
-        if name == "q.IQ2_XXS" {
+        if name == "q.Q1_0" {
             // Listed, with its shape; refused by name when read; the rest still load.
-            assert_eq!(info.shape(), [1, 256]);
+            assert_eq!(info.shape(), [1, 128]);
             let err = source.read(info).unwrap_err().to_string();
-            assert!(
-                err.contains("q.IQ2_XXS") && err.contains("IQ2_XXS"),
-                "{err}"
-            );
+            assert!(err.contains("q.Q1_0") && err.contains("Q1_0"), "{err}");
             continue;
         }
         let bytes = source.read(info).unwrap();
@@ -146,7 +165,7 @@ fn every_type_reads_as_llama_cpps_reference_computes_it() {
             quantized += 1;
         }
     }
-    assert_eq!(quantized, 15);
+    assert_eq!(quantized, 25);
     // Shapes in Burn's order: numpy's (2, 3) is GGUF's [3, 2].
     let f32s = source.tensor("plain.f32").unwrap();
     assert_eq!((f32s.shape(), f32s.dtype()), (&[2, 3][..], DType::F32));
@@ -210,12 +229,7 @@ fn metadata_of_every_type_is_exposed_typed_and_as_text() {
             .iter()
             .any(|l| l == "tokenizer: gpt2 (100 tokens)")
     );
-    assert!(
-        about
-            .notes
-            .iter()
-            .any(|n| n.contains("q.IQ2_XXS (IQ2_XXS)"))
-    );
+    assert!(about.notes.iter().any(|n| n.contains("q.Q1_0 (Q1_0)")));
     assert_eq!(about.metadata["k.nested"], "[[1, 2], [3]]");
     // Converted, the metadata is whole: strings as they are, arrays unabridged.
     assert_eq!(

@@ -1,7 +1,8 @@
 //! Dequantization of ggml's block types into `f32`, block by block, bit for bit as llama.cpp's
 //! reference (`gguf.quants.dequantize`, numpy in `f32`) computes it: the same operations in
 //! the same order, each rounded to `f32` (no fused multiply-add). Blocks are independent, so a
-//! tensor is dequantized in parallel.
+//! tensor is dequantized in parallel. The grid-based IQ types are in `grid.rs`; `Q8_1` and
+//! `Q8_K`, which the reference has no class for, are ggml's `d * q`.
 //!
 //! The names are the reference's: `d` and `dmin` the block scales, `q`, `qs`, `qh`, `ql` the
 //! packed values, `e` an element of the block, `j`/`l` a sub-block and an element of it.
@@ -10,6 +11,7 @@
 use burn::tensor::f16;
 use rayon::prelude::*;
 
+use super::grid;
 use super::types::GgmlType;
 
 /// Dequantizes one block (`block_bytes` bytes) into its `block` values.
@@ -23,16 +25,26 @@ pub(super) fn dequantizer(ty: GgmlType) -> Option<Dequantize> {
         "Q5_0" => q5_0,
         "Q5_1" => q5_1,
         "Q8_0" => q8_0,
+        "Q8_1" => q8_1,
         "Q2_K" => q2_k,
         "Q3_K" => q3_k,
         "Q4_K" => q4_k,
         "Q5_K" => q5_k,
         "Q6_K" => q6_k,
+        "Q8_K" => q8_k,
         "TQ1_0" => tq1_0,
         "TQ2_0" => tq2_0,
         "MXFP4" => mxfp4,
+        "NVFP4" => nvfp4,
         "IQ4_NL" => iq4_nl,
         "IQ4_XS" => iq4_xs,
+        "IQ2_XXS" => grid::iq2_xxs,
+        "IQ2_XS" => grid::iq2_xs,
+        "IQ2_S" => grid::iq2_s,
+        "IQ3_XXS" => grid::iq3_xxs,
+        "IQ3_S" => grid::iq3_s,
+        "IQ1_S" => grid::iq1_s,
+        "IQ1_M" => grid::iq1_m,
         _ => return None,
     })
 }
@@ -110,6 +122,22 @@ fn q8_0(b: &[u8], out: &mut [f32]) {
     let d = half(b, 0);
     for (o, &q) in out.iter_mut().zip(&b[2..]) {
         *o = f32::from(q.cast_signed()) * d;
+    }
+}
+
+/// `Q8_1`: as `Q8_0`, with the block's sum `s` (`f16`) after `d`, unused here.
+fn q8_1(b: &[u8], out: &mut [f32]) {
+    let d = half(b, 0);
+    for (o, &q) in out.iter_mut().zip(&b[4..]) {
+        *o = d * f32::from(q.cast_signed());
+    }
+}
+
+/// `Q8_K`: an `f32` scale, 256 `i8`, then 16 `i16` sums of 16 (unused here).
+fn q8_k(b: &[u8], out: &mut [f32]) {
+    let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    for (o, &q) in out.iter_mut().zip(&b[4..260]) {
+        *o = d * f32::from(q.cast_signed());
     }
 }
 
@@ -248,6 +276,30 @@ fn mxfp4(b: &[u8], out: &mut [f32]) {
     let d = f32::from_bits(bits);
     for (j, o) in out.iter_mut().enumerate() {
         *o = d * f32::from(MXFP4[usize::from(nibble(&b[1..], j))]);
+    }
+}
+
+/// `ue4m3_to_fp32`: an unsigned `E4M3` scale (bias 7; the top bit ignored, `0x7F` zero),
+/// halved for the doubled e2m1 values. Every step is exact in `f32`.
+fn ue4m3_half(x: u8) -> f32 {
+    let (exp, man) = ((x >> 3) & 0x0F, f32::from(x & 7));
+    let raw = if exp == 0 {
+        man * f32::from_bits(0x3B00_0000) // 2^-9
+    } else {
+        (1.0 + man / 8.0) * f32::from_bits(u32::from(exp + 120) << 23) // 2^(exp - 7)
+    };
+    if x == 0 || x == 0x7F { 0.0 } else { raw * 0.5 }
+}
+
+/// `NVFP4`: 4 sub-blocks of 16 e2m1 values, each with its `UE4M3` scale.
+fn nvfp4(b: &[u8], out: &mut [f32]) {
+    for (s, out) in out.chunks_exact_mut(16).enumerate() {
+        let (d, qs) = (ue4m3_half(b[s]), &b[4 + 8 * s..12 + 8 * s]);
+        // Low nibbles first, then the high ones.
+        for (j, o) in out.iter_mut().enumerate() {
+            let q = (qs[j % 8] >> (4 * (j / 8))) & 0x0F;
+            *o = d * f32::from(MXFP4[usize::from(q)]);
+        }
     }
 }
 

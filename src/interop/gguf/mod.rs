@@ -15,10 +15,11 @@
 //! `F32`, `F16`, `BF16`, `F64`, `I8`, `I16`, `I32` and `I64` tensors are zero-copy windows of
 //! the mapping. Quantized tensors are `F32` tensors of the table, dequantized in parallel when
 //! read, bit for bit as `gguf.quants.dequantize` (llama.cpp's Python reference) computes them:
-//! `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K`, `TQ1_0`,
-//! `TQ2_0`, `MXFP4`, `IQ4_NL` and `IQ4_XS`. A tensor of another type (the grid-based IQ types,
-//! `NVFP4`, `Q1_0`, a type ggml does not have yet) does not spoil the file: it is listed, and
-//! reading it is an error naming the tensor and the type.
+//! `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q8_1`, `Q2_K`, `Q3_K`, `Q4_K`, `Q5_K`, `Q6_K`,
+//! `Q8_K`, `TQ1_0`, `TQ2_0`, `MXFP4`, `NVFP4`, `IQ4_NL`, `IQ4_XS` and the grid-based `IQ2_XXS`,
+//! `IQ2_XS`, `IQ2_S`, `IQ3_XXS`, `IQ3_S`, `IQ1_S` and `IQ1_M`. A tensor of another type
+//! (`Q1_0`, a type ggml does not have yet) does not spoil the file: it is listed, and reading
+//! it is an error naming the tensor and the type.
 //!
 //! With [`OpenOptions::keep_quantized`](crate::interop::OpenOptions::keep_quantized), `Q8_0`
 //! tensors stay quantized: they are Burn `QFloat` tensors (symmetric 8-bit values, per-block
@@ -37,6 +38,7 @@
 
 mod convention;
 mod dequant;
+mod grid;
 mod header;
 mod quantized;
 mod source;

@@ -29,6 +29,7 @@ const TYPES: &[(u32, &str, u64, u64)] = &[
     (6, "Q5_0", 32, 22),
     (7, "Q5_1", 32, 24),
     (8, "Q8_0", 32, 34),
+    // ggml's `block_q8_1` (f16 d, f16 s, 32 int8); the package still lists the old 40.
     (9, "Q8_1", 32, 36),
     (10, "Q2_K", 256, 84),
     (11, "Q3_K", 256, 110),
@@ -59,9 +60,10 @@ const TYPES: &[(u32, &str, u64, u64)] = &[
 ];
 
 /// The types `dequant.rs` dequantizes (a test holds the two lists equal).
-pub(super) const DEQUANTIZED: [&str; 15] = [
-    "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "TQ1_0",
-    "TQ2_0", "MXFP4", "IQ4_NL", "IQ4_XS",
+pub(super) const DEQUANTIZED: [&str; 25] = [
+    "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K",
+    "TQ1_0", "TQ2_0", "MXFP4", "NVFP4", "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S",
+    "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M",
 ];
 
 impl GgmlType {
