@@ -253,8 +253,11 @@ impl LoadOptions {
     /// The transpose is a view: the tensor is built from the stored bytes (zero copy where the
     /// source allows) and transposed as Burn does it, by its strides, so a transposed load costs
     /// no copy and no time; the first operation that needs it contiguous (or a save) lays it
-    /// out. Module paths and other names are left to [`rename`](Self::rename) rules (say, a
-    /// Hugging Face `bert.` prefix).
+    /// out. A block-quantized matrix is the exception: Burn's backends would dequantize and
+    /// quantize it again to transpose it, so it is transposed on the host instead, values and
+    /// block scales together (one copy, reported as `CopyReason::Transposed`), and keeps its
+    /// exact values. Module paths and other names are left to [`rename`](Self::rename) rules
+    /// (say, a Hugging Face `bert.` prefix).
     ///
     /// A `Linear` built with `LinearLayout::Col` already loads `[out, in]` (Burn 0.22's own
     /// load mapper transposes it), so such modules load `PyTorch` weights without this option
