@@ -55,6 +55,27 @@ pub(crate) fn write_all_at(file: &File, mut buf: &[u8], mut offset: u64) -> io::
     Ok(())
 }
 
+/// Reads exactly `buf.len()` bytes at `offset` where the platform has no positional read in
+/// stable `std` (WASI): a seek, then a read, through the file's one cursor. Callers on such a
+/// platform run on one thread (WebAssembly without threads), so no other read moves the
+/// cursor between the two.
+#[cfg(not(any(unix, windows)))]
+pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = file;
+    file.seek(SeekFrom::Start(offset))?;
+    file.read_exact(buf)
+}
+
+/// Writes all of `buf` at `offset`: a seek, then a write (see [`read_exact_at`]).
+#[cfg(not(any(unix, windows)))]
+pub(crate) fn write_all_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut file = file;
+    file.seek(SeekFrom::Start(offset))?;
+    file.write_all(buf)
+}
+
 /// Asks the kernel to start writing `file`'s dirty pages back now, without waiting for them
 /// (Linux `sync_file_range(SYNC_FILE_RANGE_WRITE)`). Durability still comes from fsync; this
 /// only lets the disk work while the writer is still copying. Errors are ignored: it is a hint.
