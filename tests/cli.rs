@@ -1219,3 +1219,95 @@ fn gguf_q8_0_converts_kept_quantized() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--keep-quantized"), "{err}");
 }
+
+/// What attacks on `bpk` with GGUF files found, fixed: quantized tensors of a pack are scanned
+/// and compared by their dequantized values, GGUF metadata reaches safetensors and reads as
+/// plain text, outputs get the umask's permissions, a conversion onto its own input and one
+/// whose metadata no reader would accept are refused.
+#[cfg(feature = "gguf")]
+#[test]
+fn gguf_conversions_keep_what_they_should_and_refuse_what_they_cannot() {
+    use common::gguf::{file, key, string};
+    let dir = tempfile::tempdir().unwrap();
+    let q8 = |scales: [u16; 4], bump: u8| {
+        let mut data = Vec::new();
+        for (b, s) in scales.iter().enumerate() {
+            data.extend(s.to_le_bytes());
+            data.extend((0..32u8).map(|i| i.wrapping_add(b as u8).wrapping_add(bump)));
+        }
+        let kv = key("general.architecture", 8, &string("llama"));
+        file(&[("w", &[32, 4], 8, 0)], &data, &kv, 1)
+    };
+    // NaN and infinite scales: found in the kept pack as in the GGUF file.
+    let (nan, half) = (0x7e00u16, 0x3800u16);
+    let bad = dir.path().join("nan.gguf");
+    std::fs::write(&bad, q8([nan, 0x7c00, half, half], 0)).unwrap();
+    let kept = dir.path().join("nan.bpk");
+    assert_eq!(
+        run(&["convert", s(&bad), s(&kept), "--keep-quantized"]).0,
+        0
+    );
+    for f in [&bad, &kept] {
+        let (code, out, _) = run(&["verify", s(f), "--nan"]);
+        assert_eq!(code, 1, "{out}");
+        assert!(
+            out.contains("tensor 'w': 32 NaN and 32 infinite values"),
+            "{out}"
+        );
+    }
+    // Two kept packs differing in one value: compared by their dequantized values.
+    let (a, b) = (dir.path().join("a.gguf"), dir.path().join("b.gguf"));
+    std::fs::write(&a, q8([half; 4], 0)).unwrap();
+    std::fs::write(&b, q8([half; 4], 1)).unwrap();
+    let (ka, kb) = (dir.path().join("a.bpk"), dir.path().join("b.bpk"));
+    for (g, k) in [(&a, &ka), (&b, &kb)] {
+        assert_eq!(run(&["convert", s(g), s(k), "--keep-quantized"]).0, 0);
+    }
+    let (_, out, _) = run(&["diff", s(&ka), s(&kb), "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["values"][0]["max_abs"], 0.5, "{json}");
+    // Metadata: plain strings, kept in safetensors.
+    let (_, out, _) = run(&["inspect", s(&a), "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["metadata"]["general.architecture"], "llama", "{json}");
+    let st = dir.path().join("a.safetensors");
+    assert_eq!(run(&["convert", s(&a), s(&st)]).0, 0);
+    let bytes = std::fs::read(&st).unwrap();
+    let (_, meta) = SafeTensors::read_metadata(&bytes).unwrap();
+    assert_eq!(
+        meta.metadata().as_ref().unwrap()["general.architecture"],
+        "llama"
+    );
+    // The safetensors output has the permissions a pack output gets (the umask's).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&st), mode(&ka));
+    }
+    // Onto its own input: refused, the input intact.
+    let before = std::fs::read(&a).unwrap();
+    let (code, _, err) = run(&["convert", s(&a), s(&a), "--to", "burnpack"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is the input"), "{err}");
+    assert_eq!(std::fs::read(&a).unwrap(), before);
+    // Metadata no reader would accept (a huge array as text): refused, naming the key, and
+    // nothing written.
+    let mut array = 12u32.to_le_bytes().to_vec(); // f64 items: 8 bytes, about 21 as text
+    let items = 5_200_000u64;
+    array.extend(items.to_le_bytes());
+    array.extend(
+        std::iter::repeat_n(0.123_456_789_012_345_68f64.to_le_bytes(), items as usize).flatten(),
+    );
+    let kv = key("big.array", 9, &array);
+    let huge = dir.path().join("huge.gguf");
+    std::fs::write(&huge, file(&[("x", &[1], 0, 0)], &[0; 4], &kv, 1)).unwrap();
+    let out = dir.path().join("huge.bpk");
+    let (code, _, err) = run(&["convert", s(&huge), s(&out)]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("big.array") && err.contains("max_metadata_size"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}

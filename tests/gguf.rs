@@ -231,6 +231,9 @@ fn metadata_of_every_type_is_exposed_typed_and_as_text() {
     );
     assert!(about.notes.iter().any(|n| n.contains("q.Q1_0 (Q1_0)")));
     assert_eq!(about.metadata["k.nested"], "[[1, 2], [3]]");
+    // Described metadata is what a pack keeps: strings plain, arrays whole.
+    assert_eq!(about.metadata["general.architecture"], "llama");
+    assert!(!about.metadata["tokenizer.ggml.tokens"].contains("..."));
     // Converted, the metadata is whole: strings as they are, arrays unabridged.
     assert_eq!(
         source.get("general.architecture").unwrap().stored(),

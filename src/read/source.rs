@@ -29,6 +29,29 @@ pub(crate) fn aligned_bytes<E>(
     Ok(aligned_words(words, len, AllocationProperty::Native))
 }
 
+/// `len` zeroed words, or `None` when the allocator cannot give them (the caller names what it
+/// was for). Zeroed by the allocator (`alloc_zeroed`: fresh pages from the kernel for a large
+/// buffer), so no page is touched here: the first write faults each one in, on whichever
+/// thread writes it.
+pub(crate) fn zeroed_words(len: usize) -> Option<Vec<u64>> {
+    if len == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u64>(len).ok()?;
+    // SAFETY: `layout` has a non-zero size; a null pointer is the allocator's refusal. Zeroed
+    // memory is `len` valid `u64`s, and the vector owns the allocation with the layout (same
+    // element type, capacity `len`) it was made with. The pointer is aligned for `u64`: the
+    // layout asked for it.
+    #[allow(clippy::cast_ptr_alignment, clippy::same_length_and_capacity)]
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout).cast::<u64>();
+        if ptr.is_null() {
+            return None;
+        }
+        Some(Vec::from_raw_parts(ptr, len, len))
+    }
+}
+
 /// The first `len` bytes of `words` (filled by the caller) as [`Bytes`], without copying.
 pub(crate) fn aligned_words(words: Vec<u64>, len: usize, property: AllocationProperty) -> Bytes {
     debug_assert!(len <= words.len() * 8);

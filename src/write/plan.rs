@@ -101,6 +101,19 @@ impl Plan {
                 u32::MAX
             ))
         })?;
+        // A pack this crate (or Burn) would refuse to open is not written.
+        let limit = crate::format::Limits::default().max_metadata_size;
+        if metadata_size > limit {
+            let largest = metadata
+                .iter()
+                .max_by_key(|(k, v)| k.len() + v.len())
+                .map(|(k, v)| format!("; the largest metadata entry is '{k}' ({} bytes)", v.len()))
+                .unwrap_or_default();
+            return Err(WriteError::Layout(format!(
+                "metadata is {encoded} bytes, over the {limit} bytes readers accept \
+                 (Limits::max_metadata_size){largest}"
+            )));
+        }
         let header = Header::new(metadata_size);
         let data_start = header.data_start();
         head[..HEADER_SIZE].copy_from_slice(&header.to_bytes());

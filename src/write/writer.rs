@@ -196,6 +196,22 @@ impl Writer {
         self.entries
     }
 
+    /// The entries, in write order, and the string metadata, for a writer of another format
+    /// that keeps metadata (safetensors' `__metadata__`); scalars are dropped.
+    ///
+    /// ```
+    /// use burn::tensor::{Bytes, DType};
+    /// use burnpack::{Entry, Writer};
+    /// let writer = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7]))])
+    ///     .metadata("arch", "llama");
+    /// let (entries, metadata) = writer.into_parts();
+    /// assert_eq!((entries.len(), metadata["arch"].as_str()), (1, "llama"));
+    /// ```
+    #[must_use]
+    pub fn into_parts(self) -> (Vec<Entry>, BTreeMap<String, String>) {
+        (self.entries, self.metadata)
+    }
+
     super::options::metadata_knobs!();
 
     /// The earlier spelling of [`metadata`](Self::metadata), kept for code written against it.

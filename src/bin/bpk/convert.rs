@@ -47,6 +47,7 @@ pub(crate) fn convert(
         )));
     }
     let source = open(input)?;
+    refuse_onto_input(source.as_ref(), input, output)?;
     let format = source.describe().format;
     let same = match to {
         Format::Burnpack => format == "burnpack",
@@ -86,17 +87,49 @@ pub(crate) fn convert(
     Ok(converted(input, output, size))
 }
 
-/// Writes `source` as safetensors: a pack's metadata kept (its `producer` aside), each of its
-/// tensors checked against its checksum.
+/// Refuses an output that is the input or one of its parts: the conversion would replace
+/// what it reads (a usage error, exit 2).
+fn refuse_onto_input(
+    source: &dyn DescribedSource,
+    input: &Path,
+    output: &Path,
+) -> Result<(), Failure> {
+    if is_url(output) {
+        return Ok(());
+    }
+    let Ok(out) = std::fs::canonicalize(output) else {
+        return Ok(()); // Not there yet: not the input.
+    };
+    let mut inputs = source.describe().shards;
+    inputs.push(input.to_path_buf());
+    if inputs
+        .iter()
+        .any(|p| std::fs::canonicalize(p).is_ok_and(|p| p == out))
+    {
+        return Err(Failure::usage(format!(
+            "{}: is the input (or one of its parts); converting onto it would destroy it",
+            output.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Writes `source` as safetensors: its metadata kept (a pack's or what another format's
+/// source carries into a pack, a GGUF file's, say; `producer` aside), each tensor of a pack
+/// checked against its checksum.
 fn to_safetensors(
     source: &dyn DescribedSource,
     output: &Path,
     shard_size: Option<u64>,
 ) -> Result<Vec<PathBuf>, Failure> {
-    use burnpack::interop::safetensors::{pack_to_safetensors, source_to_safetensors};
+    use burnpack::interop::safetensors::{pack_to_safetensors, writer_to_safetensors};
     match source.as_pack() {
         Some(pack) => pack_to_safetensors(pack, output, shard_size),
-        None => source_to_safetensors(source.as_tensor_source(), output, shard_size),
+        None => {
+            let tensors = source.as_tensor_source();
+            let writer = source.to_writer().map_err(Failure::file)?;
+            writer_to_safetensors(writer, tensors.file(), output, shard_size)
+        }
     }
     .map_err(Failure::file)
 }

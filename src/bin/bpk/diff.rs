@@ -1,7 +1,6 @@
 //! `bpk diff`: tensors only in one file, different dtype, shape or id, value differences, metadata
 //! and scalar differences.
 
-use burn::tensor::DType;
 use burnpack::format::TensorInfo;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -15,15 +14,16 @@ use crate::progress::Bar;
 use crate::scan::*;
 
 /// Largest absolute and relative difference between two tensors of one dtype and shape.
-pub(crate) fn max_diff(dtype: DType, a: &[u8], b: &[u8]) -> Option<(f64, f64)> {
+/// Quantized tensors are compared by their dequantized values.
+pub(crate) fn max_diff(info: &TensorInfo, a: &[u8], b: &[u8]) -> Option<(f64, f64)> {
     let mut left = Vec::new();
-    if !for_each_f64(dtype, a, |v| left.push(v)) {
+    if !for_each_f64(info, a, |v| left.push(v)) {
         return (a != b)
             .then_some((f64::NAN, f64::NAN))
             .or(Some((0.0, 0.0)));
     }
     let (mut abs, mut rel, mut i) = (0.0f64, 0.0f64, 0);
-    for_each_f64(dtype, b, |y| {
+    for_each_f64(info, b, |y| {
         let x = left[i];
         i += 1;
         let d = if x == y || (x.is_nan() && y.is_nan()) {
@@ -217,7 +217,7 @@ pub(crate) fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Fa
             if bx[..] == by[..] {
                 return Ok(None);
             }
-            let (max_abs, max_rel) = max_diff(x.dtype(), &bx, &by).unwrap_or((f64::NAN, f64::NAN));
+            let (max_abs, max_rel) = max_diff(x, &bx, &by).unwrap_or((f64::NAN, f64::NAN));
             Ok(Some(ValueChange {
                 max_abs,
                 max_rel,

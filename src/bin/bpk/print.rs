@@ -95,7 +95,20 @@ pub(crate) fn print_metadata(metadata: &std::collections::BTreeMap<String, Strin
     if !metadata.is_empty() {
         println!("metadata:");
         for (k, v) in metadata {
-            println!("  {} = {}", clean(k), clean(v));
+            println!("  {} = {}", clean(k), clean(&abridged(v)));
+        }
+    }
+}
+
+/// A long value (a tokenizer's vocabulary as text, say) as its first 120 characters and its
+/// length: the whole value is in `--json`.
+fn abridged(v: &str) -> std::borrow::Cow<'_, str> {
+    const SHOWN: usize = 120;
+    match v.char_indices().nth(SHOWN + 40) {
+        None => v.into(),
+        Some(_) => {
+            let end = v.char_indices().nth(SHOWN).map_or(v.len(), |(i, _)| i);
+            format!("{} ... ({} bytes in all)", &v[..end], v.len()).into()
         }
     }
 }

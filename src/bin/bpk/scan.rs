@@ -9,8 +9,84 @@ use std::path::Path;
 
 use crate::Failure;
 
-/// Calls `f` with every element of a tensor as f64 (`None` for non-numeric dtypes).
-pub(crate) fn for_each_f64(dtype: DType, bytes: &[u8], mut f: impl FnMut(f64)) -> bool {
+/// The values of a quantized tensor (`QFloat`, `shape`), dequantized on the host as Burn
+/// dequantizes them (`q * scale` of the element's block, in `f32`), for the schemes whose bytes
+/// Burn's own decoder splits: integer values one per byte, or packed in `u32` along the last
+/// dimension, with one level of scales. `None` for any other scheme, or bytes of another
+/// length than Burn's for the shape.
+fn dequantized(dtype: DType, shape: &[usize], bytes: &[u8]) -> Option<Vec<f32>> {
+    use burn::tensor::quantization::{
+        BlockLayout, QuantStore, QuantValue, QuantizedBytes, global_scale_size, quantized_data_len,
+    };
+    let DType::QFloat(scheme) = dtype else {
+        return None;
+    };
+    let integer = matches!(
+        scheme.value,
+        QuantValue::Q8F
+            | QuantValue::Q8S
+            | QuantValue::Q4F
+            | QuantValue::Q4S
+            | QuantValue::Q2F
+            | QuantValue::Q2S
+    );
+    let eight = matches!(scheme.value, QuantValue::Q8F | QuantValue::Q8S);
+    let stored = match scheme.store {
+        QuantStore::Native => eight,
+        QuantStore::PackedU32(0) => integer,
+        _ => false,
+    };
+    let shape = burn::tensor::Shape::from(shape.to_vec());
+    if !stored
+        || global_scale_size(&scheme) != 0
+        || quantized_data_len(&scheme, &shape) != bytes.len()
+        || (matches!(scheme.store, QuantStore::PackedU32(_)) && !bytes.len().is_multiple_of(4))
+    {
+        return None;
+    }
+    // Packed values are read as `u32`s: their buffer is made of them, so it is aligned.
+    let buffer = match scheme.store {
+        QuantStore::Native => burn::tensor::Bytes::from_bytes_vec(bytes.to_vec()),
+        _ => burn::tensor::Bytes::from_elems(
+            bytes
+                .chunks_exact(4)
+                .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                .collect::<Vec<u32>>(),
+        ),
+    };
+    let quantized = QuantizedBytes {
+        bytes: buffer,
+        scheme,
+        shape: shape.clone(),
+    };
+    let (values, scales) = quantized.into_vec_i8();
+    let layout = scheme
+        .block_size()
+        .map(|block| BlockLayout::new(&shape, &block));
+    let scale = |i: usize| {
+        let block = layout.as_ref().map_or(0, |l| l.block_of(i));
+        scales.block.get(block).copied().unwrap_or(f32::NAN)
+    };
+    Some(
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, &q)| f32::from(q) * scale(i))
+            .collect(),
+    )
+}
+
+/// Calls `f` with every element of a tensor as f64 (`false` for non-numeric dtypes and for
+/// quantized schemes not decoded here).
+pub(crate) fn for_each_f64(info: &TensorInfo, bytes: &[u8], mut f: impl FnMut(f64)) -> bool {
+    let dtype = info.dtype();
+    if let DType::QFloat(_) = dtype {
+        let Some(values) = dequantized(dtype, info.shape(), bytes) else {
+            return false;
+        };
+        values.into_iter().for_each(|v| f(f64::from(v)));
+        return true;
+    }
     macro_rules! each {
         ($n:literal, $conv:expr) => {
             for c in bytes.chunks_exact($n) {
@@ -59,8 +135,9 @@ pub(crate) fn scan(
 ) -> Result<Scan, Failure> {
     let total: u64 = source.tensors().iter().map(TensorInfo::len).sum();
     let bar = crate::progress::Bar::new(total, "read and checked");
-    // Per tensor: name, NaN count, infinity count, checksum verdict.
-    type Verdict = (String, u64, u64, Result<bool, String>);
+    // Per tensor: name, NaN count, infinity count (`None`: a float tensor not decoded here),
+    // checksum verdict.
+    type Verdict = (String, Option<(u64, u64)>, Result<bool, String>);
     let results: Vec<Result<Verdict, Failure>> = source
         .tensors()
         .par_iter()
@@ -68,20 +145,20 @@ pub(crate) fn scan(
             let bytes = source.read(t).map_err(Failure::file)?;
             let sum = source.check(t, &bytes).map_err(|e| e.to_string());
             let (mut nans, mut infs) = (0u64, 0u64);
-            if nan && t.dtype().is_float() {
-                for_each_f64(t.dtype(), &bytes, |v| {
+            let float = t.dtype().is_float() || matches!(t.dtype(), DType::QFloat(_));
+            let scanned = !(nan && float)
+                || for_each_f64(t, &bytes, |v| {
                     nans += u64::from(v.is_nan());
                     infs += u64::from(v.is_infinite());
                 });
-            }
             bar.inc(t.len());
-            Ok((t.name().to_string(), nans, infs, sum))
+            Ok((t.name().to_string(), scanned.then_some((nans, infs)), sum))
         })
         .collect();
     bar.finish();
     let (mut bad, mut verified) = (0, 0);
     for result in results {
-        let (name, nans, infs, sum) = result?;
+        let (name, counts, sum) = result?;
         match sum {
             Ok(checked) => verified += usize::from(checked),
             Err(message) => {
@@ -89,6 +166,15 @@ pub(crate) fn scan(
                 println!("{}", crate::print::clean(&message));
             }
         }
+        let Some((nans, infs)) = counts else {
+            println!(
+                "{}: tensor '{}': quantized with a scheme this scan does not decode: not scanned \
+                 for NaN/Inf",
+                path.display(),
+                crate::print::clean(&name)
+            );
+            continue;
+        };
         if nans + infs > 0 {
             bad += 1;
             println!(

@@ -49,7 +49,8 @@ pub(crate) fn verify(path: &Path, nan: bool) -> Result<u8, Failure> {
         total,
     } = scan(tensors, path, nan)?;
     if bad > 0 {
-        println!("{}: FAILED: {bad} problems", path.display());
+        let s = if bad == 1 { "" } else { "s" };
+        println!("{}: FAILED: {bad} problem{s}", path.display());
         return Ok(1);
     }
     let sums = match about.checksums {

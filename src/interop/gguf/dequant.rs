@@ -49,23 +49,20 @@ pub(super) fn dequantizer(ty: GgmlType) -> Option<Dequantize> {
     })
 }
 
-/// Dequantizes `raw` (whole blocks of `ty`) into `out` (little-endian `f32`, `block` values per
-/// block), in parallel over groups of blocks.
-pub(super) fn dequantize(ty: GgmlType, f: Dequantize, raw: &[u8], out: &mut [u8]) {
+/// Dequantizes `raw` (whole blocks of `ty`) into `out` (`block` values per block, stored
+/// little-endian), in parallel over groups of blocks, each block written in place.
+pub(super) fn dequantize(ty: GgmlType, f: Dequantize, raw: &[u8], out: &mut [f32]) {
     let (bytes, values) = (ty.block_bytes() as usize, ty.block() as usize);
     // Groups of blocks large enough to be worth a task (about 64 KiB of output).
     let group = (16_384 / values).max(1);
-    out.par_chunks_mut(values * 4 * group)
+    out.par_chunks_mut(values * group)
         .zip(raw.par_chunks(bytes * group))
         .for_each(|(out, raw)| {
-            let mut block = vec![0f32; values];
-            for (out, raw) in out
-                .chunks_exact_mut(values * 4)
-                .zip(raw.chunks_exact(bytes))
-            {
-                f(raw, &mut block);
-                for (o, v) in out.chunks_exact_mut(4).zip(&block) {
-                    o.copy_from_slice(&v.to_le_bytes());
+            for (out, raw) in out.chunks_exact_mut(values).zip(raw.chunks_exact(bytes)) {
+                f(raw, out);
+                #[cfg(target_endian = "big")]
+                for v in out.iter_mut() {
+                    *v = f32::from_bits(v.to_bits().swap_bytes());
                 }
             }
         });
@@ -86,35 +83,40 @@ fn nibble(qs: &[u8], j: usize) -> u8 {
 
 fn q4_0(b: &[u8], out: &mut [f32]) {
     let d = half(b, 0);
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = d * f32::from(nibble(&b[2..], j).cast_signed() - 8);
+    let (low, high) = out.split_at_mut(16);
+    for ((l, h), &q) in low.iter_mut().zip(high).zip(&b[2..18]) {
+        *l = d * f32::from((q & 0x0F).cast_signed() - 8);
+        *h = d * f32::from((q >> 4).cast_signed() - 8);
     }
 }
 
 fn q4_1(b: &[u8], out: &mut [f32]) {
     let (d, m) = (half(b, 0), half(b, 2));
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = d * f32::from(nibble(&b[4..], j)) + m;
+    let (low, high) = out.split_at_mut(16);
+    for ((l, h), &q) in low.iter_mut().zip(high).zip(&b[4..20]) {
+        *l = d * f32::from(q & 0x0F) + m;
+        *h = d * f32::from(q >> 4) + m;
     }
 }
 
-/// The 5-bit values of a `Q5_0`/`Q5_1` block: nibbles of `qs`, high bits in the `u32` `qh`.
-fn five(qh: &[u8], qs: &[u8], j: usize) -> u8 {
+/// The 32 5-bit values of a `Q5_0`/`Q5_1` block: nibbles of `qs` (low ones first), high bits
+/// in the `u32` `qh`.
+fn five(qh: &[u8], qs: &[u8]) -> [u8; 32] {
     let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
-    nibble(qs, j) | ((((qh >> j) & 1) as u8) << 4)
+    std::array::from_fn(|j| nibble(qs, j) | ((((qh >> j) & 1) as u8) << 4))
 }
 
 fn q5_0(b: &[u8], out: &mut [f32]) {
     let d = half(b, 0);
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = d * f32::from(five(&b[2..6], &b[6..], j).cast_signed() - 16);
+    for (o, q) in out.iter_mut().zip(five(&b[2..6], &b[6..])) {
+        *o = d * f32::from(q.cast_signed() - 16);
     }
 }
 
 fn q5_1(b: &[u8], out: &mut [f32]) {
     let (d, m) = (half(b, 0), half(b, 2));
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = d * f32::from(five(&b[4..8], &b[8..], j)) + m;
+    for (o, q) in out.iter_mut().zip(five(&b[4..8], &b[8..])) {
+        *o = d * f32::from(q) + m;
     }
 }
 
@@ -150,11 +152,16 @@ fn two_bits(qs: &[u8], e: usize) -> u8 {
 fn q2_k(b: &[u8], out: &mut [f32]) {
     let (scales, qs) = (&b[..16], &b[16..80]);
     let (d, dmin) = (half(b, 80), half(b, 82));
-    for (e, o) in out.iter_mut().enumerate() {
-        let sc = scales[e / 16];
+    // Sub-blocks of 16 (one scale and min each): group `g` of 128, shift `s`, half `h`.
+    for (k, out) in out.chunks_exact_mut(16).enumerate() {
+        let (g, s, h) = (k / 8, (k % 8) / 2, k % 2);
+        let sc = scales[k];
         let dl = d * f32::from(sc & 0x0F);
         let ml = dmin * f32::from(sc >> 4);
-        *o = dl * f32::from(two_bits(qs, e)) - ml;
+        let q = &qs[g * 32 + h * 16..][..16];
+        for (o, &q) in out.iter_mut().zip(q) {
+            *o = dl * f32::from((q >> (2 * s)) & 3) - ml;
+        }
     }
 }
 
@@ -170,12 +177,19 @@ fn q3_k(b: &[u8], out: &mut [f32]) {
         let high = (scales[8 + k % 4] >> (2 * (k / 4))) & 3;
         f32::from((low | (high << 4)).cast_signed() - 32)
     };
-    for (e, o) in out.iter_mut().enumerate() {
-        let dl = d * scale(e / 16);
-        let (bit, l) = (e / 32, e % 32);
-        let qh = ((hmask[l] >> bit) & 1) ^ 1;
-        let q = two_bits(qs, e).cast_signed() - (qh << 2).cast_signed();
-        *o = dl * f32::from(q);
+    // Sub-blocks of 16: element `e = 16k + i` is bit `e / 32` of `hmask[e % 32]` and 2 bits
+    // of `qs` as in `Q2_K`.
+    for (k, out) in out.chunks_exact_mut(16).enumerate() {
+        let dl = d * scale(k);
+        let (g, s, h) = (k / 8, (k % 8) / 2, k % 2);
+        let bit = k / 2;
+        let q = &qs[g * 32 + h * 16..][..16];
+        let m = &hmask[h * 16..][..16];
+        for ((o, &q), &m) in out.iter_mut().zip(q).zip(m) {
+            let qh = ((m >> bit) & 1) ^ 1;
+            let q = ((q >> (2 * s)) & 3).cast_signed() - (qh << 2).cast_signed();
+            *o = dl * f32::from(q);
+        }
     }
 }
 
@@ -191,21 +205,17 @@ fn scale_min(s: &[u8]) -> ([u8; 8], [u8; 8]) {
     (sc, mn)
 }
 
-/// Element `l` of sub-block `j` (of 8, 32 values each) of 128 bytes of nibbles: chunks of 32
-/// bytes, low nibbles for the even sub-block, high for the odd.
-fn k_nibble(qs: &[u8], j: usize, l: usize) -> u8 {
-    (qs[(j / 2) * 32 + l] >> (4 * (j % 2))) & 0x0F
-}
-
 fn q4_k(b: &[u8], out: &mut [f32]) {
     let (d, dmin) = (half(b, 0), half(b, 2));
     let (sc, mn) = scale_min(&b[4..16]);
     let qs = &b[16..144];
-    for (e, o) in out.iter_mut().enumerate() {
-        let (j, l) = (e / 32, e % 32);
+    for (j, out) in out.chunks_exact_mut(32).enumerate() {
         let dj = d * f32::from(sc[j]);
         let mj = dmin * f32::from(mn[j]);
-        *o = dj * f32::from(k_nibble(qs, j, l)) - mj;
+        let shift = 4 * (j % 2);
+        for (o, &q) in out.iter_mut().zip(&qs[(j / 2) * 32..][..32]) {
+            *o = dj * f32::from((q >> shift) & 0x0F) - mj;
+        }
     }
 }
 
@@ -213,26 +223,32 @@ fn q5_k(b: &[u8], out: &mut [f32]) {
     let (d, dmin) = (half(b, 0), half(b, 2));
     let (sc, mn) = scale_min(&b[4..16]);
     let (qh, qs) = (&b[16..48], &b[48..176]);
-    for (e, o) in out.iter_mut().enumerate() {
-        let (j, l) = (e / 32, e % 32);
+    for (j, out) in out.chunks_exact_mut(32).enumerate() {
         let dj = d * f32::from(sc[j]);
         let mj = dmin * f32::from(mn[j]);
-        let q = k_nibble(qs, j, l) | (((qh[l] >> j) & 1) << 4);
-        *o = dj * f32::from(q) - mj;
+        let shift = 4 * (j % 2);
+        for ((o, &q), &h) in out.iter_mut().zip(&qs[(j / 2) * 32..][..32]).zip(qh) {
+            let q = ((q >> shift) & 0x0F) | (((h >> j) & 1) << 4);
+            *o = dj * f32::from(q) - mj;
+        }
     }
 }
 
 fn q6_k(b: &[u8], out: &mut [f32]) {
     let (ql, qh, scales) = (&b[..128], &b[128..192], &b[192..208]);
     let d = half(b, 208);
-    for (e, o) in out.iter_mut().enumerate() {
-        let (h, nib, l) = (e / 128, (e % 128) / 64, e % 64);
-        let low = (ql[h * 64 + l] >> (4 * nib)) & 0x0F;
-        let (s, l32) = ((e % 128) / 32, e % 32);
-        let high = (qh[h * 32 + l32] >> (2 * s)) & 3;
-        let q = (low | (high << 4)).cast_signed() - 32;
-        let di = d * f32::from(scales[e / 16].cast_signed());
-        *o = di * f32::from(q);
+    // Sub-blocks of 16 (one scale each): element `e = 16k + i` in half `h` of 128, quarter
+    // `s` of it (its nibble `s / 2` of `ql`, its 2 bits `s` of `qh`).
+    for (k, out) in out.chunks_exact_mut(16).enumerate() {
+        let (h, s, part) = (k / 8, (k % 8) / 2, k % 2);
+        let di = d * f32::from(scales[k].cast_signed());
+        let low = &ql[h * 64 + (s % 2) * 32 + part * 16..][..16];
+        let high = &qh[h * 32 + part * 16..][..16];
+        for ((o, &l), &hb) in out.iter_mut().zip(low).zip(high) {
+            let low = (l >> (4 * (s / 2))) & 0x0F;
+            let high = (hb >> (2 * s)) & 3;
+            *o = di * f32::from((low | (high << 4)).cast_signed() - 32);
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use super::split::{check_part, split_count, split_parts};
 use super::types::GgmlType;
 use super::value::Value;
 use crate::format::{Limits, TensorInfo, element_align};
-use crate::read::source::{Source, aligned_words};
+use crate::read::source::{Source, aligned_words, zeroed_words};
 use crate::read::{
     Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable,
     TensorSource, assemble_shards, human_bytes,
@@ -435,17 +435,16 @@ impl TensorSource for GgufSource {
             usize::try_from(info.len()).map_err(|_| io(std::io::Error::other("too large")))?;
         // The dequantized (or re-laid) tensor is memory of its own: asked for first, so that a
         // tensor larger than what is left is an error naming it, not an abort.
-        let mut words: Vec<u64> = Vec::new();
-        words.try_reserve_exact(len.div_ceil(8)).map_err(|_| {
+        let mut words = zeroed_words(len.div_ceil(8)).ok_or_else(|| {
             io(std::io::Error::other(format!(
-                "cannot allocate {len} bytes to dequantize tensor '{}'",
+                "cannot allocate {len} bytes to {} tensor '{}'",
+                if kept { "hold" } else { "dequantize" },
                 info.name()
             )))
         })?;
-        words.resize(len.div_ceil(8), 0);
         let out = &mut bytemuck::cast_slice_mut(&mut words)[..len];
         match f {
-            Some(f) => dequantize(ty, f, &raw, out),
+            Some(f) => dequantize(ty, f, &raw, bytemuck::cast_slice_mut(out)),
             None => split_q8_0(&raw, out),
         }
         Ok(aligned_words(
@@ -533,7 +532,7 @@ impl crate::read::DescribedSource for GgufSource {
             metadata: first
                 .metadata
                 .iter()
-                .map(|(k, v)| (k.clone(), v.to_string()))
+                .map(|(k, v)| (k.clone(), v.stored()))
                 .collect(),
             lines,
             fields: vec![

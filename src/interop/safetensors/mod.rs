@@ -285,6 +285,46 @@ pub fn source_to_safetensors<S: crate::read::TensorSource + ?Sized>(
         .map_err(|e| e.naming_input(source.file()))
 }
 
+/// A [`Writer`]'s tensors and string metadata (the writer's `producer` aside) as safetensors,
+/// sharded at `max_shard_bytes`: what a source's
+/// [`to_writer`](crate::read::DescribedSource::to_writer) holds (a GGUF file's metadata,
+/// say), kept. `file` names the input in errors. Returns the paths written, the index last.
+///
+/// ```
+/// use burn::tensor::{Bytes, DType};
+/// use burnpack::{Entry, Writer, interop::safetensors::writer_to_safetensors};
+/// let writer = Writer::new(vec![Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32]))])
+///     .metadata("general.architecture", "llama");
+/// let dir = tempfile::tempdir().unwrap();
+/// let out = dir.path().join("m.safetensors");
+/// writer_to_safetensors(writer, "m.gguf", &out, None).unwrap();
+/// let bytes = std::fs::read(&out).unwrap();
+/// let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+/// assert_eq!(meta.metadata().as_ref().unwrap()["general.architecture"], "llama");
+/// ```
+///
+/// # Errors
+/// As [`source_to_safetensors`].
+pub fn writer_to_safetensors(
+    writer: Writer,
+    file: &str,
+    output: impl AsRef<Path>,
+    max_shard_bytes: Option<u64>,
+) -> Result<Vec<PathBuf>, ConvertError> {
+    let (entries, metadata) = writer.into_parts();
+    let metadata: HashMap<String, String> = metadata
+        .into_iter()
+        .filter(|(k, _)| k.as_str() != PRODUCER_KEY)
+        .collect();
+    write::write_safetensors(
+        entries,
+        output.as_ref(),
+        max_shard_bytes,
+        (!metadata.is_empty()).then_some(&metadata),
+    )
+    .map_err(|e| e.naming_input(file))
+}
+
 /// The metadata key that names a file's writer: it describes the file that holds it, so it is
 /// never copied into a file of another format.
 const PRODUCER_KEY: &str = "producer";

@@ -196,7 +196,7 @@ fn write_one(
     tensors: &[(String, Outgoing)],
     metadata: Option<&HashMap<String, String>>,
 ) -> Result<(), ConvertError> {
-    let scratch = Scratch::create(path)?;
+    let mut scratch = Scratch::create(path)?;
     safetensors::serialize_to_file(
         tensors.iter().map(|(name, t)| (name.as_str(), t)),
         metadata.cloned(),
@@ -211,6 +211,8 @@ fn write_one(
             return Err(e.into());
         }
     }
+    // The crate wrote a temp file of its own and renamed it over the scratch path.
+    scratch.replaced()?;
     scratch.commit(path, true)?;
     Ok(())
 }

@@ -13,7 +13,9 @@
 //! load keeps them) and every byte touched (a wrapping sum of its 8-byte words):
 //! - `burnpack`: `GgufSource::open` then `TensorSource::read` of each tensor in file order: F16
 //!   and F32 zero-copy windows of the mapping, Q8_0 and Q4_K dequantized to f32 (rayon, every
-//!   core); `burnpack-1t` the same with `RAYON_NUM_THREADS=1`.
+//!   core); `burnpack-1t` the same with `RAYON_NUM_THREADS=1`; `burnpack-kept` (Q8_0 only)
+//!   opened with `OpenOptions::keep_quantized`: Burn quantized tensors (the `i8` values, then
+//!   the `f16` scales), not dequantized.
 //! - `candle`: `gguf_file::Content::read(&mut file)`, then `content.tensor(&mut file, name,
 //!   &Device::Cpu)` for each tensor in file order (sorted by offset: candle keeps its table in a
 //!   `HashMap`); quantized tensors `.dequantize(&Device::Cpu)` to f32 (one thread: candle's CPU
@@ -283,6 +285,18 @@ fn child(who: &str, file: &Path, kind: usize, mib: u64, dim: u64) {
             meter.report(time);
             drop(kept);
         }
+        "burnpack-kept" => {
+            // Q8_0 kept quantized: Burn's quantized layout (i8 values, then f16 scales).
+            let meter = common::Meter::start();
+            let start = Instant::now();
+            let options = burnpack::interop::OpenOptions::new().keep_quantized(true);
+            let source = GgufSource::open_with(file, &options).unwrap();
+            let (sum, kept) = burnpack_read_all(&source);
+            println!("SUM {sum:016x}");
+            let time = start.elapsed();
+            meter.report(time);
+            drop(kept);
+        }
         "candle" => {
             use candle_core::Device;
             use candle_core::quantized::{GgmlDType, gguf_file};
@@ -427,6 +441,8 @@ fn main() {
         }
         let contenders: &[&str] = if kind == 0 {
             &["from-memory", "burnpack", "candle"]
+        } else if kind == 1 {
+            &["from-memory", "burnpack", "burnpack-1t", "burnpack-kept", "candle"]
         } else {
             &["from-memory", "burnpack", "burnpack-1t", "candle"]
         };
