@@ -175,3 +175,25 @@ pub use format::{Limits, Scalar};
 pub use module::{LoadOptions, ModuleError, PackModule, SaveOptions};
 pub use read::{ReadError, Reader};
 pub use write::{Entry, WriteError, WriteMode, Writer};
+
+/// A pack compiled into the program, aligned for zero-copy loading: `include_bytes!` of `path`
+/// (relative to the file that calls the macro, as `include_bytes!` reads it) placed at a
+/// 256-byte boundary, as a `&'static [u8]`. `include_bytes!` alone guarantees no alignment, and
+/// a tensor whose bytes are not aligned for its element type cannot be a view of them; with
+/// this macro, [`PackModule::load_pack_static`] loads every tensor as a view of the program's
+/// own memory, on every target (WebAssembly and `no_std` ones included).
+///
+/// ```ignore
+/// use burnpack::PackModule;
+/// static MODEL: &[u8] = burnpack::include_pack!("model.bpk");
+/// let model = Net::new(&device).load_pack_static(MODEL, &burnpack::LoadOptions::new())?;
+/// ```
+#[macro_export]
+macro_rules! include_pack {
+    ($path:expr) => {{
+        #[repr(C, align(256))]
+        struct Aligned<T: ?Sized>(T);
+        static PACK: &Aligned<[u8]> = &Aligned(*include_bytes!($path));
+        &PACK.0
+    }};
+}

@@ -76,6 +76,30 @@ pub(crate) fn write_all_at(file: &File, buf: &[u8], offset: u64) -> io::Result<(
     file.write_all(buf)
 }
 
+/// Whether this platform starts threads (not WebAssembly without its threads proposal): asked
+/// once, by starting one.
+pub(crate) fn threads_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        std::thread::Builder::new()
+            .spawn(|| ())
+            .is_ok_and(|handle| handle.join().is_ok())
+    })
+}
+
+/// This process's id, for names of scratch files; 0 where the platform has none (WASI, whose
+/// `std::process::id` panics).
+pub(crate) fn process_id() -> u32 {
+    #[cfg(target_os = "wasi")]
+    {
+        0
+    }
+    #[cfg(not(target_os = "wasi"))]
+    {
+        std::process::id()
+    }
+}
+
 /// Asks the kernel to start writing `file`'s dirty pages back now, without waiting for them
 /// (Linux `sync_file_range(SYNC_FILE_RANGE_WRITE)`). Durability still comes from fsync; this
 /// only lets the disk work while the writer is still copying. Errors are ignored: it is a hint.

@@ -130,6 +130,12 @@ impl<T: CheckpointTarget> AsyncSaver<T> {
         let prepared = state.prepare()?;
         let manager = self.manager.clone();
         let guard = manager.begin_background();
+        // Without threads (WebAssembly), the save is made here, before `save` returns.
+        if !crate::platform::threads_available() {
+            let _guard = guard;
+            manager.save_prepared(prepared)?;
+            return Ok(());
+        }
         self.in_flight = Some(std::thread::spawn(move || {
             let _guard = guard;
             manager.save_prepared(prepared)

@@ -163,14 +163,20 @@ impl PreparedState {
         let known = entries.iter().map(|e| (e.name().len(), e.shape().len()));
         let reserve = Staged::estimate(known, 3 * entries.len(), extra);
         let mut staged = Staged::create(path.as_ref(), options.write, reserve)?;
-        let (model, parts) = std::thread::scope(|scope| {
-            let serializer = scope.spawn(move || records.serialize());
-            let model = staged.append(entries);
-            let parts = serializer.join().unwrap_or_else(|panic| {
-                Err(CheckpointError::Panicked(crate::panic::message(&*panic)))
-            });
-            (model, parts)
-        });
+        let (model, parts) = if crate::platform::threads_available() {
+            std::thread::scope(|scope| {
+                let serializer = scope.spawn(move || records.serialize());
+                let model = staged.append(entries);
+                let parts = serializer.join().unwrap_or_else(|panic| {
+                    Err(CheckpointError::Panicked(crate::panic::message(&*panic)))
+                });
+                (model, parts)
+            })
+        } else {
+            // Without threads (WebAssembly): one after the other.
+            let parts = records.serialize();
+            (staged.append(entries), parts)
+        };
         model?;
         let (rest, scalars, metadata) = parts?;
         staged.append(rest)?;

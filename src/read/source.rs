@@ -76,14 +76,31 @@ pub(crate) fn view_capable(bytes: Bytes) -> Bytes {
 ///
 /// The mapping is only sound while nobody truncates or rewrites the file in place (see
 /// [`ReadOptions::open`](super::ReadOptions::open)); callers document that contract.
+///
+/// Where the platform has no memory maps (WASI), the file is read into memory of its own
+/// instead, aligned, with ordinary reads: the same bytes, one copy.
 pub(crate) fn map_file(file: &File) -> std::io::Result<Bytes> {
     // SAFETY: read-only private mapping; the caller's side of the contract (no in-place
     // truncation or rewrite while mapped) is documented where the mapping is offered.
-    let map = unsafe { memmap2::Mmap::map(file) }?;
-    Ok(Bytes::from_shared(
-        bytes::Bytes::from_owner(map),
-        AllocationProperty::File,
-    ))
+    match unsafe { memmap2::Mmap::map(file) } {
+        Ok(map) => Ok(Bytes::from_shared(
+            bytes::Bytes::from_owner(map),
+            AllocationProperty::File,
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => read_whole(file),
+        Err(e) => Err(e),
+    }
+}
+
+/// `file`'s bytes read into aligned memory of their own.
+fn read_whole(file: &File) -> std::io::Result<Bytes> {
+    let len = usize::try_from(file.metadata()?.len())
+        .map_err(|_| std::io::Error::other("the file is larger than this platform's memory"))?;
+    let mut words = zeroed_words(len.div_ceil(8)).ok_or_else(|| {
+        std::io::Error::other(format!("cannot allocate {len} bytes to read the file"))
+    })?;
+    crate::platform::read_exact_at(file, &mut bytemuck::cast_slice_mut(&mut words)[..len], 0)?;
+    Ok(aligned_words(words, len, AllocationProperty::Native))
 }
 
 /// Bytes past a buffered read that the kernel is asked to fetch with it.

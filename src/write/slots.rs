@@ -98,6 +98,14 @@ pub(super) fn pipeline(
     // By default one producer per core but the one the writer thread keeps busy: on two
     // cores, a second producer only takes turns with the writer (and spins in rayon while it
     // waits), for the same wall time and more CPU.
+    // Where the platform gives no thread (WebAssembly without threads), the calling thread
+    // produces and writes each chunk in turn.
+    if !crate::platform::threads_available() {
+        for batch in jobs {
+            sink(produce(batch, sums)?)?;
+        }
+        return Ok(());
+    }
     let workers = threads.unwrap_or_else(|| rayon::current_num_threads().saturating_sub(1).max(1));
     // Each chunk travels with the sender its producer waits on: the producer takes its next
     // job only once the sink is done with this chunk (and has dropped it), so at most
@@ -309,7 +317,9 @@ pub(super) fn run<R: Send>(
     f: impl FnOnce() -> Result<R, WriteError> + Send,
 ) -> Result<R, WriteError> {
     match threads {
+        // Without threads (WebAssembly), the calling thread does the work.
         None => f(),
+        Some(_) if !crate::platform::threads_available() => f(),
         Some(n) => rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .build()
