@@ -140,6 +140,7 @@
 //! byte against the general one. A feature switches a room on or off, not lines in a lower
 //! room (the tests-only `internals` feature only widens what `format` and `write` export).
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs, unsafe_op_in_unsafe_fn)]
 #![deny(clippy::all)]
 #![warn(clippy::pedantic)]
@@ -153,27 +154,38 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeSnippets;
 
+extern crate alloc;
+
 #[cfg(feature = "optim")]
 pub mod checkpoint;
 pub mod format;
+#[cfg(feature = "std")]
 pub mod interop;
+#[cfg(feature = "std")]
 pub mod module;
+#[cfg(feature = "std")]
 mod panic;
+#[cfg(feature = "std")]
 mod platform;
+#[cfg(feature = "std")]
 pub mod read;
 #[cfg(feature = "store")]
 pub mod store;
 #[cfg(feature = "train")]
 pub mod train;
+#[cfg(feature = "std")]
 pub mod write;
 
 #[cfg(feature = "safetensors")]
 #[deprecated(since = "0.1.0", note = "use burnpack::interop::safetensors")]
 pub mod convert;
 
-pub use format::{Limits, Scalar};
+pub use format::{Limits, PackSlice, Scalar};
+#[cfg(feature = "std")]
 pub use module::{LoadOptions, ModuleError, PackModule, SaveOptions};
+#[cfg(feature = "std")]
 pub use read::{ReadError, Reader};
+#[cfg(feature = "std")]
 pub use write::{Entry, WriteError, WriteMode, Writer};
 
 /// A pack compiled into the program, aligned for zero-copy loading: `include_bytes!` of `path`

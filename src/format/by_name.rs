@@ -2,6 +2,9 @@
 //! of this crate uses (a pack's [`Layout`](super::Layout) and every source's
 //! [`SourceTable`](crate::read::SourceTable)).
 
+#[allow(unused_imports)]
+use super::prelude::*;
+
 use super::TensorInfo;
 
 /// Sorts `rows` by `name` (a pass that only compares when they already are, as Burn and this
@@ -24,6 +27,7 @@ pub(crate) fn position(tensors: &[TensorInfo], name: &str) -> Option<usize> {
 /// The position of `info` in `tensors` when it is one of them: the same name, and the same
 /// dtype, shape and byte range. A description of another table (another source's, or a
 /// changed copy) is `None`, never a guess.
+#[cfg_attr(not(feature = "std"), allow(dead_code))]
 pub(crate) fn owned(tensors: &[TensorInfo], info: &TensorInfo) -> Option<usize> {
     position(tensors, info.name()).filter(|&i| {
         let mine = &tensors[i];

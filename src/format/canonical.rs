@@ -6,6 +6,9 @@
 //! general decoder, which gives the same value or the error; so it never accepts what that one
 //! refuses.
 
+#[allow(unused_imports)]
+use super::prelude::*;
+
 use burn::tensor::DType;
 use ciborium_ll::{Decoder, Header, simple};
 
@@ -67,7 +70,7 @@ impl<'a> Cursor<'a> {
 
     fn text(&mut self) -> Option<&'a str> {
         match self.header()? {
-            Header::Text(Some(len)) => std::str::from_utf8(self.take(len)?).ok(),
+            Header::Text(Some(len)) => core::str::from_utf8(self.take(len)?).ok(),
             _ => None,
         }
     }

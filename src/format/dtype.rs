@@ -1,5 +1,8 @@
 //! Byte lengths and alignments of Burn's [`DType`]s.
 
+#[allow(unused_imports)]
+use super::prelude::*;
+
 use burn::tensor::{BoolStore, DType};
 
 /// Bytes needed by a tensor of `dtype` and `shape`, or `None` when the product overflows `u64`
@@ -129,8 +132,8 @@ pub fn checksum(bytes: &[u8]) -> u64 {
 /// ```
 #[must_use]
 pub fn metadata_checksum(header: &[u8], covered_metadata: &[u8]) -> u64 {
-    use std::hash::Hasher;
-    let mut hasher = twox_hash::XxHash3_64::default();
+    use core::hash::Hasher;
+    let mut hasher = twox_hash::XxHash3_64::with_seed(0);
     hasher.write(header);
     hasher.write(covered_metadata);
     hasher.finish()

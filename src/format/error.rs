@@ -1,5 +1,8 @@
 //! Errors found in the bytes of a burnpack file.
 
+#[allow(unused_imports)]
+use super::prelude::*;
+
 use burn::tensor::DType;
 
 /// What is wrong with a burnpack file's bytes. Each variant that concerns one tensor names it.
@@ -140,6 +143,18 @@ pub enum FormatError {
         "header or metadata corrupt: checksum mismatch (stored {expected:#018x}, computed {actual:#018x})"
     )]
     MetadataChecksum {
+        /// The stored checksum.
+        expected: u64,
+        /// The checksum of the bytes read.
+        actual: u64,
+    },
+    /// A tensor's bytes do not match the checksum stored for them.
+    #[error(
+        "tensor '{tensor}': data corrupt: checksum mismatch (stored {expected:#018x}, computed {actual:#018x})"
+    )]
+    TensorChecksum {
+        /// The tensor.
+        tensor: String,
         /// The stored checksum.
         expected: u64,
         /// The checksum of the bytes read.

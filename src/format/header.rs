@@ -1,5 +1,8 @@
 //! The fixed 10-byte header and the alignment rules of the data section.
 
+#[allow(unused_imports)]
+use super::prelude::*;
+
 use super::error::FormatError;
 
 /// The magic number, `0x4255524E` ("BURN"); on disk, little-endian, the bytes read `NRUB`.

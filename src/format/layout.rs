@@ -1,9 +1,12 @@
 //! Validation of a parsed header and metadata against the file they came from.
 
-use std::borrow::Cow;
-use std::collections::BTreeMap;
-use std::convert::Infallible;
-use std::ops::Range;
+#[allow(unused_imports)]
+use super::prelude::*;
+
+use alloc::borrow::Cow;
+use alloc::collections::BTreeMap;
+use core::convert::Infallible;
+use core::ops::Range;
 
 use super::canonical;
 use super::dtype::metadata_checksum;
@@ -69,7 +72,7 @@ fn decode_metadata(
         return Ok((table, meta, Extras::default()));
     }
     let (mut meta, extras) = Metadata::decode_general(bytes, limits)?;
-    let table = Table::from_pairs(std::mem::take(&mut meta.tensors));
+    let table = Table::from_pairs(core::mem::take(&mut meta.tensors));
     Ok((table, meta, extras))
 }
 
@@ -182,7 +185,7 @@ impl Layout {
     /// the metadata.
     ///
     /// ```
-    /// use std::borrow::Cow;
+    /// use alloc::borrow::Cow;
     /// use burnpack::format::{Layout, Limits};
     /// let file = burnpack::Writer::new(vec![]).metadata("k", "v").into_bytes().unwrap();
     /// let mut asked = Vec::new();
@@ -512,6 +515,7 @@ impl Layout {
 
     /// The ranges between the end of the metadata and the data section, and between
     /// consecutive tensors, that the format fills with zeros: `(start, end, what follows)`.
+    #[cfg_attr(not(feature = "std"), allow(dead_code))]
     pub(crate) fn padding(&self) -> Vec<(u64, u64, &str)> {
         let mut out = Vec::new();
         let metadata_end = HEADER_SIZE as u64 + u64::from(self.header.metadata_size);

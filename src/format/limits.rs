@@ -1,5 +1,8 @@
 //! Resource limits applied to untrusted files before anything is allocated for them.
 
+#[allow(unused_imports)]
+use super::prelude::*;
+
 /// Bounds the reader enforces before allocating anything sized by the file.
 ///
 /// The defaults are Burn 0.22's own numbers, so a file Burn refuses is refused here too. A

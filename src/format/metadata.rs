@@ -5,9 +5,13 @@
 //! duplicate keys are caught instead of silently collapsed, and refuses maps with more entries
 //! than the [`Limits`] allow before it stores any of them.
 
-use std::cell::Cell;
-use std::collections::BTreeMap;
-use std::fmt;
+#[allow(unused_imports)]
+use super::prelude::*;
+
+use alloc::collections::BTreeMap;
+#[cfg(feature = "std")]
+use core::cell::Cell;
+use core::fmt;
 
 use burn::tensor::DType;
 use serde::de::{self, IgnoredAny, MapAccess, Visitor};
@@ -134,6 +138,7 @@ impl<T: Serialize, M: Serialize, S: Serialize> Serialize for Blob<'_, T, M, S> {
     }
 }
 
+#[cfg_attr(not(feature = "std"), allow(dead_code))]
 impl<T: Serialize, M: Serialize, S: Serialize> Blob<'_, T, M, S> {
     /// Appends the encoded blob to `out` (definite lengths, shortest integers, as Burn 0.22
     /// does).
@@ -145,6 +150,7 @@ impl<T: Serialize, M: Serialize, S: Serialize> Blob<'_, T, M, S> {
 }
 
 /// One tensor's descriptor with a borrowed shape, serialized exactly as [`Descriptor`].
+#[cfg_attr(not(feature = "std"), allow(dead_code))]
 pub(crate) struct DescriptorRef<'a> {
     pub dtype: DType,
     pub shape: &'a [usize],
@@ -230,18 +236,17 @@ impl Metadata {
     ) -> Result<(Self, Extras), FormatError> {
         // ciborium only exposes `DeserializeOwned` entry points, so the entry limit reaches the
         // visitors through this thread's decode state rather than a `DeserializeSeed`.
-        DECODE.with(|state| {
-            state.set(DecodeState {
-                max_entries: limits.max_tensor_count,
-                exceeded: None,
-            });
+        set_decode_state(DecodeState {
+            max_entries: limits.max_tensor_count,
+            exceeded: None,
         });
         let mut rest = bytes;
         let result = ciborium::de::from_reader_with_recursion_limit::<Decoded, _>(
             &mut rest,
             limits.max_cbor_depth,
         );
-        let exceeded = DECODE.with(|state| state.replace(DecodeState::default()).exceeded);
+        let exceeded = decode_state().exceeded;
+        set_decode_state(DecodeState::default());
         match (result, exceeded) {
             (Ok(Decoded(meta, unknown_keys)), _) => Ok((
                 meta,
@@ -290,8 +295,47 @@ struct DecodeState {
     exceeded: Option<usize>,
 }
 
-thread_local! {
+#[cfg(feature = "std")]
+std::thread_local! {
     static DECODE: Cell<DecodeState> = const { Cell::new(DecodeState { max_entries: 0, exceeded: None }) };
+}
+
+/// The decode state of this thread.
+#[cfg(feature = "std")]
+fn decode_state() -> DecodeState {
+    DECODE.with(Cell::get)
+}
+
+/// Sets the decode state of this thread.
+#[cfg(feature = "std")]
+fn set_decode_state(state: DecodeState) {
+    DECODE.with(|cell| cell.set(state));
+}
+
+/// Without `std` there are no thread-locals: the state is one global pair of atomics, which
+/// assumes (as `no_std` targets do) one decode at a time; two at once on two cores could see
+/// each other's limit (never an unbounded one: the limit is set before each decode).
+#[cfg(not(feature = "std"))]
+static DECODE: [core::sync::atomic::AtomicUsize; 2] = [
+    core::sync::atomic::AtomicUsize::new(0),
+    core::sync::atomic::AtomicUsize::new(usize::MAX),
+];
+
+#[cfg(not(feature = "std"))]
+fn decode_state() -> DecodeState {
+    use core::sync::atomic::Ordering::SeqCst;
+    let exceeded = DECODE[1].load(SeqCst);
+    DecodeState {
+        max_entries: DECODE[0].load(SeqCst),
+        exceeded: (exceeded != usize::MAX).then_some(exceeded),
+    }
+}
+
+#[cfg(not(feature = "std"))]
+fn set_decode_state(state: DecodeState) {
+    use core::sync::atomic::Ordering::SeqCst;
+    DECODE[0].store(state.max_entries, SeqCst);
+    DECODE[1].store(state.exceeded.unwrap_or(usize::MAX), SeqCst);
 }
 
 /// The top-level map, decoded under the thread's [`DecodeState`], and its unknown keys.
@@ -325,7 +369,7 @@ impl<'de> Visitor<'de> for MetadataVisitor {
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                     // Bounded like every map: a map of a million unknown keys is refused.
-                    if unknown.len() == DECODE.with(|state| state.get().max_entries) {
+                    if unknown.len() == decode_state().max_entries {
                         return Err(de::Error::custom("too many unknown top-level keys"));
                     }
                     unknown.push(key);
@@ -342,11 +386,11 @@ struct Pairs<V>(Vec<(String, V)>);
 
 impl<'de, V: Deserialize<'de>> Deserialize<'de> for Pairs<V> {
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(PairsVisitor(std::marker::PhantomData))
+        deserializer.deserialize_map(PairsVisitor(core::marker::PhantomData))
     }
 }
 
-struct PairsVisitor<V>(std::marker::PhantomData<V>);
+struct PairsVisitor<V>(core::marker::PhantomData<V>);
 
 impl<'de, V: Deserialize<'de>> Visitor<'de> for PairsVisitor<V> {
     type Value = Pairs<V>;
@@ -356,13 +400,11 @@ impl<'de, V: Deserialize<'de>> Visitor<'de> for PairsVisitor<V> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Pairs<V>, A::Error> {
-        let max = DECODE.with(|state| state.get().max_entries);
+        let max = decode_state().max_entries;
         let too_many = |count: usize| {
-            DECODE.with(|state| {
-                state.set(DecodeState {
-                    max_entries: max,
-                    exceeded: Some(count),
-                });
+            set_decode_state(DecodeState {
+                max_entries: max,
+                exceeded: Some(count),
             });
             de::Error::custom(format!(
                 "map has {count} entries, more than the limit of {max}"

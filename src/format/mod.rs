@@ -10,6 +10,16 @@
 //! changes every byte of a canonical blob to every value to check that the direct one never
 //! accepts what the general one refuses or reads differently.
 
+/// What the standard prelude gives, from `alloc`, for the `no_std` build.
+#[allow(unused_imports)]
+mod prelude {
+    pub(crate) use alloc::borrow::ToOwned;
+    pub(crate) use alloc::boxed::Box;
+    pub(crate) use alloc::string::{String, ToString};
+    pub(crate) use alloc::vec::Vec;
+    pub(crate) use alloc::{format, vec};
+}
+
 mod by_name;
 mod canonical;
 mod dtype;
@@ -19,15 +29,19 @@ mod layout;
 mod limits;
 mod metadata;
 mod scalar;
+mod slice;
 mod table;
 mod tensor;
 
 /// The raw metadata records, for tests that build malformed files (feature `internals`).
 #[cfg(feature = "internals")]
 pub use self::{metadata::Metadata, table::Descriptor};
-pub(crate) use by_name::{owned, position, sort_unique};
+#[cfg(feature = "std")]
+pub(crate) use by_name::owned;
+pub(crate) use by_name::{position, sort_unique};
 #[cfg(any(test, feature = "internals"))]
 pub use dtype::PLAIN_DTYPES;
+#[cfg(feature = "std")]
 pub(crate) use dtype::tensor_description;
 #[cfg_attr(not(feature = "legacy"), allow(unused_imports))]
 pub(crate) use dtype::{bool_store_from_name, byte_len_of, dtype_from_name};
@@ -39,6 +53,8 @@ pub use header::{
 pub use layout::{Layout, NAMESPACE_KEY, OpenError, PRODUCER, PRODUCER_NAME};
 pub use limits::Limits;
 pub use metadata::Extras;
+#[cfg(feature = "std")]
 pub(crate) use metadata::{Blob, DescriptorRef};
 pub use scalar::{Scalar, ScalarConversionError};
+pub use slice::PackSlice;
 pub use tensor::TensorInfo;

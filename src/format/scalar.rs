@@ -1,5 +1,8 @@
 //! Typed scalars stored in the metadata ([`Scalar`]) and their conversions.
 
+#[allow(unused_imports)]
+use super::prelude::*;
+
 use serde::{Deserialize, Serialize};
 
 /// A typed scalar stored in the metadata (an epoch, a learning rate, a flag).

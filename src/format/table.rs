@@ -2,7 +2,10 @@
 //! and shapes of rank up to 4 held inline, so a pack of 10,000 tensors opens (and its
 //! [`Layout`](super::Layout) drops) without 20,000 small allocations.
 
-use std::sync::Arc;
+#[allow(unused_imports)]
+use super::prelude::*;
+
+use alloc::sync::Arc;
 
 use burn::tensor::DType;
 use serde::{Deserialize, Serialize};
@@ -65,7 +68,7 @@ impl From<String> for Name {
     }
 }
 
-impl std::ops::Deref for Name {
+impl core::ops::Deref for Name {
     type Target = str;
 
     fn deref(&self) -> &str {
@@ -83,20 +86,20 @@ impl PartialEq for Name {
 impl Eq for Name {}
 
 impl PartialOrd for Name {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+    fn partial_cmp(&self, other: &Self) -> Option<core::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
 
 impl Ord for Name {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+    fn cmp(&self, other: &Self) -> core::cmp::Ordering {
         (**self).cmp(&**other)
     }
 }
 
-impl std::fmt::Debug for Name {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(&**self, f)
+impl core::fmt::Debug for Name {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Debug::fmt(&**self, f)
     }
 }
 

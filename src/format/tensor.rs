@@ -1,5 +1,8 @@
 //! One tensor of a validated file ([`TensorInfo`]) and the checks of its descriptor.
 
+#[allow(unused_imports)]
+use super::prelude::*;
+
 use burn::tensor::DType;
 
 use super::dtype::{byte_len, element_align};

@@ -53,7 +53,10 @@ fn a_model_round_trips_through_bytes() {
     let loaded = Tiny::new(&device)
         .load_pack_bytes(bytes.clone(), &LoadOptions::new().verify_checksums(true))
         .unwrap();
-    assert_eq!(values(loaded.forward(input(&device))), values(model.forward(input(&device))));
+    assert_eq!(
+        values(loaded.forward(input(&device))),
+        values(model.forward(input(&device)))
+    );
     // Every tensor checksummed, and the checksums verified as they are read.
     let reader = Reader::from_bytes(bytes).unwrap();
     for info in reader.tensors() {
@@ -73,7 +76,10 @@ fn damaged_bytes_are_errors_naming_what_is_wrong() {
     let mut flipped = bytes.to_vec();
     flipped[at] ^= 1;
     let err = Tiny::new(&device)
-        .load_pack_bytes(Bytes::from_bytes_vec(flipped), &LoadOptions::new().verify_checksums(true))
+        .load_pack_bytes(
+            Bytes::from_bytes_vec(flipped),
+            &LoadOptions::new().verify_checksums(true),
+        )
         .unwrap_err()
         .to_string();
     assert!(err.contains("scale") && err.contains("checksum"), "{err}");
@@ -81,7 +87,10 @@ fn damaged_bytes_are_errors_naming_what_is_wrong() {
     for at in [1, 40] {
         let mut flipped = bytes.to_vec();
         flipped[at] ^= 0x10;
-        assert!(Reader::from_bytes(Bytes::from_bytes_vec(flipped)).is_err(), "byte {at}");
+        assert!(
+            Reader::from_bytes(Bytes::from_bytes_vec(flipped)).is_err(),
+            "byte {at}"
+        );
     }
     // Cut short.
     let cut = Bytes::from_bytes_vec(bytes[..bytes.len() - 3].to_vec());
@@ -104,10 +113,16 @@ fn the_loaders_options_work_on_bytes() {
         .load_pack_bytes(bytes.clone(), &LoadOptions::new())
         .unwrap_err()
         .to_string();
-    assert!(err.contains("linear.weight") && err.contains("scale"), "{err}");
+    assert!(
+        err.contains("linear.weight") && err.contains("scale"),
+        "{err}"
+    );
     // Cast to half precision on the way in.
     let half = Tiny::new(&device)
-        .load_pack_bytes(bytes, &LoadOptions::new().dtype(DTypePolicy::CastFloatsTo(DType::F16)))
+        .load_pack_bytes(
+            bytes,
+            &LoadOptions::new().dtype(DTypePolicy::CastFloatsTo(DType::F16)),
+        )
         .unwrap();
     assert_eq!(half.scale.val().dtype(), DType::F16);
 }
@@ -120,7 +135,11 @@ fn an_embedded_pack_loads_as_views_of_the_program() {
     let device = Device::flex();
     let written = Tiny::fixed(&device).to_pack_bytes().unwrap();
     if std::env::var_os("BURNPACK_WRITE_TINY").is_some() {
-        std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/tiny.bpk"), &written[..]).unwrap();
+        std::fs::write(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tiny.bpk"),
+            &written[..],
+        )
+        .unwrap();
     }
     assert_eq!(TINY.as_ptr() as usize % 256, 0);
     let reader = Reader::from_static(TINY).unwrap();
@@ -129,15 +148,26 @@ fn an_embedded_pack_loads_as_views_of_the_program() {
     let fresh = Reader::from_bytes(written).unwrap();
     assert_eq!(reader.tensors().len(), fresh.tensors().len());
     for info in fresh.tensors() {
-        let stored = reader.tensor(info.name()).expect("tiny.bpk is stale: BURNPACK_WRITE_TINY=1 cargo test");
-        assert_eq!((stored.dtype(), stored.shape()), (info.dtype(), info.shape()));
-        assert!(reader.read(stored).unwrap()[..] == fresh.read(info).unwrap()[..], "tiny.bpk is stale");
+        let stored = reader
+            .tensor(info.name())
+            .expect("tiny.bpk is stale: BURNPACK_WRITE_TINY=1 cargo test");
+        assert_eq!(
+            (stored.dtype(), stored.shape()),
+            (info.dtype(), info.shape())
+        );
+        assert!(
+            reader.read(stored).unwrap()[..] == fresh.read(info).unwrap()[..],
+            "tiny.bpk is stale"
+        );
     }
     let (model, report) = Tiny::new(&device)
         .load_from_source_with_report(&reader, &LoadOptions::new())
         .unwrap();
     assert_eq!(report.copied(), &[], "every tensor a view");
-    assert_eq!(values(model.forward(input(&device))), values(Tiny::fixed(&device).forward(input(&device))));
+    assert_eq!(
+        values(model.forward(input(&device))),
+        values(Tiny::fixed(&device).forward(input(&device)))
+    );
     // The parameter's bytes are the program's own (the tensor, taken out of its parameter, is
     // handed back without a copy).
     let data = model.scale.into_value().into_data();
@@ -155,15 +185,40 @@ fn safetensors_bytes_load_into_a_module() {
     let raw = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     let (w, b, s) = (raw(&weight), raw(&bias), raw(&scale));
     let views = [
-        ("linear.weight", safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4, 3], &w).unwrap()),
-        ("linear.bias", safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![3], &b).unwrap()),
-        ("scale", safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![3], &s).unwrap()),
+        (
+            "linear.weight",
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4, 3], &w).unwrap(),
+        ),
+        (
+            "linear.bias",
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![3], &b).unwrap(),
+        ),
+        (
+            "scale",
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![3], &s).unwrap(),
+        ),
     ];
     let bytes = safetensors::serialize(views, None).unwrap();
-    let source = burnpack::interop::safetensors::SafetensorsSource::from_bytes(Bytes::from_bytes_vec(bytes)).unwrap();
-    let model = Tiny::new(&device).load_from_source(&source, &LoadOptions::new()).unwrap();
-    assert_eq!(model.linear.weight.val().into_data().try_to_vec::<f32>().unwrap(), weight);
-    assert_eq!(model.scale.val().into_data().try_to_vec::<f32>().unwrap(), scale);
+    let source =
+        burnpack::interop::safetensors::SafetensorsSource::from_bytes(Bytes::from_bytes_vec(bytes))
+            .unwrap();
+    let model = Tiny::new(&device)
+        .load_from_source(&source, &LoadOptions::new())
+        .unwrap();
+    assert_eq!(
+        model
+            .linear
+            .weight
+            .val()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap(),
+        weight
+    );
+    assert_eq!(
+        model.scale.val().into_data().try_to_vec::<f32>().unwrap(),
+        scale
+    );
 }
 
 /// A WASI program has files but no threads and no memory maps: saving runs its writers on the
@@ -177,5 +232,8 @@ fn a_model_saves_to_and_loads_from_a_file() {
     let loaded = written.and_then(|_| Tiny::new(&device).load_pack(path));
     let _ = std::fs::remove_file(path);
     let loaded = loaded.unwrap();
-    assert_eq!(values(loaded.forward(input(&device))), values(model.forward(input(&device))));
+    assert_eq!(
+        values(loaded.forward(input(&device))),
+        values(model.forward(input(&device)))
+    );
 }
