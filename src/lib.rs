@@ -195,10 +195,13 @@ pub use write::{Entry, WriteError, WriteMode, Writer};
 /// this macro, [`PackModule::load_pack_static`] loads every tensor as a view of the program's
 /// own memory, on every target (WebAssembly and `no_std` ones included).
 ///
-/// ```ignore
-/// use burnpack::PackModule;
-/// static MODEL: &[u8] = burnpack::include_pack!("model.bpk");
-/// let model = Net::new(&device).load_pack_static(MODEL, &burnpack::LoadOptions::new())?;
+/// ```
+/// // The path is relative to the file that calls the macro (here, this crate's `src/lib.rs`).
+/// static MODEL: &[u8] = burnpack::include_pack!("../tools/web-tests/tiny.bpk");
+/// assert_eq!(MODEL.as_ptr() as usize % 256, 0);
+/// let pack = burnpack::format::PackSlice::new(MODEL, &burnpack::Limits::default()).unwrap();
+/// assert!(pack.tensor("scale").is_some());
+/// // With `std`: `model.load_pack_static(MODEL, &LoadOptions::new())`, every tensor a view.
 /// ```
 #[macro_export]
 macro_rules! include_pack {

@@ -25,6 +25,7 @@ pub use describe::{AsTensorSource, Checksums, DescribedSource, Description, Valu
 pub use error::{ReadError, SourceError, SourceErrorKind};
 pub use reader::{ReadMode, ReadOptions, Reader};
 pub use shards::{InShard, Routing, Sharded, assemble_shards};
+pub use source::bytes_from_vec;
 pub use table::{SourceTable, TableBuilder};
 pub use tensor_source::{CopyReason, PackSource, TensorSource};
 

@@ -59,12 +59,29 @@ pub(crate) fn aligned_words(words: Vec<u64>, len: usize, property: AllocationPro
     Bytes::from_shared(bytes::Bytes::from_owner(Aligned { words, len }), property)
 }
 
+/// A vector's bytes as Burn [`Bytes`] without copying them: pack bytes a program received (a
+/// web page's fetch, a socket) handed to [`PackModule::load_pack_bytes`](crate::PackModule::load_pack_bytes)
+/// or [`ReadOptions::from_bytes`](super::ReadOptions::from_bytes) stay where they are, and
+/// every tensor is a window of them. (Burn's `Bytes::from_bytes_vec` copies the vector into
+/// an allocation of its own.)
+///
+/// ```
+/// let vec: Vec<u8> = burnpack::Writer::new(vec![]).into_bytes().unwrap().to_vec();
+/// let at = vec.as_ptr();
+/// let bytes = burnpack::read::bytes_from_vec(vec);
+/// assert_eq!(bytes.as_ptr(), at);
+/// ```
+#[must_use]
+pub fn bytes_from_vec(vec: Vec<u8>) -> Bytes {
+    Bytes::from_shared(bytes::Bytes::from(vec), AllocationProperty::Other)
+}
+
 /// `bytes` made view-capable (tensors are windows of it) without copying: a plain vector
 /// becomes a shared `bytes::Bytes` (property `Other`, so ndarray borrows from it rather than
 /// copying). Every source opened from bytes takes them through here.
 pub(crate) fn view_capable(bytes: Bytes) -> Bytes {
     match bytes.try_into_vec::<u8>() {
-        Ok(vec) => Bytes::from_shared(bytes::Bytes::from(vec), AllocationProperty::Other),
+        Ok(vec) => bytes_from_vec(vec),
         Err(bytes) if bytes.view(0, 0).is_ok() => bytes,
         Err(bytes) => bytes.shared(),
     }

@@ -237,3 +237,22 @@ fn a_model_saves_to_and_loads_from_a_file() {
         values(model.forward(input(&device)))
     );
 }
+
+/// Bytes a web page fetched (a `Vec<u8>`, or a JavaScript buffer copied into one) load
+/// without a second copy (`read::bytes_from_vec`): the parameters are windows of that vector.
+#[test]
+fn fetched_bytes_load_without_a_second_copy() {
+    let device = Device::flex();
+    let fetched: Vec<u8> = Tiny::fixed(&device).to_pack_bytes().unwrap().to_vec();
+    let range = fetched.as_ptr_range();
+    let (start, end) = (range.start as usize, range.end as usize);
+    let model = Tiny::new(&device)
+        .load_pack_bytes(burnpack::read::bytes_from_vec(fetched), &LoadOptions::new())
+        .unwrap();
+    let data = model.scale.into_value().into_data();
+    let at = data.as_bytes().as_ptr() as usize;
+    assert!(
+        (start..end).contains(&at),
+        "{at:x} outside {start:x}..{end:x}"
+    );
+}
