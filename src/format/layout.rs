@@ -185,7 +185,7 @@ impl Layout {
     /// the metadata.
     ///
     /// ```
-    /// use alloc::borrow::Cow;
+    /// use std::borrow::Cow;
     /// use burnpack::format::{Layout, Limits};
     /// let file = burnpack::Writer::new(vec![]).metadata("k", "v").into_bytes().unwrap();
     /// let mut asked = Vec::new();

@@ -13,10 +13,28 @@ fn bytes(data: &[u8]) -> Bytes {
     Bytes::from_bytes_vec(data.to_vec())
 }
 
-/// Bytes as a pack.
+/// Bytes as a pack, through the reader and through the `no_std` `PackSlice`, which must agree
+/// on whether the bytes are a pack and hand out the same tensor bytes.
 pub fn reader(data: &[u8]) {
-    if let Ok(reader) = Reader::from_bytes(bytes(data)) {
+    let slice = crate::format::PackSlice::new(data, &Limits::default());
+    let reader = Reader::from_bytes(bytes(data));
+    assert_eq!(
+        slice.is_ok(),
+        reader.is_ok(),
+        "PackSlice and Reader disagree"
+    );
+    if let (Ok(reader), Ok(slice)) = (reader, slice) {
         assert_source_contract(&reader);
+        for info in slice.tensors() {
+            let read = crate::read::TensorSource::read(&reader, info);
+            assert_eq!(
+                slice.data(info).ok(),
+                read.as_deref().ok(),
+                "{}",
+                info.name()
+            );
+            let _ = slice.checked(info);
+        }
         let _ = reader.verify_all();
     }
 }
