@@ -352,22 +352,11 @@ pub fn pack_to_safetensors<S: crate::read::PackSource + ?Sized>(
     output: impl AsRef<Path>,
     max_shard_bytes: Option<u64>,
 ) -> Result<Vec<PathBuf>, ConvertError> {
-    let part = Writer::from_part(source, "")?;
-    let layout = source.layout();
-    let entries: Vec<Entry> = part.into_entries();
-    // The pack's own `producer` describes the pack, not the safetensors file written from it
-    // (which the `safetensors` crate writes: byte for byte what it writes for these tensors).
-    let metadata: HashMap<String, String> = layout
-        .metadata()
-        .iter()
-        .filter(|(k, _)| k.as_str() != PRODUCER_KEY)
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    write::write_safetensors(
-        entries,
-        output.as_ref(),
-        max_shard_bytes,
-        (!metadata.is_empty()).then_some(&metadata),
-    )
-    .map_err(|e| e.naming_input(source.file()))
+    // The pack's metadata goes along (its own `producer` aside: it describes the pack, not the
+    // safetensors file the `safetensors` crate writes from it).
+    let mut writer = Writer::from_part(source, "")?;
+    for (key, value) in source.layout().metadata() {
+        writer = writer.metadata(key.clone(), value.clone());
+    }
+    writer_to_safetensors(writer, source.file(), output, max_shard_bytes)
 }
