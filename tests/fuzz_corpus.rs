@@ -297,3 +297,19 @@ fn gguf_seeds() -> Vec<(&'static str, Vec<u8>)> {
 fn gguf_corpus_and_mutations_never_panic() {
     replay("gguf", gguf_seeds(), burnpack::interop::fuzz::gguf, 500);
 }
+
+/// Index JSON of sharded models: what `save_pretrained` writes, and its damaged neighbours.
+#[cfg(feature = "safetensors")]
+#[test]
+fn index_corpus_and_mutations_never_panic() {
+    let seeds = vec![
+        (
+            "two-shards.json",
+            br#"{"metadata":{"total_size":24},"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}}"#.to_vec(),
+        ),
+        ("escape.json", br#"{"weight_map":{"a":"../x.safetensors","b":"/etc/y"}}"#.to_vec()),
+        ("empty.json", br#"{"metadata":{},"weight_map":{}}"#.to_vec()),
+        ("odd-metadata.json", br#"{"metadata":{"n":[1,{"k":null}]},"weight_map":{"w":"m.safetensors"}}"#.to_vec()),
+    ];
+    replay("index", seeds, burnpack::interop::fuzz::index, 500);
+}

@@ -39,6 +39,22 @@ pub fn reader(data: &[u8]) {
     }
 }
 
+/// Bytes as the index of a sharded safetensors or `PyTorch` model (`*.index.json`): parsed
+/// and checked (shard names, counts), whatever it holds; every tensor it routes goes to one of
+/// its shards.
+#[cfg(any(feature = "safetensors", feature = "pytorch"))]
+pub fn index(data: &[u8]) {
+    let path = std::path::Path::new("fuzz/model.safetensors.index.json");
+    let max = Limits::default().max_tensor_count;
+    if let Ok(index) = super::index::ShardIndex::parse(data, path, "safetensors", max) {
+        let routed: usize = (0..index.shards.len()).map(|i| index.routed(i)).sum();
+        assert!(routed > 0 && routed <= max, "{routed} tensors routed");
+        for shard in &index.shards {
+            assert_eq!(shard.parent(), path.parent(), "{}", shard.display());
+        }
+    }
+}
+
 /// Bytes as a safetensors file.
 #[cfg(feature = "safetensors")]
 pub fn safetensors(data: &[u8]) {

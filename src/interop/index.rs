@@ -56,7 +56,19 @@ impl ShardIndex {
             &mut text,
         )
         .map_err(SourceError::io(path, "read"))?;
-        let json: Json = serde_json::from_slice(&text)
+        Self::parse(&text, path, kind, max_tensors)
+    }
+
+    /// The index text `text` of the index at `path` (its directory holds the shards), checked
+    /// as [`read`](Self::read) checks it; touches no file.
+    pub fn parse(
+        text: &[u8],
+        path: &Path,
+        kind: &str,
+        max_tensors: usize,
+    ) -> Result<Self, SourceError> {
+        let invalid = SourceError::invalid(path);
+        let json: Json = serde_json::from_slice(text)
             .map_err(|e| invalid(format!("not a {kind} index: {e}")))?;
         if json.weight_map.is_empty() {
             return Err(invalid(format!(

@@ -16,8 +16,9 @@ use super::entry::Entry;
 use super::error::WriteError;
 use super::options::WriteOptions;
 use super::plan::{Plan, Slot, lay_out};
+use super::slots::write_slots;
 use super::slots::{Checksums, batches};
-use super::writer::{Target, stamped, write_slots};
+use super::writer::{Target, stamped};
 use crate::format::{HEADER_SIZE, Scalar, align_up};
 use crate::platform::{read_exact_at, write_all_at};
 

@@ -11,9 +11,7 @@ use super::entry::Entry;
 use super::error::WriteError;
 use super::options::{WriteMode, WriteOptions};
 use super::plan::Plan;
-use super::slots::{
-    Checksums, Chunk, PIPELINE_BYTES, Writeback, batches, fill, materialize, pipeline, produce, run,
-};
+use super::slots::{Checksums, Chunk, batches, fill, materialize, pipeline, run, write_slots};
 use crate::format::{PRODUCER, Scalar};
 use crate::platform::write_all_at;
 
@@ -532,52 +530,6 @@ impl Target {
             Self::Scratch(scratch) => scratch.commit(dest, overwrite),
             Self::InPlace(..) => Ok(()),
         }
-    }
-}
-
-/// Writes `jobs` into their slots of `target`'s file, already sized: by the calling thread
-/// alone when the bytes are in hand and the pack is small (`total` under [`PIPELINE_BYTES`]:
-/// threads and hand-offs cost more than they save there), else through the pipeline with
-/// early writeback. Checksums go to `sums`.
-pub(crate) fn write_slots(
-    jobs: Vec<Vec<(Entry, super::plan::Slot, usize)>>,
-    total: u64,
-    target: &Target,
-    threads: Option<usize>,
-    sums: &Checksums,
-    progress: Option<&(dyn Fn(u64) + Send + Sync)>,
-) -> Result<(), WriteError> {
-    let (file, path) = (target.file(), target.path());
-    let progress = |bytes: u64| {
-        if let Some(progress) = progress {
-            progress(bytes);
-        }
-    };
-    let sequential =
-        total < PIPELINE_BYTES && !jobs.iter().flatten().any(|(e, ..)| e.is_deferred());
-    let write = |chunk: &Chunk| {
-        chunk.write(file).map_err(|source| WriteError::Io {
-            action: "write",
-            path: path.to_path_buf(),
-            tensor: Some(chunk.tensor.clone()),
-            source,
-        })
-    };
-    if sequential {
-        for batch in jobs {
-            let chunk = produce(batch, sums)?;
-            write(&chunk)?;
-            progress(chunk.len());
-        }
-        Ok(())
-    } else {
-        let mut writeback = Writeback::new(file);
-        self::pipeline(jobs, threads, sums, |chunk| {
-            write(&chunk)?;
-            writeback.wrote(chunk.len());
-            progress(chunk.len());
-            Ok(())
-        })
     }
 }
 
