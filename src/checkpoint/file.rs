@@ -7,11 +7,14 @@ use burn::module::Module;
 use burn::optim::ModuleOptimizer;
 use burn::tensor::Bytes;
 
+use super::chain::Chain;
 use super::error::CheckpointError;
 use super::namespace::{
     KIND, KIND_KEY, OPTIM_PREFIX, PARTS_KEY, PROGRESS_PREFIX, SCHEDULER_PREFIX,
 };
 use super::progress::Progress;
+use super::refs::INCREMENTAL_KEY;
+use super::storage::Storage;
 use crate::module::{LoadOptions, PackModule};
 use crate::read::{PackSource, Reader};
 use crate::write::Writer;
@@ -23,16 +26,29 @@ use crate::write::Writer;
 /// fetches only its own tensors.
 #[derive(Debug)]
 pub struct Checkpoint<S: PackSource = Reader> {
-    source: S,
+    body: Body<S>,
+}
+
+/// A checkpoint's file alone, or an incremental checkpoint's manifest with its data files.
+#[derive(Debug)]
+enum Body<S: PackSource> {
+    Whole(S),
+    Chain(Box<Chain<S>>),
 }
 
 impl Checkpoint {
-    /// Opens (maps) a checkpoint file and checks that it is one.
+    /// Opens (maps) a checkpoint file and checks that it is one. An incremental checkpoint
+    /// (see [`Manager::incremental`](super::Manager::incremental)) maps the data files it
+    /// names, from the same directory.
     ///
     /// # Errors
-    /// [`CheckpointError::Read`] or [`CheckpointError::NotACheckpoint`].
+    /// [`CheckpointError::Read`] or [`CheckpointError::NotACheckpoint`];
+    /// [`CheckpointError::Invalid`] when an incremental checkpoint's data file is missing or
+    /// does not hold a tensor it should.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, CheckpointError> {
-        Self::from_reader(Reader::open(path)?)
+        let path = path.as_ref();
+        let dir = path.parent().unwrap_or_else(|| Path::new("."));
+        Self::from_storage(&super::Directory::new(dir), Reader::open(path)?)
     }
 
     /// Wraps an open reader.
@@ -46,7 +62,7 @@ impl Checkpoint {
     /// The underlying reader.
     #[must_use]
     pub fn reader(&self) -> &Reader {
-        &self.source
+        self.source()
     }
 }
 
@@ -57,7 +73,9 @@ impl<S: PackSource> Checkpoint<S> {
     /// [`CheckpointError::NotACheckpoint`].
     pub fn from_source(source: S) -> Result<Self, CheckpointError> {
         match source.layout().metadata().get(KIND_KEY) {
-            Some(kind) if kind == KIND => Ok(Self { source }),
+            Some(kind) if kind == KIND => Ok(Self {
+                body: Body::Whole(source),
+            }),
             found => Err(CheckpointError::NotACheckpoint {
                 file: source.file().to_string(),
                 found: found.cloned(),
@@ -65,17 +83,92 @@ impl<S: PackSource> Checkpoint<S> {
         }
     }
 
-    /// The underlying source.
+    /// Wraps a pack source opened from `storage`, checking that it is a checkpoint; an
+    /// incremental one opens the data files it names from the same storage.
+    ///
+    /// # Errors
+    /// As [`from_source`](Self::from_source), and [`CheckpointError::Invalid`] for a data file
+    /// that is missing or does not hold a tensor it should.
+    pub(crate) fn from_storage<St: Storage<Source = S>>(
+        storage: &St,
+        source: S,
+    ) -> Result<Self, CheckpointError> {
+        let checkpoint = Self::from_source(source)?;
+        match checkpoint.body {
+            Body::Whole(source) if checkpoint_is_incremental(&source) => Ok(Self {
+                body: Body::Chain(Box::new(Chain::open(storage, source)?)),
+            }),
+            body => Ok(Self { body }),
+        }
+    }
+
+    /// The underlying source (for an incremental checkpoint: its manifest, which holds the
+    /// progress, scalars and metadata; its tensors are in [`chain`](Self::chain)).
     #[must_use]
     pub fn source(&self) -> &S {
-        &self.source
+        match &self.body {
+            Body::Whole(source) => source,
+            Body::Chain(chain) => chain.manifest(),
+        }
+    }
+
+    /// Whether this is an incremental checkpoint: a manifest whose tensors are held by data
+    /// files beside it.
+    #[must_use]
+    pub fn is_incremental(&self) -> bool {
+        checkpoint_is_incremental(self.source())
+    }
+
+    /// An incremental checkpoint's tensors, where they are held (`None` for a checkpoint that
+    /// holds its own, or one opened without its storage by [`from_source`](Self::from_source)).
+    #[must_use]
+    pub fn chain(&self) -> Option<&Chain<S>> {
+        match &self.body {
+            Body::Chain(chain) => Some(chain),
+            Body::Whole(_) => None,
+        }
+    }
+
+    /// Reads every tensor and checks it: the structure of each file (padding, checksums
+    /// present), each tensor's checksum, and for an incremental checkpoint the content hash
+    /// it recorded for each tensor it refers to. Returns how many tensors were checked.
+    ///
+    /// # Errors
+    /// The first damage found, naming the file and the tensor.
+    pub fn verify(&self) -> Result<usize, CheckpointError> {
+        let pack = self.pack()?;
+        pack.verify_structure()?;
+        let mut checked = 0;
+        for info in pack.tensors() {
+            let bytes = pack.read(info)?;
+            checked += usize::from(pack.check(info, &bytes)?);
+        }
+        Ok(checked)
+    }
+
+    /// The checkpoint's tensors, scalars and metadata as one pack: the file itself, or an
+    /// incremental checkpoint's chain.
+    fn pack(&self) -> Result<&dyn PackSource, CheckpointError> {
+        match &self.body {
+            Body::Chain(chain) => Ok(&**chain),
+            Body::Whole(source) if checkpoint_is_incremental(source) => {
+                Err(CheckpointError::Invalid {
+                    file: source.file().to_string(),
+                    what:
+                        "an incremental checkpoint, opened without the storage of its data files \
+                       (open it with Checkpoint::open or its manager)"
+                            .into(),
+                })
+            }
+            Body::Whole(source) => Ok(source),
+        }
     }
 
     /// The progress saved with the checkpoint.
     #[must_use]
     pub fn progress(&self) -> Progress {
         let mut progress = Progress::default();
-        for (k, v) in self.source.layout().scalars() {
+        for (k, v) in self.source().layout().scalars() {
             let Some(name) = k.strip_prefix(PROGRESS_PREFIX) else {
                 continue;
             };
@@ -106,7 +199,7 @@ impl<S: PackSource> Checkpoint<S> {
     /// Whether part `name` was saved: listed under [`PARTS_KEY`], or (checkpoints written
     /// before that key) some entry lives under `prefix`.
     fn has_part(&self, name: &str, prefix: &str) -> bool {
-        let layout = self.source.layout();
+        let layout = self.source().layout();
         match layout.metadata().get(PARTS_KEY) {
             Some(parts) => parts.split(',').any(|p| p == name),
             None => {
@@ -136,7 +229,7 @@ impl<S: PackSource> Checkpoint<S> {
         model: M,
         options: &LoadOptions,
     ) -> Result<M, CheckpointError> {
-        Ok(model.load_from_source(&self.source, options)?)
+        Ok(model.load_from_source(self.pack()?, options)?)
     }
 
     /// Restores the optimizer state into `optimizer` (built with the same configuration).
@@ -150,7 +243,7 @@ impl<S: PackSource> Checkpoint<S> {
     ) -> Result<ModuleOptimizer, CheckpointError> {
         if !self.has_optimizer() {
             return Err(CheckpointError::Invalid {
-                file: self.source.file().to_string(),
+                file: self.source().file().to_string(),
                 what: "the checkpoint holds no optimizer state".into(),
             });
         }
@@ -158,7 +251,7 @@ impl<S: PackSource> Checkpoint<S> {
             .from_bytes(self.extract(OPTIM_PREFIX)?)
             .map_err(|e| {
                 CheckpointError::record(
-                    &format!("{}: restore the optimizer state", self.source.file()),
+                    &format!("{}: restore the optimizer state", self.source().file()),
                     &e,
                 )
             })
@@ -171,7 +264,7 @@ impl<S: PackSource> Checkpoint<S> {
     pub fn scheduler_record(&self) -> Result<LrSchedulerRecord, CheckpointError> {
         LrSchedulerRecord::from_bytes(self.extract(SCHEDULER_PREFIX)?).map_err(|e| {
             CheckpointError::record(
-                &format!("{}: restore the scheduler record", self.source.file()),
+                &format!("{}: restore the scheduler record", self.source().file()),
                 &e,
             )
         })
@@ -179,6 +272,11 @@ impl<S: PackSource> Checkpoint<S> {
 
     /// The part under `prefix` as a stand-alone pack, as Burn wrote it (prefix removed).
     pub(crate) fn extract(&self, prefix: &str) -> Result<Bytes, CheckpointError> {
-        Ok(Writer::from_part(&self.source, prefix)?.into_bytes()?)
+        Ok(Writer::from_part(self.pack()?, prefix)?.into_bytes()?)
     }
+}
+
+/// Whether a checkpoint's file is an incremental checkpoint's manifest.
+fn checkpoint_is_incremental(source: &impl PackSource) -> bool {
+    source.layout().metadata().contains_key(INCREMENTAL_KEY)
 }

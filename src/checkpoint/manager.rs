@@ -9,6 +9,8 @@ use burn::module::Module;
 use super::error::CheckpointError;
 use super::file::Checkpoint;
 use super::in_flight::{InFlight, InFlightGuard};
+use super::incremental::{self, Index};
+use super::refs;
 use super::state::{PreparedState, TrainingState};
 use super::storage::Storage;
 use crate::read::PackSource;
@@ -28,6 +30,8 @@ const SUFFIX: &str = ".bpk";
 pub struct Manager<S: Storage> {
     storage: S,
     retention: Retention,
+    /// Whether saves write only the tensors kept checkpoints do not hold already.
+    incremental: bool,
     /// Saves of this manager (and its clones) still being written in the background.
     in_flight: Arc<InFlight>,
 }
@@ -39,6 +43,7 @@ impl<S: Storage> Manager<S> {
         Self {
             storage,
             retention: Retention::default(),
+            incremental: false,
             in_flight: Arc::default(),
         }
     }
@@ -69,6 +74,37 @@ impl<S: Storage> Manager<S> {
         self
     }
 
+    /// Turns incremental saves on or off (off by default). An incremental save hashes every
+    /// tensor (XXH3-128 of its bytes; with its dtype and shape, its identity) and writes only
+    /// those that no checkpoint in the storage holds already (a frozen base under trained
+    /// adapters is written once), into a data file `data-<step>-<nonce>.bpk`; the checkpoint
+    /// `ckpt-<step>.bpk` is then a small manifest naming where each tensor is. Retention
+    /// deletes a data file only when no checkpoint names it; a checkpoint loads (zero-copy)
+    /// from the data files it names, and `bpk convert` turns it into one self-contained pack.
+    ///
+    /// Off by default: a full checkpoint is one file that stands alone (copied by itself,
+    /// read by Burn's own reader), and where every tensor changes (full training) skipping
+    /// saves nothing. Turn it on for fine-tuning. See docs/format.md, "Incremental
+    /// checkpoints".
+    ///
+    /// ```
+    /// use burnpack::checkpoint::CheckpointManager;
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let manager = CheckpointManager::new(dir.path()).unwrap().incremental(true);
+    /// assert!(manager.is_incremental());
+    /// ```
+    #[must_use]
+    pub fn incremental(mut self, on: bool) -> Self {
+        self.incremental = on;
+        self
+    }
+
+    /// Whether saves are incremental.
+    #[must_use]
+    pub fn is_incremental(&self) -> bool {
+        self.incremental
+    }
+
     /// Where the checkpoint of `step` is saved.
     #[must_use]
     pub fn location(&self, step: u64) -> S::Location {
@@ -94,7 +130,17 @@ impl<S: Storage> Manager<S> {
     /// newer-checkpoint check was made by the caller).
     pub(crate) fn write(&self, state: PreparedState) -> Result<S::Location, CheckpointError> {
         let location = self.location(state.step());
-        self.storage.write_state(&location, state)?;
+        if self.incremental {
+            let mut known = Index::default();
+            for (_, at) in self.steps()? {
+                if let Some(chain) = self.open(&at).as_ref().and_then(Checkpoint::chain) {
+                    known.add(chain);
+                }
+            }
+            incremental::write(&self.storage, &location, &known, state)?;
+        } else {
+            self.storage.write_state(&location, state)?;
+        }
         self.retain()?;
         Ok(location)
     }
@@ -145,7 +191,7 @@ impl<S: Storage> Manager<S> {
 
     /// The checkpoint at `location`, when it opens as one.
     fn open(&self, location: &S::Location) -> Option<Checkpoint<S::Source>> {
-        Checkpoint::from_source(self.storage.open(location).ok()?).ok()
+        Checkpoint::from_storage(&self.storage, self.storage.open(location).ok()?).ok()
     }
 
     /// The newest checkpoint that opens and validates, if any (a damaged newer one is
@@ -170,6 +216,9 @@ impl<S: Storage> Manager<S> {
         for (_, location) in self.retention.doomed(&all, |c| c.0, |c| self.open(&c.1)) {
             self.storage.delete(location)?;
         }
+        for location in incremental::garbage(&self.storage)? {
+            self.storage.delete(&location)?;
+        }
         Ok(())
     }
 
@@ -184,6 +233,13 @@ impl<S: Storage> Manager<S> {
             self.storage.delete(&location)?;
             removed += 1;
         }
+        // The data files those saves wrote (only checkpoints of their step or later, all
+        // gone now, could name them).
+        for name in self.storage.names()? {
+            if refs::data_step(&name).is_some_and(|s| s > step) {
+                self.storage.delete(&self.storage.location(&name))?;
+            }
+        }
         Ok(removed)
     }
 }
@@ -193,6 +249,7 @@ impl<S: Storage> std::fmt::Debug for Manager<S> {
         f.debug_struct("Manager")
             .field("storage", &self.storage.describe())
             .field("retention", &self.retention)
+            .field("incremental", &self.incremental)
             .finish_non_exhaustive()
     }
 }

@@ -49,19 +49,23 @@
 
 mod async_save;
 mod burn_train;
+mod chain;
 mod directory;
 mod error;
 mod file;
 mod in_flight;
+mod incremental;
 pub(crate) mod manager;
 mod namespace;
 mod progress;
+mod refs;
 mod state;
 mod storage;
 
 pub use async_save::{AsyncSaver, CheckpointTarget, WhenBusy};
 pub use burn_train::import_burn_train;
 pub(crate) use burn_train::import_parts;
+pub use chain::Chain;
 pub use directory::{CheckpointEntry, CheckpointManager, Directory};
 pub use error::CheckpointError;
 pub use file::Checkpoint;
@@ -72,5 +76,6 @@ pub(crate) use namespace::{
     OPTIM_PREFIX, PROGRESS_PREFIX, SCHEDULER_PREFIX, absorb_reader, assemble, head,
 };
 pub use progress::Progress;
+pub use refs::{DATA_KIND, INCREMENTAL_KEY, REFS_KEY, content_hash};
 pub use state::{PreparedState, TrainingState};
 pub use storage::Storage;

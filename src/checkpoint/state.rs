@@ -121,6 +121,11 @@ impl PreparedState {
         self.records.progress.step
     }
 
+    /// The model's entries (deferred), the records still to serialize, the options.
+    pub(crate) fn into_parts(self) -> (Vec<Entry>, Records, SaveOptions) {
+        (self.entries, self.records, self.options)
+    }
+
     /// Serializes the records (Burn's own encoding, then windows into it) and assembles the
     /// checkpoint writer: model entries deferred, progress as scalars.
     ///
@@ -187,14 +192,14 @@ impl PreparedState {
 
 /// What a checkpoint holds besides the model, as handed over: the optimizer (a clone), the
 /// scheduler's record, the progress.
-struct Records {
+pub(crate) struct Records {
     optimizer: Option<ModuleOptimizer>,
     scheduler: Option<LrSchedulerRecord>,
     progress: Progress,
 }
 
 /// Entries, scalars and metadata of a checkpoint's parts besides the model.
-type Parts = (
+pub(crate) type Parts = (
     Vec<Entry>,
     BTreeMap<String, Scalar>,
     BTreeMap<String, String>,
@@ -203,7 +208,7 @@ type Parts = (
 impl Records {
     /// The records serialized by Burn (`into_bytes`), their tensors as windows into those
     /// bytes under the parts' prefixes, and the progress as scalars.
-    fn serialize(self) -> Result<Parts, CheckpointError> {
+    pub(crate) fn serialize(self) -> Result<Parts, CheckpointError> {
         let mut entries = Vec::new();
         let mut scalars: BTreeMap<String, Scalar> = BTreeMap::new();
         let mut metadata: BTreeMap<String, String> = BTreeMap::new();

@@ -338,6 +338,27 @@ impl Layout {
         })
     }
 
+    /// This layout's scalars and metadata (less the keys `drop`), with `tensors` in place of
+    /// its own: the table of a pack assembled from several files (an incremental checkpoint,
+    /// whose tensors live in data files). `tensors` need not be sorted; their names must be
+    /// unique (the caller checked). Offsets are each tensor's own file's, so `by_position`
+    /// orders by them only for the readers that group reads.
+    #[cfg(feature = "std")]
+    pub(crate) fn assembled(&self, mut tensors: Vec<TensorInfo>, drop: &[&str]) -> Self {
+        tensors.sort_by(|a, b| a.name().cmp(b.name()));
+        let mut by_position: Vec<usize> = (0..tensors.len()).collect();
+        by_position.sort_by_key(|&i| (tensors[i].start, tensors[i].len));
+        let mut metadata = self.metadata.clone();
+        metadata.retain(|k, _| !drop.contains(&k.as_str()));
+        Self {
+            checksums: tensors.iter().all(|t| t.checksum.is_some()),
+            tensors,
+            by_position,
+            metadata,
+            ..self.clone()
+        }
+    }
+
     /// The file's header.
     #[must_use]
     pub fn header(&self) -> Header {

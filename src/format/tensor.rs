@@ -158,6 +158,17 @@ impl TensorInfo {
         self
     }
 
+    /// The same tensor under another name and parameter id, where it is in its file: how an
+    /// incremental checkpoint names a tensor that a data file holds.
+    #[cfg(feature = "std")]
+    pub(crate) fn renamed(&self, name: &str, param_id: Option<u64>) -> Self {
+        Self {
+            name: Name::from(name.to_string()),
+            param_id,
+            ..self.clone()
+        }
+    }
+
     /// Absolute offset of the first byte in the file.
     #[must_use]
     pub fn offset(&self) -> u64 {

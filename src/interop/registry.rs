@@ -158,7 +158,17 @@ static CONTAINERS: &[Container] = &[
             } else {
                 read
             };
-            boxed(read.open(path).map_err(SourceError::from))
+            let reader = read.open(path).map_err(SourceError::from)?;
+            // An incremental checkpoint: its tensors are in the data files beside it.
+            #[cfg(feature = "optim")]
+            if reader
+                .layout()
+                .metadata()
+                .contains_key(crate::checkpoint::INCREMENTAL_KEY)
+            {
+                return boxed(crate::checkpoint::Chain::open_file(path, reader));
+            }
+            boxed(Ok(reader))
         },
         open_index: None,
         from_bytes: |bytes, options| {

@@ -66,6 +66,18 @@ pub enum ReadError {
         /// How it is stored, and that it is not read.
         reason: String,
     },
+    /// A checkpoint's reference to a tensor held by another file does not hold: the bytes there
+    /// are not the ones the checkpoint recorded (see
+    /// [`Chain`](crate::checkpoint::Chain)).
+    #[error("{file}: tensor '{tensor}': {what}")]
+    Reference {
+        /// The checkpoint that refers.
+        file: String,
+        /// The tensor.
+        tensor: String,
+        /// What does not hold.
+        what: String,
+    },
     /// No tensor of that name.
     #[error("{file}: no tensor named '{tensor}'")]
     NotFound {
@@ -370,6 +382,11 @@ impl From<ReadError> for SourceError {
                 file,
                 tensor,
                 reason,
+            }
+            | ReadError::Reference {
+                file,
+                tensor,
+                what: reason,
             } => Self::Tensor {
                 path: file.into(),
                 tensor,

@@ -221,6 +221,42 @@ impl Entry {
     }
 }
 
+impl Entry {
+    /// The entry with its bytes in hand: a deferred one's provider called (its failure an
+    /// error naming the entry); resident and lent ones as they are.
+    pub(crate) fn materialized(self) -> Result<Self, super::WriteError> {
+        if !self.is_deferred() {
+            return Ok(self);
+        }
+        let (name, dtype, shape, param_id) = (
+            self.name.clone(),
+            self.dtype,
+            self.shape.clone(),
+            self.param_id,
+        );
+        let source = match super::slots::materialize(self)? {
+            Data::Bytes(bytes) => Source::Resident(bytes),
+            Data::Lent(lent) => Source::Lent(lent),
+        };
+        Ok(Self {
+            name,
+            dtype,
+            shape,
+            param_id,
+            source,
+        })
+    }
+
+    /// The bytes of a resident or lent entry (`None` for a deferred or written one).
+    pub(crate) fn bytes(&self) -> Option<&[u8]> {
+        match &self.source {
+            Source::Resident(bytes) => Some(bytes),
+            Source::Lent(lent) => Some(lent),
+            Source::Deferred { .. } | Source::Written(_) => None,
+        }
+    }
+}
+
 impl std::fmt::Debug for Entry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Entry")

@@ -48,11 +48,15 @@ pub(crate) fn convert(
     }
     let source = open(input)?;
     refuse_onto_input(source.as_ref(), input, output)?;
-    let format = source.describe().format;
-    let same = match to {
-        Format::Burnpack => format == "burnpack",
-        Format::Safetensors => format == "safetensors",
-    };
+    let description = source.describe();
+    let format = description.format;
+    // A source spread over several files (shards, an incremental checkpoint's data files)
+    // becomes one: not a no-op even in its own format.
+    let same = description.shards.is_empty()
+        && match to {
+            Format::Burnpack => format == "burnpack",
+            Format::Safetensors => format == "safetensors",
+        };
     if same && !is_url(input) && !is_url(output) {
         return Err(Failure::usage(format!(
             "{} is already in the requested format",

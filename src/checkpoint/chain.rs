@@ -1,0 +1,373 @@
+//! An incremental checkpoint opened whole: its manifest's scalars and metadata, and each tensor
+//! read from the data file that holds it (a view of that file's mapping, as any pack's).
+
+use burn::tensor::Bytes;
+
+use super::error::CheckpointError;
+use super::namespace::KIND_KEY;
+use super::refs::{self, DATA_KIND, INCREMENTAL_KEY, REFS_KEY, Ref};
+use super::storage::Storage;
+use crate::format::{Layout, TensorInfo};
+use crate::read::{CopyReason, PackSource, ReadError, TensorSource};
+
+/// The tensors of an incremental checkpoint, each where a data file holds it: a
+/// [`PackSource`] like a whole checkpoint's, for loading, verifying and converting. Opened by
+/// [`Checkpoint::open`](super::Checkpoint::open) and by the manager for a manifest (metadata
+/// `burnpack.incremental`); see docs/format.md, "Incremental checkpoints".
+///
+/// ```
+/// use burn::module::{Module, Param};
+/// use burn::tensor::{Device, Tensor};
+/// use burnpack::checkpoint::{CheckpointManager, Progress, TrainingState};
+///
+/// #[derive(Module, Debug)]
+/// struct Tiny { w: Param<Tensor<1>> }
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let manager = CheckpointManager::new(dir.path()).unwrap().incremental(true);
+/// let model = Tiny { w: Param::from_data([1.0, 2.0], &Device::flex()) };
+/// manager.save(TrainingState::new(&model, Progress::new(0, 1))).unwrap();
+/// manager.save(TrainingState::new(&model, Progress::new(0, 2))).unwrap();
+/// let latest = manager.latest().unwrap().unwrap();
+/// let chain = latest.chain().unwrap();
+/// // Step 2 changed nothing: its one tensor is the bytes step 1 wrote.
+/// assert_eq!(chain.held().count(), 0);
+/// assert!(chain.location("model.w").unwrap().starts_with("data-00000000000000000001-"));
+/// ```
+#[derive(Debug)]
+pub struct Chain<S: PackSource> {
+    /// The manifest, as its storage names it.
+    file: String,
+    /// The manifest: progress, scalars, metadata, the references.
+    manifest: S,
+    /// The checkpoint's step (a tensor whose data file is of this step is held by it).
+    step: Option<u64>,
+    /// The checkpoint as one pack: the manifest's scalars and metadata (less the references),
+    /// the tensors as the data files describe them, under their checkpoint names.
+    layout: Layout,
+    /// The data files, by name.
+    data: Vec<(String, S)>,
+    /// Where each tensor of `layout` (same order: by name) is.
+    targets: Vec<Target>,
+}
+
+#[derive(Debug)]
+struct Target {
+    /// Index into `data`.
+    data: usize,
+    /// The tensor as its data file describes it.
+    stored: TensorInfo,
+    /// XXH3-128 of its bytes, as the manifest records it.
+    hash: u128,
+}
+
+impl<S: PackSource> Chain<S> {
+    /// Opens the data files a manifest names, through `storage`, and checks that each holds
+    /// the tensor it is said to. Nothing is read but the data files' heads.
+    pub(crate) fn open<St: Storage<Source = S>>(
+        storage: &St,
+        manifest: S,
+    ) -> Result<Self, CheckpointError> {
+        let file = manifest.file().to_string();
+        let invalid = |what: String| CheckpointError::Invalid {
+            file: file.clone(),
+            what,
+        };
+        let layout = manifest.layout();
+        let text = layout
+            .metadata()
+            .get(REFS_KEY)
+            .ok_or_else(|| invalid(format!("an incremental checkpoint without '{REFS_KEY}'")))?;
+        let mut list = refs::parse(text).map_err(invalid)?;
+        list.sort_by(|a, b| a.name.cmp(&b.name));
+        if let Some(pair) = list.windows(2).find(|w| w[0].name == w[1].name) {
+            return Err(invalid(format!(
+                "tensor '{}' is listed twice",
+                pair[0].name
+            )));
+        }
+        if !manifest.tensors().is_empty() {
+            return Err(invalid(format!(
+                "an incremental checkpoint holds tensors of its own ('{}'): they would be hidden",
+                manifest.tensors()[0].name()
+            )));
+        }
+        let mut data: Vec<(String, S)> = Vec::new();
+        let mut tensors = Vec::with_capacity(list.len());
+        let mut targets = Vec::with_capacity(list.len());
+        for Ref {
+            name,
+            file: data_file,
+            stored_as,
+            param_id,
+            hash,
+        } in &list
+        {
+            let index = if let Some(i) = data.iter().position(|(n, _)| n == data_file) {
+                i
+            } else {
+                let source = storage
+                    .open(&storage.location(data_file))
+                    .map_err(|e| invalid(format!("data file '{data_file}': {e}")))?;
+                let kind = source.layout().metadata().get(KIND_KEY);
+                if kind.map(String::as_str) != Some(DATA_KIND) {
+                    return Err(invalid(format!(
+                        "'{data_file}' is not a checkpoint data file ('{KIND_KEY}' is {kind:?})"
+                    )));
+                }
+                data.push((data_file.clone(), source));
+                data.len() - 1
+            };
+            let stored = data[index].1.tensor(stored_as).ok_or_else(|| {
+                invalid(format!(
+                    "tensor '{name}': data file '{data_file}' holds no tensor '{stored_as}'"
+                ))
+            })?;
+            tensors.push(stored.renamed(name, *param_id));
+            targets.push(Target {
+                data: index,
+                stored: stored.clone(),
+                hash: *hash,
+            });
+        }
+        // `list` is sorted by name, as `assembled` sorts `tensors`: `targets` stays parallel.
+        let layout = layout.assembled(tensors, &[REFS_KEY, INCREMENTAL_KEY]);
+        Ok(Self {
+            step: super::manager::step_of(file.rsplit(['/', '\\']).next().unwrap_or(&file)),
+            file,
+            manifest,
+            layout,
+            data,
+            targets,
+        })
+    }
+
+    /// The manifest (the checkpoint's own file).
+    #[must_use]
+    pub fn manifest(&self) -> &S {
+        &self.manifest
+    }
+
+    /// Each tensor's name with the data file that holds it.
+    pub fn locations(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.layout
+            .tensors()
+            .iter()
+            .zip(&self.targets)
+            .map(|(t, target)| (t.name(), self.data[target.data].0.as_str()))
+    }
+
+    /// The data file that holds `tensor`.
+    #[must_use]
+    pub fn location(&self, tensor: &str) -> Option<&str> {
+        let i = crate::format::position(self.layout.tensors(), tensor)?;
+        Some(&self.data[self.targets[i].data].0)
+    }
+
+    /// The name under which `tensor`'s data file holds it (its own name, unless an equal
+    /// tensor of another name was stored first).
+    #[must_use]
+    pub fn stored_as(&self, tensor: &str) -> Option<&str> {
+        let i = crate::format::position(self.layout.tensors(), tensor)?;
+        Some(self.targets[i].stored.name())
+    }
+
+    /// The tensors this checkpoint wrote itself (in its own data files), with their files.
+    pub fn held(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.locations()
+            .filter(|(_, file)| self.step.is_some() && refs::data_step(file) == self.step)
+    }
+
+    /// The tensors this checkpoint refers to in data files of earlier saves, with their files.
+    pub fn referred(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.locations()
+            .filter(|(_, file)| self.step.is_none() || refs::data_step(file) != self.step)
+    }
+
+    /// The data files, by name, with their sources.
+    pub fn data_files(&self) -> impl Iterator<Item = (&str, &S)> {
+        self.data.iter().map(|(n, s)| (n.as_str(), s))
+    }
+
+    /// The content hash (XXH3-128) the manifest records for `tensor`.
+    #[must_use]
+    pub fn content_hash(&self, tensor: &str) -> Option<u128> {
+        let i = crate::format::position(self.layout.tensors(), tensor)?;
+        Some(self.targets[i].hash)
+    }
+
+    /// Every tensor with its data file, its name there and its content hash.
+    pub(crate) fn known(&self) -> impl Iterator<Item = (&TensorInfo, &str, &str, u128)> {
+        self.layout
+            .tensors()
+            .iter()
+            .zip(&self.targets)
+            .map(|(t, target)| {
+                (
+                    t,
+                    self.data[target.data].0.as_str(),
+                    target.stored.name(),
+                    target.hash,
+                )
+            })
+    }
+
+    fn target(&self, info: &TensorInfo) -> Result<&Target, ReadError> {
+        crate::format::owned(self.layout.tensors(), info)
+            .map(|i| &self.targets[i])
+            .ok_or_else(|| ReadError::NotMine {
+                file: self.file.clone(),
+                tensor: info.name().to_string(),
+            })
+    }
+}
+
+impl Chain<crate::read::Reader> {
+    /// The chain of the manifest at `path` (opened as `manifest`), its data files read from
+    /// the same directory: how `bpk` and the format registry open an incremental checkpoint.
+    ///
+    /// # Errors
+    /// A data file is missing, is not one, or does not hold a tensor it should.
+    pub(crate) fn open_file(
+        path: &std::path::Path,
+        manifest: crate::read::Reader,
+    ) -> Result<Self, crate::read::SourceError> {
+        let dir = path.parent().unwrap_or_else(|| std::path::Path::new("."));
+        Self::open(&super::Directory::new(dir), manifest).map_err(|e| match e {
+            CheckpointError::Read(e) => e.into(),
+            e => crate::read::SourceError::Invalid {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            },
+        })
+    }
+}
+
+impl<S: PackSource> TensorSource for Chain<S> {
+    fn file(&self) -> &str {
+        &self.file
+    }
+
+    fn tensors(&self) -> &[TensorInfo] {
+        self.layout.tensors()
+    }
+
+    fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
+        let target = self.target(info)?;
+        self.data[target.data].1.read(&target.stored)
+    }
+
+    fn namespace(&self) -> Option<&str> {
+        self.layout.namespace()
+    }
+
+    fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
+        let target = self.target(info).ok()?;
+        self.data[target.data].1.copy_reason(&target.stored)
+    }
+
+    /// The data file's checksum of the bytes, then the manifest's content hash: a data file
+    /// replaced by another one of the same name is caught here.
+    fn check(&self, info: &TensorInfo, bytes: &[u8]) -> Result<bool, ReadError> {
+        let target = self.target(info)?;
+        let (data_file, source) = &self.data[target.data];
+        source.check(&target.stored, bytes)?;
+        let actual = refs::content_hash(bytes);
+        if actual != target.hash {
+            return Err(ReadError::Reference {
+                file: self.file.clone(),
+                tensor: info.name().to_string(),
+                what: format!(
+                    "its bytes in '{data_file}' hash to {actual:032x}, the checkpoint recorded {:032x}",
+                    target.hash
+                ),
+            });
+        }
+        Ok(true)
+    }
+
+    fn wants_prefetch(&self) -> bool {
+        self.data.iter().any(|(_, s)| s.wants_prefetch())
+    }
+
+    fn prefetch(&self, wanted: &[&TensorInfo]) -> Result<(), ReadError> {
+        for (i, (_, source)) in self.data.iter().enumerate() {
+            let mine: Vec<&TensorInfo> = wanted
+                .iter()
+                .filter_map(|info| self.target(info).ok())
+                .filter(|t| t.data == i)
+                .map(|t| &t.stored)
+                .collect();
+            if !mine.is_empty() {
+                source.prefetch(&mine)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn verify_structure(&self) -> Result<(), ReadError> {
+        self.manifest.verify_structure()?;
+        self.data.iter().try_for_each(|(_, s)| s.verify_structure())
+    }
+}
+
+impl<S: PackSource> PackSource for Chain<S> {
+    fn layout(&self) -> &Layout {
+        &self.layout
+    }
+}
+
+impl crate::read::DescribedSource for Chain<crate::read::Reader> {
+    fn describe(&self) -> crate::read::Description {
+        let mut description = crate::read::describe_pack(&self.layout);
+        let held = self.held().count();
+        let referred = self.referred().count();
+        let bytes: u64 = self.data.iter().map(|(_, s)| s.layout().file_len()).sum();
+        description.summary = format!(
+            "burnpack incremental checkpoint: {held} tensors held, {referred} referred to, in {} data files ({})",
+            self.data.len(),
+            crate::read::human_bytes(bytes)
+        );
+        description.lines = vec![format!(
+            "tensors in data files beside the manifest; 'bpk convert' writes them into one self-contained pack"
+        )];
+        for (name, source) in &self.data {
+            let mine = self.locations().filter(|(_, f)| f == name).count();
+            let role = if self.step.is_some() && refs::data_step(name) == self.step {
+                "written by this checkpoint"
+            } else {
+                "of an earlier checkpoint"
+            };
+            description.lines.push(format!(
+                "data file {name} ({role}): {mine} tensors, {} bytes",
+                source.layout().file_len()
+            ));
+        }
+        description.shards = self
+            .data
+            .iter()
+            .map(|(_, s)| std::path::PathBuf::from(s.file()))
+            .collect();
+        description.fields.push(("held", (held as u64).into()));
+        description
+            .fields
+            .push(("referred", (referred as u64).into()));
+        description.column = Some("stored in");
+        description
+    }
+
+    fn column(&self, info: &TensorInfo) -> Option<String> {
+        let i = crate::format::position(self.layout.tensors(), info.name())?;
+        let file = &self.data[self.targets[i].data].0;
+        let how = if self.step.is_some() && refs::data_step(file) == self.step {
+            "held"
+        } else {
+            "refers to"
+        };
+        Some(format!("{how} {file}"))
+    }
+
+    fn as_pack(&self) -> Option<&dyn PackSource> {
+        Some(self)
+    }
+}

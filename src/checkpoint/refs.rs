@@ -1,0 +1,186 @@
+//! What an incremental checkpoint says of its tensors: for each, the data file that holds its
+//! bytes, its name there, its parameter id and its 128-bit content hash. Pure text, no I/O:
+//! the manifest's `burnpack.refs` metadata value, one line a tensor, and the names of data
+//! files.
+
+use std::fmt::Write as _;
+
+/// Metadata key of an incremental checkpoint's references (one line per tensor).
+pub const REFS_KEY: &str = "burnpack.refs";
+/// Metadata key marking an incremental checkpoint (a manifest whose tensors live in data
+/// files beside it); its value is the layout's version, `1`.
+pub const INCREMENTAL_KEY: &str = "burnpack.incremental";
+/// Metadata value of [`super::KIND_KEY`] in a data file of incremental checkpoints.
+pub const DATA_KIND: &str = "checkpoint-data";
+
+const DATA_PREFIX: &str = "data-";
+const DATA_SUFFIX: &str = ".bpk";
+
+/// The content hash of a tensor's bytes: XXH3-128. Together with the dtype and the shape, it
+/// is what makes two tensors the same for an incremental checkpoint (128 bits: a collision
+/// between two tensors of a run is not a practical event, unlike with 64).
+///
+/// ```
+/// let a = burnpack::checkpoint::content_hash(&[1, 2, 3]);
+/// assert_ne!(a, burnpack::checkpoint::content_hash(&[1, 2, 4]));
+/// ```
+#[must_use]
+pub fn content_hash(bytes: &[u8]) -> u128 {
+    twox_hash::XxHash3_128::oneshot(bytes)
+}
+
+/// One tensor of an incremental checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Ref {
+    /// The tensor's name in the checkpoint (`model.<path>`, `optim.<id>.<field>`).
+    pub(crate) name: String,
+    /// The data file (a name in the same storage) that holds its bytes.
+    pub(crate) file: String,
+    /// Its name in that data file.
+    pub(crate) stored_as: String,
+    /// Its parameter id in the checkpoint.
+    pub(crate) param_id: Option<u64>,
+    /// XXH3-128 of its bytes.
+    pub(crate) hash: u128,
+}
+
+/// The name of a data file written by the save of `step`; `nonce` makes it unique (a step
+/// saved twice never overwrites a file an older manifest may still name).
+pub(crate) fn data_name(step: u64, nonce: u64) -> String {
+    format!("{DATA_PREFIX}{step:020}-{nonce:016x}{DATA_SUFFIX}")
+}
+
+/// The step of a data file's name; `None` for any other name (which is never opened as one,
+/// so a manifest cannot name a path outside its storage).
+pub(crate) fn data_step(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix(DATA_PREFIX)?.strip_suffix(DATA_SUFFIX)?;
+    let (step, nonce) = rest.split_once('-')?;
+    let digits = |s: &str, n: usize, hex: bool| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || hex && matches!(b, b'a'..=b'f'))
+    };
+    (digits(step, 20, false) && digits(nonce, 16, true))
+        .then(|| step.parse().ok())
+        .flatten()
+}
+
+/// Whether `name` can be written in a line of references (no tab, no line break).
+pub(crate) fn nameable(name: &str) -> bool {
+    !name.contains(['\t', '\n', '\r'])
+}
+
+/// The references as the manifest stores them: `name`, `file`, the name in the file (empty
+/// when it is `name`), the parameter id (empty if none), the hash in 32 hex digits; tab
+/// separated, one line each.
+pub(crate) fn encode(refs: &[Ref]) -> String {
+    let mut out = String::with_capacity(refs.len() * 96);
+    for r in refs {
+        let stored = if r.stored_as == r.name {
+            ""
+        } else {
+            &r.stored_as
+        };
+        let id = r.param_id.map(|id| id.to_string()).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{}\t{}\t{stored}\t{id}\t{:032x}",
+            r.name, r.file, r.hash
+        );
+    }
+    out
+}
+
+/// Parses [`encode`]'s text; the error says which line is wrong and how.
+pub(crate) fn parse(text: &str) -> Result<Vec<Ref>, String> {
+    let mut refs = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let bad = |what: &str| format!("reference line {}: {what}", i + 1);
+        let fields: Vec<&str> = line.split('\t').collect();
+        let [name, file, stored, id, hash] = fields[..] else {
+            return Err(bad(&format!("{} fields, 5 expected", fields.len())));
+        };
+        if name.is_empty() {
+            return Err(bad("empty tensor name"));
+        }
+        if data_step(file).is_none() {
+            return Err(bad(&format!("'{file}' is not the name of a data file")));
+        }
+        let param_id = match id {
+            "" => None,
+            id => Some(
+                id.parse()
+                    .map_err(|_| bad(&format!("parameter id '{id}'")))?,
+            ),
+        };
+        if hash.len() != 32 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad(&format!("hash '{hash}' is not 32 hex digits")));
+        }
+        let hash = u128::from_str_radix(hash, 16).map_err(|_| bad("hash"))?;
+        refs.push(Ref {
+            name: name.to_string(),
+            file: file.to_string(),
+            stored_as: if stored.is_empty() { name } else { stored }.to_string(),
+            param_id,
+            hash,
+        });
+    }
+    Ok(refs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_round_trip() {
+        let refs = vec![
+            Ref {
+                name: "model.w".into(),
+                file: data_name(3, 0xabc),
+                stored_as: "model.w".into(),
+                param_id: Some(17),
+                hash: u128::MAX - 5,
+            },
+            Ref {
+                name: "model.v".into(),
+                file: data_name(1, 0),
+                stored_as: "model.w".into(),
+                param_id: None,
+                hash: 0,
+            },
+        ];
+        assert_eq!(parse(&encode(&refs)).unwrap(), refs);
+    }
+
+    #[test]
+    fn data_names_are_strict() {
+        assert_eq!(data_step(&data_name(42, 7)), Some(42));
+        for bad in [
+            "data-1-0.bpk",
+            "../data-00000000000000000001-0000000000000000.bpk",
+            "data-00000000000000000001-000000000000000G.bpk",
+            "ckpt-00000000000000000001.bpk",
+        ] {
+            assert_eq!(data_step(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn malformed_lines_are_named() {
+        let file = data_name(1, 1);
+        for (text, what) in [
+            ("a\tb".to_string(), "2 fields"),
+            (format!("\t{file}\t\t\t{:032x}", 1), "empty tensor name"),
+            (
+                format!("a\t../x\t\t\t{:032x}", 1),
+                "not the name of a data file",
+            ),
+            (format!("a\t{file}\t\tx\t{:032x}", 1), "parameter id"),
+            (format!("a\t{file}\t\t\t12"), "32 hex digits"),
+        ] {
+            let e = parse(&text).unwrap_err();
+            assert!(e.contains(what) && e.contains("line 1"), "{e}");
+        }
+    }
+}
