@@ -833,3 +833,94 @@ fn bpk_inspects_verifies_and_converts_a_chain() {
         "{out}{err}"
     );
 }
+
+/// The same on object storage (`object_store`'s `InMemory`, and a real S3 server when
+/// `.ci/run` starts one): the base is uploaded once, retention collects unnamed data objects,
+/// a checkpoint loads from the objects it names.
+#[cfg(feature = "object-store")]
+mod remote {
+    use std::sync::Arc;
+
+    use burnpack::checkpoint::Storage;
+    use burnpack::interop::object_store::{Bucket, RemoteCheckpointManager};
+
+    use super::*;
+
+    fn data_objects(manager: &RemoteCheckpointManager) -> Vec<u64> {
+        let mut steps: Vec<u64> = manager
+            .storage()
+            .names()
+            .unwrap()
+            .iter()
+            .filter(|n| n.starts_with("data-"))
+            .map(|n| n[5..25].parse().unwrap())
+            .collect();
+        steps.sort_unstable();
+        steps
+    }
+
+    fn exercise(manager: &RemoteCheckpointManager) {
+        let manager = manager.clone().keep_last(2).incremental(true);
+        let device = Device::flex();
+        let base = Lora::new(&device, 16);
+        let mut models = Vec::new();
+        for step in 1..=4 {
+            let fresh = Lora::new(&device, 16);
+            let model = Lora {
+                base: base.base.clone(),
+                down: fresh.down,
+                up: fresh.up,
+            };
+            manager
+                .save(TrainingState::new(&model, Progress::new(0, step)))
+                .unwrap();
+            models.push(model);
+        }
+        let steps: Vec<u64> = manager.list().unwrap().iter().map(|c| c.step).collect();
+        assert_eq!(steps, [3, 4]);
+        assert_eq!(data_objects(&manager), [1, 3, 4], "the base's, and the kept ones'");
+        let latest = manager.latest().unwrap().unwrap();
+        let chain = latest.chain().unwrap();
+        let held: BTreeSet<&str> = chain.held().map(|(n, _)| n).collect();
+        assert_eq!(held, BTreeSet::from(["model.down.weight", "model.up.weight"]));
+        assert_eq!(
+            params(&latest.load_model(Lora::new(&device, 16)).unwrap()),
+            params(&models[3])
+        );
+        assert_eq!(latest.verify().unwrap(), 4);
+        assert_eq!(manager.discard_after(3).unwrap(), 1);
+        assert_eq!(data_objects(&manager), [1, 3]);
+        let latest = manager.latest().unwrap().unwrap();
+        assert_eq!(
+            params(&latest.load_model(Lora::new(&device, 16)).unwrap()),
+            params(&models[2])
+        );
+        // The base's object gone: the checkpoint is skipped, as any damaged one.
+        let base_object = manager
+            .storage()
+            .names()
+            .unwrap()
+            .into_iter()
+            .find(|n| n.starts_with("data-00000000000000000001-"))
+            .unwrap();
+        let storage = manager.storage();
+        storage.delete(&storage.location(&base_object)).unwrap();
+        assert!(manager.latest().unwrap().is_none());
+        assert_eq!(manager.discard_after(0).unwrap(), 1);
+    }
+
+    #[test]
+    fn incremental_checkpoints_in_memory_store() {
+        let store: Arc<dyn Bucket> = Arc::new(::object_store::memory::InMemory::new());
+        exercise(&RemoteCheckpointManager::new(store, "runs/lora"));
+    }
+
+    #[test]
+    fn incremental_checkpoints_on_a_real_s3_server() {
+        let Some(bucket) = common::s3_bucket() else {
+            return;
+        };
+        let url = format!("s3://{bucket}/{}/incremental/", std::process::id());
+        exercise(&RemoteCheckpointManager::parse(&url).unwrap());
+    }
+}
