@@ -313,3 +313,52 @@ fn index_corpus_and_mutations_never_panic() {
     ];
     replay("index", seeds, burnpack::interop::fuzz::index, 500);
 }
+
+/// References of incremental checkpoints: well-formed ones (a tensor under its own name, one
+/// under another's, the empty tensor) and hostile neighbours (paths out of the storage, names
+/// of no data file, duplicates, a tensor its file does not hold).
+#[cfg(feature = "optim")]
+#[test]
+fn manifest_corpus_and_mutations_never_panic() {
+    let w = "data-00000000000000000001-0000000000000001.bpk";
+    let v = "data-00000000000000000002-0000000000000002.bpk";
+    let h = format!(
+        "{:032x}",
+        burnpack::checkpoint::content_hash(&[1, 0, 0, 0, 2, 0, 0, 0])
+    );
+    let e = format!("{:032x}", burnpack::checkpoint::content_hash(&[]));
+    let seeds = vec![
+        ("own-name.txt", format!("model.w\t{w}\t\t7\tF32\t2\t{h}\n")),
+        (
+            "other-name.txt",
+            format!("model.a\t{w}\tmodel.w\t\tF32\t2\t{h}\nmodel.w\t{w}\t\t\tF32\t2\t{h}\n"),
+        ),
+        (
+            "empty-tensor.txt",
+            format!("model.v\t{v}\t\t\tU8\t0\t{e}\n"),
+        ),
+        ("escape.txt", format!("model.w\t../{w}\t\t\tF32\t2\t{h}\n")),
+        (
+            "unknown-file.txt",
+            format!("model.w\tdata-00000000000000000009-0000000000000009.bpk\t\t\tF32\t2\t{h}\n"),
+        ),
+        (
+            "twice.txt",
+            format!("model.w\t{w}\t\t\tF32\t2\t{h}\nmodel.w\t{w}\t\t\tF32\t2\t{h}\n"),
+        ),
+        (
+            "missing-tensor.txt",
+            format!("model.w\t{v}\t\t\tF32\t2\t{h}\n"),
+        ),
+        (
+            "wrong-shape.txt",
+            format!("model.w\t{w}\t\t\tF32\t1,2\t{h}\n"),
+        ),
+        ("wrong-hash.txt", format!("model.w\t{w}\t\t\tF32\t2\t{e}\n")),
+    ];
+    let seeds = seeds
+        .into_iter()
+        .map(|(n, t)| (n, t.into_bytes()))
+        .collect();
+    replay("manifest", seeds, burnpack::interop::fuzz::manifest, 500);
+}

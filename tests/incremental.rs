@@ -98,6 +98,16 @@ fn params(model: &Lora) -> Vec<Vec<u8>> {
     .collect()
 }
 
+/// The steps of the data files in `dir` (a save writes up to two: the model's, the
+/// optimizer's).
+fn data_steps(dir: &Path) -> Vec<u64> {
+    let steps: BTreeSet<u64> = data_files(dir)
+        .iter()
+        .map(|n| n[5..25].parse().unwrap())
+        .collect();
+    steps.into_iter().collect()
+}
+
 fn data_files(dir: &Path) -> BTreeSet<String> {
     names(dir, "data-")
 }
@@ -177,10 +187,7 @@ fn lora_checkpoints_hold_what_changed_and_resume_bit_identically() {
     }
     assert_eq!(steps(&manager), [4, 5, 6]);
     // The base's data file (of step 1) stays, those of steps 2 and 3 are gone.
-    let data: Vec<u64> = data_files(dir.path())
-        .iter()
-        .map(|n| n[5..25].parse().unwrap())
-        .collect();
+    let data = data_steps(dir.path());
     assert_eq!(data, [1, 4, 5, 6]);
 
     // Resumed in a fresh model and optimizer from the latest: bit-identical to straight.
@@ -317,10 +324,7 @@ fn retention_keeps_what_kept_checkpoints_name() {
         "the last two plus the best loss"
     );
     // Data files: step 1's (the base, named by all), and those of the kept ones.
-    let data: Vec<u64> = data_files(dir.path())
-        .iter()
-        .map(|n| n[5..25].parse().unwrap())
-        .collect();
+    let data = data_steps(dir.path());
     assert_eq!(data, [1, 2, 4, 5]);
     for (step, model) in [(2, &models[1]), (4, &models[3]), (5, &models[4])] {
         let ckpt = Checkpoint::open(manager.path_for(step)).unwrap();
@@ -332,10 +336,7 @@ fn retention_keeps_what_kept_checkpoints_name() {
     // and the data it alone named goes at the next retention.
     std::fs::remove_file(manager.path_for(2)).unwrap();
     manager.retain().unwrap();
-    let data: Vec<u64> = data_files(dir.path())
-        .iter()
-        .map(|n| n[5..25].parse().unwrap())
-        .collect();
+    let data = data_steps(dir.path());
     assert_eq!(data, [1, 4, 5]);
     let ckpt = manager.latest().unwrap().unwrap();
     assert_eq!(
@@ -345,10 +346,7 @@ fn retention_keeps_what_kept_checkpoints_name() {
 
     // Rolling back removes the later checkpoints and the data files they wrote.
     assert_eq!(manager.discard_after(4).unwrap(), 1);
-    let data: Vec<u64> = data_files(dir.path())
-        .iter()
-        .map(|n| n[5..25].parse().unwrap())
-        .collect();
+    let data = data_steps(dir.path());
     assert_eq!(data, [1, 4]);
     assert_eq!(manager.latest().unwrap().unwrap().progress().step, 4);
 
@@ -532,28 +530,33 @@ fn hostile_manifests_are_refused_with_the_file_and_the_reason() {
     let file = data_name(1);
     let cases = [
         (
-            format!("model.w\t../../etc/passwd\t\t\t{hash:032x}\n"),
+            format!("model.w\t../../etc/passwd\t\t\tU8\t2\t{hash:032x}\n"),
             "not the name of a data file",
         ),
         (
-            format!("model.w\t{file}\tmodel.v\t\t{hash:032x}\n"),
+            format!("model.w\t{file}\tmodel.v\t\tU8\t2\t{hash:032x}\n"),
             "holds no tensor 'model.v'",
         ),
         (
-            format!("model.w\t{file}\t\t\t{hash:032x}\nmodel.w\t{file}\t\t\t{hash:032x}\n"),
+            format!(
+                "model.w\t{file}\t\t\tU8\t2\t{hash:032x}\nmodel.w\t{file}\t\t\tU8\t2\t{hash:032x}\n"
+            ),
             "listed twice",
         ),
         (
-            format!("model.w\t{}\t\t\t{hash:032x}\n", data_name(3)),
+            format!("model.w\t{}\t\t\tU8\t2\t{hash:032x}\n", data_name(3)),
             "data-00000000000000000003-",
         ),
         (
-            format!("model.w\t{}\t\t\t{hash:032x}\n", data_name(2)),
+            format!("model.w\t{}\t\t\tU8\t2\t{hash:032x}\n", data_name(2)),
             "not a checkpoint data file",
         ),
-        (format!("model.w\t{file}\t\t\tabc\n"), "32 hex digits"),
         (
-            format!("model.w\t{file}\t\t-1\t{hash:032x}\n"),
+            format!("model.w\t{file}\t\t\tU8\t2\tabc\n"),
+            "32 hex digits",
+        ),
+        (
+            format!("model.w\t{file}\t\t-1\tU8\t2\t{hash:032x}\n"),
             "parameter id",
         ),
         ("model.w\n".to_string(), "1 fields"),
@@ -568,7 +571,7 @@ fn hostile_manifests_are_refused_with_the_file_and_the_reason() {
     }
     let path = manifest(
         dir.path(),
-        &format!("model.w\t{file}\t\t\t{hash:032x}\n"),
+        &format!("model.w\t{file}\t\t\tU8\t2\t{hash:032x}\n"),
         true,
     );
     let err = Checkpoint::open(&path).unwrap_err().to_string();
@@ -576,7 +579,7 @@ fn hostile_manifests_are_refused_with_the_file_and_the_reason() {
     // The well-formed one opens, and the manager's retention keeps its data.
     let path = manifest(
         dir.path(),
-        &format!("model.w\t{file}\t\t\t{hash:032x}\n"),
+        &format!("model.w\t{file}\t\t\tU8\t2\t{hash:032x}\n"),
         false,
     );
     let ckpt = Checkpoint::open(&path).unwrap();
@@ -878,11 +881,18 @@ mod remote {
         }
         let steps: Vec<u64> = manager.list().unwrap().iter().map(|c| c.step).collect();
         assert_eq!(steps, [3, 4]);
-        assert_eq!(data_objects(&manager), [1, 3, 4], "the base's, and the kept ones'");
+        assert_eq!(
+            data_objects(&manager),
+            [1, 3, 4],
+            "the base's, and the kept ones'"
+        );
         let latest = manager.latest().unwrap().unwrap();
         let chain = latest.chain().unwrap();
         let held: BTreeSet<&str> = chain.held().map(|(n, _)| n).collect();
-        assert_eq!(held, BTreeSet::from(["model.down.weight", "model.up.weight"]));
+        assert_eq!(
+            held,
+            BTreeSet::from(["model.down.weight", "model.up.weight"])
+        );
         assert_eq!(
             params(&latest.load_model(Lora::new(&device, 16)).unwrap()),
             params(&models[3])

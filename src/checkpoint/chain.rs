@@ -100,6 +100,8 @@ impl<S: PackSource> Chain<S> {
             file: data_file,
             stored_as,
             param_id,
+            dtype,
+            shape,
             hash,
         } in &list
         {
@@ -123,6 +125,14 @@ impl<S: PackSource> Chain<S> {
                     "tensor '{name}': data file '{data_file}' holds no tensor '{stored_as}'"
                 ))
             })?;
+            if refs::dtype_text(stored.dtype()) != *dtype || stored.shape() != shape.as_slice() {
+                return Err(invalid(format!(
+                    "tensor '{name}': the checkpoint says {dtype} {shape:?}, data file \
+                     '{data_file}' holds '{stored_as}' as {:?} {:?}",
+                    stored.dtype(),
+                    stored.shape()
+                )));
+            }
             tensors.push(stored.renamed(name, *param_id));
             targets.push(Target {
                 data: index,
@@ -194,22 +204,6 @@ impl<S: PackSource> Chain<S> {
     pub fn content_hash(&self, tensor: &str) -> Option<u128> {
         let i = crate::format::position(self.layout.tensors(), tensor)?;
         Some(self.targets[i].hash)
-    }
-
-    /// Every tensor with its data file, its name there and its content hash.
-    pub(crate) fn known(&self) -> impl Iterator<Item = (&TensorInfo, &str, &str, u128)> {
-        self.layout
-            .tensors()
-            .iter()
-            .zip(&self.targets)
-            .map(|(t, target)| {
-                (
-                    t,
-                    self.data[target.data].0.as_str(),
-                    target.stored.name(),
-                    target.hash,
-                )
-            })
     }
 
     fn target(&self, info: &TensorInfo) -> Result<&Target, ReadError> {

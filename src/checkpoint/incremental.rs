@@ -7,10 +7,10 @@
 //! new), and a data file is deleted only when no manifest in the storage names it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
 
-use burn::tensor::DType;
+use burn::tensor::{Bytes, DType};
 
-use super::chain::Chain;
 use super::error::CheckpointError;
 use super::namespace::{KIND_KEY, head};
 use super::refs::{self, DATA_KIND, INCREMENTAL_KEY, REFS_KEY, Ref};
@@ -26,33 +26,128 @@ pub(crate) struct Index {
 }
 
 struct Known {
-    dtype: DType,
+    dtype: String,
     shape: Vec<usize>,
     file: String,
     stored_as: String,
 }
 
 impl Index {
-    /// Adds every tensor of an opened chain (a later chain's entry wins: it is the newest
-    /// file holding those bytes, the last one retention deletes).
-    pub(crate) fn add<S: PackSource>(&mut self, chain: &Chain<S>) {
-        for (info, file, stored_as, hash) in chain.known() {
-            let known = self.by_hash.entry(hash).or_default();
-            known.retain(|k| !(k.dtype == info.dtype() && k.shape == info.shape()));
-            known.push(Known {
-                dtype: info.dtype(),
-                shape: info.shape().to_vec(),
-                file: file.to_string(),
-                stored_as: stored_as.to_string(),
-            });
+    /// The tensors of every checkpoint in `storage`, from the manifests' references alone
+    /// (no data file is opened): those whose data file the storage lists. A manifest that
+    /// does not open or parse adds nothing; a newer manifest's entry wins (its data file is
+    /// the last one retention deletes).
+    pub(crate) fn of<S: Storage>(storage: &S) -> Result<(Self, Listing), CheckpointError> {
+        let names = storage.names()?;
+        let listed: HashSet<&str> = names.iter().map(String::as_str).collect();
+        let mut manifests: Vec<(u64, &String)> = names
+            .iter()
+            .filter_map(|n| Some((super::manager::step_of(n)?, n)))
+            .collect();
+        manifests.sort_unstable();
+        let mut index = Self::default();
+        let mut listing = Listing {
+            data: names
+                .iter()
+                .filter_map(|n| Some((refs::data_step(n)?, n.clone())))
+                .collect(),
+            manifests: HashMap::new(),
+        };
+        for (step, name) in manifests {
+            let list = references(storage, name);
+            let files = list
+                .as_ref()
+                .map(|l| l.iter().map(|r| r.file.clone()).collect());
+            listing.manifests.insert(step, files);
+            for r in list.into_iter().flatten() {
+                if listed.contains(r.file.as_str()) {
+                    index.insert(r.hash, r.dtype, r.shape, r.file, r.stored_as);
+                }
+            }
         }
+        Ok((index, listing))
     }
 
-    fn find(&self, dtype: DType, shape: &[usize], hash: u128) -> Option<&Known> {
+    fn insert(
+        &mut self,
+        hash: u128,
+        dtype: String,
+        shape: Vec<usize>,
+        file: String,
+        stored_as: String,
+    ) {
+        let known = self.by_hash.entry(hash).or_default();
+        known.retain(|k| !(k.dtype == dtype && k.shape == shape));
+        known.push(Known {
+            dtype,
+            shape,
+            file,
+            stored_as,
+        });
+    }
+
+    fn find(&self, dtype: &str, shape: &[usize], hash: u128) -> Option<&Known> {
         self.by_hash
             .get(&hash)?
             .iter()
             .find(|k| k.dtype == dtype && k.shape == shape)
+    }
+}
+
+/// The checkpoints and data files of a storage as one save found them: what each manifest
+/// names (`None`: it could not be read), by step. Kept up to date through the save and its
+/// retention, so that collecting data files reads no manifest a second time.
+pub(crate) struct Listing {
+    manifests: HashMap<u64, Option<HashSet<String>>>,
+    data: Vec<(u64, String)>,
+}
+
+impl Listing {
+    /// The save of `step` wrote its manifest, naming `files`, some of them new.
+    pub(crate) fn saved(&mut self, step: u64, files: HashSet<String>) {
+        for file in &files {
+            if let Some(s) = refs::data_step(file)
+                && !self.data.iter().any(|(_, n)| n == file)
+            {
+                self.data.push((s, file.clone()));
+            }
+        }
+        self.manifests.insert(step, Some(files));
+    }
+
+    /// The checkpoint of `step` was deleted.
+    pub(crate) fn deleted(&mut self, step: u64) {
+        self.manifests.remove(&step);
+    }
+
+    /// The data files no checkpoint names (see [`garbage`]).
+    pub(crate) fn garbage(&self) -> Vec<String> {
+        let Some(newest) = self.manifests.keys().max().copied() else {
+            return Vec::new();
+        };
+        let mut in_use: HashSet<&str> = HashSet::new();
+        for files in self.manifests.values() {
+            // What a manifest that cannot be read names is unknown: keep everything.
+            let Some(files) = files else {
+                return Vec::new();
+            };
+            in_use.extend(files.iter().map(String::as_str));
+        }
+        self.data
+            .iter()
+            .filter(|(step, name)| *step <= newest && !in_use.contains(name.as_str()))
+            .map(|(_, name)| name.clone())
+            .collect()
+    }
+}
+
+/// The references of the manifest `name`: `None` when it does not open or parse, an empty list
+/// for a checkpoint that holds its tensors itself.
+fn references<S: Storage>(storage: &S, name: &str) -> Option<Vec<Ref>> {
+    let source = storage.open(&storage.location(name)).ok()?;
+    match source.layout().metadata().get(REFS_KEY) {
+        Some(text) => refs::parse(text).ok(),
+        None => Some(Vec::new()),
     }
 }
 
@@ -62,11 +157,86 @@ struct Hashed {
     hash: u128,
 }
 
-/// Materializes and hashes `entries`, in parallel where there are threads.
-fn hash_all(entries: Vec<Entry>) -> Result<Vec<Hashed>, CheckpointError> {
+/// What the manager remembers of the tensors it last saw, by name: the CPU buffer a tensor
+/// was borrowed from (weakly: the buffer is not kept alive) and the hash of its bytes then.
+///
+/// # Why a sighting proves the bytes unchanged
+///
+/// A CPU tensor's buffer (Burn's flex backend) is an `Arc`; the backend writes into one only
+/// through `Arc::make_mut` (which, when weak references exist, moves the value to a new
+/// allocation, so that they no longer upgrade) or `Arc::get_mut` (which refuses while a weak
+/// reference exists). So while a `Weak` to the buffer upgrades to the very allocation the
+/// tensor holds now, no byte of it was written since it was hashed: the hash is reused
+/// without reading the buffer. Anything else (GPU tensors, read back at each save; ndarray's;
+/// a buffer replaced or written) is hashed. A sighting is kept only for tensors a save found
+/// unchanged (or saw for the first time): a trained parameter drops it at the next save, so
+/// its in-place updates are not turned into copies for longer than that.
+#[derive(Default)]
+pub(crate) struct Sightings(Mutex<HashMap<String, Sighting>>);
+
+struct Sighting {
+    storage: Weak<Bytes>,
+    len: usize,
+    dtype: DType,
+    shape: Vec<usize>,
+    hash: u128,
+}
+
+impl Sightings {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Sighting>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The hash of `entry`'s bytes when they provably did not change since it was taken.
+    fn unchanged(&self, entry: &Entry) -> Option<u128> {
+        let (storage, len) = entry.shared_storage()?;
+        let seen = self.lock();
+        let s = seen.get(entry.name())?;
+        let same = s.len == len
+            && s.dtype == entry.dtype()
+            && s.shape == entry.shape()
+            && s.storage
+                .upgrade()
+                .is_some_and(|now| Arc::ptr_eq(&now, storage));
+        same.then_some(s.hash)
+    }
+
+    /// Records what a save found: `entry` hashed to `hash`; `changed` when it was written
+    /// although a sighting of it existed (a trained tensor: forgotten).
+    fn record(&self, entry: &Entry, hash: u128, written: bool) {
+        let mut seen = self.lock();
+        let Some((storage, len)) = entry.shared_storage() else {
+            seen.remove(entry.name());
+            return;
+        };
+        if written && seen.contains_key(entry.name()) {
+            seen.remove(entry.name());
+            return;
+        }
+        seen.insert(
+            entry.name().to_string(),
+            Sighting {
+                storage: Arc::downgrade(storage),
+                len,
+                dtype: entry.dtype(),
+                shape: entry.shape().to_vec(),
+                hash,
+            },
+        );
+    }
+}
+
+/// Materializes and hashes `entries`, in parallel where there are threads; a tensor whose
+/// bytes provably did not change since the last save keeps its hash unread.
+fn hash_all(entries: Vec<Entry>, seen: &Sightings) -> Result<Vec<Hashed>, CheckpointError> {
     let one = |entry: Entry| -> Result<Hashed, CheckpointError> {
         let entry = entry.materialized()?;
-        let hash = refs::content_hash(entry.bytes().unwrap_or_default());
+        let hash = match seen.unchanged(&entry) {
+            Some(hash) => hash,
+            None => refs::content_hash(entry.bytes().unwrap_or_default()),
+        };
         Ok(Hashed { entry, hash })
     };
     if crate::platform::threads_available() {
@@ -81,6 +251,7 @@ fn hash_all(entries: Vec<Entry>) -> Result<Vec<Hashed>, CheckpointError> {
 /// file.
 struct Batch<'a> {
     known: &'a Index,
+    seen: &'a Sightings,
     data_file: String,
     refs: Vec<Ref>,
     held: Vec<Entry>,
@@ -90,9 +261,10 @@ struct Batch<'a> {
 }
 
 impl<'a> Batch<'a> {
-    fn new(known: &'a Index, data_file: String) -> Self {
+    fn new(known: &'a Index, seen: &'a Sightings, data_file: String) -> Self {
         Self {
             known,
+            seen,
             data_file,
             refs: Vec::new(),
             held: Vec::new(),
@@ -110,21 +282,22 @@ impl<'a> Batch<'a> {
                 ),
             });
         }
-        for Hashed { entry, hash } in hash_all(entries)? {
-            let (dtype, shape) = (entry.dtype(), entry.shape().to_vec());
+        for Hashed { entry, hash } in hash_all(entries, self.seen)? {
+            let (dtype, shape) = (refs::dtype_text(entry.dtype()), entry.shape().to_vec());
             let known = self
                 .known
-                .find(dtype, &shape, hash)
-                .or_else(|| self.fresh.find(dtype, &shape, hash));
+                .find(&dtype, &shape, hash)
+                .or_else(|| self.fresh.find(&dtype, &shape, hash));
             let (file, stored_as) = if let Some(k) = known {
                 (k.file.clone(), k.stored_as.clone())
             } else {
-                self.fresh.by_hash.entry(hash).or_default().push(Known {
-                    dtype,
-                    shape,
-                    file: self.data_file.clone(),
-                    stored_as: entry.name().to_string(),
-                });
+                self.fresh.insert(
+                    hash,
+                    dtype.clone(),
+                    shape.clone(),
+                    self.data_file.clone(),
+                    entry.name().to_string(),
+                );
                 (self.data_file.clone(), entry.name().to_string())
             };
             self.refs.push(Ref {
@@ -132,13 +305,16 @@ impl<'a> Batch<'a> {
                 file,
                 stored_as,
                 param_id: entry.param_id(),
+                dtype,
+                shape,
                 hash,
             });
-            if self
+            let written = self
                 .refs
                 .last()
-                .is_some_and(|r| r.file == self.data_file && r.stored_as == r.name)
-            {
+                .is_some_and(|r| r.file == self.data_file && r.stored_as == r.name);
+            self.seen.record(&entry, hash, written);
+            if written {
                 self.held.push(entry);
             }
         }
@@ -158,53 +334,51 @@ fn nonce() -> u64 {
 }
 
 /// Writes `state` as an incremental checkpoint at `location`: the tensors that `known` does
-/// not hold into a new data file, then the manifest. Returns the data file's name, when one
-/// was written.
+/// not hold into new data files (the model's while Burn serializes the optimizer's record on
+/// another thread, then the optimizer's: the two overlap as in a full checkpoint), then the
+/// manifest. Returns the data files the manifest names.
 pub(crate) fn write<S: Storage>(
     storage: &S,
     location: &S::Location,
     known: &Index,
+    seen: &Sightings,
     state: PreparedState,
-) -> Result<Option<String>, CheckpointError> {
+) -> Result<HashSet<String>, CheckpointError> {
     let step = state.step();
     let at = storage.describe_location(location);
     let (model, records, options) = state.into_parts();
-    let mut batch = Batch::new(known, refs::data_name(step, nonce()));
-    // The model's tensors are hashed while Burn serializes the optimizer's record.
+    let mut batch = Batch::new(known, seen, refs::data_name(step, nonce()));
+    let part = |batch: &mut Batch<'_>, entries: Vec<Entry>| -> Result<(), CheckpointError> {
+        batch.add(&at, entries)?;
+        let held = std::mem::take(&mut batch.held);
+        let file = std::mem::replace(&mut batch.data_file, refs::data_name(step, nonce()));
+        if !held.is_empty() {
+            let data = Writer::new(held)
+                .options(options.write)
+                .metadata(KIND_KEY, DATA_KIND);
+            storage.write(&storage.location(&file), data)?;
+        }
+        Ok(())
+    };
     let parts = if crate::platform::threads_available() {
         std::thread::scope(|scope| {
             let serializer = scope.spawn(move || records.serialize());
-            let model = batch.add(&at, model);
+            let model = part(&mut batch, model);
             let parts = serializer.join().unwrap_or_else(|panic| {
                 Err(CheckpointError::Panicked(crate::panic::message(&*panic)))
             });
             model.and(parts)
         })
     } else {
-        batch.add(&at, model).and_then(|()| records.serialize())
+        part(&mut batch, model).and_then(|()| records.serialize())
     };
     let (rest, scalars, metadata) = parts?;
-    batch.add(&at, rest)?;
-    let Batch {
-        data_file,
-        refs,
-        held,
-        ..
-    } = batch;
-    let wrote = if held.is_empty() {
-        None
-    } else {
-        let data = Writer::new(held)
-            .options(options.write)
-            .metadata(KIND_KEY, DATA_KIND);
-        storage.write(&storage.location(&data_file), data)?;
-        Some(data_file)
-    };
+    part(&mut batch, rest)?;
     let (mut metadata, scalars) = head(&options, scalars, metadata);
     metadata.insert(INCREMENTAL_KEY.to_string(), "1".to_string());
-    metadata.insert(REFS_KEY.to_string(), refs::encode(&refs));
+    metadata.insert(REFS_KEY.to_string(), refs::encode(&batch.refs));
     storage.write(location, manifest(&options, metadata, scalars))?;
-    Ok(wrote)
+    Ok(batch.refs.into_iter().map(|r| r.file).collect())
 }
 
 fn manifest(
@@ -247,15 +421,11 @@ pub(crate) fn garbage<S: Storage>(storage: &S) -> Result<Vec<S::Location>, Check
     };
     let mut in_use: HashSet<String> = HashSet::new();
     for name in manifests {
-        let Ok(source) = storage.open(&storage.location(name)) else {
+        // What a manifest that cannot be read names is unknown: keep everything.
+        let Some(list) = references(storage, name) else {
             return Ok(Vec::new());
         };
-        if let Some(text) = source.layout().metadata().get(REFS_KEY) {
-            let Ok(list) = refs::parse(text) else {
-                return Ok(Vec::new());
-            };
-            in_use.extend(list.into_iter().map(|r| r.file));
-        }
+        in_use.extend(list.into_iter().map(|r| r.file));
     }
     Ok(data
         .into_iter()

@@ -9,7 +9,7 @@ use burn::module::Module;
 use super::error::CheckpointError;
 use super::file::Checkpoint;
 use super::in_flight::{InFlight, InFlightGuard};
-use super::incremental::{self, Index};
+use super::incremental::{self, Index, Sightings};
 use super::refs;
 use super::state::{PreparedState, TrainingState};
 use super::storage::Storage;
@@ -32,6 +32,8 @@ pub struct Manager<S: Storage> {
     retention: Retention,
     /// Whether saves write only the tensors kept checkpoints do not hold already.
     incremental: bool,
+    /// The tensors the last incremental save saw (shared by clones: the async saver's).
+    seen: Arc<Sightings>,
     /// Saves of this manager (and its clones) still being written in the background.
     in_flight: Arc<InFlight>,
 }
@@ -44,6 +46,7 @@ impl<S: Storage> Manager<S> {
             storage,
             retention: Retention::default(),
             incremental: false,
+            seen: Arc::default(),
             in_flight: Arc::default(),
         }
     }
@@ -78,8 +81,9 @@ impl<S: Storage> Manager<S> {
     /// tensor (XXH3-128 of its bytes; with its dtype and shape, its identity) and writes only
     /// those that no checkpoint in the storage holds already (a frozen base under trained
     /// adapters is written once), into a data file `data-<step>-<nonce>.bpk`; the checkpoint
-    /// `ckpt-<step>.bpk` is then a small manifest naming where each tensor is. Retention
-    /// deletes a data file only when no checkpoint names it; a checkpoint loads (zero-copy)
+    /// (`ckpt-00000000000000000007.bpk` for step 7) is then a small manifest naming where each
+    /// tensor is. Retention deletes a data file only when no checkpoint names it; a checkpoint
+    /// loads (zero-copy)
     /// from the data files it names, and `bpk convert` turns it into one self-contained pack.
     ///
     /// Off by default: a full checkpoint is one file that stands alone (copied by itself,
@@ -131,17 +135,23 @@ impl<S: Storage> Manager<S> {
     pub(crate) fn write(&self, state: PreparedState) -> Result<S::Location, CheckpointError> {
         let location = self.location(state.step());
         if self.incremental {
-            let mut known = Index::default();
-            for (_, at) in self.steps()? {
-                if let Some(chain) = self.open(&at).as_ref().and_then(Checkpoint::chain) {
-                    known.add(chain);
-                }
+            let step = state.step();
+            let (known, mut listing) = Index::of(&self.storage)?;
+            let files = incremental::write(&self.storage, &location, &known, &self.seen, state)?;
+            listing.saved(step, files);
+            // Retention as `retain`, with the manifests read once, above.
+            let all = self.steps()?;
+            for (step, location) in self.retention.doomed(&all, |c| c.0, |c| self.open(&c.1)) {
+                self.storage.delete(location)?;
+                listing.deleted(*step);
             }
-            incremental::write(&self.storage, &location, &known, state)?;
+            for name in listing.garbage() {
+                self.storage.delete(&self.storage.location(&name))?;
+            }
         } else {
             self.storage.write_state(&location, state)?;
+            self.retain()?;
         }
-        self.retain()?;
         Ok(location)
     }
 

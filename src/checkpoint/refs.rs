@@ -40,6 +40,11 @@ pub(crate) struct Ref {
     pub(crate) stored_as: String,
     /// Its parameter id in the checkpoint.
     pub(crate) param_id: Option<u64>,
+    /// Its dtype, as [`dtype_text`] writes it (what a save compares; a load takes the data
+    /// file's descriptor and checks that it says the same).
+    pub(crate) dtype: String,
+    /// Its shape.
+    pub(crate) shape: Vec<usize>,
     /// XXH3-128 of its bytes.
     pub(crate) hash: u128,
 }
@@ -65,16 +70,23 @@ pub(crate) fn data_step(name: &str) -> Option<u64> {
         .flatten()
 }
 
+/// A dtype as a reference line records it: its `Debug` text (`F32`, `QFloat(QuantScheme {
+/// ... })`). Compared as text only: a text this build would not write never matches, so a
+/// tensor is then written again rather than misread.
+pub(crate) fn dtype_text(dtype: burn::tensor::DType) -> String {
+    format!("{dtype:?}")
+}
+
 /// Whether `name` can be written in a line of references (no tab, no line break).
 pub(crate) fn nameable(name: &str) -> bool {
     !name.contains(['\t', '\n', '\r'])
 }
 
-/// The references as the manifest stores them: `name`, `file`, the name in the file (empty
-/// when it is `name`), the parameter id (empty if none), the hash in 32 hex digits; tab
-/// separated, one line each.
+/// The references as the manifest stores them, one line each, tab separated: `name`, `file`,
+/// the name in the file (empty when it is `name`), the parameter id (empty if none), the
+/// dtype, the shape (dimensions separated by commas), the hash in 32 hex digits.
 pub(crate) fn encode(refs: &[Ref]) -> String {
-    let mut out = String::with_capacity(refs.len() * 96);
+    let mut out = String::with_capacity(refs.len() * 112);
     for r in refs {
         let stored = if r.stored_as == r.name {
             ""
@@ -82,10 +94,15 @@ pub(crate) fn encode(refs: &[Ref]) -> String {
             &r.stored_as
         };
         let id = r.param_id.map(|id| id.to_string()).unwrap_or_default();
+        let shape: Vec<String> = r.shape.iter().map(ToString::to_string).collect();
         let _ = writeln!(
             out,
-            "{}\t{}\t{stored}\t{id}\t{:032x}",
-            r.name, r.file, r.hash
+            "{}\t{}\t{stored}\t{id}\t{}\t{}\t{:032x}",
+            r.name,
+            r.file,
+            r.dtype,
+            shape.join(","),
+            r.hash
         );
     }
     out
@@ -97,8 +114,8 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Ref>, String> {
     for (i, line) in text.lines().enumerate() {
         let bad = |what: &str| format!("reference line {}: {what}", i + 1);
         let fields: Vec<&str> = line.split('\t').collect();
-        let [name, file, stored, id, hash] = fields[..] else {
-            return Err(bad(&format!("{} fields, 5 expected", fields.len())));
+        let [name, file, stored, id, dtype, shape, hash] = fields[..] else {
+            return Err(bad(&format!("{} fields, 7 expected", fields.len())));
         };
         if name.is_empty() {
             return Err(bad("empty tensor name"));
@@ -113,6 +130,18 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Ref>, String> {
                     .map_err(|_| bad(&format!("parameter id '{id}'")))?,
             ),
         };
+        if dtype.is_empty() {
+            return Err(bad("empty dtype"));
+        }
+        let shape = if shape.is_empty() {
+            Vec::new()
+        } else {
+            shape
+                .split(',')
+                .map(str::parse::<usize>)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|_| bad(&format!("shape '{shape}'")))?
+        };
         if hash.len() != 32 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(bad(&format!("hash '{hash}' is not 32 hex digits")));
         }
@@ -122,6 +151,8 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Ref>, String> {
             file: file.to_string(),
             stored_as: if stored.is_empty() { name } else { stored }.to_string(),
             param_id,
+            dtype: dtype.to_string(),
+            shape,
             hash,
         });
     }
@@ -140,6 +171,8 @@ mod tests {
                 file: data_name(3, 0xabc),
                 stored_as: "model.w".into(),
                 param_id: Some(17),
+                dtype: "F32".into(),
+                shape: vec![2, 3],
                 hash: u128::MAX - 5,
             },
             Ref {
@@ -147,6 +180,8 @@ mod tests {
                 file: data_name(1, 0),
                 stored_as: "model.w".into(),
                 param_id: None,
+                dtype: "QFloat(x, y)".into(),
+                shape: vec![],
                 hash: 0,
             },
         ];
@@ -171,13 +206,24 @@ mod tests {
         let file = data_name(1, 1);
         for (text, what) in [
             ("a\tb".to_string(), "2 fields"),
-            (format!("\t{file}\t\t\t{:032x}", 1), "empty tensor name"),
             (
-                format!("a\t../x\t\t\t{:032x}", 1),
+                format!("\t{file}\t\t\tF32\t1\t{:032x}", 1),
+                "empty tensor name",
+            ),
+            (
+                format!("a\t../x\t\t\tF32\t1\t{:032x}", 1),
                 "not the name of a data file",
             ),
-            (format!("a\t{file}\t\tx\t{:032x}", 1), "parameter id"),
-            (format!("a\t{file}\t\t\t12"), "32 hex digits"),
+            (
+                format!("a\t{file}\t\tx\tF32\t1\t{:032x}", 1),
+                "parameter id",
+            ),
+            (format!("a\t{file}\t\t\tF32\t1\t12"), "32 hex digits"),
+            (format!("a\t{file}\t\t\t\t1\t{:032x}", 1), "empty dtype"),
+            (
+                format!("a\t{file}\t\t\tF32\t1,x\t{:032x}", 1),
+                "shape '1,x'",
+            ),
         ] {
             let e = parse(&text).unwrap_err();
             assert!(e.contains(what) && e.contains("line 1"), "{e}");

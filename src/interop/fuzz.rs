@@ -125,3 +125,140 @@ pub fn object_source(data: &[u8]) {
         }
     }
 }
+
+/// Bytes as the references of an incremental checkpoint (`burnpack.refs`): a manifest carrying
+/// them is opened against an in-memory storage that holds two data files (`model.w`, 8 bytes;
+/// `model.v`, empty); whatever opens reads, verifies and checks every tensor, and each one it
+/// lists is a tensor of those files.
+#[cfg(feature = "optim")]
+pub fn manifest(data: &[u8]) {
+    use crate::checkpoint::{Checkpoint, DATA_KIND, INCREMENTAL_KEY, KIND, KIND_KEY, REFS_KEY};
+    use crate::write::{Entry, Writer};
+    use burn::tensor::DType;
+
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let storage = memory::Memory::default();
+    let data_file = |name: &str, entries: Vec<Entry>| {
+        let bytes = Writer::new(entries)
+            .metadata(KIND_KEY, DATA_KIND)
+            .into_bytes()
+            .expect("a pack of two tensors");
+        storage.put(name, bytes);
+    };
+    data_file(
+        "data-00000000000000000001-0000000000000001.bpk",
+        vec![Entry::resident(
+            "model.w",
+            DType::F32,
+            vec![2],
+            bytes(&[1, 0, 0, 0, 2, 0, 0, 0]),
+        )],
+    );
+    data_file(
+        "data-00000000000000000002-0000000000000002.bpk",
+        vec![Entry::resident("model.v", DType::U8, vec![0], bytes(&[]))],
+    );
+    let Ok(manifest) = Writer::new(Vec::new())
+        .metadata(KIND_KEY, KIND)
+        .metadata(INCREMENTAL_KEY, "1")
+        .metadata(REFS_KEY, text)
+        .into_bytes()
+    else {
+        return;
+    };
+    let Ok(source) = Reader::from_bytes(manifest) else {
+        return;
+    };
+    let source = source.with_name("ckpt-00000000000000000003.bpk".to_string());
+    if let Ok(checkpoint) = Checkpoint::from_storage(&storage, source) {
+        let chain = checkpoint
+            .chain()
+            .expect("an incremental checkpoint opens as a chain");
+        assert_source_contract(chain);
+        for (name, file) in chain.locations() {
+            assert!(
+                file.starts_with("data-0000000000000000000"),
+                "{name}: {file}"
+            );
+        }
+        let _ = checkpoint.verify();
+    }
+}
+
+/// A [`Storage`](crate::checkpoint::Storage) in memory, for the manifest target.
+#[cfg(feature = "optim")]
+mod memory {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex, PoisonError};
+
+    use burn::tensor::Bytes;
+
+    use crate::checkpoint::{CheckpointError, Storage};
+    use crate::read::Reader;
+    use crate::write::Writer;
+
+    #[derive(Clone, Default)]
+    pub(super) struct Memory(Arc<Mutex<BTreeMap<String, Bytes>>>);
+
+    impl Memory {
+        pub(super) fn put(&self, name: &str, bytes: Bytes) {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(name.to_string(), bytes);
+        }
+    }
+
+    impl Storage for Memory {
+        type Location = String;
+        type Source = Reader;
+        type Entry = String;
+        fn location(&self, name: &str) -> String {
+            name.to_string()
+        }
+        fn names(&self) -> Result<Vec<String>, CheckpointError> {
+            Ok(self
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .keys()
+                .cloned()
+                .collect())
+        }
+        fn open(&self, at: &String) -> Result<Reader, CheckpointError> {
+            let bytes = self
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(at)
+                .cloned()
+                .ok_or_else(|| CheckpointError::Invalid {
+                    file: at.clone(),
+                    what: "no such object".into(),
+                })?;
+            Ok(Reader::from_bytes(bytes)?.with_name(at.clone()))
+        }
+        fn write(&self, at: &String, writer: Writer) -> Result<(), CheckpointError> {
+            self.put(at, writer.into_bytes()?);
+            Ok(())
+        }
+        fn delete(&self, at: &String) -> Result<(), CheckpointError> {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(at);
+            Ok(())
+        }
+        fn describe(&self) -> String {
+            "memory".into()
+        }
+        fn describe_location(&self, at: &String) -> String {
+            at.clone()
+        }
+        fn entry(_: u64, at: String) -> String {
+            at
+        }
+    }
+}

@@ -247,6 +247,17 @@ impl Entry {
         })
     }
 
+    /// The storage a lent entry borrows from a CPU tensor (the shared buffer and the length
+    /// used), `None` for any other entry: what lets an incremental checkpoint prove that a
+    /// tensor's bytes did not change (the same buffer, never written since, see
+    /// `checkpoint::incremental`).
+    pub(crate) fn shared_storage(&self) -> Option<(&std::sync::Arc<Bytes>, usize)> {
+        match &self.source {
+            Source::Lent(Lent::Prefix(buffer, len)) => Some((buffer, *len)),
+            _ => None,
+        }
+    }
+
     /// The bytes of a resident or lent entry (`None` for a deferred or written one).
     pub(crate) fn bytes(&self) -> Option<&[u8]> {
         match &self.source {

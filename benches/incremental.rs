@@ -1,0 +1,396 @@
+//! Incremental checkpoint benchmark: what a checkpoint costs when a fine-tuning run changes only
+//! its adapters, side by side in one run.
+//!
+//! The LoRA-shaped run: a frozen base of 1 GiB (256 linear layers of 1024 x 1024 f32, with
+//! biases), rank-8 adapters on each (16 MiB: `down` 1024 x 8, `up` 8 x 1024), Adam on the
+//! adapters (two moments: 32 MiB), one optimizer step between checkpoints. Ten consecutive
+//! checkpoints, each written by every contender, into a directory of its own (kept: disk use is
+//! measured after the ten):
+//!
+//! - `incremental`: `CheckpointManager::incremental(true)` (hashes every tensor, writes what
+//!   changed into a data file, then the manifest; atomic + fsync each);
+//! - `full`: the same manager without it (today's checkpoints: one self-contained file);
+//! - `Burn 3 files`: Burn's own `save_file` + `ModuleOptimizer::save` + the scheduler record,
+//!   what burn-train writes per epoch (no fsync: Burn does not sync);
+//! - `changed bytes floor`: the changed tensors' bytes (adapters and Adam state, as the
+//!   checkpoint holds them) written into one new file with one `write` and `fsync`: the least
+//!   any checkpoint of the change can cost.
+//!
+//! Contenders rotate their order at each checkpoint. Rows: wall time and CPU (getrusage,
+//! every thread) per checkpoint after the first, median (min-max); bytes written per
+//! checkpoint (files created in the contender's directory); disk use after ten. Then the full
+//! training case (a 256 MiB model, every tensor trained, Adam): incremental vs full, 5 rounds
+//! interleaved. Then loading the tenth checkpoint (model + optimizer, every tensor read),
+//! incremental vs full, warm and cold page cache.
+//!
+//! `cargo bench --features train --bench incremental` (env `BURNPACK_BENCH_RUNS`, default 5,
+//! the rounds of the full-training and load parts; `BURNPACK_BENCH_LAYERS`, default 256 (1 GiB);
+//! `BURNPACK_BENCH_DIR`).
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use burn::lr_scheduler::linear::LinearLrSchedulerConfig;
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig};
+use burn::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
+use burn::tensor::{Device, Tensor};
+use burnpack::checkpoint::{CheckpointManager, Progress, TrainingState};
+
+#[derive(Module, Debug)]
+struct Adapted {
+    base: Vec<Linear>,
+    down: Vec<Linear>,
+    up: Vec<Linear>,
+}
+
+impl Adapted {
+    fn new(layers: usize, device: &Device) -> Self {
+        Self {
+            base: (0..layers)
+                .map(|_| LinearConfig::new(1024, 1024).init(device).no_grad())
+                .collect(),
+            down: (0..layers)
+                .map(|_| LinearConfig::new(1024, 8).with_bias(false).init(device))
+                .collect(),
+            up: (0..layers)
+                .map(|_| LinearConfig::new(8, 1024).with_bias(false).init(device))
+                .collect(),
+        }
+    }
+
+    /// Every layer on the input, summed (no depth: the values stay finite, so Adam's moments
+    /// change at every step).
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        let mut out = Tensor::zeros([x.dims()[0], 1024], &x.device());
+        for ((b, d), u) in self.base.iter().zip(&self.down).zip(&self.up) {
+            out = out + b.forward(x.clone()) + u.forward(d.forward(x.clone()));
+        }
+        out
+    }
+}
+
+#[derive(Module, Debug)]
+struct Full {
+    layers: Vec<Linear>,
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(std::fs::Metadata::is_file)
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+#[derive(Default, Clone)]
+struct Row {
+    times: Vec<Duration>,
+    cpus: Vec<Duration>,
+    bytes: Vec<u64>,
+}
+
+fn measure(dir: &Path, f: impl FnOnce()) -> (Duration, Duration, u64) {
+    let before = dir_bytes(dir);
+    let cpu = common::cpu_time();
+    let start = Instant::now();
+    f();
+    let time = start.elapsed();
+    (
+        time,
+        common::cpu_time() - cpu,
+        dir_bytes(dir).saturating_sub(before),
+    )
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / f64::from(1 << 20)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// The changed tensors' bytes (adapters and Adam moments) as one buffer.
+fn changed_bytes(model: &Adapted, optim: &ModuleOptimizer) -> Vec<u8> {
+    let mut out = Vec::new();
+    for l in model.down.iter().chain(&model.up) {
+        out.extend_from_slice(&l.weight.val().into_data().into_bytes());
+    }
+    let record = optim.clone().into_bytes().unwrap();
+    out.extend_from_slice(&record);
+    out
+}
+
+fn write_fsync(path: &Path, bytes: &[u8]) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).unwrap();
+    f.write_all(bytes).unwrap();
+    f.sync_all().unwrap();
+}
+
+fn main() {
+    let runs = common::env_or("BURNPACK_BENCH_RUNS", 5);
+    let layers = common::env_or("BURNPACK_BENCH_LAYERS", 256);
+    let bench = common::bench_dir();
+    let device = Device::flex().autodiff();
+    let mut model = Adapted::new(layers, &device);
+    let mut optim = AdamConfig::new().init();
+    let mut sched = LinearLrSchedulerConfig::new(1e-3, 1e-4, 100)
+        .init()
+        .unwrap();
+    let base_bytes = layers as u64 * (1024 * 1024 + 1024) * 4;
+    println!(
+        "LoRA-shaped run: frozen base {:.0} MiB, adapters {:.0} MiB, Adam on the adapters; 10 checkpoints\n",
+        mib(base_bytes),
+        mib(layers as u64 * 2 * 8 * 1024 * 4)
+    );
+
+    let names = ["incremental", "full", "Burn 3 files", "changed bytes floor"];
+    let dirs: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, _)| {
+            let d = bench.path().join(format!("c{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            d
+        })
+        .collect();
+    let incremental = CheckpointManager::new(&dirs[0])
+        .unwrap()
+        .keep_last(10)
+        .incremental(true);
+    let full = CheckpointManager::new(&dirs[1]).unwrap().keep_last(10);
+    let mut rows = vec![Row::default(); names.len()];
+    let mut changed = Vec::new();
+    for step in 1..=10u64 {
+        let x = Tensor::<2>::ones([2, 1024], &device);
+        let loss = model.forward(x).mean();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(sched.step(), model, grads);
+        let floor_bytes = changed_bytes(&model, &optim);
+        changed.push(floor_bytes.len() as u64);
+        for k in 0..names.len() {
+            let i = (k + step as usize) % names.len();
+            common::warm_memory(bench.path(), if step == 1 { base_bytes } else { 64 << 20 });
+            let dir = &dirs[i];
+            let sample = measure(dir, || match i {
+                0 => {
+                    incremental
+                        .save(TrainingState::new(&model, Progress::new(0, step)).optimizer(&optim))
+                        .unwrap();
+                }
+                1 => {
+                    full.save(TrainingState::new(&model, Progress::new(0, step)).optimizer(&optim))
+                        .unwrap();
+                }
+                2 => {
+                    model
+                        .clone()
+                        .save_file(dir.join(format!("model-{step}.bpk")))
+                        .unwrap();
+                    optim.save(dir.join(format!("optim-{step}.bpk"))).unwrap();
+                    sched
+                        .to_record()
+                        .save(dir.join(format!("scheduler-{step}.bpk")))
+                        .unwrap();
+                }
+                _ => write_fsync(&dir.join(format!("changed-{step}.bin")), &floor_bytes),
+            });
+            if step > 1 {
+                rows[i].times.push(sample.0);
+                rows[i].cpus.push(sample.1);
+                rows[i].bytes.push(sample.2);
+            } else {
+                println!(
+                    "first checkpoint, {}: {:.0} ms, {:.1} MiB",
+                    names[i],
+                    ms(sample.0),
+                    mib(sample.2)
+                );
+            }
+        }
+    }
+    let full_size = std::fs::metadata(full.path_for(1)).unwrap().len();
+    let change = common::median(changed.iter().map(|b| Duration::from_nanos(*b)).collect())
+        .as_nanos() as u64;
+    println!("\nCheckpoints 2-10 (median (min-max) over 9 checkpoints):\n");
+    println!(
+        "| contender | wall ms | vs floor | CPU ms | written per checkpoint | disk after 10 |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let floor = common::median(rows[3].times.clone());
+    for (i, name) in names.iter().enumerate() {
+        let time = common::median(rows[i].times.clone());
+        let written = common::median(
+            rows[i]
+                .bytes
+                .iter()
+                .map(|b| Duration::from_nanos(*b))
+                .collect(),
+        )
+        .as_nanos() as u64;
+        println!(
+            "| {name} | {} | {:.2} | {:.0} | {:.1} MiB | {:.0} MiB |",
+            common::spread(&rows[i].times),
+            time.as_secs_f64() / floor.as_secs_f64(),
+            ms(common::median(rows[i].cpus.clone())),
+            mib(written),
+            mib(dir_bytes(&dirs[i]))
+        );
+    }
+    let inc_written = common::median(
+        rows[0]
+            .bytes
+            .iter()
+            .map(|b| Duration::from_nanos(*b))
+            .collect(),
+    )
+    .as_nanos() as u64;
+    println!(
+        "\nincremental: written per checkpoint {:.2}x the changed bytes ({:.1} MiB); wall {:.2}x the floor; \
+         disk after 10 {:.2}x (one full checkpoint + 10 x the change = {:.0} MiB)",
+        inc_written as f64 / change as f64,
+        mib(change),
+        common::median(rows[0].times.clone()).as_secs_f64() / floor.as_secs_f64(),
+        dir_bytes(&dirs[0]) as f64 / (full_size + 10 * change) as f64,
+        mib(full_size + 10 * change)
+    );
+
+    // What hashing the unchanged base costs: XXH3-128 of every base tensor, 1 and all threads.
+    let base: Vec<Vec<u8>> = model
+        .base
+        .iter()
+        .map(|l| l.weight.val().into_data().into_bytes().to_vec())
+        .collect();
+    let start = Instant::now();
+    let one: u128 = base
+        .iter()
+        .map(|b| burnpack::checkpoint::content_hash(b))
+        .fold(0, u128::wrapping_add);
+    let single = start.elapsed();
+    let start = Instant::now();
+    let all: u128 = {
+        use rayon::prelude::*;
+        base.par_iter()
+            .map(|b| burnpack::checkpoint::content_hash(b))
+            .reduce(|| 0, u128::wrapping_add)
+    };
+    let parallel = start.elapsed();
+    assert_eq!(one, all);
+    println!(
+        "hashing the base ({:.0} MiB): {:.0} ms on one thread ({:.1} GB/s), {:.0} ms on {} threads",
+        mib(base_bytes),
+        ms(single),
+        base_bytes as f64 / single.as_secs_f64() / 1e9,
+        ms(parallel),
+        rayon::current_num_threads()
+    );
+    drop(base);
+
+    // Loading the tenth checkpoint: model + optimizer, every tensor read.
+    let load = |manager: &CheckpointManager| {
+        let ckpt = manager.latest().unwrap().unwrap();
+        let m = ckpt.load_model(Adapted::new(layers, &device)).unwrap();
+        let o = ckpt.load_optimizer(AdamConfig::new().init()).unwrap();
+        std::hint::black_box((common::read_all(&m), o));
+    };
+    for cold in [false, true] {
+        let (samples, ratios) = common::interleave(runs, 2, |i| {
+            let (manager, dir) = if i == 0 {
+                (&full, &dirs[1])
+            } else {
+                (&incremental, &dirs[0])
+            };
+            if cold {
+                common::evict_dir(dir);
+            } else {
+                load(manager);
+            }
+            let (time, cpu, _) = measure(dir, || load(manager));
+            common::Sample {
+                time,
+                cpu,
+                peak_kib: 0,
+                base_kib: 0,
+                anon_kib: None,
+            }
+        });
+        println!(
+            "\nload + read of checkpoint 10 ({}): full {} ms, incremental {} ms, ratio {:.2}",
+            if cold { "cold page cache" } else { "warm" },
+            common::spread(&samples[0].iter().map(|s| s.time).collect::<Vec<_>>()),
+            common::spread(&samples[1].iter().map(|s| s.time).collect::<Vec<_>>()),
+            common::median_ratio(ratios[1].clone())
+        );
+    }
+    drop((model, optim));
+
+    // Full training: every tensor changes between checkpoints (256 MiB model + Adam).
+    let mut model = Full {
+        layers: (0..64)
+            .map(|_| LinearConfig::new(1024, 1024).init(&device))
+            .collect(),
+    };
+    let mut optim = AdamConfig::new().init();
+    let dirs: Vec<_> = (0..2)
+        .map(|i| {
+            let d = bench.path().join(format!("full{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            d
+        })
+        .collect();
+    let managers = [
+        CheckpointManager::new(&dirs[0]).unwrap().keep_last(2),
+        CheckpointManager::new(&dirs[1])
+            .unwrap()
+            .keep_last(2)
+            .incremental(true),
+    ];
+    let mut step = 0u64;
+    let mut calls = 0usize;
+    let (samples, ratios) = common::interleave(runs, 2, |i| {
+        // A training step at the start of each round: both contenders save the same state.
+        calls += 1;
+        if calls % 2 == 1 {
+            let x = Tensor::<2>::ones([2, 1024], &device);
+            let loss = model.layers.iter().fold(x, |h, l| l.forward(h)).mean();
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            model = optim.step(1e-3, model.clone(), grads);
+            step += 1;
+        }
+        common::warm_memory(bench.path(), 768 << 20);
+        let (time, cpu, _) = measure(&dirs[i], || {
+            managers[i]
+                .save(TrainingState::new(&model, Progress::new(0, step)).optimizer(&optim))
+                .unwrap();
+        });
+        common::Sample {
+            time,
+            cpu,
+            peak_kib: 0,
+            base_kib: 0,
+            anon_kib: None,
+        }
+    });
+    println!(
+        "\nFull training (256 MiB model, every tensor trained, Adam: 768 MiB a checkpoint):\n"
+    );
+    println!("| contender | wall ms | ratio | CPU ms |");
+    println!("|---|---|---|---|");
+    for (i, name) in ["full", "incremental"].iter().enumerate() {
+        println!(
+            "| {name} | {} | {:.2} | {:.0} |",
+            common::spread(&samples[i].iter().map(|s| s.time).collect::<Vec<_>>()),
+            common::median_ratio(ratios[i].clone()),
+            ms(common::median(samples[i].iter().map(|s| s.cpu).collect()))
+        );
+    }
+}
