@@ -16,8 +16,8 @@ use burn::nn::{Linear, LinearConfig};
 use burn::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Bytes, DType, Device, Tensor, TensorData};
 use burnpack::checkpoint::{
-    AsyncSaver, Checkpoint, CheckpointError, CheckpointManager, INCREMENTAL_KEY, KIND, KIND_KEY,
-    Progress, REFS_KEY, TrainingState, WhenBusy,
+    AsyncSaver, Checkpoint, CheckpointManager, INCREMENTAL_KEY, KIND, KIND_KEY, Progress, REFS_KEY,
+    TrainingState, WhenBusy,
 };
 use burnpack::read::{Reader, TensorSource};
 use burnpack::{Entry, Writer};
@@ -428,13 +428,9 @@ fn missing_or_damaged_data_is_found() {
             .tensors()
             .iter()
             .map(|t| {
+                // The same tensors, names and parameter ids; other bytes.
                 let zeros = vec![0u8; usize::try_from(t.len()).unwrap()];
-                Entry::resident(
-                    t.name(),
-                    t.dtype(),
-                    t.shape().to_vec(),
-                    Bytes::from_bytes_vec(zeros),
-                )
+                Entry::from_stored(t, Bytes::from_bytes_vec(zeros))
             })
             .collect(),
     )
@@ -584,11 +580,72 @@ fn hostile_manifests_are_refused_with_the_file_and_the_reason() {
     );
     let ckpt = Checkpoint::open(&path).unwrap();
     assert_eq!(ckpt.verify().unwrap(), 1);
-    let err = CheckpointError::Invalid {
-        file: "x".into(),
-        what: "y".into(),
+
+    // What an attack through `bpk` found, each refused now:
+    let good = format!("model.w\t{file}\t\t\tU8\t2\t{hash:032x}\n");
+    let refused = |path: &Path, why: &str| {
+        let err = Checkpoint::open(path).unwrap_err().to_string();
+        assert!(err.contains(why), "{why}: {err}");
+        assert!(err.len() < 2000, "a short message: {} bytes", err.len());
     };
-    assert_eq!(err.to_string(), "x: y");
+    // A data file of a later step than the checkpoint's.
+    std::fs::copy(&data, dir.path().join(data_name(9))).unwrap();
+    let later = format!("model.w\t{}\t\t\tU8\t2\t{hash:032x}\n", data_name(9));
+    refused(
+        &manifest(dir.path(), &later, false),
+        "after this checkpoint's (7)",
+    );
+    // A data file that is a link (to a file outside the directory, or inside it).
+    #[cfg(unix)]
+    {
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("elsewhere.bpk");
+        std::fs::copy(&data, &target).unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join(data_name(4))).unwrap();
+        let linked = format!("model.w\t{}\t\t\tU8\t2\t{hash:032x}\n", data_name(4));
+        refused(&manifest(dir.path(), &linked, false), "not a regular file");
+    }
+    // Its own tensor with another parameter id than its data file's.
+    let id = format!("model.w\t{file}\t\t5\tU8\t2\t{hash:032x}\n");
+    refused(&manifest(dir.path(), &id, false), "parameter id Some(5)");
+    // A 10,000-character name: named, not echoed whole.
+    let long = "n".repeat(10_000);
+    let named = format!("{long}\t{file}\tmodel.x\t\tU8\t2\t{hash:032x}\n");
+    refused(&manifest(dir.path(), &named, false), "(10000 bytes)");
+    // More references than a pack may hold tensors.
+    let many: String = (0..100_001)
+        .map(|i| format!("m.{i}\t{file}\tmodel.w\t\tU8\t2\t{hash:032x}\n"))
+        .collect();
+    refused(
+        &manifest(dir.path(), &many, false),
+        "above the limit of 100000",
+    );
+    // The layout marker of another version, or a manifest that is not a checkpoint's.
+    for (key, value, why) in [
+        (INCREMENTAL_KEY, "2", "a layout this version does not read"),
+        (KIND_KEY, "checkpoint-data", "not a burnpack checkpoint"),
+    ] {
+        let path = dir.path().join("ckpt-00000000000000000007.bpk");
+        Writer::new(Vec::new())
+            .with_metadata(KIND_KEY, KIND)
+            .with_metadata(INCREMENTAL_KEY, "1")
+            .with_metadata(REFS_KEY, good.as_str())
+            .with_metadata(key, value)
+            .write_to_file(&path)
+            .unwrap();
+        refused(&path, why);
+    }
+    // A manifest without checksums verifies its tensors but does not claim to be checked.
+    let path = dir.path().join("ckpt-00000000000000000007.bpk");
+    Writer::new(Vec::new())
+        .with_metadata(KIND_KEY, KIND)
+        .with_metadata(INCREMENTAL_KEY, "1")
+        .with_metadata(REFS_KEY, good.as_str())
+        .options(burnpack::write::WriteOptions::new().checksums(false))
+        .write_to_file(&path)
+        .unwrap();
+    let ckpt = Checkpoint::open(&path).unwrap();
+    assert!(!burnpack::read::PackSource::layout(ckpt.chain().unwrap()).has_checksums());
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use burn::tensor::Bytes;
 
 use super::error::CheckpointError;
-use super::namespace::KIND_KEY;
+use super::namespace::{KIND, KIND_KEY};
 use super::refs::{self, DATA_KIND, INCREMENTAL_KEY, REFS_KEY, Ref};
 use super::storage::Storage;
 use crate::format::{Layout, TensorInfo};
@@ -49,6 +49,9 @@ pub struct Chain<S: PackSource> {
     data: Vec<(String, S)>,
     /// Where each tensor of `layout` (same order: by name) is.
     targets: Vec<Target>,
+    /// The stored tensors already checked against a hash, `(data file, offset, hash)`: a
+    /// tensor named by many references is read and hashed once.
+    checked: std::sync::Mutex<std::collections::HashSet<(usize, u64, u128)>>,
 }
 
 #[derive(Debug)]
@@ -73,25 +76,13 @@ impl<S: PackSource> Chain<S> {
             file: file.clone(),
             what,
         };
+        let list = checked_references(&manifest, &file)?;
         let layout = manifest.layout();
-        let text = layout
-            .metadata()
-            .get(REFS_KEY)
-            .ok_or_else(|| invalid(format!("an incremental checkpoint without '{REFS_KEY}'")))?;
-        let mut list = refs::parse(text).map_err(invalid)?;
-        list.sort_by(|a, b| a.name.cmp(&b.name));
-        if let Some(pair) = list.windows(2).find(|w| w[0].name == w[1].name) {
-            return Err(invalid(format!(
-                "tensor '{}' is listed twice",
-                pair[0].name
-            )));
-        }
-        if !manifest.tensors().is_empty() {
-            return Err(invalid(format!(
-                "an incremental checkpoint holds tensors of its own ('{}'): they would be hidden",
-                manifest.tensors()[0].name()
-            )));
-        }
+        let limits = crate::format::Limits::default();
+        let step = super::manager::step_of(file.rsplit(['/', '\\']).next().unwrap_or(&file));
+        // What the checkpoint amounts to, whole: bounded as a file would be (a manifest that
+        // names one tensor a million times is not a terabyte to read).
+        let mut total: u64 = 0;
         let mut data: Vec<(String, S)> = Vec::new();
         let mut tensors = Vec::with_capacity(list.len());
         let mut targets = Vec::with_capacity(list.len());
@@ -105,16 +96,29 @@ impl<S: PackSource> Chain<S> {
             hash,
         } in &list
         {
+            let (name_, stored_) = (short(name), short(stored_as));
+            if let (Some(own), Some(theirs)) = (step, refs::data_step(data_file))
+                && theirs > own
+            {
+                return Err(invalid(format!(
+                    "tensor '{name_}': refers to '{data_file}', a data file of step {theirs}, \
+                     after this checkpoint's ({own})"
+                )));
+            }
             let index = if let Some(i) = data.iter().position(|(n, _)| n == data_file) {
                 i
             } else {
                 let source = storage
-                    .open(&storage.location(data_file))
-                    .map_err(|e| invalid(format!("data file '{data_file}': {e}")))?;
+                    .open_data(&storage.location(data_file))
+                    .map_err(|e| {
+                        invalid(format!("tensor '{name_}': data file '{data_file}': {e}"))
+                    })?;
                 let kind = source.layout().metadata().get(KIND_KEY);
                 if kind.map(String::as_str) != Some(DATA_KIND) {
                     return Err(invalid(format!(
-                        "'{data_file}' is not a checkpoint data file ('{KIND_KEY}' is {kind:?})"
+                        "tensor '{name_}': '{data_file}' is not a checkpoint data file \
+                         ('{KIND_KEY}' is {})",
+                        kind.map_or_else(|| "absent".into(), |k| format!("'{}'", short(k)))
                     )));
                 }
                 data.push((data_file.clone(), source));
@@ -122,15 +126,33 @@ impl<S: PackSource> Chain<S> {
             };
             let stored = data[index].1.tensor(stored_as).ok_or_else(|| {
                 invalid(format!(
-                    "tensor '{name}': data file '{data_file}' holds no tensor '{stored_as}'"
+                    "tensor '{name_}': data file '{data_file}' holds no tensor '{stored_}'"
                 ))
             })?;
             if refs::dtype_text(stored.dtype()) != *dtype || stored.shape() != shape.as_slice() {
                 return Err(invalid(format!(
-                    "tensor '{name}': the checkpoint says {dtype} {shape:?}, data file \
-                     '{data_file}' holds '{stored_as}' as {:?} {:?}",
+                    "tensor '{name_}': the checkpoint says {} {shape:?}, data file \
+                     '{data_file}' holds '{stored_}' as {:?} {:?}",
+                    short(dtype),
                     stored.dtype(),
                     stored.shape()
+                )));
+            }
+            // A tensor stored under its own name is the data file's: the same parameter id.
+            // (Under another name, its bytes were first stored for another parameter.)
+            if stored_as == name && stored.param_id() != *param_id {
+                return Err(invalid(format!(
+                    "tensor '{name_}': parameter id {param_id:?} in the checkpoint, {:?} in \
+                     data file '{data_file}'",
+                    stored.param_id()
+                )));
+            }
+            total = total.saturating_add(stored.len());
+            if total > limits.max_file_size {
+                return Err(invalid(format!(
+                    "the tensors referred to amount to more than {} bytes, the largest file \
+                     allowed",
+                    limits.max_file_size
                 )));
             }
             tensors.push(stored.renamed(name, *param_id));
@@ -141,14 +163,19 @@ impl<S: PackSource> Chain<S> {
             });
         }
         // `list` is sorted by name, as `assembled` sorts `tensors`: `targets` stays parallel.
-        let layout = layout.assembled(tensors, &[REFS_KEY, INCREMENTAL_KEY]);
+        let mut layout = layout.assembled(tensors, &[REFS_KEY, INCREMENTAL_KEY]);
+        if !manifest.layout().has_checksums() {
+            // A manifest without checksums: nothing vouches for its references.
+            layout = layout.without_checksums();
+        }
         Ok(Self {
-            step: super::manager::step_of(file.rsplit(['/', '\\']).next().unwrap_or(&file)),
             file,
             manifest,
+            step,
             layout,
             data,
             targets,
+            checked: std::sync::Mutex::default(),
         })
     }
 
@@ -229,12 +256,75 @@ impl Chain<crate::read::Reader> {
         let dir = path.parent().unwrap_or_else(|| std::path::Path::new("."));
         Self::open(&super::Directory::new(dir), manifest).map_err(|e| match e {
             CheckpointError::Read(e) => e.into(),
+            CheckpointError::Invalid { what, .. } => crate::read::SourceError::Invalid {
+                path: path.to_path_buf(),
+                reason: what,
+            },
             e => crate::read::SourceError::Invalid {
                 path: path.to_path_buf(),
                 reason: e.to_string(),
             },
         })
     }
+}
+
+/// A manifest's references, checked before any data file is opened: the kind and layout
+/// markers, the lines, their count, no name twice, no tensor of its own; sorted by name.
+fn checked_references<S: PackSource>(
+    manifest: &S,
+    file: &str,
+) -> Result<Vec<Ref>, CheckpointError> {
+    let invalid = |what: String| CheckpointError::Invalid {
+        file: file.to_string(),
+        what,
+    };
+    let metadata = manifest.layout().metadata();
+    match metadata.get(KIND_KEY).map(String::as_str) {
+        Some(KIND) => {}
+        Some(other) => {
+            return Err(invalid(format!(
+                "'{KIND_KEY}' is '{}', not '{KIND}'",
+                short(other)
+            )));
+        }
+        None => return Err(invalid(format!("no '{KIND_KEY}': not a checkpoint"))),
+    }
+    match metadata.get(INCREMENTAL_KEY).map(String::as_str) {
+        Some("1") => {}
+        Some(other) => {
+            return Err(invalid(format!(
+                "'{INCREMENTAL_KEY}' is '{}': a layout this version does not read (1)",
+                short(other)
+            )));
+        }
+        None => return Err(invalid(format!("no '{INCREMENTAL_KEY}'"))),
+    }
+    let text = metadata
+        .get(REFS_KEY)
+        .ok_or_else(|| invalid(format!("an incremental checkpoint without '{REFS_KEY}'")))?;
+    let mut list = refs::parse(text).map_err(|e| invalid(short(&e).into_owned()))?;
+    let limits = crate::format::Limits::default();
+    if list.len() > limits.max_tensor_count {
+        return Err(invalid(format!(
+            "{} references, above the limit of {} tensors",
+            list.len(),
+            limits.max_tensor_count
+        )));
+    }
+    list.sort_by(|a, b| a.name.cmp(&b.name));
+    if let Some(pair) = list.windows(2).find(|w| w[0].name == w[1].name) {
+        return Err(invalid(format!(
+            "tensor '{}' is listed twice",
+            short(&pair[0].name)
+        )));
+    }
+    if !manifest.tensors().is_empty() {
+        return Err(invalid(format!(
+            "an incremental checkpoint holds tensors of its own ('{}'): they would be hidden",
+            short(manifest.tensors()[0].name())
+        )));
+    }
+    Ok(list)
 }
 
 impl<S: PackSource> TensorSource for Chain<S> {
@@ -264,6 +354,15 @@ impl<S: PackSource> TensorSource for Chain<S> {
     /// replaced by another one of the same name is caught here.
     fn check(&self, info: &TensorInfo, bytes: &[u8]) -> Result<bool, ReadError> {
         let target = self.target(info)?;
+        let key = (target.data, target.stored.offset(), target.hash);
+        let lock = || {
+            self.checked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if lock().contains(&key) && bytes.len() as u64 == target.stored.len() {
+            return Ok(true);
+        }
         let (data_file, source) = &self.data[target.data];
         source.check(&target.stored, bytes)?;
         let actual = refs::content_hash(bytes);
@@ -277,6 +376,7 @@ impl<S: PackSource> TensorSource for Chain<S> {
                 ),
             });
         }
+        lock().insert(key);
         Ok(true)
     }
 
@@ -363,5 +463,17 @@ impl crate::read::DescribedSource for Chain<crate::read::Reader> {
 
     fn as_pack(&self) -> Option<&dyn PackSource> {
         Some(self)
+    }
+}
+
+/// A name or text from a manifest as an error shows it: at most 200 characters (a hostile
+/// manifest's 50 MB name is not echoed whole).
+fn short(text: &str) -> std::borrow::Cow<'_, str> {
+    const MOST: usize = 200;
+    match text.char_indices().nth(MOST) {
+        None => std::borrow::Cow::Borrowed(text),
+        Some((end, _)) => {
+            std::borrow::Cow::Owned(format!("{}... ({} bytes)", &text[..end], text.len()))
+        }
     }
 }

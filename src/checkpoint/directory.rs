@@ -80,6 +80,21 @@ impl Storage for Directory {
         Ok(Reader::open(path)?)
     }
 
+    fn open_data(&self, path: &PathBuf) -> Result<Reader, CheckpointError> {
+        let meta = fs::symlink_metadata(path).map_err(Self::io("open", path))?;
+        if !meta.file_type().is_file() {
+            return Err(CheckpointError::Io {
+                action: "open",
+                path: path.clone(),
+                source: std::io::Error::other(
+                    "not a regular file of the checkpoint directory (a link, a directory or a \
+                     device is not followed)",
+                ),
+            });
+        }
+        self.open(path)
+    }
+
     fn write(&self, path: &PathBuf, writer: Writer) -> Result<(), CheckpointError> {
         writer.write_to_file(path)?;
         Ok(())

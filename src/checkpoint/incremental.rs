@@ -17,6 +17,7 @@ use super::refs::{self, DATA_KIND, INCREMENTAL_KEY, REFS_KEY, Ref};
 use super::state::PreparedState;
 use super::storage::Storage;
 use crate::read::PackSource;
+use crate::write::staged::STAGED_BYTES;
 use crate::write::{Entry, Writer};
 
 /// The tensors kept checkpoints hold, by content: dtype, shape and XXH3-128 of the bytes.
@@ -25,19 +26,56 @@ pub(crate) struct Index {
     by_hash: HashMap<u128, Vec<Known>>,
 }
 
-struct Known {
-    dtype: String,
-    shape: Vec<usize>,
-    file: String,
-    stored_as: String,
+/// Where a tensor's bytes are: a line of a manifest's references, or a tensor this save
+/// writes.
+enum Known {
+    Stored(Arc<[Ref]>, usize),
+    Fresh {
+        dtype: String,
+        shape: Vec<usize>,
+        file: String,
+        stored_as: String,
+    },
 }
+
+impl Known {
+    fn is(&self, dtype: &str, shape: &[usize]) -> bool {
+        match self {
+            Known::Stored(refs, i) => refs[*i].dtype == dtype && refs[*i].shape == shape,
+            Known::Fresh {
+                dtype: d, shape: s, ..
+            } => d == dtype && s == shape,
+        }
+    }
+
+    fn place(&self) -> (&str, &str) {
+        match self {
+            Known::Stored(refs, i) => (&refs[*i].file, &refs[*i].stored_as),
+            Known::Fresh {
+                file, stored_as, ..
+            } => (file, stored_as),
+        }
+    }
+}
+
+/// The parsed references of the manifests a manager has read, by name, with the hash of the
+/// text they were parsed from (a manifest rewritten since is parsed again). Shared by the
+/// manager's clones.
+#[derive(Default)]
+pub(crate) struct Parsed(Mutex<HashMap<String, ParsedRefs>>);
+
+/// The hash of a manifest's references text, and what it parses to.
+type ParsedRefs = (u128, Arc<[Ref]>);
 
 impl Index {
     /// The tensors of every checkpoint in `storage`, from the manifests' references alone
     /// (no data file is opened): those whose data file the storage lists. A manifest that
     /// does not open or parse adds nothing; a newer manifest's entry wins (its data file is
     /// the last one retention deletes).
-    pub(crate) fn of<S: Storage>(storage: &S) -> Result<(Self, Listing), CheckpointError> {
+    pub(crate) fn of<S: Storage>(
+        storage: &S,
+        parsed: &Parsed,
+    ) -> Result<(Self, Listing), CheckpointError> {
         let names = storage.names()?;
         let listed: HashSet<&str> = names.iter().map(String::as_str).collect();
         let mut manifests: Vec<(u64, &String)> = names
@@ -54,43 +92,41 @@ impl Index {
             manifests: HashMap::new(),
         };
         for (step, name) in manifests {
-            let list = references(storage, name);
+            let list = references(storage, name, Some(parsed));
             let files = list
                 .as_ref()
                 .map(|l| l.iter().map(|r| r.file.clone()).collect());
             listing.manifests.insert(step, files);
-            for r in list.into_iter().flatten() {
+            let Some(list) = list else { continue };
+            for (i, r) in list.iter().enumerate() {
                 if listed.contains(r.file.as_str()) {
-                    index.insert(r.hash, r.dtype, r.shape, r.file, r.stored_as);
+                    index.insert(r.hash, Known::Stored(Arc::clone(&list), i));
                 }
             }
         }
+        // Forget the manifests that are gone (the cache holds no more than the storage).
+        parsed
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|name, _| listed.contains(name.as_str()));
         Ok((index, listing))
     }
 
-    fn insert(
-        &mut self,
-        hash: u128,
-        dtype: String,
-        shape: Vec<usize>,
-        file: String,
-        stored_as: String,
-    ) {
-        let known = self.by_hash.entry(hash).or_default();
-        known.retain(|k| !(k.dtype == dtype && k.shape == shape));
-        known.push(Known {
-            dtype,
-            shape,
-            file,
-            stored_as,
-        });
+    fn insert(&mut self, hash: u128, known: Known) {
+        let same = self.by_hash.entry(hash).or_default();
+        match &known {
+            Known::Stored(refs, i) => {
+                let (dtype, shape) = (&refs[*i].dtype, &refs[*i].shape);
+                same.retain(|k| !k.is(dtype, shape));
+            }
+            Known::Fresh { dtype, shape, .. } => same.retain(|k| !k.is(dtype, shape)),
+        }
+        same.push(known);
     }
 
     fn find(&self, dtype: &str, shape: &[usize], hash: u128) -> Option<&Known> {
-        self.by_hash
-            .get(&hash)?
-            .iter()
-            .find(|k| k.dtype == dtype && k.shape == shape)
+        self.by_hash.get(&hash)?.iter().find(|k| k.is(dtype, shape))
     }
 }
 
@@ -142,13 +178,29 @@ impl Listing {
 }
 
 /// The references of the manifest `name`: `None` when it does not open or parse, an empty list
-/// for a checkpoint that holds its tensors itself.
-fn references<S: Storage>(storage: &S, name: &str) -> Option<Vec<Ref>> {
+/// for a checkpoint that holds its tensors itself. Taken from `parsed` when the manifest's
+/// text is the one parsed before.
+fn references<S: Storage>(storage: &S, name: &str, parsed: Option<&Parsed>) -> Option<Arc<[Ref]>> {
     let source = storage.open(&storage.location(name)).ok()?;
-    match source.layout().metadata().get(REFS_KEY) {
-        Some(text) => refs::parse(text).ok(),
-        None => Some(Vec::new()),
+    let Some(text) = source.layout().metadata().get(REFS_KEY) else {
+        return Some(Arc::from(Vec::new()));
+    };
+    let Some(parsed) = parsed else {
+        return refs::parse(text).ok().map(Arc::from);
+    };
+    let key = refs::content_hash(text.as_bytes());
+    let mut cache = parsed
+        .0
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((k, list)) = cache.get(name)
+        && *k == key
+    {
+        return Some(Arc::clone(list));
     }
+    let list: Arc<[Ref]> = refs::parse(text).ok()?.into();
+    cache.insert(name.to_string(), (key, Arc::clone(&list)));
+    Some(list)
 }
 
 /// A tensor of the save, hashed: its bytes kept only when it must be written.
@@ -169,17 +221,22 @@ struct Hashed {
 /// tensor holds now, no byte of it was written since it was hashed: the hash is reused
 /// without reading the buffer. Anything else (GPU tensors, read back at each save; ndarray's;
 /// a buffer replaced or written) is hashed. A sighting is kept only for tensors a save found
-/// unchanged (or saw for the first time): a trained parameter drops it at the next save, so
-/// its in-place updates are not turned into copies for longer than that.
+/// unchanged (or saw for the first time): a tensor found changed is marked so for good (a
+/// trained parameter), and its in-place updates are not turned into copies after that.
 #[derive(Default)]
 pub(crate) struct Sightings(Mutex<HashMap<String, Sighting>>);
 
-struct Sighting {
-    storage: Weak<Bytes>,
-    len: usize,
-    dtype: DType,
-    shape: Vec<usize>,
-    hash: u128,
+enum Sighting {
+    /// Its buffer when it was hashed, and the hash.
+    Seen {
+        storage: Weak<Bytes>,
+        len: usize,
+        dtype: DType,
+        shape: Vec<usize>,
+        hash: u128,
+    },
+    /// It changed between two saves: hashed at every save, never watched again.
+    Changes,
 }
 
 impl Sightings {
@@ -193,38 +250,43 @@ impl Sightings {
     fn unchanged(&self, entry: &Entry) -> Option<u128> {
         let (storage, len) = entry.shared_storage()?;
         let seen = self.lock();
-        let s = seen.get(entry.name())?;
-        let same = s.len == len
-            && s.dtype == entry.dtype()
-            && s.shape == entry.shape()
-            && s.storage
-                .upgrade()
-                .is_some_and(|now| Arc::ptr_eq(&now, storage));
-        same.then_some(s.hash)
+        let Some(Sighting::Seen {
+            storage: then,
+            len: then_len,
+            dtype,
+            shape,
+            hash,
+        }) = seen.get(entry.name())
+        else {
+            return None;
+        };
+        let same = *then_len == len
+            && *dtype == entry.dtype()
+            && shape == entry.shape()
+            && then.upgrade().is_some_and(|now| Arc::ptr_eq(&now, storage));
+        same.then_some(*hash)
     }
 
-    /// Records what a save found: `entry` hashed to `hash`; `changed` when it was written
-    /// although a sighting of it existed (a trained tensor: forgotten).
+    /// Records what a save found: `entry` hashed to `hash`; `written` when its bytes were new
+    /// (after an earlier sighting: a tensor that changes, never watched again).
     fn record(&self, entry: &Entry, hash: u128, written: bool) {
         let mut seen = self.lock();
         let Some((storage, len)) = entry.shared_storage() else {
             seen.remove(entry.name());
             return;
         };
-        if written && seen.contains_key(entry.name()) {
-            seen.remove(entry.name());
-            return;
-        }
-        seen.insert(
-            entry.name().to_string(),
-            Sighting {
+        let sighting = match seen.get(entry.name()) {
+            Some(Sighting::Changes) => return,
+            Some(Sighting::Seen { .. }) if written => Sighting::Changes,
+            _ => Sighting::Seen {
                 storage: Arc::downgrade(storage),
                 len,
                 dtype: entry.dtype(),
                 shape: entry.shape().to_vec(),
                 hash,
             },
-        );
+        };
+        seen.insert(entry.name().to_string(), sighting);
     }
 }
 
@@ -289,14 +351,17 @@ impl<'a> Batch<'a> {
                 .find(&dtype, &shape, hash)
                 .or_else(|| self.fresh.find(&dtype, &shape, hash));
             let (file, stored_as) = if let Some(k) = known {
-                (k.file.clone(), k.stored_as.clone())
+                let (file, stored_as) = k.place();
+                (file.to_string(), stored_as.to_string())
             } else {
                 self.fresh.insert(
                     hash,
-                    dtype.clone(),
-                    shape.clone(),
-                    self.data_file.clone(),
-                    entry.name().to_string(),
+                    Known::Fresh {
+                        dtype: dtype.clone(),
+                        shape: shape.clone(),
+                        file: self.data_file.clone(),
+                        stored_as: entry.name().to_string(),
+                    },
                 );
                 (self.data_file.clone(), entry.name().to_string())
             };
@@ -348,32 +413,37 @@ pub(crate) fn write<S: Storage>(
     let at = storage.describe_location(location);
     let (model, records, options) = state.into_parts();
     let mut batch = Batch::new(known, seen, refs::data_name(step, nonce()));
-    let part = |batch: &mut Batch<'_>, entries: Vec<Entry>| -> Result<(), CheckpointError> {
+    // Adds a part's tensors to the batch; writes the new ones into a data file of their own
+    // when `last` or when there are enough of them to be worth writing while the optimizer's
+    // record is still being serialized (a few megabytes of adapters wait for the optimizer's
+    // tensors and share their file: one atomic write fewer).
+    let part = |batch: &mut Batch<'_>, entries: Vec<Entry>, last: bool| {
         batch.add(&at, entries)?;
+        let bytes: u64 = batch.held.iter().map(Entry::len).sum();
+        if batch.held.is_empty() || !last && bytes < STAGED_BYTES {
+            return Ok::<(), CheckpointError>(());
+        }
         let held = std::mem::take(&mut batch.held);
         let file = std::mem::replace(&mut batch.data_file, refs::data_name(step, nonce()));
-        if !held.is_empty() {
-            let data = Writer::new(held)
-                .options(options.write)
-                .metadata(KIND_KEY, DATA_KIND);
-            storage.write(&storage.location(&file), data)?;
-        }
-        Ok(())
+        let data = Writer::new(held)
+            .options(options.write)
+            .metadata(KIND_KEY, DATA_KIND);
+        storage.write(&storage.location(&file), data)
     };
     let parts = if crate::platform::threads_available() {
         std::thread::scope(|scope| {
             let serializer = scope.spawn(move || records.serialize());
-            let model = part(&mut batch, model);
+            let model = part(&mut batch, model, false);
             let parts = serializer.join().unwrap_or_else(|panic| {
                 Err(CheckpointError::Panicked(crate::panic::message(&*panic)))
             });
             model.and(parts)
         })
     } else {
-        part(&mut batch, model).and_then(|()| records.serialize())
+        part(&mut batch, model, false).and_then(|()| records.serialize())
     };
     let (rest, scalars, metadata) = parts?;
-    part(&mut batch, rest)?;
+    part(&mut batch, rest, true)?;
     let (mut metadata, scalars) = head(&options, scalars, metadata);
     metadata.insert(INCREMENTAL_KEY.to_string(), "1".to_string());
     metadata.insert(REFS_KEY.to_string(), refs::encode(&batch.refs));
@@ -422,10 +492,10 @@ pub(crate) fn garbage<S: Storage>(storage: &S) -> Result<Vec<S::Location>, Check
     let mut in_use: HashSet<String> = HashSet::new();
     for name in manifests {
         // What a manifest that cannot be read names is unknown: keep everything.
-        let Some(list) = references(storage, name) else {
+        let Some(list) = references(storage, name, None) else {
             return Ok(Vec::new());
         };
-        in_use.extend(list.into_iter().map(|r| r.file));
+        in_use.extend(list.iter().map(|r| r.file.clone()));
     }
     Ok(data
         .into_iter()

@@ -9,7 +9,7 @@ use burn::module::Module;
 use super::error::CheckpointError;
 use super::file::Checkpoint;
 use super::in_flight::{InFlight, InFlightGuard};
-use super::incremental::{self, Index, Sightings};
+use super::incremental::{self, Index, Parsed, Sightings};
 use super::refs;
 use super::state::{PreparedState, TrainingState};
 use super::storage::Storage;
@@ -34,6 +34,8 @@ pub struct Manager<S: Storage> {
     incremental: bool,
     /// The tensors the last incremental save saw (shared by clones: the async saver's).
     seen: Arc<Sightings>,
+    /// The manifests' references as last parsed (shared by clones).
+    parsed: Arc<Parsed>,
     /// Saves of this manager (and its clones) still being written in the background.
     in_flight: Arc<InFlight>,
 }
@@ -47,6 +49,7 @@ impl<S: Storage> Manager<S> {
             retention: Retention::default(),
             incremental: false,
             seen: Arc::default(),
+            parsed: Arc::default(),
             in_flight: Arc::default(),
         }
     }
@@ -136,7 +139,7 @@ impl<S: Storage> Manager<S> {
         let location = self.location(state.step());
         if self.incremental {
             let step = state.step();
-            let (known, mut listing) = Index::of(&self.storage)?;
+            let (known, mut listing) = Index::of(&self.storage, &self.parsed)?;
             let files = incremental::write(&self.storage, &location, &known, &self.seen, state)?;
             listing.saved(step, files);
             // Retention as `retain`, with the manifests read once, above.

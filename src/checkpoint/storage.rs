@@ -89,6 +89,17 @@ pub trait Storage: Clone + Send + Sync + 'static {
     /// It cannot be read or is not a valid pack.
     fn open(&self, location: &Self::Location) -> Result<Self::Source, CheckpointError>;
 
+    /// Opens the data file of an incremental checkpoint at `location` (a name a manifest
+    /// gave): as [`open`](Self::open), but a backend with links refuses anything that is not
+    /// a regular file of its own (the [`Directory`](super::Directory) refuses a symbolic
+    /// link), so a manifest never leads a read outside the storage.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open), or the location is not a plain file of the storage.
+    fn open_data(&self, location: &Self::Location) -> Result<Self::Source, CheckpointError> {
+        self.open(location)
+    }
+
     /// Writes `writer`'s pack at `location`, visible whole or not at all (a reader never sees
     /// part of it), replacing what was there.
     ///

@@ -359,6 +359,16 @@ impl Layout {
         }
     }
 
+    /// The same layout, saying it has no checksums (an incremental checkpoint whose manifest
+    /// carries none).
+    #[cfg(feature = "std")]
+    pub(crate) fn without_checksums(self) -> Self {
+        Self {
+            checksums: false,
+            ..self
+        }
+    }
+
     /// The file's header.
     #[must_use]
     pub fn header(&self) -> Header {

@@ -52,7 +52,9 @@ pub(crate) fn convert(
     let format = description.format;
     // A source spread over several files (shards, an incremental checkpoint's data files)
     // becomes one: not a no-op even in its own format.
+    let incremental = description.fields.iter().any(|(k, _)| *k == "referred");
     let same = description.shards.is_empty()
+        && !incremental
         && match to {
             Format::Burnpack => format == "burnpack",
             Format::Safetensors => format == "safetensors",
