@@ -319,6 +319,10 @@ fn main() {
     for step in 1..10 {
         std::fs::remove_file(full.path_for(step)).unwrap();
     }
+    // Deleting 20 GiB keeps the disk busy a while (ext4 `discard`): let it settle.
+    // SAFETY: `sync` takes no argument and cannot fail.
+    unsafe { libc::sync() };
+    std::thread::sleep(Duration::from_secs(10));
     let load = |manager: &CheckpointManager| {
         let ckpt = manager.latest().unwrap().unwrap();
         let m = ckpt.load_model(Adapted::new(layers, &device)).unwrap();
@@ -326,7 +330,7 @@ fn main() {
         std::hint::black_box((common::read_all(&m), o));
     };
     for cold in [false, true] {
-        let (samples, ratios) = common::interleave(runs, 2, |i| {
+        let (samples, ratios) = common::interleave(2 * runs, 2, |i| {
             let (manager, dir) = if i == 0 {
                 (&full, &dirs[1])
             } else {

@@ -42,6 +42,16 @@ impl Lora {
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         self.base.forward(x.clone()) + self.up.forward(self.down.forward(x))
     }
+
+    /// The same base (its very tensors) under newly initialized adapters.
+    fn with_new_adapters(&self, device: &Device) -> Self {
+        let fresh = Self::new(device, self.base.weight.dims()[0]);
+        Self {
+            base: self.base.clone(),
+            down: fresh.down,
+            up: fresh.up,
+        }
+    }
 }
 
 fn device() -> Device {
@@ -304,12 +314,7 @@ fn retention_keeps_what_kept_checkpoints_name() {
     let mut models = Vec::new();
     for (step, loss) in [(1, 0.9), (2, 0.1), (3, 0.5), (4, 0.7), (5, 0.6)] {
         // The same base; new adapters each time.
-        let fresh = Lora::new(&device, 16);
-        let model = Lora {
-            base: base.base.clone(),
-            down: fresh.down,
-            up: fresh.up,
-        };
+        let model = base.with_new_adapters(&device);
         manager
             .save(TrainingState::new(
                 &model,
@@ -381,12 +386,7 @@ fn missing_or_damaged_data_is_found() {
         .incremental(true);
     let base = Lora::new(&device, 16);
     for step in 1..=3 {
-        let fresh = Lora::new(&device, 16);
-        let model = Lora {
-            base: base.base.clone(),
-            down: fresh.down,
-            up: fresh.up,
-        };
+        let model = base.with_new_adapters(&device);
         manager
             .save(TrainingState::new(&model, Progress::new(0, step)))
             .unwrap();
@@ -660,12 +660,7 @@ fn async_saves_are_incremental_too() {
     let mut saver = AsyncSaver::new(manager.clone(), WhenBusy::Wait);
     let mut last = None;
     for step in 1..=4 {
-        let fresh = Lora::new(&device, 16);
-        let model = Lora {
-            base: base.base.clone(),
-            down: fresh.down,
-            up: fresh.up,
-        };
+        let model = base.with_new_adapters(&device);
         saver
             .save(TrainingState::new(&model, Progress::new(0, step)))
             .unwrap();
@@ -704,12 +699,7 @@ fn incremental_crash_child() {
             // Every other save writes a new base (16 MiB): kills land in both kinds.
             base = Lora::new(&device, 8192);
         }
-        let fresh = Lora::new(&device, 8192);
-        let model = Lora {
-            base: base.base.clone(),
-            down: fresh.down,
-            up: fresh.up,
-        };
+        let model = base.with_new_adapters(&device);
         manager
             .save(TrainingState::new(&model, Progress::new(0, step)))
             .unwrap();
@@ -810,12 +800,7 @@ fn bpk_inspects_verifies_and_converts_a_chain() {
     let base = Lora::new(&device, 16);
     let mut last = None;
     for step in 1..=2 {
-        let fresh = Lora::new(&device, 16);
-        let model = Lora {
-            base: base.base.clone(),
-            down: fresh.down,
-            up: fresh.up,
-        };
+        let model = base.with_new_adapters(&device);
         manager
             .save(TrainingState::new(&model, Progress::new(0, step)))
             .unwrap();
@@ -925,12 +910,7 @@ mod remote {
         let base = Lora::new(&device, 16);
         let mut models = Vec::new();
         for step in 1..=4 {
-            let fresh = Lora::new(&device, 16);
-            let model = Lora {
-                base: base.base.clone(),
-                down: fresh.down,
-                up: fresh.up,
-            };
+            let model = base.with_new_adapters(&device);
             manager
                 .save(TrainingState::new(&model, Progress::new(0, step)))
                 .unwrap();
