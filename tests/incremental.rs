@@ -607,7 +607,10 @@ fn hostile_manifests_are_refused_with_the_file_and_the_reason() {
     }
     // Its own tensor with another parameter id than its data file's.
     let id = format!("model.w\t{file}\t\t5\tU8\t2\t{hash:032x}\n");
-    refused(&manifest(dir.path(), &id, false), "parameter id Some(5)");
+    refused(
+        &manifest(dir.path(), &id, false),
+        "parameter id 5 in the checkpoint, none in",
+    );
     // A 10,000-character name: named, not echoed whole.
     let long = "n".repeat(10_000);
     let named = format!("{long}\t{file}\tmodel.x\t\tU8\t2\t{hash:032x}\n");

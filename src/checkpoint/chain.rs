@@ -108,19 +108,8 @@ impl<S: PackSource> Chain<S> {
             let index = if let Some(i) = data.iter().position(|(n, _)| n == data_file) {
                 i
             } else {
-                let source = storage
-                    .open_data(&storage.location(data_file))
-                    .map_err(|e| {
-                        invalid(format!("tensor '{name_}': data file '{data_file}': {e}"))
-                    })?;
-                let kind = source.layout().metadata().get(KIND_KEY);
-                if kind.map(String::as_str) != Some(DATA_KIND) {
-                    return Err(invalid(format!(
-                        "tensor '{name_}': '{data_file}' is not a checkpoint data file \
-                         ('{KIND_KEY}' is {})",
-                        kind.map_or_else(|| "absent".into(), |k| format!("'{}'", short(k)))
-                    )));
-                }
+                let source = open_data_file(storage, data_file)
+                    .map_err(|e| invalid(format!("tensor '{name_}': {e}")))?;
                 data.push((data_file.clone(), source));
                 data.len() - 1
             };
@@ -131,8 +120,8 @@ impl<S: PackSource> Chain<S> {
             })?;
             if refs::dtype_text(stored.dtype()) != *dtype || stored.shape() != shape.as_slice() {
                 return Err(invalid(format!(
-                    "tensor '{name_}': the checkpoint says {} {shape:?}, data file \
-                     '{data_file}' holds '{stored_}' as {:?} {:?}",
+                    "tensor '{name_}': the checkpoint says '{}' {shape:?}, data file \
+                     '{data_file}' holds '{stored_}' as '{:?}' {:?}",
                     short(dtype),
                     stored.dtype(),
                     stored.shape()
@@ -141,10 +130,13 @@ impl<S: PackSource> Chain<S> {
             // A tensor stored under its own name is the data file's: the same parameter id.
             // (Under another name, its bytes were first stored for another parameter.)
             if stored_as == name && stored.param_id() != *param_id {
+                let id =
+                    |id: Option<u64>| id.map_or_else(|| "none".to_string(), |id| id.to_string());
                 return Err(invalid(format!(
-                    "tensor '{name_}': parameter id {param_id:?} in the checkpoint, {:?} in \
-                     data file '{data_file}'",
-                    stored.param_id()
+                    "tensor '{name_}': parameter id {} in the checkpoint, {} in data file \
+                     '{data_file}'",
+                    id(*param_id),
+                    id(stored.param_id())
                 )));
             }
             total = total.saturating_add(stored.len());
@@ -252,9 +244,16 @@ impl Chain<crate::read::Reader> {
     pub(crate) fn open_file(
         path: &std::path::Path,
         manifest: crate::read::Reader,
+        buffered: bool,
     ) -> Result<Self, crate::read::SourceError> {
         let dir = path.parent().unwrap_or_else(|| std::path::Path::new("."));
-        Self::open(&super::Directory::new(dir), manifest).map_err(|e| match e {
+        let storage = super::Directory::new(dir);
+        let storage = if buffered {
+            storage.buffered()
+        } else {
+            storage
+        };
+        Self::open(&storage, manifest).map_err(|e| match e {
             CheckpointError::Read(e) => e.into(),
             CheckpointError::Invalid { what, .. } => crate::read::SourceError::Invalid {
                 path: path.to_path_buf(),
@@ -266,6 +265,21 @@ impl Chain<crate::read::Reader> {
             },
         })
     }
+}
+
+/// The data file `name` of `storage`, checked to be one (the error says why it is not).
+fn open_data_file<St: Storage>(storage: &St, name: &str) -> Result<St::Source, String> {
+    let source = storage
+        .open_data(&storage.location(name))
+        .map_err(|e| format!("data file '{name}': {e}"))?;
+    let kind = source.layout().metadata().get(KIND_KEY);
+    if kind.map(String::as_str) != Some(DATA_KIND) {
+        return Err(format!(
+            "'{name}' is not a checkpoint data file ('{KIND_KEY}' is {})",
+            kind.map_or_else(|| "absent".into(), |k| format!("'{}'", short(k)))
+        ));
+    }
+    Ok(source)
 }
 
 /// A manifest's references, checked before any data file is opened: the kind and layout

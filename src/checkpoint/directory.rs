@@ -23,14 +23,27 @@ use crate::write::commit::{is_scratch_name, is_stale_scratch};
 #[derive(Debug, Clone)]
 pub struct Directory {
     dir: PathBuf,
+    /// How files are opened: mapped (the default), or read into memory of their own
+    /// (`ReadMode::Buffered`: a verification that must survive a file changed under it).
+    mode: crate::read::ReadMode,
 }
 
 impl Directory {
+    /// The same directory, its files read into memory of their own instead of mapped (what
+    /// `bpk verify` and `convert` use: a file rewritten in place by another program while it
+    /// is read cannot fault the reader).
+    #[must_use]
+    pub(crate) fn buffered(mut self) -> Self {
+        self.mode = crate::read::ReadMode::Buffered;
+        self
+    }
+
     /// The directory `dir` (not created: [`CheckpointManager::new`] creates it).
     #[must_use]
     pub fn new(dir: impl AsRef<Path>) -> Self {
         Self {
             dir: dir.as_ref().to_path_buf(),
+            mode: crate::read::ReadMode::default(),
         }
     }
 
@@ -77,7 +90,7 @@ impl Storage for Directory {
     }
 
     fn open(&self, path: &PathBuf) -> Result<Reader, CheckpointError> {
-        Ok(Reader::open(path)?)
+        Ok(crate::read::ReadOptions::new().mode(self.mode).open(path)?)
     }
 
     fn open_data(&self, path: &PathBuf) -> Result<Reader, CheckpointError> {

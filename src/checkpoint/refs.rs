@@ -125,10 +125,19 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Ref>, String> {
         }
         let param_id = match id {
             "" => None,
-            id => Some(
-                id.parse()
-                    .map_err(|_| bad(&format!("parameter id '{id}'")))?,
-            ),
+            // Decimal digits only, no sign, no leading zero: one text per number.
+            id if id.bytes().all(|b| b.is_ascii_digit()) && (id == "0" || !id.starts_with('0')) => {
+                Some(
+                    id.parse().map_err(|_| {
+                        bad(&format!("parameter id '{id}' does not fit in 64 bits"))
+                    })?,
+                )
+            }
+            id => {
+                return Err(bad(&format!(
+                    "parameter id '{id}' is not a number in decimal digits"
+                )));
+            }
         };
         if dtype.is_empty() {
             return Err(bad("empty dtype"));
@@ -217,6 +226,14 @@ mod tests {
             (
                 format!("a\t{file}\t\tx\tF32\t1\t{:032x}", 1),
                 "parameter id",
+            ),
+            (
+                format!("a\t{file}\t\t+7\tF32\t1\t{:032x}", 1),
+                "decimal digits",
+            ),
+            (
+                format!("a\t{file}\t\t07\tF32\t1\t{:032x}", 1),
+                "decimal digits",
             ),
             (format!("a\t{file}\t\t\tF32\t1\t12"), "32 hex digits"),
             (format!("a\t{file}\t\t\t\t1\t{:032x}", 1), "empty dtype"),

@@ -166,7 +166,11 @@ static CONTAINERS: &[Container] = &[
                 .metadata()
                 .contains_key(crate::checkpoint::INCREMENTAL_KEY)
             {
-                return boxed(crate::checkpoint::Chain::open_file(path, reader));
+                return boxed(crate::checkpoint::Chain::open_file(
+                    path,
+                    reader,
+                    options.verify,
+                ));
             }
             boxed(Ok(reader))
         },
