@@ -27,8 +27,9 @@
 //! incremental vs full, warm and cold page cache.
 //!
 //! `cargo bench --features train --bench incremental` (env `BURNPACK_BENCH_RUNS`, default 5,
-//! the rounds of the full-training and load parts; `BURNPACK_BENCH_LAYERS`, default 256 (1 GiB);
-//! `BURNPACK_BENCH_DIR`).
+//! the rounds of the full-training part, twice that for the loads; `BURNPACK_BENCH_LAYERS`,
+//! default 256 (1 GiB); `BURNPACK_BENCH_DIR`; `BURNPACK_BENCH_PHASES=1` prints each load's
+//! phases).
 
 mod common;
 
@@ -324,10 +325,24 @@ fn main() {
     unsafe { libc::sync() };
     std::thread::sleep(Duration::from_secs(10));
     let load = |manager: &CheckpointManager| {
+        let start = Instant::now();
         let ckpt = manager.latest().unwrap().unwrap();
+        let opened = start.elapsed();
         let m = ckpt.load_model(Adapted::new(layers, &device)).unwrap();
+        let model = start.elapsed();
         let o = ckpt.load_optimizer(AdamConfig::new().init()).unwrap();
+        let optim = start.elapsed();
         std::hint::black_box((common::read_all(&m), o));
+        if std::env::var_os("BURNPACK_BENCH_PHASES").is_some() {
+            eprintln!(
+                "  load phases ({}): open {:.1} ms, model {:.1} ms, optimizer {:.1} ms, read {:.1} ms",
+                if ckpt.is_incremental() { "incremental" } else { "full" },
+                ms(opened),
+                ms(model - opened),
+                ms(optim - model),
+                ms(start.elapsed() - optim)
+            );
+        }
     };
     for cold in [false, true] {
         let (samples, ratios) = common::interleave(2 * runs, 2, |i| {
