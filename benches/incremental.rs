@@ -336,7 +336,11 @@ fn main() {
         if std::env::var_os("BURNPACK_BENCH_PHASES").is_some() {
             eprintln!(
                 "  load phases ({}): open {:.1} ms, model {:.1} ms, optimizer {:.1} ms, read {:.1} ms",
-                if ckpt.is_incremental() { "incremental" } else { "full" },
+                if ckpt.is_incremental() {
+                    "incremental"
+                } else {
+                    "full"
+                },
                 ms(opened),
                 ms(model - opened),
                 ms(optim - model),

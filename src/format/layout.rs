@@ -343,7 +343,7 @@ impl Layout {
     /// whose tensors live in data files). `tensors` need not be sorted; their names must be
     /// unique (the caller checked). Offsets are each tensor's own file's, so `by_position`
     /// orders by them only for the readers that group reads.
-    #[cfg(feature = "std")]
+    #[cfg(feature = "optim")]
     pub(crate) fn assembled(&self, mut tensors: Vec<TensorInfo>, drop: &[&str]) -> Self {
         tensors.sort_by(|a, b| a.name().cmp(b.name()));
         let mut by_position: Vec<usize> = (0..tensors.len()).collect();
@@ -361,7 +361,7 @@ impl Layout {
 
     /// The same layout, saying it has no checksums (an incremental checkpoint whose manifest
     /// carries none).
-    #[cfg(feature = "std")]
+    #[cfg(feature = "optim")]
     pub(crate) fn without_checksums(self) -> Self {
         Self {
             checksums: false,

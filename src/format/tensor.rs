@@ -160,7 +160,7 @@ impl TensorInfo {
 
     /// The same tensor under another name and parameter id, where it is in its file: how an
     /// incremental checkpoint names a tensor that a data file holds.
-    #[cfg(feature = "std")]
+    #[cfg(feature = "optim")]
     pub(crate) fn renamed(&self, name: &str, param_id: Option<u64>) -> Self {
         Self {
             name: Name::from(name.to_string()),

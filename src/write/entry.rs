@@ -221,6 +221,7 @@ impl Entry {
     }
 }
 
+#[cfg(feature = "optim")]
 impl Entry {
     /// The entry with its bytes in hand: a deferred one's provider called (its failure an
     /// error naming the entry); resident and lent ones as they are.
