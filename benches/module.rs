@@ -39,6 +39,7 @@ use burnpack::interop::safetensors::{
 };
 use burnpack::module::{PackModule, SaveOptions};
 use burnpack::store::PackStore;
+use burnpack::write::WriteOptions;
 use burnpack::{WriteMode, Writer};
 
 #[derive(Module, Debug)]
@@ -128,13 +129,20 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                     common::warm_memory(dir, bytes);
                 }
             };
-            if who != "floor" && who != "floor-atomic-api" {
+            if !who.starts_with("floor") {
                 warm();
             }
             let meter = common::Meter::start();
             let start = Instant::now();
             match who {
                 "burnpack" => drop(m.save_pack(&out).unwrap()),
+                "burnpack-no-checksums" => drop(
+                    m.save_pack_with(
+                        &out,
+                        &SaveOptions::new().write(WriteOptions::new().checksums(false)),
+                    )
+                    .unwrap(),
+                ),
                 "burnpack-in-place" => drop(
                     m.save_pack_with(&out, &SaveOptions::new().mode(WriteMode::InPlace))
                         .unwrap(),
@@ -143,8 +151,11 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                 "burnpack-store" => m.save_into(&mut BurnpackStore::from_file(&out)).unwrap(),
                 "pack-store" => m.save_into(&mut PackStore::from_file(&out)).unwrap(),
                 "safetensors-store" => m.save_into(&mut SafetensorsStore::from_file(&out)).unwrap(),
-                "floor" | "floor-atomic-api" => {
+                "floor" | "floor-pipelined" | "floor-atomic-api" => {
                     // floor: one write(2) + fsync of a ready-made buffer of the same size.
+                    // floor-pipelined: the same buffer in 32 MiB writes, the kernel asked to
+                    // start writeback after each (`sync_file_range`), then one fsync: the disk
+                    // works while the process writes, the least a durable write costs here.
                     // floor-atomic-api: the least an atomic, durable save through Burn's API
                     // can cost: the walk that reads every parameter's saved value, then the
                     // buffer written to a scratch file, fsync, rename, directory fsync.
@@ -167,7 +178,14 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                         out.clone()
                     };
                     let mut f = std::fs::File::create(&target).unwrap();
-                    std::io::Write::write_all(&mut f, &bytes).unwrap();
+                    if who == "floor-pipelined" {
+                        for piece in bytes.chunks(32 << 20) {
+                            std::io::Write::write_all(&mut f, piece).unwrap();
+                            common::start_writeback(&f);
+                        }
+                    } else {
+                        std::io::Write::write_all(&mut f, &bytes).unwrap();
+                    }
                     f.sync_all().unwrap();
                     if atomic {
                         std::fs::rename(&target, &out).unwrap();
@@ -374,9 +392,11 @@ fn main() {
             (
                 "save",
                 &[
+                    "floor-pipelined",
                     "floor",
                     "floor-atomic-api",
                     "burnpack",
+                    "burnpack-no-checksums",
                     "burnpack-in-place",
                     "burn-save-file",
                     "burnpack-store",
@@ -445,7 +465,12 @@ fn main() {
         let wanted = |who: &str, reference: &str| {
             who == reference || only.as_ref().is_none_or(|o| o.split(',').any(|w| w == who))
         };
+        // `BURNPACK_BENCH_OPS=save,load-read-cold`: only these operations.
+        let ops = std::env::var("BURNPACK_BENCH_OPS").ok();
         for (op, contenders) in plan {
+            if ops.as_ref().is_some_and(|o| !o.split(',').any(|w| w == op)) {
+                continue;
+            }
             let contenders: Vec<&str> = contenders
                 .iter()
                 .copied()

@@ -76,6 +76,64 @@ pub(crate) fn write_all_at(file: &File, buf: &[u8], offset: u64) -> io::Result<(
     file.write_all(buf)
 }
 
+/// Writes every byte of `slices`, in order, from `offset` on, without moving a shared cursor:
+/// one `pwritev` per call where the platform has it (Linux, Android, the BSDs), else each
+/// slice with [`write_all_at`].
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd", target_os = "netbsd", target_os = "openbsd"))]
+pub(crate) fn write_vectored_all_at(
+    file: &File,
+    mut slices: &mut [io::IoSlice<'_>],
+    mut offset: u64,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // The kernel takes at most IOV_MAX (1024) slices per call.
+    const MAX_SLICES: usize = 1024;
+    while !slices.is_empty() {
+        let count = slices.len().min(MAX_SLICES);
+        let at = libc::off_t::try_from(offset).map_err(|_| io::Error::other("offset past off_t"))?;
+        // SAFETY: `IoSlice` is ABI-compatible with `iovec` (std guarantees it on Unix), the
+        // pointer and count describe `count` live slices, and the call only reads them.
+        let n = unsafe {
+            libc::pwritev(
+                file.as_raw_fd(),
+                slices.as_ptr().cast::<libc::iovec>(),
+                count as libc::c_int,
+                at,
+            )
+        };
+        match n {
+            0 => return Err(io::ErrorKind::WriteZero.into()),
+            n if n < 0 => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            n => {
+                let n = n.unsigned_abs();
+                offset += n as u64;
+                io::IoSlice::advance_slices(&mut slices, n);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes every byte of `slices`, in order, from `offset` on (each slice with
+/// [`write_all_at`]; this platform has no positional vectored write in reach).
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd", target_os = "netbsd", target_os = "openbsd")))]
+pub(crate) fn write_vectored_all_at(
+    file: &File,
+    slices: &mut [io::IoSlice<'_>],
+    mut offset: u64,
+) -> io::Result<()> {
+    for slice in slices.iter() {
+        write_all_at(file, slice, offset)?;
+        offset += slice.len() as u64;
+    }
+    Ok(())
+}
+
 /// Whether this platform starts threads (not WebAssembly without its threads proposal): asked
 /// once, by starting one.
 pub(crate) fn threads_available() -> bool {

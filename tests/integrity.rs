@@ -40,6 +40,48 @@ fn every_tensor_gets_a_checksum_of_its_bytes() {
     }
 }
 
+/// Large tensors are checksummed piece by piece as they are written (256 KiB at a time, by
+/// whichever thread writes them): the result is the checksum of the whole, at every length
+/// around a piece's edges, for deferred and resident entries, beside small batched ones.
+#[test]
+fn checksums_computed_while_writing_equal_the_whole_tensors_checksums() {
+    let piece = 256 << 10;
+    let lengths = [piece - 1, piece, piece + 1, 3 * piece + 17, 7, 0, 64 << 20];
+    let bytes_of = |len: usize, salt: usize| -> Vec<u8> {
+        (0..len).map(|i| ((i * 31 + salt) % 251) as u8).collect()
+    };
+    let mut entries = Vec::new();
+    for (k, &len) in lengths.iter().enumerate() {
+        let bytes = bytes_of(len, k);
+        entries.push(Entry::resident(
+            format!("r{k}"),
+            DType::U8,
+            vec![len],
+            Bytes::from_bytes_vec(bytes.clone()),
+        ));
+        entries.push(Entry::deferred(
+            format!("d{k}"),
+            DType::U8,
+            vec![len],
+            len as u64,
+            move || Ok(Bytes::from_bytes_vec(bytes)),
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pieces.bpk");
+    Writer::new(entries).threads(2).write_to_file(&path).unwrap();
+    let reader = Reader::open(&path).unwrap();
+    for (k, &len) in lengths.iter().enumerate() {
+        let expected = burnpack::format::checksum(&bytes_of(len, k));
+        for name in [format!("r{k}"), format!("d{k}")] {
+            let info = reader.tensor(&name).unwrap();
+            assert_eq!(info.checksum(), Some(expected), "{name} ({len} bytes)");
+            assert_eq!(&reader.read(info).unwrap()[..], &bytes_of(len, k)[..], "{name}");
+        }
+    }
+    assert_eq!(reader.verify_all().unwrap(), 2 * lengths.len());
+}
+
 #[test]
 fn a_corrupt_byte_is_found_and_named() {
     let specs = every_dtype();

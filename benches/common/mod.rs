@@ -118,37 +118,39 @@ pub fn run_child(args: &[&str]) -> Sample {
 
 /// Runs `command` (a child that prints a `RESULT` line as [`Meter::report`] does) and returns
 /// its sample; `args` name it in failures.
-pub fn run_command(mut command: Command, args: &[&str]) -> Sample {
+pub fn run_command(command: Command, args: &[&str]) -> Sample {
+    try_run_command(command).unwrap_or_else(|e| panic!("{} failed: {e}", args.join(" ")))
+}
+
+/// [`run_command`], with a failing child (killed, out of memory) an error: how it ended and
+/// the end of what it printed to stderr.
+pub fn try_run_command(mut command: Command) -> Result<Sample, String> {
     let out = command.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{} failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let tail = || {
+        let lines: Vec<&str> = stderr.lines().collect();
+        lines[lines.len().saturating_sub(3)..].join(" / ")
+    };
+    if !out.status.success() {
+        return Err(format!("{} ({})", out.status, tail()));
+    }
     let line = stdout
         .lines()
         .find(|l| l.starts_with("RESULT"))
-        .unwrap_or_else(|| {
-            panic!(
-                "{} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
+        .ok_or_else(|| format!("no result ({})", tail()))?;
     let v: Vec<u64> = line
         .split_whitespace()
         .skip(1)
         .map(|p| p.parse().unwrap())
         .collect();
-    Sample {
+    Ok(Sample {
         time: Duration::from_nanos(v[0]),
         peak_kib: v[1],
         cpu: Duration::from_nanos(v[2]),
         base_kib: v[3],
         anon_kib: v.get(4).copied(),
-    }
+    })
 }
 
 /// `median (min-max)` of durations, in milliseconds.
@@ -237,6 +239,17 @@ pub fn evict_dir(dir: &std::path::Path) {
                 libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
             }
         }
+    }
+}
+
+/// Asks the kernel to start writing back `file`'s dirty pages now, without waiting (Linux
+/// `sync_file_range(SYNC_FILE_RANGE_WRITE)`): what a pipelined durable write does after each
+/// piece.
+pub fn start_writeback(file: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain system call on an open descriptor; no memory is passed.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
     }
 }
 

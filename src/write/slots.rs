@@ -102,7 +102,7 @@ pub(super) fn pipeline(
     // produces and writes each chunk in turn.
     if !crate::platform::threads_available() {
         for batch in jobs {
-            sink(produce(batch, sums)?)?;
+            sink(produce(batch, sums, true)?)?;
         }
         return Ok(());
     }
@@ -122,7 +122,7 @@ pub(super) fn pipeline(
         });
         let produced = run(threads, || {
             fill(jobs, workers, |batch: Vec<(Entry, Slot, usize)>| {
-                let chunk = produce(batch, sums)?;
+                let chunk = produce(batch, sums, true)?;
                 let (done, written) = std::sync::mpsc::sync_channel(1);
                 // A closed channel means the writer failed; its error is the one returned.
                 let stopped = || WriteError::Pipeline("the writer stopped".into());
@@ -150,58 +150,87 @@ pub(super) const PIPELINE_BYTES: u64 = 64 << 20;
 /// entry, for errors.
 pub(super) struct Chunk {
     pub(super) offset: u64,
-    pub(super) parts: Vec<(Data, usize)>,
+    pub(super) parts: Vec<Part>,
     pub(super) tensor: String,
+    /// Whether the parts' checksums are recorded already (else [`Chunk::write_at`] computes
+    /// them as it writes).
+    hashed: bool,
+}
+
+/// One entry's bytes in a [`Chunk`], the zeros that follow it, and its place among the
+/// checksums.
+pub(super) struct Part {
+    pub(super) bytes: Data,
+    pub(super) pad: usize,
+    rank: usize,
 }
 
 /// Zeros for the gaps between slots (always shorter than the alignment).
 pub(super) static ZEROS: [u8; TENSOR_ALIGNMENT as usize] = [0; TENSOR_ALIGNMENT as usize];
 
+/// Bytes of a large entry checksummed, then written, at a time (see [`Chunk::write_at`]).
+const PIECE: usize = 256 << 10;
+
 impl Chunk {
     pub(super) fn len(&self) -> u64 {
         self.parts
             .iter()
-            .map(|(b, pad)| (b.len() + pad) as u64)
+            .map(|p| (p.bytes.len() + p.pad) as u64)
             .sum()
     }
 
-    /// Writes the chunk at its offset with vectored writes: the entries' bytes go from where
-    /// they are (a parameter's storage, a read-back buffer) to the kernel, never through an
-    /// assembly buffer. Only the writer thread moves the file cursor.
-    pub(super) fn write(&self, mut file: &File) -> std::io::Result<()> {
-        use std::io::{IoSlice, Seek, SeekFrom, Write};
-        let mut slices = Vec::with_capacity(self.parts.len() * 2);
-        for (bytes, pad) in &self.parts {
-            // A zero-length tensor has nothing to write: an empty slice would make the kernel
-            // answer 0 bytes written, which the loop below must take for a full disk.
-            if !bytes.is_empty() {
-                slices.push(IoSlice::new(bytes));
+    /// Writes the chunk at its offset with positional (vectored) writes, from where the
+    /// entries' bytes are (a parameter's storage, a read-back buffer) to the kernel, never
+    /// through an assembly buffer; any thread may write its own chunk at once.
+    ///
+    /// Checksums not yet recorded are computed here, a large entry [`PIECE`] by piece right
+    /// before the piece is written: the piece is then in this core's cache when the kernel
+    /// copies it, one pass over the tensor's memory instead of two.
+    pub(super) fn write_at(&self, file: &File, sums: &Checksums) -> std::io::Result<()> {
+        use std::io::IoSlice;
+        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(self.parts.len() * 2);
+        let mut at = self.offset;
+        let mut queued = 0u64;
+        for part in &self.parts {
+            let bytes: &[u8] = &part.bytes;
+            let streamed = !self.hashed && sums.enabled && bytes.len() > PIECE;
+            if streamed {
+                crate::platform::write_vectored_all_at(file, &mut slices, at)?;
+                at += queued;
+                (slices.clear(), queued = 0);
+                let mut hasher = twox_hash::XxHash3_64::new();
+                for piece in bytes.chunks(PIECE) {
+                    std::hash::Hasher::write(&mut hasher, piece);
+                    crate::platform::write_all_at(file, piece, at)?;
+                    at += piece.len() as u64;
+                }
+                sums.set(part.rank, std::hash::Hasher::finish(&hasher));
+            } else {
+                if !self.hashed {
+                    sums.record(part.rank, bytes);
+                }
+                // A zero-length tensor has nothing to write (an empty slice would make the
+                // kernel answer 0 bytes written, which is taken for a full disk).
+                if !bytes.is_empty() {
+                    slices.push(IoSlice::new(bytes));
+                    queued += bytes.len() as u64;
+                }
             }
-            if *pad > 0 {
-                slices.push(IoSlice::new(&ZEROS[..*pad]));
+            if part.pad > 0 {
+                slices.push(IoSlice::new(&ZEROS[..part.pad]));
+                queued += part.pad as u64;
             }
         }
-        if slices.is_empty() {
-            return Ok(());
-        }
-        file.seek(SeekFrom::Start(self.offset))?;
-        let mut rest = &mut slices[..];
-        while !rest.is_empty() {
-            match file.write_vectored(rest) {
-                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => IoSlice::advance_slices(&mut rest, n),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        crate::platform::write_vectored_all_at(file, &mut slices, at)
     }
 }
 
-/// Materializes a job's entries and records their checksums.
+/// Materializes a job's entries; records their checksums when `hash` (else the chunk's
+/// [`Chunk::write_at`] does, as it writes them).
 pub(super) fn produce(
     batch: Vec<(Entry, Slot, usize)>,
     sums: &Checksums,
+    hash: bool,
 ) -> Result<Chunk, WriteError> {
     let offset = batch[0].1.offset;
     let tensor = batch[0].0.name.clone();
@@ -209,16 +238,23 @@ pub(super) fn produce(
     let mut batch = batch.into_iter().peekable();
     while let Some((entry, slot, rank)) = batch.next() {
         let bytes = materialize(entry)?;
-        sums.record(rank, &bytes);
+        if hash {
+            sums.record(rank, &bytes);
+        }
         let pad = batch
             .peek()
             .map_or(0, |(_, next, _)| next.offset - slot.offset - slot.len);
-        parts.push((bytes, pad as usize));
+        parts.push(Part {
+            bytes,
+            pad: pad as usize,
+            rank,
+        });
     }
     Ok(Chunk {
         offset,
         parts,
         tensor,
+        hashed: hash,
     })
 }
 
@@ -228,7 +264,7 @@ pub(super) fn produce(
 pub(super) struct Writeback<'a> {
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     file: &'a File,
-    pending: u64,
+    pending: AtomicU64,
 }
 
 /// Bytes written between two writeback requests.
@@ -236,13 +272,17 @@ const WRITEBACK_BYTES: u64 = 32 << 20;
 
 impl<'a> Writeback<'a> {
     pub(super) fn new(file: &'a File) -> Self {
-        Self { file, pending: 0 }
+        Self {
+            file,
+            pending: AtomicU64::new(0),
+        }
     }
 
-    pub(super) fn wrote(&mut self, len: u64) {
-        self.pending += len;
-        if self.pending >= WRITEBACK_BYTES {
-            self.pending = 0;
+    /// Notes `len` more bytes written (by any thread); every [`WRITEBACK_BYTES`], asks the
+    /// kernel to start writing back.
+    pub(super) fn wrote(&self, len: u64) {
+        if self.pending.fetch_add(len, Ordering::Relaxed) + len >= WRITEBACK_BYTES {
+            self.pending.store(0, Ordering::Relaxed);
             crate::platform::start_writeback(self.file);
         }
     }
@@ -272,6 +312,11 @@ impl Checksums {
         if self.enabled {
             self.sums[rank].store(crate::format::checksum(bytes), Ordering::Relaxed);
         }
+    }
+
+    /// Records a checksum computed elsewhere (by pieces, in [`Chunk::write_at`]).
+    fn set(&self, rank: usize, sum: u64) {
+        self.sums[rank].store(sum, Ordering::Relaxed);
     }
 
     pub(super) fn values(&self) -> Vec<u64> {
@@ -333,8 +378,10 @@ pub(super) fn run<R: Send>(
 
 /// Writes `jobs` into their slots of `target`'s file, already sized: by the calling thread
 /// alone when the bytes are in hand and the pack is small (`total` under [`PIPELINE_BYTES`]:
-/// threads and hand-offs cost more than they save there), else through the pipeline with
-/// early writeback. Checksums go to `sums`.
+/// threads cost more than they save there), else by every worker thread at once, each
+/// materializing, checksumming and writing one job at a time ([`Chunk::write_at`]; the
+/// file's inode lock orders the kernel's copies, the checksums run beside them), with early
+/// writeback. Checksums go to `sums`.
 pub(super) fn write_slots(
     jobs: Vec<Vec<(Entry, super::plan::Slot, usize)>>,
     total: u64,
@@ -344,35 +391,26 @@ pub(super) fn write_slots(
     progress: Option<&(dyn Fn(u64) + Send + Sync)>,
 ) -> Result<(), WriteError> {
     let (file, path) = (target.file(), target.path());
-    let progress = |bytes: u64| {
-        if let Some(progress) = progress {
-            progress(bytes);
-        }
-    };
-    let sequential =
-        total < PIPELINE_BYTES && !jobs.iter().flatten().any(|(e, ..)| e.is_deferred());
-    let write = |chunk: &Chunk| {
-        chunk.write(file).map_err(|source| WriteError::Io {
+    let writeback = Writeback::new(file);
+    let job = |batch: Vec<(Entry, Slot, usize)>| {
+        let chunk = produce(batch, sums, false)?;
+        chunk.write_at(file, sums).map_err(|source| WriteError::Io {
             action: "write",
             path: path.to_path_buf(),
             tensor: Some(chunk.tensor.clone()),
             source,
-        })
-    };
-    if sequential {
-        for batch in jobs {
-            let chunk = produce(batch, sums)?;
-            write(&chunk)?;
+        })?;
+        writeback.wrote(chunk.len());
+        if let Some(progress) = progress {
             progress(chunk.len());
         }
         Ok(())
-    } else {
-        let mut writeback = Writeback::new(file);
-        self::pipeline(jobs, threads, sums, |chunk| {
-            write(&chunk)?;
-            writeback.wrote(chunk.len());
-            progress(chunk.len());
-            Ok(())
-        })
+    };
+    let sequential =
+        total < PIPELINE_BYTES && !jobs.iter().flatten().any(|(e, ..)| e.is_deferred());
+    if sequential || !crate::platform::threads_available() {
+        return jobs.into_iter().try_for_each(job);
     }
+    let workers = threads.unwrap_or_else(rayon::current_num_threads).max(1);
+    run(threads, || fill(jobs, workers, job))
 }

@@ -399,10 +399,10 @@ impl Writer {
             waiting.insert(chunk.offset, chunk);
             while let Some(chunk) = starts.get(turn).and_then(|at| waiting.remove(at)) {
                 zeros(chunk.offset - next, &mut data)?;
-                for (bytes, pad) in &chunk.parts {
-                    data(bytes)?;
-                    if *pad > 0 {
-                        data(&super::slots::ZEROS[..*pad])?;
+                for part in &chunk.parts {
+                    data(&part.bytes)?;
+                    if part.pad > 0 {
+                        data(&super::slots::ZEROS[..part.pad])?;
                     }
                 }
                 next = chunk.offset + chunk.len();

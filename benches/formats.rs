@@ -1,0 +1,265 @@
+//! Every format a Burn user loads, side by side, warm and cold: the same model (square 1024
+//! `Linear` layers with biases, 512 MiB by default) in each file, loaded into a fresh Burn
+//! model on flex and every parameter read back, beside one pass of 8 MiB reads over the same
+//! file(s) (the disk's part of any load: each format's reference), and burn-store's loader
+//! where it has one.
+//!
+//! Files, each written by its format's writer: a pack (`save_pack`), one safetensors file and
+//! 4 safetensors shards with an index (`save_safetensors`), a `torch.save` zip with the
+//! weights in PyTorch's `[out, in]` layout (loaded with `LoadOptions::pytorch`: each weight
+//! transposed by strides), the same with views (a layer's weight and bias two views of one
+//! storage), and, where `BURNPACK_LEGACY_FIXTURES` names the built `tools/legacy-fixtures`
+//! binary, a Burn 0.21 `.mpk` record (Burn 0.21's `NamedMpkFileRecorder`).
+//!
+//! Cold: every file of the directory is dropped from the page cache
+//! (`posix_fadvise(POSIX_FADV_DONTNEED)`) right before each child; warm: the file is read once
+//! right before it. Every measurement runs in a child (peak resident size reset first);
+//! contenders interleaved, the order rotated each round; medians (min-max), ratios the median
+//! of per-round ratios to the sequential read of the same file(s) in the same round.
+//!
+//! ```sh
+//! cargo bench --features store --bench formats
+//! ```
+//!
+//! Env: `BURNPACK_BENCH_RUNS` (default 5), `BURNPACK_BENCH_LAYERS` (default 128: 512 MiB),
+//! `BURNPACK_BENCH_DIR`, `BURNPACK_LEGACY_FIXTURES`.
+
+mod common;
+#[path = "../tests/common/torch.rs"]
+#[allow(dead_code)]
+mod torch;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::Device;
+use burn_store::{BurnpackStore, ModuleSnapshot, PytorchStore, SafetensorsStore};
+use burnpack::interop::burn_record::LegacySource;
+use burnpack::interop::pytorch::PytorchSource;
+use burnpack::interop::safetensors::{SafetensorsSource, save_safetensors};
+use burnpack::{LoadOptions, PackModule};
+
+#[derive(Module, Debug)]
+struct Stack {
+    layers: Vec<Linear>,
+}
+
+fn stack(layers: usize, device: &Device) -> Stack {
+    Stack {
+        layers: (0..layers)
+            .map(|_| LinearConfig::new(1024, 1024).init(device))
+            .collect(),
+    }
+}
+
+/// The model's tensors as `torch.save` writes them: `[out, in]` weights; with `views`, a
+/// layer's weight and bias are two views of one storage (weight first, then bias).
+fn write_torch(model: &Stack, path: &Path, views: bool) {
+    let mut storages = Vec::new();
+    let mut specs = Vec::new();
+    for (i, layer) in model.layers.iter().enumerate() {
+        let weight = layer.weight.val().transpose().into_data();
+        let bias = layer.bias.as_ref().unwrap().val().into_data();
+        let (w, b) = (weight.as_bytes().to_vec(), bias.as_bytes().to_vec());
+        let spec = |bytes: Vec<u8>| torch::StorageSpec {
+            kind: "FloatStorage",
+            element: 4,
+            bytes,
+        };
+        let weight_view = torch::View::whole(&format!("layers.{i}.weight"), 0, &[1024, 1024]);
+        let bias_view = torch::View::whole(&format!("layers.{i}.bias"), 0, &[1024]);
+        if views {
+            let storage = storages.len();
+            storages.push(spec([w, b].concat()));
+            specs.push(torch::View {
+                storage,
+                ..weight_view
+            });
+            specs.push(torch::View {
+                storage,
+                offset: 1024 * 1024,
+                ..bias_view
+            });
+        } else {
+            specs.push(torch::View {
+                storage: storages.len(),
+                ..weight_view
+            });
+            storages.push(spec(w));
+            specs.push(torch::View {
+                storage: storages.len(),
+                ..bias_view
+            });
+            storages.push(spec(b));
+        }
+    }
+    torch::save(path, &storages, &specs);
+}
+
+/// The files a contender reads (the sequential read's input).
+fn inputs(dir: &Path, file: &str) -> Vec<PathBuf> {
+    if file == "shards" {
+        let mut shards: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("shards")
+            })
+            .collect();
+        shards.sort();
+        shards
+    } else {
+        vec![dir.join(file)]
+    }
+}
+
+/// One load (or the sequential read) in this process, reported with `common::Meter`.
+fn child(who: &str, file: &str, dir: &Path, layers: usize) {
+    let device = Device::flex();
+    let target = stack(layers, &device);
+    let path = dir.join(file);
+    let meter = common::Meter::start();
+    let start = Instant::now();
+    let pytorch = LoadOptions::new().pytorch(true);
+    let model = match who {
+        "sequential-read" => {
+            for input in inputs(dir, file) {
+                std::hint::black_box(common::read_sequentially(&input));
+            }
+            meter.report(start.elapsed());
+            return;
+        }
+        "burnpack" => target.load_pack(&path).unwrap(),
+        "burnpack-buffered" => target
+            .load_pack_with(&path, &LoadOptions::new().buffered(true))
+            .unwrap(),
+        "burn-load-file" => target.try_load_file(&path).unwrap(),
+        "burnpack-store" => {
+            let mut t = target;
+            t.load_from(&mut BurnpackStore::from_file(&path)).unwrap();
+            t
+        }
+        "safetensors-source" => {
+            let path = if file == "shards" {
+                dir.join("shards.safetensors.index.json")
+            } else {
+                path
+            };
+            let source = SafetensorsSource::open(path).unwrap();
+            target.load_from_source(&source, &LoadOptions::new()).unwrap()
+        }
+        "safetensors-store" => {
+            let mut t = target;
+            t.load_from(&mut SafetensorsStore::from_file(&path)).unwrap();
+            t
+        }
+        "pytorch-source" => {
+            let source = PytorchSource::open(&path).unwrap();
+            target.load_from_source(&source, &pytorch).unwrap()
+        }
+        "pytorch-store" => {
+            let mut t = target;
+            t.load_from(&mut PytorchStore::from_file(&path)).unwrap();
+            t
+        }
+        "legacy-source" => {
+            let source = LegacySource::open(&path).unwrap();
+            target.load_from_source(&source, &LoadOptions::new()).unwrap()
+        }
+        other => panic!("{other}"),
+    };
+    std::hint::black_box(common::read_all(&model));
+    meter.report(start.elapsed());
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--child") {
+        child(
+            &args[2],
+            &args[3],
+            Path::new(&args[4]),
+            args[5].parse().unwrap(),
+        );
+        return;
+    }
+    if args.iter().any(|a| a == "--list") {
+        return;
+    }
+    let runs = common::env_or("BURNPACK_BENCH_RUNS", 5);
+    let layers = common::env_or("BURNPACK_BENCH_LAYERS", 128);
+    let dir = common::bench_dir();
+    let d = dir.path();
+    {
+        let model = stack(layers, &Device::flex());
+        model.save_pack(d.join("model.bpk")).unwrap();
+        save_safetensors(&model, d.join("model.safetensors"), None).unwrap();
+        let bytes = (layers as u64) * (1024 * 1024 + 1024) * 4;
+        save_safetensors(&model, d.join("shards.safetensors"), Some(bytes / 4 + 1)).unwrap();
+        write_torch(&model, &d.join("model.pt"), false);
+        write_torch(&model, &d.join("views.pt"), true);
+    }
+    let mut files: Vec<(&str, Vec<&str>)> = vec![
+        (
+            "model.bpk",
+            vec!["burnpack", "burnpack-buffered", "burn-load-file", "burnpack-store"],
+        ),
+        ("model.safetensors", vec!["safetensors-source", "safetensors-store"]),
+        ("shards", vec!["safetensors-source"]),
+        ("model.pt", vec!["pytorch-source", "pytorch-store"]),
+        ("views.pt", vec!["pytorch-source", "pytorch-store"]),
+    ];
+    if let Some(fixtures) = std::env::var_os("BURNPACK_LEGACY_FIXTURES") {
+        let status = Command::new(&fixtures)
+            .args(["big", d.to_str().unwrap(), &layers.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "the fixture writer failed");
+        let _ = std::fs::remove_file(d.join("big.mpk.gz"));
+        files.push(("big.mpk", vec!["legacy-source"]));
+    } else {
+        println!(
+            "(BURNPACK_LEGACY_FIXTURES is not set: the Burn 0.21 record is not measured; see \
+             benches/legacy.rs)\n"
+        );
+    }
+    println!(
+        "| file | cache | contender | time, ms: median (min-max) | x sequential read (median of rounds) | CPU, ms | peak RSS rise |"
+    );
+    println!("|---|---|---|---:|---:|---:|---:|");
+    let layers_arg = layers.to_string();
+    let dir_arg = d.to_str().unwrap().to_string();
+    for (file, loaders) in &files {
+        let size: u64 = inputs(d, file)
+            .iter()
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .sum();
+        let mut contenders = vec!["sequential-read"];
+        contenders.extend(loaders.iter().copied());
+        for cold in [false, true] {
+            let (samples, ratios) = common::interleave(runs, contenders.len(), |i| {
+                if cold {
+                    common::evict_dir(d);
+                } else {
+                    for input in inputs(d, file) {
+                        common::read_sequentially(&input);
+                    }
+                }
+                common::run_child(&[contenders[i], file, &dir_arg, &layers_arg])
+            });
+            let label = format!(
+                "{file} ({} MiB) | {}",
+                size >> 20,
+                if cold { "cold" } else { "warm" }
+            );
+            common::print_rows(&label, &contenders, &samples, &ratios, false);
+        }
+    }
+}
