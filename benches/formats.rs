@@ -4,6 +4,11 @@
 //! file(s) (the disk's part of any load: each format's reference), and burn-store's loader
 //! where it has one.
 //!
+//! Every parameter is read back by taking it out of the model (`Param::into_value`, then
+//! `into_data`, summed): zero-copy where the load left the tensor zero-copy, so a row is the
+//! loader's cost and the bytes' (Burn's `val().into_data()` would add one copy per parameter
+//! to every row alike).
+//!
 //! Files, each written by its format's writer: a pack (`save_pack`), one safetensors file and
 //! 4 safetensors shards with an index (`save_safetensors`), a `torch.save` zip with the
 //! weights in PyTorch's `[out, in]` layout (loaded with `LoadOptions::pytorch`: each weight
@@ -22,7 +27,8 @@
 //! ```
 //!
 //! Env: `BURNPACK_BENCH_RUNS` (default 5), `BURNPACK_BENCH_LAYERS` (default 128: 512 MiB),
-//! `BURNPACK_BENCH_DIR`, `BURNPACK_LEGACY_FIXTURES`.
+//! `BURNPACK_BENCH_DIR`, `BURNPACK_LEGACY_FIXTURES`, `BURNPACK_BENCH_FILES` (only these files,
+//! comma-separated).
 
 mod common;
 #[path = "../tests/common/torch.rs"]
@@ -164,6 +170,12 @@ fn child(who: &str, file: &str, dir: &Path, layers: usize) {
             let source = PytorchSource::open(&path).unwrap();
             target.load_from_source(&source, &pytorch).unwrap()
         }
+        "pytorch-source-as-stored" => {
+            // The same file without PyTorch's conventions: the square weights taken as
+            // stored, no transpose (what the container costs; the values differ).
+            let source = PytorchSource::open(&path).unwrap();
+            target.load_from_source(&source, &LoadOptions::new()).unwrap()
+        }
         "pytorch-store" => {
             let mut t = target;
             t.load_from(&mut PytorchStore::from_file(&path)).unwrap();
@@ -175,7 +187,7 @@ fn child(who: &str, file: &str, dir: &Path, layers: usize) {
         }
         other => panic!("{other}"),
     };
-    std::hint::black_box(common::read_all(&model));
+    std::hint::black_box(common::consume_all(model));
     meter.report(start.elapsed());
 }
 
@@ -213,7 +225,10 @@ fn main() {
         ),
         ("model.safetensors", vec!["safetensors-source", "safetensors-store"]),
         ("shards", vec!["safetensors-source"]),
-        ("model.pt", vec!["pytorch-source", "pytorch-store"]),
+        (
+            "model.pt",
+            vec!["pytorch-source", "pytorch-source-as-stored", "pytorch-store"],
+        ),
         ("views.pt", vec!["pytorch-source", "pytorch-store"]),
     ];
     if let Some(fixtures) = std::env::var_os("BURNPACK_LEGACY_FIXTURES") {
@@ -236,7 +251,12 @@ fn main() {
     println!("|---|---|---|---:|---:|---:|---:|");
     let layers_arg = layers.to_string();
     let dir_arg = d.to_str().unwrap().to_string();
+    // `BURNPACK_BENCH_FILES=model.bpk,big.mpk`: only these files.
+    let only = std::env::var("BURNPACK_BENCH_FILES").ok();
     for (file, loaders) in &files {
+        if only.as_ref().is_some_and(|o| !o.split(',').any(|f| f == *file)) {
+            continue;
+        }
         let size: u64 = inputs(d, file)
             .iter()
             .map(|p| std::fs::metadata(p).unwrap().len())
@@ -247,6 +267,9 @@ fn main() {
             let (samples, ratios) = common::interleave(runs, contenders.len(), |i| {
                 if cold {
                     common::evict_dir(d);
+                    // Fresh pages for what the load will fill (see `common::warm_memory`),
+                    // the same for every contender.
+                    common::warm_memory(d, 2 * size);
                 } else {
                     for input in inputs(d, file) {
                         common::read_sequentially(&input);

@@ -62,7 +62,7 @@ fn stack(gib: u64, device: &Device, initializer: Option<Initializer>) -> Stack {
 }
 
 /// Every parameter of the model as deferred entries: each weight's bytes copied from a shared
-/// template (varied by layer) into a fresh buffer when the writer asks for them.
+/// template (its first bytes the layer's number) into a fresh buffer when the writer asks.
 fn deferred_entries(gib: u64) -> Vec<Entry> {
     let template: std::sync::Arc<Vec<f32>> =
         std::sync::Arc::new((0..WIDTH * WIDTH).map(|k| (k % 1021) as f32).collect());
@@ -75,10 +75,10 @@ fn deferred_entries(gib: u64) -> Vec<Entry> {
             vec![WIDTH, WIDTH],
             LAYER_BYTES,
             move || {
+                // A download into fresh host memory: one copy of the layer's bytes.
                 let mut out: Vec<u8> = Vec::with_capacity(LAYER_BYTES as usize);
-                for v in t.iter() {
-                    out.extend_from_slice(&(v + i as f32).to_le_bytes());
-                }
+                out.extend_from_slice(bytemuck::cast_slice(&t));
+                out[..8].copy_from_slice(&(i as u64).to_le_bytes());
                 Ok(Bytes::from_bytes_vec(out))
             },
         ));

@@ -198,6 +198,37 @@ pub fn read_all<M: burn::module::Module>(module: &M) -> u64 {
     reader.0
 }
 
+/// Takes every float parameter out of `module` (`Param::into_value`) and sums its bytes: a
+/// parameter the module alone holds comes out of flex's `into_data` without a copy, so this
+/// reads each tensor where the load put it (a mapping's pages, a loader's buffer). Reading
+/// through `val().into_data()` instead ([`read_all`]) copies every parameter on flex (the
+/// module keeps its handle), the same copy for every contender.
+pub fn consume_all<M: burn::module::Module>(module: M) -> u64 {
+    let mut consumer = ConsumeAll::default();
+    let _ = module.map(&mut consumer);
+    consumer.0
+}
+
+#[derive(Default)]
+struct ConsumeAll(u64);
+
+impl burn::module::ModuleMapper for ConsumeAll {
+    fn map_float<const D: usize>(
+        &mut self,
+        param: burn::module::Param<burn::tensor::Tensor<D>>,
+    ) -> burn::module::Param<burn::tensor::Tensor<D>> {
+        let id = param.id;
+        let tensor = param.into_value();
+        let device = tensor.device();
+        let data = tensor.into_data();
+        let (words, _) = data.as_bytes().as_chunks::<8>();
+        self.0 = words
+            .iter()
+            .fold(self.0, |acc, w| acc.wrapping_add(u64::from_le_bytes(*w)));
+        burn::module::Param::initialized(id, burn::tensor::Tensor::zeros([1; D], &device))
+    }
+}
+
 /// Makes `bytes` of the machine's free memory ready for use, right before a measurement, by
 /// writing and deleting a scratch file of that size in `dir` (no fsync).
 ///

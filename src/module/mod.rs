@@ -36,6 +36,7 @@ mod host;
 mod lookup;
 mod options;
 mod quantized;
+mod read_ahead;
 mod report;
 
 use std::path::Path;
@@ -214,6 +215,16 @@ impl<M: Module> PackModule for M {}
 
 /// Loads `module` from `source`, opened by this crate with `options` (or checked by the
 /// caller not to carry options about opening).
+/// The walk that loads `module` through `applier`.
+fn walk<M: Module>(
+    module: M,
+    mut applier: apply::Applier<'_>,
+) -> (M, error::Mismatch, LoadReport) {
+    let module = module.map(&mut applier);
+    let (mismatch, report) = applier.finish();
+    (module, mismatch, report)
+}
+
 fn load_opened<M: Module>(
     module: M,
     source: &dyn TensorSource,
@@ -228,8 +239,25 @@ fn load_opened<M: Module>(
     if source.wants_prefetch() {
         source.prefetch(&applier.wanted(&module))?;
     }
-    let module = module.map(&mut applier);
-    let (mismatch, report) = applier.finish();
+    // A source whose reads are copies is read ahead of the walk on every core.
+    let (module, mismatch, report) = if source.shared().is_some() {
+        let wanted = applier.wanted(&module);
+        match read_ahead::worth_it(source, &wanted) {
+            Some(shared) => {
+                let ahead = read_ahead::ReadAhead::new(shared, wanted);
+                let workers = std::thread::available_parallelism().map_or(2, usize::from);
+                ahead.run(workers, |ahead| {
+                    let mut applier = apply::Applier::new(ahead, options);
+                    let module = module.map(&mut applier);
+                    let (mismatch, report) = applier.finish();
+                    (module, mismatch, report)
+                })
+            }
+            None => walk(module, applier),
+        }
+    } else {
+        walk(module, applier)
+    };
     if mismatch.is_empty() {
         Ok((module, report))
     } else {

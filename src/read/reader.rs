@@ -464,6 +464,10 @@ impl TensorSource for Reader {
         Reader::copy_reason(self, info)
     }
 
+    fn shared(&self) -> Option<&(dyn TensorSource + Sync)> {
+        Some(self)
+    }
+
     fn verify_structure(&self) -> Result<(), ReadError> {
         Reader::verify_structure(self)
     }

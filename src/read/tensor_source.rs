@@ -105,6 +105,19 @@ pub trait TensorSource {
         }
     }
 
+    /// This source as one that threads may share, where it is one: the module loader then
+    /// reads ahead of its walk on every core when the reads are copies
+    /// ([`copy_reason`](Self::copy_reason)). `None` (the default): one read at a time.
+    ///
+    /// ```
+    /// use burnpack::read::{Reader, TensorSource};
+    /// let reader = Reader::from_bytes(burnpack::Writer::new(vec![]).into_bytes().unwrap()).unwrap();
+    /// assert!(reader.shared().is_some());
+    /// ```
+    fn shared(&self) -> Option<&(dyn TensorSource + Sync)> {
+        None
+    }
+
     /// Whether [`prefetch`](Self::prefetch) is worth calling before a load: `true` for sources
     /// that fetch over a network, where asking for everything at once lets them fetch in
     /// parallel and coalesce neighbouring ranges; `false` (the default) for mapped and

@@ -19,6 +19,7 @@
 
 mod compact;
 mod dtype;
+mod msgpack_end;
 mod source;
 mod train;
 mod walk;

@@ -7,7 +7,6 @@ use std::path::Path;
 use std::sync::atomic::AtomicU64;
 
 use burn::tensor::{AllocationProperty, Bytes};
-use serde::Deserialize;
 
 use super::compact::{append_aligned, compact};
 use super::dtype::tensor_dtype;
@@ -191,6 +190,10 @@ impl LegacySource {
         }
         // As for packs, the file must not be truncated or rewritten while it is mapped.
         let mapping = crate::read::source::map_file(&file).map_err(io("map"))?;
+        // The walk touches only the record's structure: no readahead of the tensor bytes
+        // around each of its pages (which would read the whole file before the load starts,
+        // one fault at a time); the load reads them, ahead, on every core.
+        crate::platform::advise_random(&mapping, true);
         Ok(Input::Mapped(mapping, Some(file)))
     }
 
@@ -225,12 +228,10 @@ impl LegacySource {
             let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
             let root = walk.record(&mut de).map_err(|e| invalid(e.to_string()))?;
             // Bytes past the record would be read by nobody (and could be another record):
-            // the record's end found by skipping it once more (its `bin`s are read into one
-            // buffer at a time, so this costs a copy, not memory beyond a tensor).
-            let mut rest: &[u8] = bytes;
-            serde::de::IgnoredAny::deserialize(&mut rmp_serde::Deserializer::new(&mut rest))
-                .map_err(|e| invalid(e.to_string()))?;
-            let rest = rest.len();
+            // the record's end found from its markers and lengths alone (no tensor byte is
+            // read, so a mapped file is not paged in here).
+            let end = super::msgpack_end::value_end(bytes).map_err(&invalid)?;
+            let rest = bytes.len() - end;
             if rest > 0 {
                 return Err(invalid(format!(
                     "{rest} bytes after the record, which nothing reads"
@@ -245,6 +246,7 @@ impl LegacySource {
                 format.recorder()
             ))
         })?;
+        crate::platform::advise_random(bytes, false);
         let found = std::mem::take(&mut walk.found);
         let leaves = std::mem::take(&mut walk.leaves);
         drop(walk);
@@ -451,6 +453,10 @@ impl TensorSource for LegacySource {
                 action: "read tensor data",
                 source,
             })
+    }
+
+    fn shared(&self) -> Option<&(dyn TensorSource + Sync)> {
+        Some(self)
     }
 
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
