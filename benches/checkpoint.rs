@@ -206,16 +206,33 @@ fn main() {
     }
     // Interleaved: each round runs every contender, starting one further along.
     let n = contenders.len();
-    let mut samples: Vec<(Vec<Duration>, Vec<Duration>)> = vec![(Vec::new(), Vec::new()); n];
+    let mut samples: Vec<(Vec<Duration>, Vec<Duration>, Vec<Duration>, Vec<f64>)> =
+        vec![(Vec::new(), Vec::new(), Vec::new(), Vec::new()); n];
+    let reference = contenders
+        .iter()
+        .position(|(who, _)| who.starts_with("Burn, synchronous"));
     for run in 0..runs {
+        let mut totals = vec![Duration::ZERO; n];
         for k in 0..n {
             let i = (run + k) % n;
             std::fs::create_dir_all(&out).unwrap();
+            // Fresh pages for what the save fills (see `common::warm_memory`), alike for all.
+            common::warm_memory(dir.path(), 2 * (3 * (layers as u64) << 22));
+            let cpu = common::cpu_time();
             let start = Instant::now();
             let stall = (contenders[i].1)(run as u64);
+            totals[i] = start.elapsed();
             samples[i].0.push(stall);
-            samples[i].1.push(start.elapsed());
+            samples[i].1.push(totals[i]);
+            samples[i].2.push(common::cpu_time() - cpu);
             std::fs::remove_dir_all(&out).unwrap();
+        }
+        if let Some(r) = reference {
+            for i in 0..n {
+                samples[i]
+                    .3
+                    .push(totals[i].as_secs_f64() / totals[r].as_secs_f64());
+            }
         }
     }
     let cell = |v: &[Duration]| format!("{} ms", common::spread(v));
@@ -225,10 +242,22 @@ fn main() {
         "1 GiB f32 model + Adam state (3 GiB)"
     };
     println!("\n{label}, {runs} interleaved rounds: median (min-max)\n");
-    println!("| checkpoint | training thread blocked | whole save |");
-    println!("|---|---:|---:|");
-    for ((who, _), (stalls, totals)) in contenders.iter().zip(&samples) {
-        println!("| {who} | {} | {} |", cell(stalls), cell(totals));
+    println!(
+        "| checkpoint | training thread blocked | whole save | x Burn's three files (median of rounds) | CPU, ms (every thread) |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    for ((who, _), (stalls, totals, cpus, ratios)) in contenders.iter().zip(&samples) {
+        let ratio = if ratios.is_empty() {
+            String::new()
+        } else {
+            format!("{:.2}", common::median_ratio(ratios.clone()))
+        };
+        println!(
+            "| {who} | {} | {} | {ratio} | {:.0} |",
+            cell(stalls),
+            cell(totals),
+            common::median(cpus.clone()).as_secs_f64() * 1e3
+        );
     }
 }
 

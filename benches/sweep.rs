@@ -6,7 +6,8 @@
 //!   fresh buffer when the writer reaches it (a device-to-host download's cost and memory),
 //!   so no more than the writer threads' chunks exist at once, whatever the model's size.
 //! - **load + read (cold)**: `load_pack` (mapped) into a fresh, lazily initialized Burn model,
-//!   then every parameter read back and summed; the file dropped from the page cache first.
+//!   then every parameter taken out of it and its bytes summed (`common::consume_all`: no copy
+//!   where the load made none); the file dropped from the page cache first.
 //!   Past the machine's memory, pages already read are evicted by the kernel as new ones come.
 //! - **Burn 0.22** `save_file` (of the same model built in memory) and `load_file` + read,
 //!   each in a child limited to the machine's memory less 1 GiB (`RLIMIT_AS`), up to the
@@ -147,6 +148,13 @@ fn write_safetensors(path: &Path, gib: u64) {
     file.into_inner().unwrap().sync_all().unwrap();
 }
 
+/// Fresh pages for up to 4 GiB of what the operation fills (see `common::warm_memory`: on
+/// this project's VMs memory freed a while ago costs a host fault on its next use), the same
+/// for every contender; past 4 GiB, the kernel recycles the pages it reclaims as it goes.
+fn warm(dir: &Path, gib: u64) {
+    common::warm_memory(dir, gib.min(4) << 30);
+}
+
 fn child(op: &str, gib: u64, dir: &Path) {
     let device = Device::flex();
     let pack = dir.join(format!("sweep-{gib}g.bpk"));
@@ -154,6 +162,7 @@ fn child(op: &str, gib: u64, dir: &Path) {
     match op {
         "save" => {
             let entries = deferred_entries(gib);
+            warm(dir, gib);
             let meter = common::Meter::start();
             let start = Instant::now();
             Writer::new(entries).write_to_file(&pack).unwrap();
@@ -165,6 +174,7 @@ fn child(op: &str, gib: u64, dir: &Path) {
             }
             let target = stack(gib, &device, None);
             common::evict_dir(dir);
+            warm(dir, gib);
             let meter = common::Meter::start();
             let start = Instant::now();
             let model = if op.starts_with("burn") {
@@ -172,13 +182,14 @@ fn child(op: &str, gib: u64, dir: &Path) {
             } else {
                 target.load_pack(&pack).unwrap()
             };
-            std::hint::black_box(common::read_all(&model));
+            std::hint::black_box(common::consume_all(model));
             meter.report(start.elapsed());
         }
         "burn-save" => {
             cap_memory();
             let model = stack(gib, &device, Some(Initializer::Constant { value: 0.5 }));
             std::hint::black_box(common::read_all(&model));
+            warm(dir, gib);
             let meter = common::Meter::start();
             let start = Instant::now();
             model.save_file(&burn_file).unwrap();
@@ -189,6 +200,7 @@ fn child(op: &str, gib: u64, dir: &Path) {
             let out = dir.join(format!("sweep-{gib}g-converted.bpk"));
             let _ = std::fs::remove_file(&out);
             common::evict_dir(dir);
+            warm(dir, gib);
             let meter = common::Meter::start();
             let start = Instant::now();
             safetensors_to_burnpack(&source, &out).unwrap();

@@ -192,6 +192,46 @@ pub(crate) fn will_need(file: &File, offset: u64, len: u64) {
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn will_need(_file: &File, _offset: u64, _len: u64) {}
 
+/// Waits until `file`'s bytes in `offset..offset + len` are written back (starting what is
+/// not yet), then drops them from the page cache (Linux `sync_file_range` with
+/// `WAIT_BEFORE | WRITE | WAIT_AFTER`, then `posix_fadvise(POSIX_FADV_DONTNEED)`): a write
+/// larger than memory then reuses the pages of what it wrote long ago instead of taking every
+/// free page first. Durability still comes from the final fsync; a hint otherwise (errors are
+/// ignored, and elsewhere it does nothing).
+#[cfg(target_os = "linux")]
+pub(crate) fn release_written(file: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: plain system calls on an open descriptor; no memory is passed.
+    unsafe {
+        if libc::sync_file_range(file.as_raw_fd(), offset, len, flags) == 0 {
+            libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED);
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn release_written(_file: &File, _offset: u64, _len: u64) {}
+
+/// The machine's physical memory in bytes, where the platform says (Unix `sysconf`).
+#[cfg(unix)]
+pub(crate) fn physical_memory() -> Option<u64> {
+    // SAFETY: `sysconf` reads constants.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let (pages, page) = (u64::try_from(pages).ok()?, u64::try_from(page).ok()?);
+    pages.checked_mul(page)
+}
+
+#[cfg(not(unix))]
+pub(crate) fn physical_memory() -> Option<u64> {
+    None
+}
+
 /// Tells the kernel how a mapped file's `bytes` will be read: `random` (fetch only the pages
 /// touched, no readahead: a walk over a file's structure that skips its tensor bytes) or back
 /// to normal. A hint (Unix `madvise`): errors are ignored, and elsewhere it does nothing.

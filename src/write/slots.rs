@@ -259,32 +259,64 @@ pub(super) fn produce(
 }
 
 /// Starts the kernel's writeback of written ranges early (Linux `sync_file_range`), so the
-/// final fsync finds most of the file already on its way to the disk. Elsewhere a no-op; the
-/// commit's fsync is what makes the file durable either way.
+/// final fsync finds most of the file already on its way to the disk; and, for a file larger
+/// than half the machine's memory, releases what lies more than [`KEEP_BYTES`] behind the
+/// write front from the page cache once it is on the disk, so the write reuses those pages
+/// (and waits for the disk, as any write that outruns it must). Elsewhere a no-op; the commit's
+/// fsync is what makes the file durable either way.
 pub(super) struct Writeback<'a> {
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     file: &'a File,
     pending: AtomicU64,
+    /// Whether written ranges are released behind the front.
+    release: bool,
+    /// The highest end written, and how far the file is released.
+    front: Mutex<(u64, u64)>,
 }
 
 /// Bytes written between two writeback requests.
 const WRITEBACK_BYTES: u64 = 32 << 20;
 
+/// Bytes behind the write front a large write keeps in the page cache.
+const KEEP_BYTES: u64 = 1 << 30;
+
+/// Bytes released at a time.
+const RELEASE_BYTES: u64 = 256 << 20;
+
 impl<'a> Writeback<'a> {
-    pub(super) fn new(file: &'a File) -> Self {
+    /// Early writeback for a file of `total` bytes.
+    pub(super) fn new(file: &'a File, total: u64) -> Self {
+        let release = crate::platform::physical_memory().is_some_and(|memory| total > memory / 2);
         Self {
             file,
             pending: AtomicU64::new(0),
+            release,
+            front: Mutex::new((0, 0)),
         }
     }
 
-    /// Notes `len` more bytes written (by any thread); every [`WRITEBACK_BYTES`], asks the
-    /// kernel to start writing back.
-    pub(super) fn wrote(&self, len: u64) {
+    /// Notes `len` more bytes written (by any thread), ending at `end`; every
+    /// [`WRITEBACK_BYTES`], asks the kernel to start writing back.
+    pub(super) fn wrote(&self, end: u64, len: u64) {
         if self.pending.fetch_add(len, Ordering::Relaxed) + len >= WRITEBACK_BYTES {
             self.pending.store(0, Ordering::Relaxed);
             crate::platform::start_writeback(self.file);
         }
+        if !self.release {
+            return;
+        }
+        let range = {
+            let mut front = self.front.lock().unwrap_or_else(PoisonError::into_inner);
+            front.0 = front.0.max(end);
+            let upto = front.0.saturating_sub(KEEP_BYTES);
+            if upto < front.1 + RELEASE_BYTES {
+                return;
+            }
+            let range = (front.1, upto - front.1);
+            front.1 = upto;
+            range
+        };
+        crate::platform::release_written(self.file, range.0, range.1);
     }
 }
 
@@ -391,7 +423,7 @@ pub(super) fn write_slots(
     progress: Option<&(dyn Fn(u64) + Send + Sync)>,
 ) -> Result<(), WriteError> {
     let (file, path) = (target.file(), target.path());
-    let writeback = Writeback::new(file);
+    let writeback = Writeback::new(file, total);
     let job = |batch: Vec<(Entry, Slot, usize)>| {
         let chunk = produce(batch, sums, false)?;
         chunk.write_at(file, sums).map_err(|source| WriteError::Io {
@@ -400,7 +432,7 @@ pub(super) fn write_slots(
             tensor: Some(chunk.tensor.clone()),
             source,
         })?;
-        writeback.wrote(chunk.len());
+        writeback.wrote(chunk.offset + chunk.len(), chunk.len());
         if let Some(progress) = progress {
             progress(chunk.len());
         }
