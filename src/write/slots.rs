@@ -186,7 +186,17 @@ impl Chunk {
     /// Checksums not yet recorded are computed here, a large entry [`PIECE`] by piece right
     /// before the piece is written: the piece is then in this core's cache when the kernel
     /// copies it, one pass over the tensor's memory instead of two.
-    pub(super) fn write_at(&self, file: &File, sums: &Checksums) -> std::io::Result<()> {
+    ///
+    /// Each write holds `turn`: the kernel serializes writes to one file on its inode lock
+    /// anyway, and a writer that waits for it there spins on the other's CPU time, where a
+    /// writer waiting here sleeps (the checksums still run beside the other's write).
+    pub(super) fn write_at(
+        &self,
+        file: &File,
+        sums: &Checksums,
+        turn: &Mutex<()>,
+    ) -> std::io::Result<()> {
+        let locked = || turn.lock().unwrap_or_else(PoisonError::into_inner);
         use std::io::IoSlice;
         let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(self.parts.len() * 2);
         let mut at = self.offset;
@@ -195,13 +205,17 @@ impl Chunk {
             let bytes: &[u8] = &part.bytes;
             let streamed = !self.hashed && sums.enabled && bytes.len() > PIECE;
             if streamed {
+                let guard = locked();
                 crate::platform::write_vectored_all_at(file, &mut slices, at)?;
+                drop(guard);
                 at += queued;
                 (slices.clear(), queued = 0);
                 let mut hasher = twox_hash::XxHash3_64::new();
                 for piece in bytes.chunks(PIECE) {
                     std::hash::Hasher::write(&mut hasher, piece);
+                    let guard = locked();
                     crate::platform::write_all_at(file, piece, at)?;
+                    drop(guard);
                     at += piece.len() as u64;
                 }
                 sums.set(part.rank, std::hash::Hasher::finish(&hasher));
@@ -221,6 +235,7 @@ impl Chunk {
                 queued += part.pad as u64;
             }
         }
+        let _guard = locked();
         crate::platform::write_vectored_all_at(file, &mut slices, at)
     }
 }
@@ -424,9 +439,10 @@ pub(super) fn write_slots(
 ) -> Result<(), WriteError> {
     let (file, path) = (target.file(), target.path());
     let writeback = Writeback::new(file, total);
+    let turn = Mutex::new(());
     let job = |batch: Vec<(Entry, Slot, usize)>| {
         let chunk = produce(batch, sums, false)?;
-        chunk.write_at(file, sums).map_err(|source| WriteError::Io {
+        chunk.write_at(file, sums, &turn).map_err(|source| WriteError::Io {
             action: "write",
             path: path.to_path_buf(),
             tensor: Some(chunk.tensor.clone()),
