@@ -206,8 +206,9 @@ fn main() {
     }
     // Interleaved: each round runs every contender, starting one further along.
     let n = contenders.len();
-    let mut samples: Vec<(Vec<Duration>, Vec<Duration>, Vec<Duration>, Vec<f64>)> =
-        vec![(Vec::new(), Vec::new(), Vec::new(), Vec::new()); n];
+    // Per contender: training thread blocked, whole save, CPU, ratio to Burn's three files.
+    type Samples = (Vec<Duration>, Vec<Duration>, Vec<Duration>, Vec<f64>);
+    let mut samples: Vec<Samples> = vec![(Vec::new(), Vec::new(), Vec::new(), Vec::new()); n];
     let reference = contenders
         .iter()
         .position(|(who, _)| who.starts_with("Burn, synchronous"));
@@ -217,7 +218,7 @@ fn main() {
             let i = (run + k) % n;
             std::fs::create_dir_all(&out).unwrap();
             // Fresh pages for what the save fills (see `common::warm_memory`), alike for all.
-            common::warm_memory(dir.path(), 2 * (3 * (layers as u64) << 22));
+            common::warm_memory(dir.path(), 2 * ((3 * layers as u64) << 22));
             let cpu = common::cpu_time();
             let start = Instant::now();
             let stall = (contenders[i].1)(run as u64);

@@ -40,26 +40,13 @@ use std::process::Command;
 use std::time::Instant;
 
 use burn::module::Module;
-use burn::nn::{Linear, LinearConfig};
 use burn::tensor::Device;
 use burn_store::{BurnpackStore, ModuleSnapshot, PytorchStore, SafetensorsStore};
 use burnpack::interop::burn_record::LegacySource;
 use burnpack::interop::pytorch::PytorchSource;
 use burnpack::interop::safetensors::{SafetensorsSource, save_safetensors};
 use burnpack::{LoadOptions, PackModule};
-
-#[derive(Module, Debug)]
-struct Stack {
-    layers: Vec<Linear>,
-}
-
-fn stack(layers: usize, device: &Device) -> Stack {
-    Stack {
-        layers: (0..layers)
-            .map(|_| LinearConfig::new(1024, 1024).init(device))
-            .collect(),
-    }
-}
+use common::{Stack, stack};
 
 /// The model's tensors as `torch.save` writes them: `[out, in]` weights; with `views`, a
 /// layer's weight and bias are two views of one storage (weight first, then bias).
@@ -159,11 +146,14 @@ fn child(who: &str, file: &str, dir: &Path, layers: usize) {
                 path
             };
             let source = SafetensorsSource::open(path).unwrap();
-            target.load_from_source(&source, &LoadOptions::new()).unwrap()
+            target
+                .load_from_source(&source, &LoadOptions::new())
+                .unwrap()
         }
         "safetensors-store" => {
             let mut t = target;
-            t.load_from(&mut SafetensorsStore::from_file(&path)).unwrap();
+            t.load_from(&mut SafetensorsStore::from_file(&path))
+                .unwrap();
             t
         }
         "pytorch-source" => {
@@ -174,7 +164,9 @@ fn child(who: &str, file: &str, dir: &Path, layers: usize) {
             // The same file without PyTorch's conventions: the square weights taken as
             // stored, no transpose (what the container costs; the values differ).
             let source = PytorchSource::open(&path).unwrap();
-            target.load_from_source(&source, &LoadOptions::new()).unwrap()
+            target
+                .load_from_source(&source, &LoadOptions::new())
+                .unwrap()
         }
         "pytorch-store" => {
             let mut t = target;
@@ -183,7 +175,9 @@ fn child(who: &str, file: &str, dir: &Path, layers: usize) {
         }
         "legacy-source" => {
             let source = LegacySource::open(&path).unwrap();
-            target.load_from_source(&source, &LoadOptions::new()).unwrap()
+            target
+                .load_from_source(&source, &LoadOptions::new())
+                .unwrap()
         }
         other => panic!("{other}"),
     };
@@ -221,13 +215,25 @@ fn main() {
     let mut files: Vec<(&str, Vec<&str>)> = vec![
         (
             "model.bpk",
-            vec!["burnpack", "burnpack-buffered", "burn-load-file", "burnpack-store"],
+            vec![
+                "burnpack",
+                "burnpack-buffered",
+                "burn-load-file",
+                "burnpack-store",
+            ],
         ),
-        ("model.safetensors", vec!["safetensors-source", "safetensors-store"]),
+        (
+            "model.safetensors",
+            vec!["safetensors-source", "safetensors-store"],
+        ),
         ("shards", vec!["safetensors-source"]),
         (
             "model.pt",
-            vec!["pytorch-source", "pytorch-source-as-stored", "pytorch-store"],
+            vec![
+                "pytorch-source",
+                "pytorch-source-as-stored",
+                "pytorch-store",
+            ],
         ),
         ("views.pt", vec!["pytorch-source", "pytorch-store"]),
     ];
@@ -254,7 +260,10 @@ fn main() {
     // `BURNPACK_BENCH_FILES=model.bpk,big.mpk`: only these files.
     let only = std::env::var("BURNPACK_BENCH_FILES").ok();
     for (file, loaders) in &files {
-        if only.as_ref().is_some_and(|o| !o.split(',').any(|f| f == *file)) {
+        if only
+            .as_ref()
+            .is_some_and(|o| !o.split(',').any(|f| f == *file))
+        {
             continue;
         }
         let size: u64 = inputs(d, file)

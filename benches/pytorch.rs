@@ -35,24 +35,11 @@ use std::path::Path;
 use std::time::Instant;
 
 use burn::module::{Module, ModuleMapper, Param};
-use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use burn_store::{ModuleSnapshot, PytorchStore};
 use burnpack::interop::pytorch::PytorchSource;
 use burnpack::{LoadOptions, PackModule};
-
-#[derive(Module, Debug)]
-struct Stack {
-    layers: Vec<Linear>,
-}
-
-fn stack(layers: usize, device: &Device) -> Stack {
-    Stack {
-        layers: (0..layers)
-            .map(|_| LinearConfig::new(1024, 1024).init(device))
-            .collect(),
-    }
-}
+use common::stack;
 
 /// `layers` PyTorch `nn.Linear(1024, 1024)` state: `layers.{i}.weight` `[out, in]` and
 /// `layers.{i}.bias`, each its own storage.

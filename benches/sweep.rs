@@ -137,7 +137,8 @@ fn write_safetensors(path: &Path, gib: u64) {
         header.push(' ');
     }
     let mut file = std::io::BufWriter::with_capacity(8 << 20, std::fs::File::create(path).unwrap());
-    file.write_all(&(header.len() as u64).to_le_bytes()).unwrap();
+    file.write_all(&(header.len() as u64).to_le_bytes())
+        .unwrap();
     file.write_all(header.as_bytes()).unwrap();
     let layer: Vec<u8> = (0..WIDTH * WIDTH)
         .flat_map(|k| ((k % 1021) as f32).to_le_bytes())
@@ -291,6 +292,11 @@ fn main() {
         let source = dir.path().join(format!("sweep-{convert}g.safetensors"));
         write_safetensors(&source, convert);
         let sample = run("convert", convert).unwrap();
-        row(convert, "convert safetensors -> pack (cold)", "burnpack", &[sample]);
+        row(
+            convert,
+            "convert safetensors -> pack (cold)",
+            "burnpack",
+            &[sample],
+        );
     }
 }

@@ -77,9 +77,8 @@ pub(crate) fn write_all_at(file: &File, buf: &[u8], offset: u64) -> io::Result<(
 }
 
 /// Writes every byte of `slices`, in order, from `offset` on, without moving a shared cursor:
-/// one `pwritev` per call where the platform has it (Linux, Android, the BSDs), else each
-/// slice with [`write_all_at`].
-#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd", target_os = "netbsd", target_os = "openbsd"))]
+/// one `pwritev` per call on Linux, else each slice with [`write_all_at`].
+#[cfg(target_os = "linux")]
 pub(crate) fn write_vectored_all_at(
     file: &File,
     mut slices: &mut [io::IoSlice<'_>],
@@ -90,14 +89,15 @@ pub(crate) fn write_vectored_all_at(
     const MAX_SLICES: usize = 1024;
     while !slices.is_empty() {
         let count = slices.len().min(MAX_SLICES);
-        let at = libc::off_t::try_from(offset).map_err(|_| io::Error::other("offset past off_t"))?;
+        let at =
+            libc::off_t::try_from(offset).map_err(|_| io::Error::other("offset past off_t"))?;
         // SAFETY: `IoSlice` is ABI-compatible with `iovec` (std guarantees it on Unix), the
         // pointer and count describe `count` live slices, and the call only reads them.
         let n = unsafe {
             libc::pwritev(
                 file.as_raw_fd(),
                 slices.as_ptr().cast::<libc::iovec>(),
-                count as libc::c_int,
+                libc::c_int::try_from(count).unwrap_or(libc::c_int::MAX),
                 at,
             )
         };
@@ -121,7 +121,7 @@ pub(crate) fn write_vectored_all_at(
 
 /// Writes every byte of `slices`, in order, from `offset` on (each slice with
 /// [`write_all_at`]; this platform has no positional vectored write in reach).
-#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd", target_os = "netbsd", target_os = "openbsd")))]
+#[cfg(not(target_os = "linux"))]
 pub(crate) fn write_vectored_all_at(
     file: &File,
     slices: &mut [io::IoSlice<'_>],
@@ -222,7 +222,12 @@ pub(crate) fn release_written(_file: &File, _offset: u64, _len: u64) {}
 #[cfg(unix)]
 pub(crate) fn physical_memory() -> Option<u64> {
     // SAFETY: `sysconf` reads constants.
-    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
     let (pages, page) = (u64::try_from(pages).ok()?, u64::try_from(page).ok()?);
     pages.checked_mul(page)
 }
@@ -253,7 +258,11 @@ pub(crate) fn advise_random(bytes: &[u8], random: bool) {
     // the whole call; these two advices change how pages are fetched, never their contents,
     // and on memory that is not a file mapping the kernel ignores or refuses them.
     unsafe {
-        libc::madvise(aligned as *mut libc::c_void, start - aligned + bytes.len(), advice);
+        libc::madvise(
+            aligned as *mut libc::c_void,
+            start - aligned + bytes.len(),
+            advice,
+        );
     }
 }
 

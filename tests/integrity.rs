@@ -69,14 +69,21 @@ fn checksums_computed_while_writing_equal_the_whole_tensors_checksums() {
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("pieces.bpk");
-    Writer::new(entries).threads(2).write_to_file(&path).unwrap();
+    Writer::new(entries)
+        .threads(2)
+        .write_to_file(&path)
+        .unwrap();
     let reader = Reader::open(&path).unwrap();
     for (k, &len) in lengths.iter().enumerate() {
         let expected = burnpack::format::checksum(&bytes_of(len, k));
         for name in [format!("r{k}"), format!("d{k}")] {
             let info = reader.tensor(&name).unwrap();
             assert_eq!(info.checksum(), Some(expected), "{name} ({len} bytes)");
-            assert_eq!(&reader.read(info).unwrap()[..], &bytes_of(len, k)[..], "{name}");
+            assert_eq!(
+                &reader.read(info).unwrap()[..],
+                &bytes_of(len, k)[..],
+                "{name}"
+            );
         }
     }
     assert_eq!(reader.verify_all().unwrap(), 2 * lengths.len());

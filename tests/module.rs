@@ -229,7 +229,7 @@ fn buffered_loads_read_ahead_on_every_core_and_load_the_same() {
     let expected: Vec<Vec<f32>> = model
         .layers
         .iter()
-        .map(|l| l.weight.val().into_data().to_vec().unwrap())
+        .map(|l| l.weight.val().into_data().try_to_vec::<f32>().unwrap())
         .collect();
     let path = dir.path().join("wide.bpk");
     model.save_pack(&path).unwrap();
@@ -239,7 +239,10 @@ fn buffered_loads_read_ahead_on_every_core_and_load_the_same() {
         .unwrap();
     assert_eq!(report.copied().len(), report.loaded(), "{report}");
     for (layer, want) in loaded.layers.iter().zip(&expected) {
-        assert_eq!(&layer.weight.val().into_data().to_vec::<f32>().unwrap(), want);
+        assert_eq!(
+            &layer.weight.val().into_data().try_to_vec::<f32>().unwrap(),
+            want
+        );
     }
     // Only the weights of the even layers: the walk reads what it wants, in its order.
     let options = LoadOptions::new()
@@ -248,7 +251,12 @@ fn buffered_loads_read_ahead_on_every_core_and_load_the_same() {
         .filter(|name| name.ends_with("weight") && name.contains(".2."));
     let partial = wide(&device).load_pack_with(&path, &options).unwrap();
     assert_eq!(
-        &partial.layers[2].weight.val().into_data().to_vec::<f32>().unwrap(),
+        &partial.layers[2]
+            .weight
+            .val()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap(),
         &expected[2]
     );
     // A flipped byte in the fourth layer's weight: a verified buffered load names it.
@@ -259,10 +267,16 @@ fn buffered_loads_read_ahead_on_every_core_and_load_the_same() {
     drop(reader);
     std::fs::write(&path, &bytes).unwrap();
     let err = wide(&device)
-        .load_pack_with(&path, &LoadOptions::new().buffered(true).verify_checksums(true))
+        .load_pack_with(
+            &path,
+            &LoadOptions::new().buffered(true).verify_checksums(true),
+        )
         .unwrap_err()
         .to_string();
-    assert!(err.contains("layers.3.weight") && err.contains("checksum"), "{err}");
+    assert!(
+        err.contains("layers.3.weight") && err.contains("checksum"),
+        "{err}"
+    );
 }
 
 #[derive(Module, Debug)]

@@ -5,6 +5,22 @@
 use std::process::Command;
 use std::time::Duration;
 
+/// `layers` square 1024 `Linear` layers with biases (4 MiB weights): the model of the
+/// format benchmarks.
+#[derive(burn::module::Module, Debug)]
+pub struct Stack {
+    pub layers: Vec<burn::nn::Linear>,
+}
+
+/// A [`Stack`] of `layers` layers, initialized (lazily where the device allows) on `device`.
+pub fn stack(layers: usize, device: &burn::tensor::Device) -> Stack {
+    Stack {
+        layers: (0..layers)
+            .map(|_| burn::nn::LinearConfig::new(1024, 1024).init(device))
+            .collect(),
+    }
+}
+
 /// The unsigned integer in environment variable `name`, or `default`.
 pub fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name)

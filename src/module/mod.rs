@@ -216,10 +216,7 @@ impl<M: Module> PackModule for M {}
 /// Loads `module` from `source`, opened by this crate with `options` (or checked by the
 /// caller not to carry options about opening).
 /// The walk that loads `module` through `applier`.
-fn walk<M: Module>(
-    module: M,
-    mut applier: apply::Applier<'_>,
-) -> (M, error::Mismatch, LoadReport) {
+fn walk<M: Module>(module: M, mut applier: apply::Applier<'_>) -> (M, error::Mismatch, LoadReport) {
     let module = module.map(&mut applier);
     let (mismatch, report) = applier.finish();
     (module, mismatch, report)

@@ -121,7 +121,10 @@ impl<'s> ReadAhead<'s> {
                     } else if state.ahead == 0 || state.ahead + len <= AHEAD_BYTES {
                         break;
                     } else {
-                        state = self.room.wait(state).unwrap_or_else(PoisonError::into_inner);
+                        state = self
+                            .room
+                            .wait(state)
+                            .unwrap_or_else(PoisonError::into_inner);
                     }
                 }
                 let i = state.next;
@@ -185,7 +188,10 @@ impl TensorSource for ReadAhead<'_> {
                 return self.read_direct(info);
             }
             // A worker is reading it.
-            state = self.done.wait(state).unwrap_or_else(PoisonError::into_inner);
+            state = self
+                .done
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
         }
     }
 

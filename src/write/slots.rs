@@ -196,8 +196,8 @@ impl Chunk {
         sums: &Checksums,
         turn: &Mutex<()>,
     ) -> std::io::Result<()> {
-        let locked = || turn.lock().unwrap_or_else(PoisonError::into_inner);
         use std::io::IoSlice;
+        let locked = || turn.lock().unwrap_or_else(PoisonError::into_inner);
         let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(self.parts.len() * 2);
         let mut at = self.offset;
         let mut queued = 0u64;
@@ -209,7 +209,8 @@ impl Chunk {
                 crate::platform::write_vectored_all_at(file, &mut slices, at)?;
                 drop(guard);
                 at += queued;
-                (slices.clear(), queued = 0);
+                slices.clear();
+                queued = 0;
                 let mut hasher = twox_hash::XxHash3_64::new();
                 for piece in bytes.chunks(PIECE) {
                     std::hash::Hasher::write(&mut hasher, piece);
@@ -442,12 +443,14 @@ pub(super) fn write_slots(
     let turn = Mutex::new(());
     let job = |batch: Vec<(Entry, Slot, usize)>| {
         let chunk = produce(batch, sums, false)?;
-        chunk.write_at(file, sums, &turn).map_err(|source| WriteError::Io {
-            action: "write",
-            path: path.to_path_buf(),
-            tensor: Some(chunk.tensor.clone()),
-            source,
-        })?;
+        chunk
+            .write_at(file, sums, &turn)
+            .map_err(|source| WriteError::Io {
+                action: "write",
+                path: path.to_path_buf(),
+                tensor: Some(chunk.tensor.clone()),
+                source,
+            })?;
         writeback.wrote(chunk.offset + chunk.len(), chunk.len());
         if let Some(progress) = progress {
             progress(chunk.len());

@@ -1,8 +1,8 @@
-//! Where a MessagePack value ends, found from its markers and lengths alone: no payload byte
+//! Where a `MessagePack` value ends, found from its markers and lengths alone: no payload byte
 //! (a tensor's `bin`) is read or copied, so checking that nothing follows a mapped record
 //! costs the structure's size, not the file's.
 
-/// The offset just past the one MessagePack value at the start of `bytes`, or why it cannot
+/// The offset just past the one `MessagePack` value at the start of `bytes`, or why it cannot
 /// be found (truncated, or the never-used marker `0xc1`).
 ///
 /// Values are counted, not recursed into: an array of `n` adds `n` values to skip, a map of
@@ -37,8 +37,7 @@ pub(super) fn value_end(bytes: &[u8]) -> Result<usize, String> {
             0xca | 0xce | 0xd2 => (4, 0),
             0xcb | 0xcf | 0xd3 => (8, 0),
             0xcc | 0xd0 => (1, 0),
-            0xcd | 0xd1 => (2, 0),
-            0xd4 => (2, 0),
+            0xcd | 0xd1 | 0xd4 => (2, 0),
             0xd5 => (3, 0),
             0xd6 => (5, 0),
             0xd7 => (9, 0),
@@ -90,7 +89,9 @@ mod tests {
                 bytes: serde_bytes_like::Bin(vec![7; size]),
                 nested: vec![vec![Some(-5), None, Some(i64::MAX)]; size % 20],
                 floats: (1.5, -2.25),
-                map: (0..size as u64 % 30).map(|k| (k.to_string(), k << 40)).collect(),
+                map: (0..size as u64 % 30)
+                    .map(|k| (k.to_string(), k << 40))
+                    .collect(),
             };
             let mut bytes = rmp_serde::to_vec_named(&record).unwrap();
             let end = bytes.len();
