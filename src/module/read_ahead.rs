@@ -95,14 +95,21 @@ impl<'s> ReadAhead<'s> {
     /// Runs `walk` with `workers` threads reading ahead of it; returns what `walk` returns
     /// once every worker has stopped.
     pub(super) fn run<R>(&self, workers: usize, walk: impl FnOnce(&Self) -> R) -> R {
+        /// Stops the workers when the walk ends, returning or unwinding (a worker waiting for
+        /// room would otherwise wait for ever, and the scope with it).
+        struct Stop<'a, 's>(&'a ReadAhead<'s>);
+        impl Drop for Stop<'_, '_> {
+            fn drop(&mut self) {
+                self.0.lock().stop = true;
+                self.0.room.notify_all();
+            }
+        }
         std::thread::scope(|scope| {
             for _ in 0..workers {
                 scope.spawn(|| self.work());
             }
-            let result = walk(self);
-            self.lock().stop = true;
-            self.room.notify_all();
-            result
+            let _stop = Stop(self);
+            walk(self)
         })
     }
 
@@ -209,5 +216,109 @@ impl TensorSource for ReadAhead<'_> {
 
     fn verify_structure(&self) -> Result<(), ReadError> {
         self.source.verify_structure()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ReadAhead, TensorSource};
+    use crate::format::TensorInfo;
+    use crate::read::ReadError;
+    use burn::tensor::{Bytes, DType};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Tensors of 8 MiB whose bytes are their index; tensor 5 fails to read; counts reads.
+    struct Fake {
+        tensors: Vec<TensorInfo>,
+        reads: AtomicUsize,
+    }
+
+    impl Fake {
+        fn new(n: usize) -> Self {
+            let len = 8u64 << 20;
+            Self {
+                tensors: (0..n)
+                    .map(|i| {
+                        TensorInfo::external(
+                            format!("t{i}"),
+                            DType::U8,
+                            vec![8 << 20],
+                            i as u64 * len,
+                            len,
+                        )
+                    })
+                    .collect(),
+                reads: AtomicUsize::new(0),
+            }
+        }
+    }
+
+    impl TensorSource for Fake {
+        fn file(&self) -> &str {
+            "fake"
+        }
+
+        fn tensors(&self) -> &[TensorInfo] {
+            &self.tensors
+        }
+
+        fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            let i: u8 = info.name()[1..].parse().unwrap();
+            if i == 5 {
+                return Err(ReadError::Io {
+                    file: "fake".into(),
+                    action: "read tensor data",
+                    source: std::io::Error::other("bad sector"),
+                });
+            }
+            Ok(Bytes::from_bytes_vec(vec![i; 8 << 20]))
+        }
+    }
+
+    #[test]
+    fn the_walk_gets_each_tensor_its_error_and_what_it_did_not_foresee() {
+        let fake = Fake::new(24);
+        let order: Vec<&TensorInfo> = fake.tensors.iter().take(20).collect();
+        let ahead = ReadAhead::new(&fake, order);
+        ahead.run(2, |ahead| {
+            for (i, info) in fake.tensors.iter().enumerate() {
+                let got = ahead.read(info);
+                if i == 5 {
+                    assert!(got.unwrap_err().to_string().contains("bad sector"));
+                } else {
+                    let bytes = got.unwrap();
+                    assert!(bytes.iter().all(|&b| usize::from(b) == i), "t{i}");
+                }
+            }
+            // Read again: served by the source itself.
+            assert_eq!(ahead.read(&fake.tensors[3]).unwrap()[0], 3);
+        });
+        // Every tensor once, the one read again twice; nothing else.
+        assert_eq!(fake.reads.load(Ordering::Relaxed), 25);
+    }
+
+    #[test]
+    fn a_walk_out_of_order_or_that_panics_ends() {
+        let fake = Fake::new(30);
+        let order: Vec<&TensorInfo> = fake.tensors.iter().collect();
+        let ahead = ReadAhead::new(&fake, order);
+        ahead.run(2, |ahead| {
+            for i in (0..30).rev().step_by(3) {
+                if i != 5 {
+                    assert_eq!(ahead.read(&fake.tensors[i]).unwrap()[0], i as u8);
+                }
+            }
+        });
+        let order: Vec<&TensorInfo> = fake.tensors.iter().collect();
+        let ahead = ReadAhead::new(&fake, order);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ahead.run(2, |ahead| {
+                let _ = ahead.read(&fake.tensors[0]);
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                panic!("the walk fails");
+            });
+        }));
+        assert!(panicked.is_err());
     }
 }
