@@ -254,6 +254,7 @@ mod tests {
     }
 
     impl TensorSource for Fake {
+        #[allow(clippy::unnecessary_literal_bound)] // the trait's signature
         fn file(&self) -> &str {
             "fake"
         }
