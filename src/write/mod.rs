@@ -1,9 +1,10 @@
 //! Writing burnpack files: entries, layout planning, the parallel slot writer, atomic commit.
 //!
 //! Data flows one way: [`Entry`]s (resident, lent or deferred bytes) → a plan computed from
-//! their lengths alone → a pre-sized destination → producers materialize and checksum
-//! entries in parallel, one writer thread writes them from where they are into their
-//! 256-byte-aligned slots → (atomic mode) fsync, rename, directory fsync.
+//! their lengths alone → a pre-sized destination → worker threads materialize, checksum and
+//! write entries in parallel, each from where its bytes are into their 256-byte-aligned slots
+//! (a stream: producers in parallel, one thread writing in file order) → (atomic mode) fsync,
+//! rename, directory fsync.
 //!
 //! `writer.rs` is the public face ([`Writer`] and its sinks: a buffer, a file, a front-to-back
 //! stream); `slots.rs` is the pipeline, whole; `commit.rs` is `Scratch`, the locked scratch

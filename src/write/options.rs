@@ -68,12 +68,12 @@ impl WriteOptions {
         self
     }
 
-    /// Number of producer threads, which materialize and checksum entries for the one writer
-    /// thread of a file or stream (default: one fewer than rayon's global pool size, at least
-    /// one, since the writer thread keeps a core busy; a buffer, which has no writer thread,
-    /// gets the whole pool). Each holds at most one chunk (an entry, or
-    /// neighbouring entries under 1 MiB together) at a time, and takes the next only once the
-    /// writer is done with it: at most `threads` produced chunks exist at once.
+    /// Number of worker threads. A file's workers each materialize, checksum and write one
+    /// chunk (an entry, or neighbouring entries under 1 MiB together) at a time (default:
+    /// rayon's global pool size); a stream's producers materialize and checksum chunks for its
+    /// one writing thread (default: one fewer than the pool, at least one); a buffer gets the
+    /// whole pool. Each holds at most one chunk at a time and takes the next only once it is
+    /// written: at most `threads` produced chunks exist at once.
     #[must_use]
     pub fn threads(mut self, threads: usize) -> Self {
         self.threads = Some(threads.max(1));

@@ -1,7 +1,8 @@
-//! The slot pipeline, whole: entries grouped into write jobs (`batches`), materialized and
-//! checksummed by producer threads (`fill`, `materialize`, `produce`), handed one chunk at a
-//! time to one sink thread (`pipeline`) that writes each chunk where it goes (`Chunk::write`),
-//! with early writeback, and the checksums collected for the head. The writer's public face
+//! The slot pipeline, whole: entries grouped into write jobs (`batches`); for a file, worker
+//! threads that each materialize a job, checksum it and write it at its offset
+//! (`write_slots`, `Chunk::write_at`) with early writeback; for a stream, producer threads
+//! (`fill`, `materialize`, `produce`) handing chunks to one sink thread (`pipeline`) that
+//! writes them in file order; the checksums collected for the head. The writer's public face
 //! (`Writer`, its sinks: buffer, file, stream) is in `writer.rs` and calls into this.
 
 use std::fs::File;
