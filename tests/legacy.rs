@@ -915,3 +915,48 @@ fn records_written_by_burn_0_16_load_into_the_same_model_under_burn_0_22() {
         }
     }
 }
+
+/// A parameter whose value is not a tensor (Burn 0.13's `value`/`shape`, nil, a string, raw
+/// bytes, an empty map, a tensor map missing its bytes or with a renamed key) is an error
+/// naming the parameter, never a record of one tensor fewer (found by an attack through
+/// `bpk`: these loaded with exit 0 and the parameter gone).
+#[test]
+fn a_parameter_that_is_not_a_tensor_is_refused_never_dropped() {
+    let original: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data("zoo.json")).unwrap()).unwrap();
+    let weight = original["item"]["linear"]["weight"]["param"].clone();
+    let mut renamed = weight.clone();
+    let bytes = renamed.as_object_mut().unwrap().remove("bytes").unwrap();
+    let mut without_bytes = renamed.clone();
+    renamed
+        .as_object_mut()
+        .unwrap()
+        .insert("bytez".into(), bytes);
+    without_bytes.as_object_mut().unwrap().remove("bytez");
+    let cases = [
+        (
+            "old",
+            serde_json::json!({"value": [1.0, 2.0], "shape": [1, 2]}),
+            "Burn 0.13",
+        ),
+        ("null", serde_json::Value::Null, "nil"),
+        ("string", serde_json::json!("x"), "a string"),
+        ("empty", serde_json::json!({}), "a map"),
+        ("renamed", renamed, "without its bytes"),
+        ("no-bytes", without_bytes, "without its bytes"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (name, param, says) in cases {
+        let mut record = original.clone();
+        record["item"]["linear"]["weight"]["param"] = param;
+        let path = dir.path().join(format!("{name}.json"));
+        std::fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
+        let err = LegacySource::open(&path).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("{name}.json"))
+                && err.contains("linear.weight")
+                && err.contains(says),
+            "{name}: {err}"
+        );
+    }
+}

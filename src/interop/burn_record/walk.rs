@@ -405,15 +405,25 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
         if keys.len() == 2 && keys.contains(&"id") && keys.contains(&"param") {
             let mut id = None;
             let mut tensor = None;
+            let mut not_tensor = None;
             for (key, value) in entries.drain(..) {
                 match (key.as_str(), value) {
                     ("id", Node::Str(s)) => id = Some(s),
                     ("param", Node::Tensor(t)) => tensor = Some(t),
+                    ("param", other) => not_tensor = Some(not_a_tensor(&other)),
                     _ => {}
                 }
             }
+            let path = self.walk.joined(None)?;
+            // Every parameter of a Burn 0.14-0.21 record is a `TensorData`: anything else
+            // under `param` is refused, never walked past (that would drop the parameter).
+            if let Some(what) = not_tensor {
+                return Err(de::Error::custom(format!(
+                    "parameter '{path}': its value is {what}, not a tensor (a TensorData of \
+                     bytes, shape and dtype), so it cannot be read (never dropped)"
+                )));
+            }
             if let Some(tensor) = tensor {
-                let path = self.walk.joined(None)?;
                 self.walk.emit(path, id, *tensor)?;
             }
             return Ok(Node::Other);
@@ -461,6 +471,26 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
     }
 }
 
+/// What a parameter's value is when it is not a tensor, in words (Burn 0.13's
+/// `DataSerialize`, `value` and `shape`, named as such).
+fn not_a_tensor(node: &Node) -> String {
+    match node {
+        Node::Map(entries)
+            if entries.iter().any(|(k, _)| k == "value")
+                && entries.iter().any(|(k, _)| k == "shape") =>
+        {
+            "a tensor in Burn 0.13's format (value and shape; this reader reads records of \
+             Burn 0.14-0.21)"
+                .to_string()
+        }
+        Node::Map(entries) => {
+            let keys: Vec<&str> = entries.iter().map(|(k, _)| k.as_str()).collect();
+            format!("a map of keys {keys:?}")
+        }
+        other => other.describe().to_string(),
+    }
+}
+
 /// A `TensorData` map: exactly `bytes`, `shape` and `dtype`. `None` for a map of other keys;
 /// an error for one of these keys whose values are not a tensor's (a negative or fractional
 /// dimension, bytes that are not bytes).
@@ -469,14 +499,21 @@ fn tensor_data(entries: &mut [(String, Node)]) -> Result<Option<RawTensor>, Stri
     let (b, s, d) = (position("bytes"), position("shape"), position("dtype"));
     // `bytes` beside a shape or a dtype is a tensor's: anything but exactly the three keys,
     // once each, is an error rather than a map walked past.
-    let looks_like_tensor = b.is_some() && (s.is_some() || d.is_some());
+    let looks_like_tensor =
+        (b.is_some() && (s.is_some() || d.is_some())) || (s.is_some() && d.is_some());
     if !looks_like_tensor {
         return Ok(None);
     }
     let (Some(b), Some(s), Some(d)) = (b, s, d) else {
+        let missing = if b.is_none() {
+            "bytes"
+        } else if s.is_none() {
+            "shape"
+        } else {
+            "dtype"
+        };
         return Err(format!(
-            "a tensor's map without its {} (TensorData has bytes, shape and dtype)",
-            if s.is_none() { "shape" } else { "dtype" }
+            "a tensor's map without its {missing} (TensorData has bytes, shape and dtype)"
         ));
     };
     if entries.len() != 3 {
