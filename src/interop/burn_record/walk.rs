@@ -148,6 +148,34 @@ impl<'i> Walk<'i> {
         Ok(())
     }
 
+    /// A `ParamSerde` (`id`, `param`) at the current path: its tensor taken out under the
+    /// path. Every parameter of a Burn 0.14-0.21 record is a `TensorData`: anything else
+    /// under `param` is refused, never walked past (that would drop the parameter).
+    fn param_serde<E: de::Error>(&mut self, entries: Vec<(String, Node)>) -> Result<(), E> {
+        let mut id = None;
+        let mut tensor = None;
+        let mut not_tensor = None;
+        for (key, value) in entries {
+            match (key.as_str(), value) {
+                ("id", Node::Str(s)) => id = Some(s),
+                ("param", Node::Tensor(t)) => tensor = Some(t),
+                ("param", other) => not_tensor = Some(not_a_tensor(&other)),
+                _ => {}
+            }
+        }
+        let path = self.joined(None)?;
+        if let Some(what) = not_tensor {
+            return Err(E::custom(format!(
+                "parameter '{path}': its value is {what}, not a tensor (a TensorData of bytes, \
+                 shape and dtype), so it cannot be read (never dropped)"
+            )));
+        }
+        match tensor {
+            Some(tensor) => self.emit(path, id, *tensor),
+            None => Ok(()),
+        }
+    }
+
     /// The current path: segments joined by `.`, the record's top-level `item` left out.
     /// Its length is counted before it is built: one path is at most [`MAX_NAME`] bytes, and
     /// all the paths handed out at most [`NAME_BYTES_PER_BYTE`] per byte of the input (plus
@@ -403,29 +431,7 @@ impl<'de, 'i: 'de> Visitor<'de> for NodeVisitor<'_, 'i> {
         // A `ParamSerde`: `id` and `param`, the tensor taken out under this map's path.
         let keys: Vec<&str> = entries.iter().map(|(k, _)| k.as_str()).collect();
         if keys.len() == 2 && keys.contains(&"id") && keys.contains(&"param") {
-            let mut id = None;
-            let mut tensor = None;
-            let mut not_tensor = None;
-            for (key, value) in entries.drain(..) {
-                match (key.as_str(), value) {
-                    ("id", Node::Str(s)) => id = Some(s),
-                    ("param", Node::Tensor(t)) => tensor = Some(t),
-                    ("param", other) => not_tensor = Some(not_a_tensor(&other)),
-                    _ => {}
-                }
-            }
-            let path = self.walk.joined(None)?;
-            // Every parameter of a Burn 0.14-0.21 record is a `TensorData`: anything else
-            // under `param` is refused, never walked past (that would drop the parameter).
-            if let Some(what) = not_tensor {
-                return Err(de::Error::custom(format!(
-                    "parameter '{path}': its value is {what}, not a tensor (a TensorData of \
-                     bytes, shape and dtype), so it cannot be read (never dropped)"
-                )));
-            }
-            if let Some(tensor) = tensor {
-                self.walk.emit(path, id, *tensor)?;
-            }
+            self.walk.param_serde(entries)?;
             return Ok(Node::Other);
         }
         // A `param` tensor outside a `ParamSerde`: taken out under its own key.
