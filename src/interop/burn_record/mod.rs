@@ -21,6 +21,7 @@ mod compact;
 mod dtype;
 mod msgpack_end;
 mod source;
+mod tensor_data;
 mod train;
 mod walk;
 
