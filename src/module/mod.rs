@@ -237,7 +237,14 @@ fn load_opened<M: Module>(
         source.prefetch(&applier.wanted(&module))?;
     }
     // A source whose reads are copies is read ahead of the walk on every core.
-    let (module, mismatch, report) = if source.shared().is_some() {
+    // (Asked of the source's table first: a mapped pack with nothing to copy is not walked
+    // twice.)
+    let copies = source.shared().is_some()
+        && source
+            .tensors()
+            .iter()
+            .any(|info| source.copy_reason(info).is_some());
+    let (module, mismatch, report) = if copies {
         let wanted = applier.wanted(&module);
         match read_ahead::worth_it(source, &wanted) {
             Some(shared) => {
