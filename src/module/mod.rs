@@ -213,8 +213,6 @@ pub trait PackModule: Module + Sized {
 
 impl<M: Module> PackModule for M {}
 
-/// Loads `module` from `source`, opened by this crate with `options` (or checked by the
-/// caller not to carry options about opening).
 /// The walk that loads `module` through `applier`.
 fn walk<M: Module>(module: M, mut applier: apply::Applier<'_>) -> (M, error::Mismatch, LoadReport) {
     let module = module.map(&mut applier);
@@ -222,6 +220,8 @@ fn walk<M: Module>(module: M, mut applier: apply::Applier<'_>) -> (M, error::Mis
     (module, mismatch, report)
 }
 
+/// Loads `module` from `source`, opened by this crate with `options` (or checked by the
+/// caller not to carry options about opening).
 fn load_opened<M: Module>(
     module: M,
     source: &dyn TensorSource,
@@ -251,10 +251,7 @@ fn load_opened<M: Module>(
                 let ahead = read_ahead::ReadAhead::new(shared, wanted);
                 let workers = std::thread::available_parallelism().map_or(2, usize::from);
                 ahead.run(workers, |ahead| {
-                    let mut applier = apply::Applier::new(ahead, options);
-                    let module = module.map(&mut applier);
-                    let (mismatch, report) = applier.finish();
-                    (module, mismatch, report)
+                    walk(module, apply::Applier::new(ahead, options))
                 })
             }
             None => walk(module, applier),
