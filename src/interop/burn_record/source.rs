@@ -459,6 +459,27 @@ impl TensorSource for LegacySource {
         Some(self)
     }
 
+    /// A record read from a file (mapped, or decompressed from a gzip file: nothing to do
+    /// then) has every wanted tensor's bytes asked of the disk at once before the load copies
+    /// them: a cold load then reads at the disk's speed, where the copies' own hints kept one
+    /// window in flight.
+    fn wants_prefetch(&self) -> bool {
+        self.unaligned.is_some() || matches!(self.data, Source::Buffered(..))
+    }
+
+    fn prefetch(&self, wanted: &[&TensorInfo]) -> Result<(), ReadError> {
+        let ranges = wanted
+            .iter()
+            .filter(|info| self.table.place(info).is_ok())
+            .map(|info| (info.offset(), info.offset() + info.len()))
+            .collect();
+        self.unaligned
+            .as_ref()
+            .unwrap_or(&self.data)
+            .will_need(ranges);
+        Ok(())
+    }
+
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
         self.table.place(info).ok()?;
         if self.decoded {

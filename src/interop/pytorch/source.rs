@@ -437,7 +437,7 @@ impl TensorSource for PytorchSource {
 
     fn prefetch(&self, wanted: &[&TensorInfo]) -> Result<(), ReadError> {
         // Each shard's ranges in file order, neighbours (under 1 MiB apart) merged.
-        let mut ranges: Vec<(usize, u64, u64)> = wanted
+        let ranges: Vec<(usize, u64, u64)> = wanted
             .iter()
             .filter_map(|info| {
                 let &InShard { shard, ref place } = self.table.place(info).ok()?;
@@ -451,19 +451,15 @@ impl TensorSource for PytorchSource {
                 })
             })
             .collect();
-        ranges.sort_unstable();
-        let mut merged: Vec<(usize, u64, u64)> = Vec::new();
-        for (shard, start, end) in ranges {
-            match merged.last_mut() {
-                Some(last) if last.0 == shard && start <= last.2 + (1 << 20) => {
-                    last.2 = last.2.max(end);
-                }
-                _ => merged.push((shard, start, end)),
-            }
-        }
-        for (shard, start, end) in merged {
-            if let Some(file) = &self.shards[shard].file {
-                crate::platform::will_need(file, start, end - start);
+        let merged = crate::read::source::merged_ranges(ranges);
+        for (i, shard) in self.shards.iter().enumerate() {
+            if let Some(file) = &shard.file {
+                let ranges: Vec<(u64, u64)> = merged
+                    .iter()
+                    .filter(|r| r.0 == i)
+                    .map(|&(_, start, end)| (start, end))
+                    .collect();
+                crate::read::source::will_need_ranges(file, &ranges);
             }
         }
         let strided: Vec<(usize, usize, &TensorInfo, &Strided)> = wanted

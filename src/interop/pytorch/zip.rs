@@ -45,8 +45,15 @@ pub(super) fn zip_parts(
     options: &PytorchOptions,
 ) -> Result<(Pickle, Storages, StorageEntry), Fault> {
     let (entry, storages) = match input {
-        Input::File(file, _) => zip_layout(consistent_archive(*file)?, input, options),
-        Input::Memory(all) => zip_layout(consistent_archive(Cursor::new(*all))?, input, options),
+        Input::File(file, _) => {
+            let hint = |start| crate::platform::will_need(file, start, LOCAL_HEADER_HINT);
+            zip_layout(consistent_archive(*file, hint)?, input, options)
+        }
+        Input::Memory(all) => zip_layout(
+            consistent_archive(Cursor::new(*all), |_| ())?,
+            input,
+            options,
+        ),
     }
     .map_err(Fault::Other)?;
     let bytes = input.read(entry.start, entry.len).map_err(Fault::Other)?;
@@ -64,12 +71,29 @@ pub(super) fn zip_parts(
     Ok((pickle, storages, entry))
 }
 
+/// Bytes asked for ahead at each local header: its page (a header is 30 bytes, then the
+/// entry's name and extra field; torch.save's padding keeps it well inside one page).
+const LOCAL_HEADER_HINT: u64 = 4096;
+
 /// The zip archive, when every reader would read it alike: two entries of one name would be
 /// read differently by different readers (this one would see the last, another the first), so
 /// they are refused, as are local headers that disagree with the central directory.
-fn consistent_archive<R: Read + Seek>(reader: R) -> Result<zip::ZipArchive<R>, Fault> {
+///
+/// Checking the local headers reads each (one small read per entry, spread over the file);
+/// `hint` is first given every header's offset, as the central directory says, so that a
+/// file not in the page cache can have them all asked of the disk at once (a cold open was
+/// one disk round trip per tensor, one after another).
+fn consistent_archive<R: Read + Seek>(
+    reader: R,
+    hint: impl Fn(u64),
+) -> Result<zip::ZipArchive<R>, Fault> {
     let fault = |e: zip::result::ZipError| Fault::Other(format!("zip: {e}"));
     let mut archive = zip::ZipArchive::new(reader).map_err(fault)?;
+    for i in 0..archive.len() {
+        if let Ok(entry) = archive.by_index_data(i) {
+            hint(entry.header_start());
+        }
+    }
     if archive.has_duplicate_names() {
         return Err(Fault::Other(
             "the zip archive holds two entries of the same name (another reader could take a \
