@@ -192,6 +192,20 @@ pub(crate) fn will_need(file: &File, offset: u64, len: u64) {
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn will_need(_file: &File, _offset: u64, _len: u64) {}
 
+/// `file` opened again, for writing past the page cache (`O_DIRECT`), through
+/// `/proc/self/fd` (the very file, whatever its path has become since); `None` where the
+/// filesystem refuses direct I/O or `/proc` is not there.
+#[cfg(target_os = "linux")]
+pub(crate) fn reopen_direct(file: &File) -> Option<File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .ok()
+}
+
 /// Waits until `file`'s bytes in `offset..offset + len` are written back (starting what is
 /// not yet), then drops them from the page cache (Linux `sync_file_range` with
 /// `WAIT_BEFORE | WRITE | WAIT_AFTER`, then `posix_fadvise(POSIX_FADV_DONTNEED)`): a write

@@ -27,7 +27,7 @@ impl AsRef<[u8]> for Aligned {
 /// 270-333 ms this way against 153-194 ms with huge pages (see docs/benchmarks.md). Where the
 /// kernel has no huge page to give, it falls back to small pages by itself.
 #[cfg(target_os = "linux")]
-struct Fresh {
+pub(crate) struct Fresh {
     map: memmap2::MmapMut,
     start: usize,
     len: usize,
@@ -35,13 +35,13 @@ struct Fresh {
 
 /// The huge-page size [`Fresh`] aligns to, and the least length it is used for.
 #[cfg(target_os = "linux")]
-const HUGE_PAGE: usize = 2 << 20;
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
 
 #[cfg(target_os = "linux")]
 impl Fresh {
     /// `len` zeroed bytes (fresh pages), or `None` when the kernel refuses the mapping (the
     /// caller then allocates as usual).
-    fn new(len: usize) -> Option<Self> {
+    pub(crate) fn new(len: usize) -> Option<Self> {
         // One huge page more than asked, so that a huge-page boundary lies inside; the pages
         // before it and after the end are never touched, so never backed.
         let mut map = memmap2::MmapMut::map_anon(len.checked_add(HUGE_PAGE)?).ok()?;
@@ -49,6 +49,11 @@ impl Fresh {
         // A hint: where it is refused, the bytes are small pages, as for any allocation.
         let _ = map.advise_range(memmap2::Advice::HugePage, start, len);
         Some(Self { map, start, len })
+    }
+
+    /// The bytes, to fill.
+    pub(crate) fn as_mut(&mut self) -> &mut [u8] {
+        &mut self.map[self.start..self.start + self.len]
     }
 }
 
@@ -69,8 +74,7 @@ pub(crate) fn aligned_bytes<E>(
     if len >= HUGE_PAGE
         && let Some(mut fresh) = Fresh::new(len)
     {
-        let (start, end) = (fresh.start, fresh.start + len);
-        fill(&mut fresh.map[start..end])?;
+        fill(fresh.as_mut())?;
         return Ok(Bytes::from_shared(
             bytes::Bytes::from_owner(fresh),
             AllocationProperty::Native,

@@ -15,6 +15,9 @@
 // by path (`write::commit::Scratch`, `write::entry::Data`, `write::slots::materialize`), so
 // no re-export here depends on their features.
 pub(crate) mod commit;
+// Large saves past the page cache (Linux `O_DIRECT`).
+#[cfg(target_os = "linux")]
+mod direct;
 pub(crate) mod entry;
 mod error;
 mod options;

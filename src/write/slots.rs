@@ -163,14 +163,14 @@ pub(super) struct Chunk {
 pub(super) struct Part {
     pub(super) bytes: Data,
     pub(super) pad: usize,
-    rank: usize,
+    pub(super) rank: usize,
 }
 
 /// Zeros for the gaps between slots (always shorter than the alignment).
 pub(super) static ZEROS: [u8; TENSOR_ALIGNMENT as usize] = [0; TENSOR_ALIGNMENT as usize];
 
 /// Bytes of a large entry checksummed, then written, at a time (see [`Chunk::write_at`]).
-const PIECE: usize = 256 << 10;
+pub(super) const PIECE: usize = 256 << 10;
 
 impl Chunk {
     pub(super) fn len(&self) -> u64 {
@@ -340,7 +340,7 @@ impl<'a> Writeback<'a> {
 /// Checksums computed in the data pass, by position in the tensors map.
 pub(super) struct Checksums {
     sums: Vec<AtomicU64>,
-    enabled: bool,
+    pub(super) enabled: bool,
 }
 
 impl Checksums {
@@ -364,7 +364,7 @@ impl Checksums {
     }
 
     /// Records a checksum computed elsewhere (by pieces, in [`Chunk::write_at`]).
-    fn set(&self, rank: usize, sum: u64) {
+    pub(super) fn set(&self, rank: usize, sum: u64) {
         self.sums[rank].store(sum, Ordering::Relaxed);
     }
 
@@ -430,7 +430,9 @@ pub(super) fn run<R: Send>(
 /// threads cost more than they save there), else by every worker thread at once, each
 /// materializing, checksumming and writing one job at a time ([`Chunk::write_at`]; the
 /// file's inode lock orders the kernel's copies, the checksums run beside them), with early
-/// writeback. Checksums go to `sums`.
+/// writeback; a file of at least [`DIRECT_BYTES`](super::direct::DIRECT_BYTES) on Linux
+/// past the page cache where the filesystem allows ([`super::direct`]). Checksums go to
+/// `sums`.
 pub(super) fn write_slots(
     jobs: Vec<Vec<(Entry, super::plan::Slot, usize)>>,
     total: u64,
@@ -442,16 +444,26 @@ pub(super) fn write_slots(
     let (file, path) = (target.file(), target.path());
     let writeback = Writeback::new(file, total);
     let turn = Mutex::new(());
+    #[cfg(target_os = "linux")]
+    let direct = super::direct::Direct::open(file, total);
     let job = |batch: Vec<(Entry, Slot, usize)>| {
         let chunk = produce(batch, sums, false)?;
-        chunk
-            .write_at(file, sums, &turn)
-            .map_err(|source| WriteError::Io {
-                action: "write",
-                path: path.to_path_buf(),
-                tensor: Some(chunk.tensor.clone()),
-                source,
-            })?;
+        let failed = |source| WriteError::Io {
+            action: "write",
+            path: path.to_path_buf(),
+            tensor: Some(chunk.tensor.clone()),
+            source,
+        };
+        #[cfg(target_os = "linux")]
+        let written = match &direct {
+            Some(direct) => direct.write(&chunk, file, sums).map_err(failed)?,
+            None => false,
+        };
+        #[cfg(not(target_os = "linux"))]
+        let written = false;
+        if !written {
+            chunk.write_at(file, sums, &turn).map_err(failed)?;
+        }
         writeback.wrote(chunk.offset + chunk.len(), chunk.len());
         if let Some(progress) = progress {
             progress(chunk.len());

@@ -1,0 +1,211 @@
+//! Large saves past the page cache (Linux `O_DIRECT`).
+//!
+//! A buffered write costs the kernel a copy of every byte into page-cache pages it allocates
+//! for them, then writeback; with the checksum's own read of every byte, that made a save cost
+//! about 1.6x the CPU of writing a ready buffer. Written direct, the bytes go from a worker's
+//! staging buffer to the disk (DMA): the worker reads each piece of a tensor once, hashing it
+//! and copying it into the stage while it is in its cache, and the kernel copies nothing. The
+//! stage lies on huge pages, so a request can carry megabytes (a device takes a bounded number
+//! of segments per request: 4 KiB pages capped requests near 1 MiB here).
+//!
+//! Only the block-aligned interior of a chunk goes direct: the partial blocks at its two ends
+//! (it starts and ends on 256-byte slot boundaries) are written buffered, so no two workers
+//! ever write one block direct, and no direct write touches a page the page cache holds data
+//! for. A filesystem that refuses direct I/O (tmpfs, some network filesystems) is found at the
+//! first open or write, and the save goes on buffered. The commit's fsync covers both ways
+//! alike (one inode).
+
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use super::slots::{Checksums, Chunk, PIECE, ZEROS};
+
+/// Alignment of direct writes: offsets, lengths and addresses (the page size, a multiple of
+/// every logical block size Linux filesystems use on 4 KiB-page machines).
+const BLOCK: u64 = 4096;
+
+/// Bytes a worker stages before one direct write: one huge page (a request of 2 MiB keeps
+/// this disk as busy as 8 MiB did, measured side by side; memory stays 2 MiB per worker).
+const STAGE: usize = 2 << 20;
+
+/// Files smaller than this are written buffered: their few writes gain nothing, and a load
+/// right after the save finds them in the page cache.
+pub(super) const DIRECT_BYTES: u64 = 64 << 20;
+
+/// The file reopened for direct writes, and the workers' staging buffers.
+pub(super) struct Direct {
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    file: File,
+    /// Set when a direct write was refused: every later chunk is written buffered.
+    refused: AtomicBool,
+    stages: Mutex<Vec<Stage>>,
+}
+
+impl Direct {
+    /// `file` (a pack being written, `total` bytes) reopened for direct writes, where the
+    /// platform and filesystem take them and the file is large enough to gain; `None` means
+    /// buffered writes.
+    pub(super) fn open(file: &File, total: u64) -> Option<Self> {
+        if total < DIRECT_BYTES {
+            return None;
+        }
+        Some(Self {
+            file: crate::platform::reopen_direct(file)?,
+            refused: AtomicBool::new(false),
+            stages: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Writes `chunk`: its aligned interior direct, through a stage, its ends through
+    /// `buffered` (the same file opened for ordinary writes); checksums computed on the way.
+    /// Returns whether it wrote the chunk; `false` (a chunk with no whole block, or direct
+    /// writes refused) leaves the chunk to the buffered path.
+    pub(super) fn write(
+        &self,
+        chunk: &Chunk,
+        buffered: &File,
+        sums: &Checksums,
+    ) -> std::io::Result<bool> {
+        let (start, end) = (chunk.offset, chunk.offset + chunk.len());
+        let interior = (start.next_multiple_of(BLOCK), end / BLOCK * BLOCK);
+        if interior.0 >= interior.1 || self.refused.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let taken = self
+            .stages
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let Some(mut stage) = taken.or_else(Stage::new) else {
+            return Ok(false);
+        };
+        let result = self.write_through(chunk, buffered, sums, interior, &mut stage);
+        self.stages
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(stage);
+        match result {
+            // EINVAL: this filesystem (or its alignment) refuses direct writes after all. No
+            // byte of the chunk was written buffered yet (ends go last), and a direct write
+            // that failed wrote nothing the buffered rewrite does not cover.
+            Err(e) if e.raw_os_error() == Some(EINVAL) => {
+                self.refused.store(true, Ordering::Relaxed);
+                Ok(false)
+            }
+            other => other.map(|()| true),
+        }
+    }
+
+    fn write_through(
+        &self,
+        chunk: &Chunk,
+        buffered: &File,
+        sums: &Checksums,
+        (first, last): (u64, u64),
+        stage: &mut Stage,
+    ) -> std::io::Result<()> {
+        let mut out = Out {
+            at: chunk.offset,
+            first,
+            last,
+            head: Vec::new(),
+            tail: Vec::new(),
+            staged: 0,
+        };
+        for part in &chunk.parts {
+            let bytes: &[u8] = &part.bytes;
+            let mut hasher = twox_hash::XxHash3_64::new();
+            for piece in bytes.chunks(PIECE) {
+                if sums.enabled {
+                    std::hash::Hasher::write(&mut hasher, piece);
+                }
+                out.emit(piece, stage, &self.file)?;
+            }
+            if sums.enabled {
+                sums.set(part.rank, std::hash::Hasher::finish(&hasher));
+            }
+            out.emit(&ZEROS[..part.pad], stage, &self.file)?;
+        }
+        out.flush(stage, &self.file)?;
+        if !out.head.is_empty() {
+            crate::platform::write_all_at(buffered, &out.head, chunk.offset)?;
+        }
+        if !out.tail.is_empty() {
+            crate::platform::write_all_at(buffered, &out.tail, last)?;
+        }
+        Ok(())
+    }
+}
+
+/// `EINVAL`, the error of a direct write a filesystem or device does not take.
+const EINVAL: i32 = libc::EINVAL;
+
+/// Where a chunk's bytes go as they come: before `first`, the head (buffered); from `first`
+/// to `last`, the stage (direct, [`STAGE`] bytes at a time); from `last`, the tail.
+struct Out {
+    at: u64,
+    first: u64,
+    last: u64,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    staged: usize,
+}
+
+impl Out {
+    fn emit(&mut self, mut bytes: &[u8], stage: &mut Stage, file: &File) -> std::io::Result<()> {
+        while !bytes.is_empty() {
+            let n = if self.at < self.first {
+                let n = bytes
+                    .len()
+                    .min(usize::try_from(self.first - self.at).unwrap_or(usize::MAX));
+                self.head.extend_from_slice(&bytes[..n]);
+                n
+            } else if self.at < self.last {
+                let room = STAGE - self.staged;
+                let left = usize::try_from(self.last - self.at).unwrap_or(usize::MAX);
+                let n = bytes.len().min(room).min(left);
+                stage.bytes()[self.staged..self.staged + n].copy_from_slice(&bytes[..n]);
+                self.staged += n;
+                if self.staged == STAGE || n == left {
+                    self.at += n as u64;
+                    self.flush(stage, file)?;
+                    bytes = &bytes[n..];
+                    continue;
+                }
+                n
+            } else {
+                self.tail.extend_from_slice(bytes);
+                bytes.len()
+            };
+            self.at += n as u64;
+            bytes = &bytes[n..];
+        }
+        Ok(())
+    }
+
+    /// Writes what is staged (a whole number of blocks: the stage fills to [`STAGE`], or up
+    /// to `last`) direct, ending at `at`.
+    fn flush(&mut self, stage: &mut Stage, file: &File) -> std::io::Result<()> {
+        if self.staged > 0 {
+            let offset = self.at - self.staged as u64;
+            crate::platform::write_all_at(file, &stage.bytes()[..self.staged], offset)?;
+            self.staged = 0;
+        }
+        Ok(())
+    }
+}
+
+/// A worker's staging buffer: [`STAGE`] bytes on huge-page boundaries (so aligned for direct
+/// writes).
+struct Stage(crate::read::source::Fresh);
+
+impl Stage {
+    fn new() -> Option<Self> {
+        crate::read::source::Fresh::new(STAGE).map(Self)
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        self.0.as_mut()
+    }
+}
