@@ -217,9 +217,10 @@ fn entries_keep_their_order_in_the_file() {
     assert_eq!(plan.total_size(), plan.data_start() + 768);
 }
 
-/// Saves past the size where Linux writes go past the page cache (64 MiB: each chunk's
-/// block-aligned interior direct, its partial blocks buffered): tensors of odd sizes, so chunks
-/// start and end inside blocks, small neighbours grouped, resident and deferred, in both modes,
+/// Saves past the size where Linux writes go past the page cache (64 MiB of entries in hand:
+/// each chunk's block-aligned interior direct, its partial blocks buffered; with a deferred
+/// entry, buffered): tensors of odd sizes, so chunks start and end inside blocks, small
+/// neighbours grouped, all resident and half deferred, in both modes,
 /// on the temporary directory's filesystem and on tmpfs (which refuses direct I/O, so the
 /// save goes buffered): the file is byte for byte the buffer the same writer makes, and every
 /// checksum verifies.
@@ -239,13 +240,13 @@ fn large_saves_keep_every_byte_whichever_way_they_are_written() {
             .map(|j| (j.wrapping_mul(31) ^ (j >> 12) ^ (i * 7)) as u8)
             .collect()
     };
-    let entries = || -> Vec<Entry> {
+    let entries = |deferred: bool| -> Vec<Entry> {
         sizes
             .iter()
             .enumerate()
             .map(|(i, &len)| {
                 let name = format!("t{i}");
-                if i % 2 == 0 {
+                if i % 2 == 0 || !deferred {
                     Entry::resident(
                         name,
                         DType::U8,
@@ -260,15 +261,15 @@ fn large_saves_keep_every_byte_whichever_way_they_are_written() {
             })
             .collect()
     };
-    let expected = Writer::new(entries()).into_bytes().unwrap();
+    let expected = Writer::new(entries(false)).into_bytes().unwrap();
     let mut dirs = vec![tempfile::tempdir().unwrap()];
     if Path::new("/dev/shm").is_dir() {
         dirs.extend(tempfile::tempdir_in("/dev/shm").ok());
     }
-    for dir in &dirs {
+    for (dir, deferred) in dirs.iter().flat_map(|d| [(d, false), (d, true)]) {
         for mode in [WriteMode::Atomic, WriteMode::InPlace] {
             let path = dir.path().join("large.bpk");
-            Writer::new(entries())
+            Writer::new(entries(deferred))
                 .mode(mode)
                 .threads(2)
                 .write_to_file(&path)
@@ -276,7 +277,7 @@ fn large_saves_keep_every_byte_whichever_way_they_are_written() {
             let written = std::fs::read(&path).unwrap();
             assert!(
                 written == expected[..],
-                "{} ({mode:?}) differs from the buffer",
+                "{} ({mode:?}, deferred: {deferred}) differs from the buffer",
                 path.display()
             );
             let reader = Reader::open(&path).unwrap();

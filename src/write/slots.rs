@@ -430,8 +430,9 @@ pub(super) fn run<R: Send>(
 /// threads cost more than they save there), else by every worker thread at once, each
 /// materializing, checksumming and writing one job at a time ([`Chunk::write_at`]; the
 /// file's inode lock orders the kernel's copies, the checksums run beside them), with early
-/// writeback; a file of at least [`DIRECT_BYTES`](super::direct::DIRECT_BYTES) on Linux
-/// past the page cache where the filesystem allows ([`super::direct`]). Checksums go to
+/// writeback; a file of at least [`DIRECT_BYTES`](super::direct::DIRECT_BYTES) of entries in
+/// hand (none deferred) on Linux past the page cache where the filesystem allows
+/// ([`super::direct`]). Checksums go to
 /// `sums`.
 pub(super) fn write_slots(
     jobs: Vec<Vec<(Entry, super::plan::Slot, usize)>>,
@@ -444,6 +445,7 @@ pub(super) fn write_slots(
     let (file, path) = (target.file(), target.path());
     let writeback = Writeback::new(file, total);
     let turn = Mutex::new(());
+    let deferred = jobs.iter().flatten().any(|(e, ..)| e.is_deferred());
     #[cfg(target_os = "linux")]
     let direct = super::direct::Direct::open(file, total);
     let job = |batch: Vec<(Entry, Slot, usize)>| {
@@ -470,11 +472,20 @@ pub(super) fn write_slots(
         }
         Ok(())
     };
-    let sequential =
-        total < PIPELINE_BYTES && !jobs.iter().flatten().any(|(e, ..)| e.is_deferred());
+    let sequential = total < PIPELINE_BYTES && !deferred;
     if sequential || !crate::platform::threads_available() {
         return jobs.into_iter().try_for_each(job);
     }
     let workers = threads.unwrap_or_else(rayon::current_num_threads).max(1);
+    // A direct write waits for the disk where a buffered one returns at once: with deferred
+    // entries (a GPU module's read-back, a layer copied out) a worker spends long stretches
+    // producing, and the disk would idle meanwhile. Twice as many workers as cores then keep
+    // one writing while another produces (memory: twice the jobs in flight, still bounded
+    // by the threads, never by the model).
+    #[cfg(target_os = "linux")]
+    if deferred && direct.is_some() {
+        let doubled = workers * 2;
+        return run(Some(doubled), || fill(jobs, doubled, job));
+    }
     run(threads, || fill(jobs, workers, job))
 }
