@@ -35,7 +35,6 @@ pub(super) const DIRECT_BYTES: u64 = 64 << 20;
 
 /// The file reopened for direct writes, and the workers' staging buffers.
 pub(super) struct Direct {
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     file: File,
     /// Set when a direct write was refused: every later chunk is written buffered.
     refused: AtomicBool,
