@@ -254,7 +254,7 @@ pub(crate) fn physical_memory() -> Option<u64> {
 /// Tells the kernel how a mapped file's `bytes` will be read: `random` (fetch only the pages
 /// touched, no readahead: a walk over a file's structure that skips its tensor bytes) or back
 /// to normal. A hint (Unix `madvise`): errors are ignored, and elsewhere it does nothing.
-#[cfg(unix)]
+#[cfg(all(unix, feature = "legacy"))]
 pub(crate) fn advise_random(bytes: &[u8], random: bool) {
     if bytes.is_empty() {
         return;
@@ -280,7 +280,7 @@ pub(crate) fn advise_random(bytes: &[u8], random: bool) {
     }
 }
 
-#[cfg(not(unix))]
+#[cfg(all(not(unix), feature = "legacy"))]
 pub(crate) fn advise_random(_bytes: &[u8], _random: bool) {}
 
 /// Whether `path` still names the open `file` (same device and inode): false once another

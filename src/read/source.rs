@@ -191,6 +191,7 @@ pub(crate) enum Source {
 /// `ranges` (`key`, `start`, `end`) in order, neighbours of one key under 1 MiB apart merged:
 /// what a load will read, as the few large requests the kernel is asked to read ahead
 /// ([`will_need_ranges`]). `key` tells files apart (a shard).
+#[cfg(any(feature = "legacy", feature = "pytorch"))]
 pub(crate) fn merged_ranges<K: Ord + Copy>(mut ranges: Vec<(K, u64, u64)>) -> Vec<(K, u64, u64)> {
     ranges.sort_unstable();
     let mut merged: Vec<(K, u64, u64)> = Vec::new();
@@ -208,6 +209,7 @@ pub(crate) fn merged_ranges<K: Ord + Copy>(mut ranges: Vec<(K, u64, u64)>) -> Ve
 /// Asks the kernel to read `ranges` of `file` ahead ([`crate::platform::will_need`]), where
 /// they fit in half the machine's memory (a hint for more would evict its first pages before
 /// the load reached them; the reads' own hints then serve). Returns whether it asked.
+#[cfg(any(feature = "legacy", feature = "pytorch"))]
 pub(crate) fn will_need_ranges(file: &File, ranges: &[(u64, u64)]) -> bool {
     let total: u64 = ranges
         .iter()
@@ -227,6 +229,7 @@ impl Source {
     /// [`merged_ranges`]), so that a cold load reads at the disk's speed with every request
     /// in flight at once; the positional reads inside them then ask nothing more. Nothing to
     /// do for bytes in memory.
+    #[cfg(feature = "legacy")]
     pub(crate) fn will_need(&self, ranges: Vec<(u64, u64)>) {
         let Source::Buffered(file, requested) = self else {
             return;
