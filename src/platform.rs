@@ -174,11 +174,92 @@ pub(crate) fn start_writeback(file: &File) {
 pub(crate) fn start_writeback(_file: &File) {}
 
 /// Asks the kernel to start reading `len` bytes of `file` at `offset` into the page cache
-/// now, in large requests (Linux `posix_fadvise(POSIX_FADV_WILLNEED)`), so that a buffered
-/// read of a file not in the cache runs at the disk's sequential speed instead of one
-/// readahead window at a time. A hint: errors are ignored, and elsewhere it does nothing.
-#[cfg(target_os = "linux")]
+/// now (Linux `posix_fadvise(POSIX_FADV_WILLNEED)`), so that a buffered read of a file not in
+/// the cache runs at the disk's sequential speed instead of one readahead window at a time.
+/// Linux reads at most the larger of the device's readahead window and its largest request
+/// for one such hint (the rest of a larger range is silently not read), so the range is asked
+/// in pieces of that size ([`will_need_piece`]). Each returns once its reads are queued, which
+/// waits while the device's queue is full. A hint: errors are ignored, and elsewhere it does
+/// nothing.
+#[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
 pub(crate) fn will_need(file: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    let piece = will_need_piece(file);
+    let end = offset.saturating_add(len);
+    let mut at = offset;
+    while at < end {
+        let this = piece.min(end - at);
+        // SAFETY: a plain system call on an open descriptor; no memory is passed.
+        unsafe {
+            libc::posix_fadvise(file.as_raw_fd(), at, this, libc::POSIX_FADV_WILLNEED);
+        }
+        at += this;
+    }
+}
+
+/// The most one `WILLNEED` hint reads of `file`: the larger of its block device's readahead
+/// window and largest request (`queue/read_ahead_kb`, `queue/max_sectors_kb` in sysfs, the
+/// disk's for a partition), remembered per device; 128 KiB (Linux's default window, the least
+/// a device has unless told otherwise) where sysfs does not say (a network or layered
+/// filesystem). From 4 KiB to 64 MiB.
+#[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
+fn will_need_piece(file: &File) -> i64 {
+    use std::collections::HashMap;
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::{Mutex, OnceLock, PoisonError};
+    const LEAST: i64 = 128 << 10;
+    static PIECES: OnceLock<Mutex<HashMap<u64, i64>>> = OnceLock::new();
+    let Ok(device) = file.metadata().map(|m| m.dev()) else {
+        return LEAST;
+    };
+    let pieces = PIECES.get_or_init(Mutex::default);
+    if let Some(&piece) = pieces
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&device)
+    {
+        return piece;
+    }
+    let block = format!(
+        "/sys/dev/block/{}:{}",
+        libc::major(device),
+        libc::minor(device)
+    );
+    let kib = |dir: &str, name: &str| -> Option<i64> {
+        std::fs::read_to_string(format!("{dir}/queue/{name}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let piece = [block.clone(), format!("{block}/..")]
+        .iter()
+        .find_map(|dir| {
+            let window = kib(dir, "read_ahead_kb")?;
+            Some(window.max(kib(dir, "max_sectors_kb").unwrap_or(0)) << 10)
+        })
+        .map_or(LEAST, |piece| piece.clamp(4 << 10, 64 << 20));
+    pieces
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(device, piece);
+    piece
+}
+
+#[cfg(all(not(target_os = "linux"), any(feature = "legacy", feature = "pytorch")))]
+pub(crate) fn will_need(_file: &File, _offset: u64, _len: u64) {}
+
+/// Starts the kernel's readahead of `file` at `offset` with one hint (Linux
+/// `posix_fadvise(POSIX_FADV_WILLNEED)` over `len` bytes, of which it reads one readahead
+/// window; see [`will_need`]), without waiting for more than that window's reads to be
+/// queued: what a reader on the hot path asks before a positional read far from the last one,
+/// the kernel's own readahead carrying on as the reads go. A hint: errors are ignored, and
+/// elsewhere it does nothing.
+#[cfg(target_os = "linux")]
+pub(crate) fn start_reading_ahead(file: &File, offset: u64, len: u64) {
     use std::os::fd::AsRawFd;
     let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
         return;
@@ -190,7 +271,7 @@ pub(crate) fn will_need(file: &File, offset: u64, len: u64) {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn will_need(_file: &File, _offset: u64, _len: u64) {}
+pub(crate) fn start_reading_ahead(_file: &File, _offset: u64, _len: u64) {}
 
 /// `file` opened again, for writing past the page cache (`O_DIRECT`), through
 /// `/proc/self/fd` (the very file, whatever its path has become since); `None` where the
@@ -378,4 +459,65 @@ pub(crate) fn open_regular(path: &std::path::Path) -> io::Result<File> {
         }
     }
     Ok(file)
+}
+
+#[cfg(all(
+    test,
+    target_os = "linux",
+    any(feature = "legacy", feature = "pytorch")
+))]
+mod tests {
+    use std::os::fd::AsRawFd;
+    use std::time::{Duration, Instant};
+
+    /// Pages of `map` in the page cache (`mincore`).
+    fn resident(map: &memmap2::Mmap) -> usize {
+        let page = page_size();
+        let mut present = vec![0u8; map.len().div_ceil(page)];
+        // SAFETY: `map` is a live mapping of `map.len()` bytes at a page-aligned address, and
+        // `present` has a byte for each of its pages.
+        let done = unsafe {
+            libc::mincore(
+                map.as_ptr().cast_mut().cast(),
+                map.len(),
+                present.as_mut_ptr(),
+            )
+        };
+        assert_eq!(done, 0, "mincore: {}", std::io::Error::last_os_error());
+        present.iter().filter(|&&p| p & 1 == 1).count()
+    }
+
+    fn page_size() -> usize {
+        // SAFETY: a plain query of a constant of the system.
+        usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap()
+    }
+
+    /// A hint for more than the kernel reads for one (its readahead window, or the device's
+    /// largest request) reads all of it: a cold file of 3 windows asked for whole ends up in
+    /// the page cache, every page of it.
+    #[test]
+    fn will_need_reads_the_whole_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cold");
+        let file = std::fs::File::create(&path).unwrap();
+        let len = 3 * usize::try_from(super::will_need_piece(&file)).unwrap();
+        std::fs::write(&path, vec![7u8; len]).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        // SAFETY: a plain system call on an open descriptor; no memory is passed.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        // SAFETY: the file is this test's own; nothing changes it while it is mapped.
+        let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+        let pages = len.div_ceil(page_size());
+        if resident(&map) == pages {
+            // A filesystem whose pages cannot be dropped (tmpfs): nothing to show here.
+            return;
+        }
+        super::will_need(&file, 0, len as u64);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while resident(&map) < pages && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(resident(&map), pages, "every page of the range is read");
+    }
 }

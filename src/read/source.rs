@@ -206,22 +206,36 @@ pub(crate) fn merged_ranges<K: Ord + Copy>(mut ranges: Vec<(K, u64, u64)>) -> Ve
     merged
 }
 
-/// Asks the kernel to read `ranges` of `file` ahead ([`crate::platform::will_need`]), where
-/// they fit in half the machine's memory (a hint for more would evict its first pages before
-/// the load reached them; the reads' own hints then serve). Returns whether it asked.
+/// Asks the kernel to read `ranges` of `file` ahead ([`crate::platform::will_need`]), in
+/// order, from a thread of its own (queueing a range's reads waits while the device's queue
+/// is full; the load meanwhile goes on and finds its pages read or in flight), where they fit
+/// in half the machine's memory (a hint for more would evict its first pages before the load
+/// reached them; the reads' own hints then serve). Returns whether it asked: not where the
+/// platform has no such hint or no thread could be started.
 #[cfg(any(feature = "legacy", feature = "pytorch"))]
 pub(crate) fn will_need_ranges(file: &File, ranges: &[(u64, u64)]) -> bool {
     let total: u64 = ranges
         .iter()
         .map(|&(start, end)| end.saturating_sub(start))
         .sum();
-    if crate::platform::physical_memory().is_some_and(|memory| total > memory / 2) {
+    if !cfg!(target_os = "linux")
+        || total == 0
+        || crate::platform::physical_memory().is_some_and(|memory| total > memory / 2)
+    {
         return false;
     }
-    for &(start, end) in ranges {
-        crate::platform::will_need(file, start, end.saturating_sub(start));
-    }
-    true
+    let Ok(file) = file.try_clone() else {
+        return false;
+    };
+    let ranges = ranges.to_vec();
+    std::thread::Builder::new()
+        .name("burnpack-read-hints".into())
+        .spawn(move || {
+            for (start, end) in ranges {
+                crate::platform::will_need(&file, start, end.saturating_sub(start));
+            }
+        })
+        .is_ok()
 }
 
 impl Source {
@@ -268,12 +282,15 @@ impl Source {
                 }
             }
             Source::Buffered(file, requested) => {
-                // This tensor and what follows it (loads go through a file in order) are
-                // requested at once, in large requests: a cold file is then read at the disk's
-                // speed. Small tensors inside a range already requested ask nothing more.
+                // The kernel's readahead is started at this tensor when it lies past what was
+                // asked (loads go through a file in order, several threads at once, which the
+                // kernel's own heuristics do not follow); small tensors inside a range already
+                // asked ask nothing more. Not the whole range in pieces (`will_need`): that
+                // waits here on a full device queue, and its pages are small ones, measured
+                // slower for a buffered pack (docs/benchmarks.md).
                 let end = start + len as u64;
                 if end > requested.load(Ordering::Relaxed) {
-                    crate::platform::will_need(file, start, len as u64 + READ_AHEAD);
+                    crate::platform::start_reading_ahead(file, start, len as u64 + READ_AHEAD);
                     requested.fetch_max(end + READ_AHEAD, Ordering::Relaxed);
                 }
                 aligned_bytes(len, |out| crate::platform::read_exact_at(file, out, start))
