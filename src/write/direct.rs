@@ -188,6 +188,10 @@ impl Out {
     fn flush(&mut self, stage: &mut Stage, file: &File) -> std::io::Result<()> {
         if self.staged > 0 {
             let offset = self.at - self.staged as u64;
+            #[cfg(test)]
+            if tests::refuse_now() {
+                return Err(std::io::Error::from_raw_os_error(EINVAL));
+            }
             crate::platform::write_all_at(file, &stage.bytes()[..self.staged], offset)?;
             self.staged = 0;
         }
@@ -206,5 +210,81 @@ impl Stage {
 
     fn bytes(&mut self) -> &mut [u8] {
         self.0.as_mut()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use burn::tensor::{Bytes, DType};
+
+    use crate::read::Reader;
+    use crate::write::{Entry, Writer};
+
+    /// Direct writes to let through before one is refused with `EINVAL` (0: none is), and how
+    /// many were refused. No other test of this crate's library writes a file large enough to
+    /// write direct.
+    static REFUSE_AFTER: AtomicUsize = AtomicUsize::new(0);
+    static REFUSED: AtomicUsize = AtomicUsize::new(0);
+
+    /// Whether this direct write is to be refused (see [`REFUSE_AFTER`]).
+    pub(super) fn refuse_now() -> bool {
+        let left = REFUSE_AFTER.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            (n > 0).then(|| n - 1)
+        });
+        let refused = left == Ok(1);
+        if refused {
+            REFUSED.fetch_add(1, Ordering::SeqCst);
+        }
+        refused
+    }
+
+    /// A filesystem that takes the first direct writes of a save and refuses a later one
+    /// (`EINVAL` mid-save): the chunk it was part of and every later one are written
+    /// buffered, and the file is byte for byte what the in-memory writer makes, every
+    /// checksum verifying.
+    #[test]
+    fn a_direct_write_refused_mid_save_leaves_the_rest_to_buffered_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("refused.bpk");
+        let probe = std::fs::File::create(&path).unwrap();
+        if crate::platform::reopen_direct(&probe).is_none() {
+            // This filesystem takes no direct write at all: the open already chose buffered.
+            return;
+        }
+        drop(probe);
+        let sizes = [(20 << 20) + 4093, 300, 24 << 20, 7, (22 << 20) + 1];
+        let entries = || -> Vec<Entry> {
+            sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &len)| {
+                    let data = (0..len).map(|j: usize| (j.wrapping_mul(31) ^ (j >> 12) ^ i) as u8);
+                    let bytes = Bytes::from_bytes_vec(data.collect());
+                    Entry::resident(format!("t{i}"), DType::U8, vec![len], bytes)
+                })
+                .collect()
+        };
+        let expected = Writer::new(entries()).into_bytes().unwrap();
+        REFUSE_AFTER.store(4, Ordering::SeqCst);
+        Writer::new(entries())
+            .threads(2)
+            .write_to_file(&path)
+            .unwrap();
+        assert_eq!(
+            REFUSE_AFTER.load(Ordering::SeqCst),
+            0,
+            "the save wrote direct"
+        );
+        assert_eq!(
+            REFUSED.load(Ordering::SeqCst),
+            1,
+            "one direct write was refused"
+        );
+        let written = std::fs::read(&path).unwrap();
+        assert!(written == expected[..], "the file differs from the buffer");
+        let reader = Reader::open(&path).unwrap();
+        assert_eq!(reader.verify_all().unwrap(), sizes.len());
     }
 }
