@@ -178,19 +178,22 @@ pub(crate) fn start_writeback(_file: &File) {}
 /// the cache runs at the disk's sequential speed instead of one readahead window at a time.
 /// Linux reads at most the larger of the device's readahead window and its largest request
 /// for one such hint (the rest of a larger range is silently not read), so the range is asked
-/// in pieces of that size ([`will_need_piece`]). Each returns once its reads are queued, which
-/// waits while the device's queue is full. A hint: errors are ignored, and elsewhere it does
-/// nothing.
+/// in page-aligned pieces of that size ([`will_need_piece`]). Each returns once its reads are
+/// queued, which waits while the device's queue is full; `stop` is looked at between pieces
+/// (set: the rest is not asked). A hint: errors are ignored, and elsewhere it does nothing.
 #[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
-pub(crate) fn will_need(file: &File, offset: u64, len: u64) {
+pub(crate) fn will_need(file: &File, offset: u64, len: u64, stop: &std::sync::atomic::AtomicBool) {
     use std::os::fd::AsRawFd;
     let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
         return;
     };
+    let page = page_size();
     let piece = will_need_piece(file);
     let end = offset.saturating_add(len);
-    let mut at = offset;
-    while at < end {
+    // From the page holding `offset`, one whole number of pages at a time: each piece is
+    // then exactly the pages the kernel reads for it.
+    let mut at = offset - offset % page;
+    while at < end && !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let this = piece.min(end - at);
         // SAFETY: a plain system call on an open descriptor; no memory is passed.
         unsafe {
@@ -200,20 +203,26 @@ pub(crate) fn will_need(file: &File, offset: u64, len: u64) {
     }
 }
 
-/// The most one `WILLNEED` hint reads of `file`: the larger of its block device's readahead
-/// window and largest request (`queue/read_ahead_kb`, `queue/max_sectors_kb` in sysfs, the
-/// disk's for a partition), remembered per device; 128 KiB (Linux's default window, the least
-/// a device has unless told otherwise) where sysfs does not say (a network or layered
-/// filesystem). From 4 KiB to 64 MiB.
+/// The size of a page of memory (4 KiB where the system does not say).
+#[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
+fn page_size() -> i64 {
+    // SAFETY: a plain query of a constant of the system.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if page > 0 { page } else { 4096 }
+}
+
+/// The most one `WILLNEED` hint reads of `file` ([`device_cap`]), remembered per device;
+/// 128 KiB (Linux's default readahead window, the least a device has unless told otherwise)
+/// where sysfs does not say (a network, layered or pooled filesystem).
 #[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
 fn will_need_piece(file: &File) -> i64 {
     use std::collections::HashMap;
     use std::os::unix::fs::MetadataExt;
     use std::sync::{Mutex, OnceLock, PoisonError};
-    const LEAST: i64 = 128 << 10;
     static PIECES: OnceLock<Mutex<HashMap<u64, i64>>> = OnceLock::new();
+    let least = (128 << 10).max(page_size());
     let Ok(device) = file.metadata().map(|m| m.dev()) else {
-        return LEAST;
+        return least;
     };
     let pieces = PIECES.get_or_init(Mutex::default);
     if let Some(&piece) = pieces
@@ -223,25 +232,7 @@ fn will_need_piece(file: &File) -> i64 {
     {
         return piece;
     }
-    let block = format!(
-        "/sys/dev/block/{}:{}",
-        libc::major(device),
-        libc::minor(device)
-    );
-    let kib = |dir: &str, name: &str| -> Option<i64> {
-        std::fs::read_to_string(format!("{dir}/queue/{name}"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    };
-    let piece = [block.clone(), format!("{block}/..")]
-        .iter()
-        .find_map(|dir| {
-            let window = kib(dir, "read_ahead_kb")?;
-            Some(window.max(kib(dir, "max_sectors_kb").unwrap_or(0)) << 10)
-        })
-        .map_or(LEAST, |piece| piece.clamp(4 << 10, 64 << 20));
+    let piece = device_cap(device).unwrap_or(least);
     pieces
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -249,12 +240,47 @@ fn will_need_piece(file: &File) -> i64 {
     piece
 }
 
+/// What Linux reads at most for one `WILLNEED` hint on block device `device` (a file's
+/// `st_dev`): the larger of its readahead window and its largest request, in whole pages
+/// (`queue/read_ahead_kb`, `queue/max_sectors_kb` in sysfs, the disk's for a partition), from
+/// one page to 64 MiB; `None` where sysfs has no such device (major 0: a network, layered or
+/// pooled filesystem).
+#[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
+fn device_cap(device: u64) -> Option<i64> {
+    let major = libc::major(device);
+    if major == 0 {
+        return None;
+    }
+    let block = format!("/sys/dev/block/{major}:{}", libc::minor(device));
+    let kib = |dir: &str, name: &str| -> Option<i64> {
+        std::fs::read_to_string(format!("{dir}/queue/{name}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let page = page_size();
+    [block.clone(), format!("{block}/..")]
+        .iter()
+        .find_map(|dir| {
+            let window = kib(dir, "read_ahead_kb")?;
+            Some(window.max(kib(dir, "max_sectors_kb").unwrap_or(0)) << 10)
+        })
+        .map(|cap| (cap - cap % page).clamp(page, 64 << 20))
+}
+
 #[cfg(all(not(target_os = "linux"), any(feature = "legacy", feature = "pytorch")))]
-pub(crate) fn will_need(_file: &File, _offset: u64, _len: u64) {}
+pub(crate) fn will_need(
+    _file: &File,
+    _offset: u64,
+    _len: u64,
+    _stop: &std::sync::atomic::AtomicBool,
+) {
+}
 
 /// Starts the kernel's readahead of `file` at `offset` with one hint (Linux
-/// `posix_fadvise(POSIX_FADV_WILLNEED)` over `len` bytes, of which it reads one readahead
-/// window; see [`will_need`]), without waiting for more than that window's reads to be
+/// `posix_fadvise(POSIX_FADV_WILLNEED)` over `len` bytes, of which it reads at most one
+/// readahead window or largest request of the device), without waiting for more than that window's reads to be
 /// queued: what a reader on the hot path asks before a positional read far from the last one,
 /// the kernel's own readahead carrying on as the reads go. A hint: errors are ignored, and
 /// elsewhere it does nothing.
@@ -488,19 +514,24 @@ mod tests {
     }
 
     fn page_size() -> usize {
-        // SAFETY: a plain query of a constant of the system.
-        usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap()
+        usize::try_from(super::page_size()).unwrap()
     }
 
     /// A hint for more than the kernel reads for one (its readahead window, or the device's
-    /// largest request) reads all of it: a cold file of 3 windows asked for whole ends up in
-    /// the page cache, every page of it.
+    /// largest request) reads all of it: a cold file of 3 such caps, asked for from inside its
+    /// first page to inside its last, ends up in the page cache, every page of it.
     #[test]
     fn will_need_reads_the_whole_range() {
+        use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cold");
         let file = std::fs::File::create(&path).unwrap();
-        let len = 3 * usize::try_from(super::will_need_piece(&file)).unwrap();
+        let Some(cap) = super::device_cap(file.metadata().unwrap().dev()) else {
+            // No block device behind this filesystem (a network, layered or pooled one): its
+            // cap is not known, nothing to show here.
+            return;
+        };
+        let len = 3 * usize::try_from(cap).unwrap();
         std::fs::write(&path, vec![7u8; len]).unwrap();
         let file = std::fs::File::open(&path).unwrap();
         file.sync_all().unwrap();
@@ -513,7 +544,8 @@ mod tests {
             // A filesystem whose pages cannot be dropped (tmpfs): nothing to show here.
             return;
         }
-        super::will_need(&file, 0, len as u64);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        super::will_need(&file, 100, len as u64 - 200, &stop);
         let deadline = Instant::now() + Duration::from_secs(30);
         while resident(&map) < pages && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));

@@ -190,7 +190,7 @@ pub(crate) enum Source {
 
 /// `ranges` (`key`, `start`, `end`) in order, neighbours of one key under 1 MiB apart merged:
 /// what a load will read, as the few large requests the kernel is asked to read ahead
-/// ([`will_need_ranges`]). `key` tells files apart (a shard).
+/// ([`ReadHints::ask`]). `key` tells files apart (a shard).
 #[cfg(any(feature = "legacy", feature = "pytorch"))]
 pub(crate) fn merged_ranges<K: Ord + Copy>(mut ranges: Vec<(K, u64, u64)>) -> Vec<(K, u64, u64)> {
     ranges.sort_unstable();
@@ -206,45 +206,93 @@ pub(crate) fn merged_ranges<K: Ord + Copy>(mut ranges: Vec<(K, u64, u64)>) -> Ve
     merged
 }
 
-/// Asks the kernel to read `ranges` of `file` ahead ([`crate::platform::will_need`]), in
-/// order, from a thread of its own (queueing a range's reads waits while the device's queue
-/// is full; the load meanwhile goes on and finds its pages read or in flight), where they fit
-/// in half the machine's memory (a hint for more would evict its first pages before the load
-/// reached them; the reads' own hints then serve). Returns whether it asked: not where the
-/// platform has no such hint or no thread could be started.
+/// Read-ahead hints running on a thread of their own, for a source that asks a load's byte
+/// ranges of the disk at once ([`ask`](Self::ask)); dropping it (or asking again) stops the
+/// thread between two of its requests, so that nothing goes on reading for a source that is
+/// gone or a load that is over.
 #[cfg(any(feature = "legacy", feature = "pytorch"))]
-pub(crate) fn will_need_ranges(file: &File, ranges: &[(u64, u64)]) -> bool {
-    let total: u64 = ranges
-        .iter()
-        .map(|&(start, end)| end.saturating_sub(start))
-        .sum();
-    if !cfg!(target_os = "linux")
-        || total == 0
-        || crate::platform::physical_memory().is_some_and(|memory| total > memory / 2)
-    {
-        return false;
+#[derive(Default)]
+pub(crate) struct ReadHints(
+    std::sync::Mutex<Option<std::sync::Arc<std::sync::atomic::AtomicBool>>>,
+);
+
+#[cfg(any(feature = "legacy", feature = "pytorch"))]
+impl ReadHints {
+    /// Asks the kernel to read the byte ranges of each file ahead
+    /// ([`crate::platform::will_need`]), file after file and each in the order given, from
+    /// one thread (queueing a range's reads waits while the device's queue is full; the load
+    /// meanwhile goes on and finds its pages read or in flight), where all of them together
+    /// fit in half the machine's memory (a hint for more would evict its first pages before
+    /// the load reached them; the reads' own hints then serve). What this asked before is
+    /// stopped. Returns whether it asked: not where the platform has no such hint, the ranges
+    /// are too large, or no thread could be started.
+    pub(crate) fn ask(&self, requests: &[(&File, Vec<(u64, u64)>)]) -> bool {
+        self.stop();
+        let total: u64 = requests
+            .iter()
+            .flat_map(|(_, ranges)| ranges)
+            .map(|&(start, end)| end.saturating_sub(start))
+            .sum();
+        if !cfg!(target_os = "linux")
+            || total == 0
+            || crate::platform::physical_memory().is_some_and(|memory| total > memory / 2)
+        {
+            return false;
+        }
+        let Ok(requests) = requests
+            .iter()
+            .map(|(file, ranges)| Ok((file.try_clone()?, ranges.clone())))
+            .collect::<std::io::Result<Vec<_>>>()
+        else {
+            return false;
+        };
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let started = std::thread::Builder::new()
+            .name("burnpack-read-hints".into())
+            .spawn(move || {
+                for (file, ranges) in requests {
+                    for (start, end) in ranges {
+                        crate::platform::will_need(&file, start, end.saturating_sub(start), &stop);
+                    }
+                }
+            })
+            .is_ok();
+        if started {
+            *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(stopped);
+        }
+        started
     }
-    let Ok(file) = file.try_clone() else {
-        return false;
-    };
-    let ranges = ranges.to_vec();
-    std::thread::Builder::new()
-        .name("burnpack-read-hints".into())
-        .spawn(move || {
-            for (start, end) in ranges {
-                crate::platform::will_need(&file, start, end.saturating_sub(start));
-            }
-        })
-        .is_ok()
+
+    /// Stops the hints asked before, if any are still running.
+    fn stop(&self) {
+        if let Some(stop) = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            stop.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(any(feature = "legacy", feature = "pytorch"))]
+impl Drop for ReadHints {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 impl Source {
     /// Asks the kernel to read the byte ranges `ranges` of a file source ahead (merged, see
-    /// [`merged_ranges`]), so that a cold load reads at the disk's speed with every request
-    /// in flight at once; the positional reads inside them then ask nothing more. Nothing to
-    /// do for bytes in memory.
+    /// [`merged_ranges`]) through `hints`, so that a cold load reads at the disk's speed; the
+    /// positional reads inside them then ask nothing more. Nothing to do for bytes in memory.
     #[cfg(feature = "legacy")]
-    pub(crate) fn will_need(&self, ranges: Vec<(u64, u64)>) {
+    pub(crate) fn will_need(&self, hints: &ReadHints, ranges: Vec<(u64, u64)>) {
         let Source::Buffered(file, requested) = self else {
             return;
         };
@@ -253,8 +301,9 @@ impl Source {
                 .into_iter()
                 .map(|((), s, e)| (s, e))
                 .collect();
-        if will_need_ranges(file, &ranges)
-            && let Some(&(_, end)) = ranges.last()
+        let last = ranges.last().map(|&(_, end)| end);
+        if hints.ask(&[(file, ranges)])
+            && let Some(end) = last
         {
             requested.fetch_max(end, Ordering::Relaxed);
         }

@@ -13,7 +13,7 @@ use super::dtype::tensor_dtype;
 use super::walk::{self, Found, Payload, Walk};
 use super::{METADATA_PREFIX, RecordFormat, RecordMetadata, record_metadata};
 use crate::format::{Limits, TensorInfo, element_align};
-use crate::read::source::Source;
+use crate::read::source::{ReadHints, Source};
 use crate::read::{
     CopyReason, Description, ReadError, SourceError, SourceTable, TableBuilder, TensorSource,
 };
@@ -64,6 +64,9 @@ pub struct LegacySource {
     /// Whether the tensors were decoded into memory of their own (JSON, or `MessagePack`
     /// arrays of numbers) rather than read in place.
     pub(super) decoded: bool,
+    /// The read-ahead hints of the last [`TensorSource::prefetch`], stopped when the source
+    /// goes.
+    pub(super) hints: ReadHints,
 }
 
 impl std::fmt::Debug for LegacySource {
@@ -271,6 +274,7 @@ impl LegacySource {
             table,
             leaves,
             decoded,
+            hints: ReadHints::default(),
         })
     }
 
@@ -476,7 +480,7 @@ impl TensorSource for LegacySource {
         self.unaligned
             .as_ref()
             .unwrap_or(&self.data)
-            .will_need(ranges);
+            .will_need(&self.hints, ranges);
         Ok(())
     }
 

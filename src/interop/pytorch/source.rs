@@ -54,6 +54,9 @@ pub struct PytorchSource {
     gathered: Mutex<HashMap<usize, Bytes>>,
     /// Storages already checked against their CRC-32, by (shard, first byte): the outcome.
     checked: Mutex<HashMap<(usize, u64), u32>>,
+    /// The read-ahead hints of the last [`TensorSource::prefetch`], stopped when the source
+    /// goes.
+    hints: crate::read::source::ReadHints,
 }
 
 impl std::fmt::Debug for PytorchSource {
@@ -174,6 +177,7 @@ impl PytorchSource {
             unread,
             gathered: Mutex::new(HashMap::new()),
             checked: Mutex::new(HashMap::new()),
+            hints: crate::read::source::ReadHints::default(),
         }
     }
 
@@ -452,16 +456,20 @@ impl TensorSource for PytorchSource {
             })
             .collect();
         let merged = crate::read::source::merged_ranges(ranges);
-        for (i, shard) in self.shards.iter().enumerate() {
-            if let Some(file) = &shard.file {
-                let ranges: Vec<(u64, u64)> = merged
+        let requests: Vec<(&std::fs::File, Vec<(u64, u64)>)> = self
+            .shards
+            .iter()
+            .enumerate()
+            .filter_map(|(i, shard)| {
+                let ranges = merged
                     .iter()
                     .filter(|r| r.0 == i)
                     .map(|&(_, start, end)| (start, end))
                     .collect();
-                crate::read::source::will_need_ranges(file, &ranges);
-            }
-        }
+                Some((shard.file.as_ref()?, ranges))
+            })
+            .collect();
+        self.hints.ask(&requests);
         let strided: Vec<(usize, usize, &TensorInfo, &Strided)> = wanted
             .iter()
             .filter_map(|info| {

@@ -46,7 +46,7 @@ pub(super) fn zip_parts(
 ) -> Result<(Pickle, Storages, StorageEntry), Fault> {
     let (entry, storages) = match input {
         Input::File(file, _) => {
-            let hint = |start| crate::platform::will_need(file, start, LOCAL_HEADER_HINT);
+            let hint = |start| crate::platform::start_reading_ahead(file, start, LOCAL_HEADER_HINT);
             zip_layout(consistent_archive(*file, hint)?, input, options)
         }
         Input::Memory(all) => zip_layout(
