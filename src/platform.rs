@@ -280,10 +280,10 @@ pub(crate) fn will_need(
 
 /// Starts the kernel's readahead of `file` at `offset` with one hint (Linux
 /// `posix_fadvise(POSIX_FADV_WILLNEED)` over `len` bytes, of which it reads at most one
-/// readahead window or largest request of the device), without waiting for more than that window's reads to be
-/// queued: what a reader on the hot path asks before a positional read far from the last one,
-/// the kernel's own readahead carrying on as the reads go. A hint: errors are ignored, and
-/// elsewhere it does nothing.
+/// readahead window or largest request of the device), without waiting for more than that
+/// window's reads to be queued: what a reader on the hot path asks before a positional read
+/// far from the last one, the kernel's own readahead carrying on as the reads go. A hint:
+/// errors are ignored, and elsewhere it does nothing.
 #[cfg(target_os = "linux")]
 pub(crate) fn start_reading_ahead(file: &File, offset: u64, len: u64) {
     use std::os::fd::AsRawFd;
