@@ -397,6 +397,132 @@ fn expanded_views_are_gathered_only_up_to_the_files_size() {
     refused_within(&path, "non-contiguous view", 8 * MIB);
 }
 
+/// Writes `shards` (`name` -> its views of one storage of `values`) and an index routing each
+/// view to its shard; returns the index's path.
+fn torch_shards(dir: &Path, shards: &[(&str, Vec<f32>, Vec<View>)]) -> PathBuf {
+    let mut map = serde_json::Map::new();
+    for (name, values, views) in shards {
+        save(&dir.join(name), &[StorageSpec::f32(values)], views);
+        for view in views {
+            map.insert(view.name.clone(), (*name).into());
+        }
+    }
+    let index = dir.join("pytorch_model.bin.index.json");
+    std::fs::write(&index, serde_json::json!({ "weight_map": map }).to_string()).unwrap();
+    index
+}
+
+#[test]
+fn gathered_views_of_all_shards_together_are_bounded_once() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    // Three tiny shards, each one element expanded to 12 MiB: each within its own file's
+    // bound (its size plus 16 MiB), 36 MiB together. The bound is the shards' sizes plus 16
+    // MiB once, so the index is refused when it is opened, before anything is gathered.
+    let expanded = |name: &str| View {
+        name: name.into(),
+        storage: 0,
+        offset: 0,
+        shape: vec![3 << 20],
+        stride: vec![0],
+    };
+    let shards: Vec<(&str, Vec<f32>, Vec<View>)> = ["a", "b", "c"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let file = ["a.bin", "b.bin", "c.bin"][i];
+            (file, vec![1.0], vec![expanded(n)])
+        })
+        .collect();
+    let index = torch_shards(dir.path(), &shards);
+    for (file, ..) in &shards {
+        PytorchSource::open(dir.path().join(file)).expect("each shard alone is within bounds");
+    }
+    let (result, peak) = peak_of(|| PytorchSource::open(&index));
+    let err = result.expect_err("refused").to_string();
+    assert!(
+        err.contains("non-contiguous view") && err.contains("'b'"),
+        "{err}"
+    );
+    assert!(err.contains("pytorch_model.bin.index.json"), "{err}");
+    assert!(peak < 4 * MIB, "{peak} bytes of heap to refuse it");
+    // One such shard beside a plain one is within the bound, and loads.
+    let shards = vec![
+        ("a.bin", vec![1.0], vec![expanded("a")]),
+        ("b.bin", vec![2.0, 3.0], vec![View::whole("b", 0, &[2])]),
+    ];
+    let index = torch_shards(dir.path(), &shards);
+    let source = PytorchSource::open(&index).unwrap();
+    assert_eq!(read_f32(&source, "b"), [2.0, 3.0]);
+    assert!(read_f32(&source, "a").iter().all(|&v| v == 1.0));
+}
+
+#[test]
+fn a_shard_holding_a_tensor_its_index_does_not_list_is_refused_naming_it() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let views = vec![
+        View::whole("a", 0, &[1]),
+        View::whole("b", 0, &[1]),
+        View::whole("c", 0, &[1]),
+    ];
+    save(
+        &dir.path().join("a.bin"),
+        &[StorageSpec::f32(&[1.0])],
+        &views,
+    );
+    let index = dir.path().join("pytorch_model.bin.index.json");
+    std::fs::write(&index, r#"{"weight_map": {"a": "a.bin", "b": "a.bin"}}"#).unwrap();
+    let err = PytorchSource::open(&index).unwrap_err().to_string();
+    assert!(
+        err.contains("'c'") && err.contains("not in the index's weight_map"),
+        "{err}"
+    );
+    assert!(!err.contains("tensor-count limit"), "{err}");
+}
+
+#[test]
+fn views_gathered_by_a_prefetch_are_not_gathered_again() {
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    // Four transposed 512 x 256 views (512 KiB each, gathered on the heap).
+    let values: Vec<f32> = (0..4 * 512 * 256).map(|i| i as f32).collect();
+    let views: Vec<View> = (0..4u64)
+        .map(|i| View {
+            name: format!("w{i}"),
+            storage: 0,
+            offset: i * 512 * 256,
+            shape: vec![256, 512],
+            stride: vec![1, 256],
+        })
+        .collect();
+    let path = dir.path().join("transposed.pt");
+    save(&path, &[StorageSpec::f32(&values)], &views);
+    let source = PytorchSource::open(&path).unwrap();
+    let all: Vec<_> = source.tensors().iter().collect();
+    let (first, once) = peak_of(|| source.prefetch(&all));
+    first.unwrap();
+    assert!(
+        once >= 2 * MIB,
+        "the first prefetch gathers the views: {once} bytes"
+    );
+    let (again, twice) = peak_of(|| source.prefetch(&all));
+    again.unwrap();
+    assert!(
+        twice < MIB / 2,
+        "a second prefetch gathered again: {twice} bytes"
+    );
+    let w1 = read_f32(&source, "w1");
+    assert_eq!(
+        w1[..3],
+        [
+            (512 * 256) as f32,
+            (512 * 256 + 256) as f32,
+            (512 * 256 + 512) as f32
+        ]
+    );
+}
+
 #[test]
 fn an_index_is_checked_shard_by_shard_before_the_next_is_opened() {
     let _g = serial();

@@ -443,6 +443,26 @@ fn damaged_and_foreign_files_are_clear_errors() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("file-size limit"), "{err}");
+    // A gzip stream cut short or damaged is a verdict on the file (invalid), not an I/O
+    // failure: `bpk verify` reports it FAILED, as it does a cut `.mpk`.
+    let whole = gzip(&mpk);
+    let cut = write(dir.path(), "cut.mpk.gz", &whole[..whole.len() - 10]);
+    let mut flipped = whole.clone();
+    flipped[whole.len() / 2] ^= 0xff;
+    let flipped = write(dir.path(), "flipped.mpk.gz", &flipped);
+    for path in [cut, flipped] {
+        let err = LegacySource::open(&path).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            burnpack::read::SourceErrorKind::Invalid,
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(&path.display().to_string()) && text.contains("gzip"),
+            "{text}"
+        );
+    }
     // An unknown ending says how to name the format.
     let other = write(dir.path(), "model.weights", &mpk);
     assert!(

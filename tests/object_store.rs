@@ -132,6 +132,14 @@ fn exercise(location: &ObjectLocation, other: &ObjectLocation) {
     assert!(same(&whole, &model));
     assert!(source.fetched_bytes() <= size, "{}", source.fetched_bytes());
     assert!(source.requests() <= 2 + 3, "{} requests", source.requests());
+    // What one prefetch fetched is not fetched again by a second (bpk's open, then a writer).
+    let source = ObjectSource::open(other).unwrap();
+    let all: Vec<_> = source.tensors().iter().collect();
+    source.prefetch(&all).unwrap();
+    let (once, requests) = (source.fetched_bytes(), source.requests());
+    source.prefetch(&all).unwrap();
+    assert_eq!(source.fetched_bytes(), once, "fetched again");
+    assert_eq!(source.requests(), requests);
     assert!(
         other.read_all().unwrap() == expected[..],
         "the object differs from the file's bytes"

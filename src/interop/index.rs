@@ -169,10 +169,6 @@ impl ShardIndex {
 }
 
 impl Routing for ShardIndex {
-    fn routed(&self, shard: usize) -> usize {
-        ShardIndex::routed(self, shard)
-    }
-
     fn check_shard(
         &self,
         shard: usize,

@@ -13,9 +13,6 @@ use crate::format::{Limits, TensorInfo};
 /// Which tensors each shard must hold (an index JSON's `weight_map`, a split file's own
 /// table of contents): asked as each shard is opened.
 pub trait Routing {
-    /// How many tensors shard `shard` (a position in the list of shards) may hold at most.
-    fn routed(&self, shard: usize) -> usize;
-
     /// Whether shard `shard` holds exactly what is routed to it (`held`: every tensor found
     /// in it).
     ///
@@ -44,9 +41,10 @@ pub struct Sharded<S, P> {
 
 /// Opens `shards` (files in the folder of `file`, the index or first file, which errors name)
 /// one after the other with `open`, which gets each shard's path and the limits that shard
-/// must keep (no more tensors than `routing` sends it, none past the total limit), and
-/// returns its own state and its rows. Each shard is checked against `routing` before the
-/// next is opened; a tensor held by two shards is refused naming both.
+/// must keep (no tensor past the total limit), and returns its own state and its rows. Each
+/// shard is checked against `routing` before the next is opened (a shard holding a tensor
+/// routed elsewhere, or none, is refused naming that tensor); a tensor held by two shards is
+/// refused naming both.
 ///
 /// ```
 /// use burn::tensor::DType;
@@ -89,9 +87,6 @@ pub fn assemble_shards<S, P>(
         }
         let mut shard_limits = *limits;
         shard_limits.max_tensor_count = limits.max_tensor_count.saturating_sub(table.len());
-        if let Some(routing) = routing {
-            shard_limits.max_tensor_count = shard_limits.max_tensor_count.min(routing.routed(i));
-        }
         let (state, rows) = open(path, &shard_limits)?;
         if let Some(routing) = routing {
             routing

@@ -66,8 +66,11 @@ impl AsRef<[u8]> for Fresh {
 
 /// Runs `fill` over a zeroed, 8-byte aligned buffer of `len` bytes and wraps it as [`Bytes`]
 /// (on Linux, a buffer of at least 2 MiB is a [`Fresh`] mapping on huge-page boundaries).
+/// Memory the system refuses is an error made by `refused` (an `OutOfMemory` I/O error
+/// saying how much), never an abort.
 pub(crate) fn aligned_bytes<E>(
     len: usize,
+    refused: impl FnOnce(std::io::Error) -> E,
     fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
 ) -> Result<Bytes, E> {
     #[cfg(target_os = "linux")]
@@ -80,7 +83,12 @@ pub(crate) fn aligned_bytes<E>(
             AllocationProperty::Native,
         ));
     }
-    let mut words = vec![0u64; len.div_ceil(8)];
+    let Some(mut words) = zeroed_words(len.div_ceil(8)) else {
+        return Err(refused(std::io::Error::new(
+            std::io::ErrorKind::OutOfMemory,
+            format!("cannot allocate {len} bytes"),
+        )));
+    };
     fill(&mut bytemuck::cast_slice_mut(&mut words)[..len])?;
     Ok(aligned_words(words, len, AllocationProperty::Native))
 }
@@ -324,10 +332,14 @@ impl Source {
                 if (window.as_ptr() as usize).is_multiple_of(align) {
                     Ok(window)
                 } else {
-                    aligned_bytes(len, |out| {
-                        out.copy_from_slice(&window);
-                        Ok(())
-                    })
+                    aligned_bytes(
+                        len,
+                        |e| e,
+                        |out| {
+                            out.copy_from_slice(&window);
+                            Ok(())
+                        },
+                    )
                 }
             }
             Source::Buffered(file, requested) => {
@@ -342,7 +354,11 @@ impl Source {
                     crate::platform::start_reading_ahead(file, start, len as u64 + READ_AHEAD);
                     requested.fetch_max(end + READ_AHEAD, Ordering::Relaxed);
                 }
-                aligned_bytes(len, |out| crate::platform::read_exact_at(file, out, start))
+                aligned_bytes(
+                    len,
+                    |e| e,
+                    |out| crate::platform::read_exact_at(file, out, start),
+                )
             }
         }
     }
@@ -376,19 +392,31 @@ mod tests {
     #[test]
     fn aligned_bytes_hold_what_was_written_at_every_size() {
         for len in [0, 5, 4096, (2 << 20) - 1, 2 << 20, (3 << 20) + 7] {
-            let bytes = aligned_bytes::<()>(len, |out| {
-                assert!(out.iter().all(|&b| b == 0), "fresh memory is zeroed");
-                for (i, b) in out.iter_mut().enumerate() {
-                    *b = (i % 251) as u8;
-                }
-                Ok(())
-            })
+            let bytes = aligned_bytes::<()>(
+                len,
+                |_| (),
+                |out| {
+                    assert!(out.iter().all(|&b| b == 0), "fresh memory is zeroed");
+                    for (i, b) in out.iter_mut().enumerate() {
+                        *b = (i % 251) as u8;
+                    }
+                    Ok(())
+                },
+            )
             .unwrap();
             assert_eq!(bytes.len(), len);
             assert!((bytes.as_ptr() as usize).is_multiple_of(8));
             assert!(bytes.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
         }
-        let failed = aligned_bytes(4 << 20, |_| Err("no")).map(|_| ());
+        let failed = aligned_bytes(4 << 20, |_| "refused", |_| Err("no")).map(|_| ());
         assert_eq!(failed, Err("no"));
+        // More than the address space: an error saying how much, not an abort.
+        #[cfg(target_pointer_width = "64")]
+        {
+            let refused = aligned_bytes(1 << 60, |e| e, |_| Ok(())).map(|_| ());
+            let err = refused.expect_err("no machine has an exbibyte");
+            assert_eq!(err.kind(), std::io::ErrorKind::OutOfMemory);
+            assert!(err.to_string().contains(&(1u64 << 60).to_string()), "{err}");
+        }
     }
 }

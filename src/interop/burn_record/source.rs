@@ -526,9 +526,15 @@ fn inflate(
     let most = limits.max_file_size.min(inflated);
     let mut out = Vec::new();
     let mut reader = flate2::read::MultiGzDecoder::new(compressed).take(most.saturating_add(1));
-    reader
-        .read_to_end(&mut out)
-        .map_err(SourceError::io(path, "decompress"))?;
+    reader.read_to_end(&mut out).map_err(|e| match e.kind() {
+        // The stream itself is damaged or cut: a verdict on the file, as for a damaged record.
+        std::io::ErrorKind::InvalidData
+        | std::io::ErrorKind::InvalidInput
+        | std::io::ErrorKind::UnexpectedEof => {
+            invalid(path)(format!("its gzip stream is damaged or cut short: {e}"))
+        }
+        _ => SourceError::io(path, "decompress")(e),
+    })?;
     if out.len() as u64 > most {
         return Err(invalid(path)(if most == limits.max_file_size {
             format!(

@@ -348,8 +348,18 @@ impl TensorSource for ObjectSource {
     }
 
     fn prefetch(&self, wanted: &[&TensorInfo]) -> Result<(), ReadError> {
-        let mut infos: Vec<&TensorInfo> =
-            wanted.iter().copied().filter(|t| !t.is_empty()).collect();
+        // Tensors fetched by an earlier prefetch and not read yet are not fetched again.
+        let mut infos: Vec<&TensorInfo> = {
+            let ahead = self
+                .fetched
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            wanted
+                .iter()
+                .copied()
+                .filter(|t| !t.is_empty() && !ahead.contains_key(&t.offset()))
+                .collect()
+        };
         infos.sort_by_key(|t| t.offset());
         infos.dedup_by_key(|t| t.offset());
         let groups = coalesce(infos);

@@ -28,6 +28,8 @@ pub(super) struct Shard {
     pub(super) key: Option<String>,
     /// Top-level keys holding tensors that were not read.
     pub(super) unread: Vec<String>,
+    /// The file's size in bytes (what its gathered views are bounded by).
+    pub(super) size: u64,
 }
 
 /// A file and its tensors, each placed in its storage.
@@ -221,6 +223,7 @@ fn read(
         globals: pickle.globals,
         key,
         unread,
+        size,
     };
     Ok((shard, tensors))
 }
@@ -248,5 +251,6 @@ fn fault(path: &Path, e: Fault) -> SourceError {
     }
 }
 
-/// Bytes that gathered (non-contiguous) views may add up to beyond the size of their file.
+/// Bytes that gathered (non-contiguous) views may add up to beyond the size of their file (of
+/// all the files of a sharded source together: once, not once per shard).
 pub(super) const MAX_GATHERED_SLACK: u64 = 16 << 20;

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use burn::tensor::Bytes;
 use rayon::prelude::*;
 
-use super::file::{Shard, open_bytes, open_file};
+use super::file::{MAX_GATHERED_SLACK, Shard, open_bytes, open_file};
 use super::views::{Placed, Strided, element_size, gather_into};
 use super::{PytorchFormat, PytorchOptions, StorageEntry};
 use crate::format::{Limits, TensorInfo, element_align};
@@ -101,7 +101,7 @@ impl PytorchSource {
         let path = path.as_ref();
         let open = |shard: &Path, limits: &Limits| open_file(shard, &options.with_limits(*limits));
         let sharded = assemble_shards(path, &[path.to_path_buf()], None, &options.limits, open)?;
-        Ok(Self::assemble(path, sharded))
+        Self::assemble(path, sharded)
     }
 
     /// Opens an index JSON (whatever its name) and the shards its `weight_map` names.
@@ -116,7 +116,7 @@ impl PytorchSource {
         let index = ShardIndex::read(path, "PyTorch shard", options.limits.max_tensor_count)?;
         let open = |shard: &Path, limits: &Limits| open_file(shard, &options.with_limits(*limits));
         let sharded = assemble_shards(path, &index.shards, Some(&index), &options.limits, open)?;
-        Ok(Self::assemble(path, sharded))
+        Self::assemble(path, sharded)
     }
 
     /// A `torch.save` file in memory (zip or legacy), with options: the same checks as a
@@ -147,10 +147,37 @@ impl PytorchSource {
                 open_bytes(path, bytes, &options)
             },
         )?;
-        Ok(Self::assemble(path, sharded))
+        Self::assemble(path, sharded)
     }
 
-    fn assemble(path: &Path, sharded: Sharded<Shard, Placed>) -> Self {
+    /// The source over opened shards. Each shard's gathered views were bounded by its own
+    /// size when it was opened; here all of them together are bounded by the shards' sizes
+    /// plus one [`MAX_GATHERED_SLACK`] (so many small shards cannot each add the slack).
+    fn assemble(path: &Path, sharded: Sharded<Shard, Placed>) -> Result<Self, SourceError> {
+        let sizes = sharded.shards.iter().map(|(_, s)| s.size);
+        let max_gathered = sizes
+            .fold(0u64, u64::saturating_add)
+            .saturating_add(MAX_GATHERED_SLACK);
+        let mut gathered = 0u64;
+        for (info, place) in sharded.table.tensors().iter().zip(sharded.table.places()) {
+            if place.place.strided.is_some() {
+                gathered = gathered.saturating_add(info.len());
+                if gathered > max_gathered {
+                    return Err(SourceError::Tensor {
+                        path: sharded.shards[place.shard].0.clone(),
+                        tensor: info.name().to_string(),
+                        reason: format!(
+                            "a non-contiguous view of {} bytes: with the views before it, in \
+                             every shard of '{}', more than the shards' sizes plus {} MiB would \
+                             be gathered into memory (stride-0 views expanded)",
+                            info.len(),
+                            path.display(),
+                            MAX_GATHERED_SLACK >> 20
+                        ),
+                    });
+                }
+            }
+        }
         let mut globals: Vec<String> = Vec::new();
         let mut key = None;
         let mut unread: Vec<String> = Vec::new();
@@ -168,7 +195,7 @@ impl PytorchSource {
                 }
             }
         }
-        Self {
+        Ok(Self {
             file: path.display().to_string(),
             shards,
             table: sharded.table,
@@ -178,7 +205,7 @@ impl PytorchSource {
             gathered: Mutex::new(HashMap::new()),
             checked: Mutex::new(HashMap::new()),
             hints: crate::read::source::ReadHints::default(),
-        }
+        })
     }
 
     /// The container of the (first) file.
@@ -302,7 +329,12 @@ impl PytorchSource {
             action: "gather a strided tensor",
             source: std::io::Error::other("larger than memory"),
         })?;
-        aligned_bytes(len, |out| {
+        let refused = |e: std::io::Error| ReadError::Io {
+            file: self.file.clone(),
+            action: "gather a strided tensor",
+            source: std::io::Error::new(e.kind(), format!("tensor '{}': {e}", info.name())),
+        };
+        aligned_bytes(len, refused, |out| {
             gather_into(
                 out,
                 &storage,
@@ -470,13 +502,22 @@ impl TensorSource for PytorchSource {
             })
             .collect();
         self.hints.ask(&requests);
-        let strided: Vec<(usize, usize, &TensorInfo, &Strided)> = wanted
-            .iter()
-            .filter_map(|info| {
-                let (i, InShard { shard, place }) = self.table.owner(info).ok()?;
-                Some((i, *shard, *info, place.strided.as_ref()?))
-            })
-            .collect();
+        // Views gathered by an earlier prefetch and not read yet are not gathered again (a
+        // caller that prefetches before a writer that prefetches too would hold two copies).
+        let strided: Vec<(usize, usize, &TensorInfo, &Strided)> = {
+            let ready = self
+                .gathered
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            wanted
+                .iter()
+                .filter_map(|info| {
+                    let (i, InShard { shard, place }) = self.table.owner(info).ok()?;
+                    let strided = place.strided.as_ref()?;
+                    (!ready.contains_key(&i)).then_some((i, *shard, *info, strided))
+                })
+                .collect()
+        };
         let done = strided
             .par_iter()
             .map(|&(i, shard, info, s)| self.gather(info, shard, s).map(|b| (i, b)))
