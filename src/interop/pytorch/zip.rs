@@ -46,8 +46,20 @@ pub(super) fn zip_parts(
 ) -> Result<(Pickle, Storages, StorageEntry), Fault> {
     let (entry, storages) = match input {
         Input::File(file, _) => {
-            let hint = |start| crate::platform::start_reading_ahead(file, start, LOCAL_HEADER_HINT);
-            zip_layout(consistent_archive(*file, hint)?, input, options)
+            // Headers inside the bytes just asked for (small entries, in file order) ask
+            // nothing more.
+            let asked = std::cell::Cell::new(0..0);
+            let hint = |start: u64| {
+                let mut range = asked.take();
+                if !range.contains(&start) {
+                    crate::platform::start_reading_ahead(file, start, LOCAL_HEADER_HINT);
+                    range = start..start.saturating_add(LOCAL_HEADER_HINT);
+                }
+                asked.set(range);
+            };
+            // Buffered: the central directory is read in small pieces (a few per entry).
+            let reader = std::io::BufReader::new(*file);
+            zip_layout(consistent_archive(reader, hint)?, input, options)
         }
         Input::Memory(all) => zip_layout(
             consistent_archive(Cursor::new(*all), |_| ())?,
