@@ -128,6 +128,48 @@ fn tensors_of_aligned_storages_are_views_of_the_mapping() {
     }
 }
 
+#[test]
+fn opened_for_a_verification_a_zip_is_read_not_mapped_and_a_cut_file_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cut.pt");
+    let a: Vec<f32> = (0..1 << 18).map(|i| i as f32).collect();
+    let b: Vec<f32> = a.iter().map(|v| -v).collect();
+    save(
+        &path,
+        &[StorageSpec::f32(&a), StorageSpec::f32(&b)],
+        &[
+            View::whole("a", 0, &[1 << 18]),
+            View::whole("b", 1, &[1 << 18]),
+        ],
+    );
+    let options = PytorchOptions::new().verify(true);
+    let source = PytorchSource::open_file(&path, &options).unwrap();
+    let (first, second) = (&source.tensors()[0], &source.tensors()[1]);
+    assert_eq!(source.copy_reason(first), Some(CopyReason::Buffered));
+    assert_eq!(values(&source.read(first).unwrap()), a);
+    // Cut while open: through a mapping the next read would fault (SIGBUS) and end this
+    // process; read with ordinary reads it is an error naming the file.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    let err = source.read(second).unwrap_err().to_string();
+    assert!(err.contains("cut.pt"), "{err}");
+    // Opened for loading, the same archive (whole again) is mapped.
+    save(
+        &path,
+        &[StorageSpec::f32(&a), StorageSpec::f32(&b)],
+        &[
+            View::whole("a", 0, &[1 << 18]),
+            View::whole("b", 1, &[1 << 18]),
+        ],
+    );
+    let source = PytorchSource::open(&path).unwrap();
+    assert_eq!(source.copy_reason(&source.tensors()[0]), None);
+}
+
 fn values(bytes: &[u8]) -> Vec<f32> {
     bytes
         .chunks_exact(4)

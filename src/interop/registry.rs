@@ -24,7 +24,7 @@ use crate::read::{DescribedSource, Reader, SourceError};
 pub struct OpenOptions {
     pub(crate) key: Option<String>,
     pub(crate) limits: Limits,
-    verify: bool,
+    pub(crate) verify: bool,
     pub(crate) keep_quantized: bool,
 }
 
@@ -53,9 +53,10 @@ impl OpenOptions {
         self
     }
 
-    /// Opens for a verification that will read every byte: a pack is read with ordinary
-    /// reads (a damaged file is then an error to report, never a fault of a mapping), and a
-    /// pack on object storage is fetched whole.
+    /// Opens for a verification that will read every byte: a pack and a `torch.save` zip
+    /// archive are read with ordinary reads (a damaged file, or one cut while it is read, is
+    /// then an error to report, never a fault of a mapping), and a pack on object storage is
+    /// fetched whole.
     #[must_use]
     pub fn verify(mut self, verify: bool) -> Self {
         self.verify = verify;

@@ -59,15 +59,21 @@ pub(super) fn open_file(path: &Path, options: &PytorchOptions) -> Result<Opened,
         let (pickle, storages, entry) =
             zip::zip_parts(&zip::Input::File(&file, size), options).map_err(fault)?;
         // As for `Reader::open`, the file must not be truncated while mapped (documented on
-        // `PytorchSource`).
-        let all = crate::read::source::map_file(&file).map_err(io("map"))?;
+        // `PytorchSource`); a verification reads every byte with ordinary reads instead, so
+        // that a file cut meanwhile is an error to report, not a fault.
+        let source = if options.verify {
+            let reads = file.try_clone().map_err(io("open"))?;
+            Source::Buffered(reads, std::sync::atomic::AtomicU64::new(0))
+        } else {
+            Source::Memory(crate::read::source::map_file(&file).map_err(io("map"))?)
+        };
         let parts = Parts {
             format: PytorchFormat::Zip,
             pickle,
             storages,
             entry: Some(entry),
         };
-        return read(path, options, size, parts, Some(file), Source::Memory(all));
+        return read(path, options, size, parts, Some(file), source);
     }
     if !is_pickle(&head[..n]) {
         return Err(neither(path));

@@ -29,9 +29,12 @@ use crate::read::{
 /// loaded from it without a copy) lives, as for [`Reader::open`](crate::read::Reader::open).
 /// Opening a zip archive (`PyTorch` 1.6 and later) reads its central directory and pickle
 /// with ordinary reads before the file is mapped, so a damaged or truncated file is an error,
-/// never a fault. A legacy file (pickles and storages in a row, no directory) is parsed
-/// through its mapping: if another process truncates it while it is being opened, the read
-/// of a page past its new end faults (`SIGBUS`), as any mapped read does.
+/// never a fault. Opened for a verification ([`OpenOptions::verify`](crate::interop::OpenOptions::verify),
+/// what `bpk verify` does), a zip archive is not mapped: its tensors are read with ordinary
+/// reads, so a file cut or rewritten meanwhile is an error to report. A legacy file (pickles
+/// and storages in a row, no directory) is parsed through its mapping: if another process
+/// truncates it while it is being opened, the read of a page past its new end faults
+/// (`SIGBUS`), as any mapped read does.
 ///
 /// ```
 /// use burnpack::interop::pytorch::PytorchSource;
