@@ -219,3 +219,64 @@ fn every_shard_of_an_index_is_told_by_its_content() {
     .unwrap_err();
     assert!(err.to_string().contains("is itself an index"), "{err}");
 }
+
+#[test]
+fn opened_for_a_verification_files_are_read_not_mapped_and_a_cut_one_is_an_error() {
+    use burnpack::interop::{OpenOptions, open_any_with};
+    use burnpack::read::CopyReason;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Two tensors of 1 MiB each, so the second lies well past where the file is cut.
+    let data: Vec<u8> = (0..2u32 << 18)
+        .flat_map(|i| (i as f32).to_le_bytes())
+        .collect();
+    let files = [
+        write(
+            d,
+            "w.safetensors",
+            &safetensors(
+                r#"{"a":{"dtype":"F32","shape":[262144],"data_offsets":[0,1048576]},"b":{"dtype":"F32","shape":[262144],"data_offsets":[1048576,2097152]}}"#,
+                &data,
+            ),
+        ),
+        write(
+            d,
+            "w.gguf",
+            &common::gguf::file(
+                &[("a", &[1 << 18], 0, 0), ("b", &[1 << 18], 0, 1 << 20)],
+                &data,
+                &[],
+                0,
+            ),
+        ),
+    ];
+    for path in files {
+        let verify = OpenOptions::new().verify(true);
+        let source = open_any_with(&path, &verify).unwrap();
+        let tensors = source.as_tensor_source();
+        let (a, b) = (&tensors.tensors()[0], &tensors.tensors()[1]);
+        assert_eq!(
+            tensors.copy_reason(a),
+            Some(CopyReason::Buffered),
+            "{path:?}"
+        );
+        assert_eq!(&tensors.read(a).unwrap()[..], &data[..1 << 20], "{path:?}");
+        // Cut while open: a mapped read of `b` would fault (SIGBUS) and end this process.
+        let whole = std::fs::read(&path).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        let err = tensors.read(b).unwrap_err().to_string();
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        // Opened to load, the whole file again is mapped, not read.
+        drop(source);
+        std::fs::write(&path, whole).unwrap();
+        let source = open_any_with(&path, &OpenOptions::new()).unwrap();
+        let tensors = source.as_tensor_source();
+        let reason = tensors.copy_reason(&tensors.tensors()[0]);
+        assert_ne!(reason, Some(CopyReason::Buffered), "{path:?}");
+    }
+}

@@ -53,10 +53,11 @@ impl OpenOptions {
         self
     }
 
-    /// Opens for a verification that will read every byte: a pack and a `torch.save` zip
-    /// archive are read with ordinary reads (a damaged file, or one cut while it is read, is
-    /// then an error to report, never a fault of a mapping), and a pack on object storage is
-    /// fetched whole.
+    /// Opens for a verification that will read every byte: a pack, safetensors files, a GGUF
+    /// file and a `torch.save` zip archive are read with ordinary reads instead of mapped (a
+    /// damaged file, or one cut while it is read, is then an error to report, never a fault
+    /// of a mapping), and a pack on object storage is fetched whole. A Burn record and a
+    /// legacy `torch.save` file are still parsed through their mapping.
     #[must_use]
     pub fn verify(mut self, verify: bool) -> Self {
         self.verify = verify;
@@ -92,7 +93,7 @@ impl OpenOptions {
     }
 
     /// The same options with other limits (a shard's share of the whole).
-    #[cfg(feature = "pytorch")]
+    #[cfg(any(feature = "pytorch", feature = "gguf"))]
     pub(crate) fn with_limits(&self, limits: Limits) -> Self {
         Self {
             limits,
@@ -192,15 +193,17 @@ static CONTAINERS: &[Container] = &[
             head.len() > 8 && head[4..8] == [0; 4] && head[..4] != [0; 4] && head[8] == b'{'
         },
         open: |path, options| {
-            boxed(super::safetensors::SafetensorsSource::open_file(
+            boxed(super::safetensors::SafetensorsSource::open_file_for(
                 path,
                 &options.limits,
+                options.verify,
             ))
         },
         open_index: Some(|path, options| {
-            boxed(super::safetensors::SafetensorsSource::open_index(
+            boxed(super::safetensors::SafetensorsSource::open_index_for(
                 path,
                 &options.limits,
+                options.verify,
             ))
         }),
         from_bytes: |bytes, options| {

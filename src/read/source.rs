@@ -173,6 +173,22 @@ pub(crate) fn map_file(file: &File) -> std::io::Result<Bytes> {
     }
 }
 
+/// The data of an opened file for a source: its mapping, or, opened for a verification that
+/// reads every byte (`verify`), the file itself read with ordinary reads, so that a file cut
+/// or rewritten meanwhile is an error to report rather than a fault of the mapping
+/// (`SIGBUS`). `Err` names the action that failed.
+#[cfg(any(feature = "safetensors", feature = "pytorch", feature = "gguf"))]
+pub(crate) fn file_data(
+    file: &File,
+    verify: bool,
+) -> Result<Source, (&'static str, std::io::Error)> {
+    if verify {
+        let reads = file.try_clone().map_err(|e| ("open", e))?;
+        return Ok(Source::Buffered(reads, AtomicU64::new(0)));
+    }
+    map_file(file).map(Source::Memory).map_err(|e| ("map", e))
+}
+
 /// `file`'s bytes read into aligned memory of their own.
 fn read_whole(file: &File) -> std::io::Result<Bytes> {
     let len = usize::try_from(file.metadata()?.len())

@@ -128,6 +128,7 @@ impl Scratch {
     /// `safetensors` crate writes through a temp file of its own, renamed over the path it is
     /// given): that file gets the scratch's permissions (the temp file's are `0600`) and its
     /// lock, and it is the one [`commit`](Self::commit) makes durable.
+    #[cfg(feature = "safetensors")]
     pub(crate) fn replaced(&mut self) -> Result<(), WriteError> {
         let io = |action, e| WriteError::io(action, &self.path, e);
         let permissions = self

@@ -13,7 +13,7 @@ use super::quantized::{burn_dtype, burn_len, split_q8_0};
 use super::split::{check_part, split_count, split_parts};
 use super::types::GgmlType;
 use super::value::Value;
-use crate::format::{Limits, TensorInfo, element_align};
+use crate::format::{TensorInfo, element_align};
 use crate::read::source::{Source, aligned_words, zeroed_words};
 use crate::read::{
     Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable,
@@ -92,8 +92,7 @@ impl GgufSource {
     /// As [`open`](Self::open).
     pub fn open_with(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Self, SourceError> {
         let path = path.as_ref();
-        let (limits, keep) = (&options.limits, options.keep_quantized);
-        let first = open_file(path, limits, keep)?;
+        let first = open_file(path, options)?;
         let count = split_count(&first.0.metadata, path)?;
         let shards = if count > 1 {
             split_parts(path, count)?
@@ -102,10 +101,10 @@ impl GgufSource {
         };
         let mut first = Some(first);
         let mut no = 0u64;
-        let sharded = assemble_shards(path, &shards, None, limits, |part, limits| {
+        let sharded = assemble_shards(path, &shards, None, &options.limits, |part, limits| {
             let opened = match first.take() {
                 Some(opened) => opened,
-                None => open_file(part, limits, keep)?,
+                None => open_file(part, &options.with_limits(*limits))?,
             };
             check_part(part, &opened.0.metadata, no, count)?;
             no += 1;
@@ -219,7 +218,8 @@ fn header_error(path: &Path, e: HeaderError) -> SourceError {
 }
 
 /// One file: its header read with ordinary reads and validated, then the file mapped.
-fn open_file(path: &Path, limits: &Limits, keep: bool) -> Result<Opened, SourceError> {
+fn open_file(path: &Path, options: &OpenOptions) -> Result<Opened, SourceError> {
+    let (limits, keep) = (&options.limits, options.keep_quantized);
     let file = crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?;
     let len = file
         .metadata()
@@ -233,9 +233,11 @@ fn open_file(path: &Path, limits: &Limits, keep: bool) -> Result<Opened, SourceE
     }
     let header = header::read(std::io::BufReader::new(&file), len, limits)
         .map_err(|e| header_error(path, e))?;
-    // As for `Reader::open`, the file must not be truncated while it is mapped.
-    let all = crate::read::source::map_file(&file).map_err(SourceError::io(path, "map"))?;
-    shard(path, header, len, Source::Memory(all), keep)
+    // As for `Reader::open`, the file must not be truncated while it is mapped (read, not
+    // mapped, for a verification).
+    let data = crate::read::source::file_data(&file, options.verify)
+        .map_err(|(action, e)| SourceError::io(path, action)(e))?;
+    shard(path, header, len, data, keep)
 }
 
 /// The rows of a validated header: each tensor's shape reversed into Burn's order, its bytes

@@ -61,12 +61,8 @@ pub(super) fn open_file(path: &Path, options: &PytorchOptions) -> Result<Opened,
         // As for `Reader::open`, the file must not be truncated while mapped (documented on
         // `PytorchSource`); a verification reads every byte with ordinary reads instead, so
         // that a file cut meanwhile is an error to report, not a fault.
-        let source = if options.verify {
-            let reads = file.try_clone().map_err(io("open"))?;
-            Source::Buffered(reads, std::sync::atomic::AtomicU64::new(0))
-        } else {
-            Source::Memory(crate::read::source::map_file(&file).map_err(io("map"))?)
-        };
+        let source = crate::read::source::file_data(&file, options.verify)
+            .map_err(|(action, e)| io(action)(e))?;
         let parts = Parts {
             format: PytorchFormat::Zip,
             pickle,

@@ -105,8 +105,18 @@ impl SafetensorsSource {
     /// # Errors
     /// As [`open`](Self::open).
     pub fn open_file(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
-        let path = path.as_ref();
-        let sharded = assemble_shards(path, &[path.to_path_buf()], None, limits, open_shard)?;
+        Self::open_file_for(path.as_ref(), limits, false)
+    }
+
+    /// [`open_file`](Self::open_file), read with ordinary reads instead of mapped where
+    /// `verify` ([`OpenOptions::verify`](crate::interop::OpenOptions::verify)).
+    pub(crate) fn open_file_for(
+        path: &Path,
+        limits: &Limits,
+        verify: bool,
+    ) -> Result<Self, SourceError> {
+        let open = |shard: &Path, limits: &Limits| open_shard(shard, limits, verify);
+        let sharded = assemble_shards(path, &[path.to_path_buf()], None, limits, open)?;
         Ok(Self::assemble(path, sharded, BTreeMap::new()))
     }
 
@@ -115,9 +125,19 @@ impl SafetensorsSource {
     /// # Errors
     /// As [`open`](Self::open).
     pub fn open_index(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
-        let path = path.as_ref();
+        Self::open_index_for(path.as_ref(), limits, false)
+    }
+
+    /// [`open_index`](Self::open_index), the shards read with ordinary reads instead of mapped
+    /// where `verify`.
+    pub(crate) fn open_index_for(
+        path: &Path,
+        limits: &Limits,
+        verify: bool,
+    ) -> Result<Self, SourceError> {
         let index = ShardIndex::read(path, "safetensors", limits.max_tensor_count)?;
-        let sharded = assemble_shards(path, &index.shards, Some(&index), limits, open_shard)?;
+        let open = |shard: &Path, limits: &Limits| open_shard(shard, limits, verify);
+        let sharded = assemble_shards(path, &index.shards, Some(&index), limits, open)?;
         Ok(Self::assemble(path, sharded, index.metadata))
     }
 
@@ -384,7 +404,11 @@ const MAX_HEADER: usize = 100_000_000;
 
 /// Opens one file: its header read with ordinary reads (at most [`MAX_HEADER`] bytes past
 /// the length prefix) and validated, then the file mapped; returns the shard and its rows.
-fn open_shard(path: &Path, limits: &Limits) -> Result<(Shard, Vec<(TensorInfo, ())>), SourceError> {
+fn open_shard(
+    path: &Path,
+    limits: &Limits,
+    verify: bool,
+) -> Result<(Shard, Vec<(TensorInfo, ())>), SourceError> {
     let file = crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?;
     let total = file
         .metadata()
@@ -400,10 +424,11 @@ fn open_shard(path: &Path, limits: &Limits) -> Result<(Shard, Vec<(TensorInfo, (
     let (header_len, metadata) = validate(path, &head, total, limits)?;
     drop(head);
     // As for `Reader::open`, the file must not be truncated while it is mapped (documented
-    // on `SafetensorsSource`).
-    let all = crate::read::source::map_file(&file).map_err(SourceError::io(path, "map"))?;
+    // on `SafetensorsSource`); read, not mapped, for a verification.
+    let data = crate::read::source::file_data(&file, verify)
+        .map_err(|(action, e)| SourceError::io(path, action)(e))?;
     let mut rows = Vec::new();
-    let shard = shard(path, Source::Memory(all), header_len, &metadata, &mut rows)?;
+    let shard = shard(path, data, header_len, &metadata, &mut rows)?;
     Ok((shard, rows))
 }
 
