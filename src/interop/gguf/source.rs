@@ -71,7 +71,7 @@ impl std::fmt::Debug for GgufSource {
 
 impl GgufSource {
     /// Opens a GGUF file, or the first part of a split set and its other parts (named
-    /// `<stem>-0000N-of-0000M.gguf` in the same folder), with the default [`Limits`].
+    /// `<stem>-0000N-of-0000M.gguf` in the same folder), with the default [`Limits`](crate::format::Limits).
     ///
     /// # Errors
     /// [`SourceError`] naming the file, and the tensor where there is one.
@@ -79,7 +79,7 @@ impl GgufSource {
         Self::open_with(path, &OpenOptions::default())
     }
 
-    /// [`open`](Self::open) with options: the [`Limits`], and `Q8_0` tensors kept quantized
+    /// [`open`](Self::open) with options: the [`Limits`](crate::format::Limits), and `Q8_0` tensors kept quantized
     /// ([`OpenOptions::keep_quantized`]).
     ///
     /// ```no_run
