@@ -43,10 +43,11 @@ pub(crate) fn open(arg: &Path) -> Result<Box<dyn DescribedSource>, Failure> {
     Ok(source)
 }
 
-/// Opens `arg` for `verify`: a pack with ordinary reads, never through a mapping (a damaged
-/// file is an error to report, not a `SIGBUS`), a URL fetched whole; other formats read their
-/// headers with ordinary reads and map their data (see each source's docs). The error is
-/// returned for `verify` to judge.
+/// Opens `arg` for `verify`: a pack, safetensors, GGUF and `torch.save` zip files with
+/// ordinary reads, never through a mapping (a damaged file, or one cut while it is read, is an
+/// error to report, not a `SIGBUS`), a URL fetched whole; Burn records and legacy `torch.save`
+/// files are parsed through their mapping (see [`OpenOptions::verify`]). The error is returned
+/// for `verify` to judge.
 pub(crate) fn open_for_verify(arg: &Path) -> Result<Box<dyn DescribedSource>, SourceError> {
     burnpack::interop::open_any_with(arg, &options().verify(true))
 }
