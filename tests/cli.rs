@@ -1311,3 +1311,41 @@ fn gguf_conversions_keep_what_they_should_and_refuse_what_they_cannot() {
     );
     assert!(!out.exists());
 }
+
+/// Worker threads that cannot be started (here: far more asked than the address space left
+/// holds stacks for) are a clear error with exit code 3, not a panic at the first parallel step.
+#[cfg(target_os = "linux")]
+#[test]
+fn worker_threads_that_cannot_start_are_an_error_not_a_panic() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.bpk");
+    std::fs::write(&path, common::ours(&every_dtype())).unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_bpk"));
+    command
+        .args(["verify", path.to_str().unwrap()])
+        .env("RAYON_NUM_THREADS", "100000");
+    // SAFETY: only `setrlimit` runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 1 << 30,
+                rlim_max: 1 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = command.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("cannot start worker threads") && !err.contains("panicked"),
+        "{err}"
+    );
+    // With the threads it asks for, the same file verifies.
+    let (code, _, _) = run(&["verify", path.to_str().unwrap()]);
+    assert_eq!(code, 0);
+}

@@ -712,6 +712,21 @@ fn zip_archives_other_readers_would_read_differently_are_refused() {
         err.contains("duplicate.pt") && err.contains("same name"),
         "{err}"
     );
+    // An archive after 16 KiB of other bytes, its offsets written as if it began the file
+    // (the bytes start with a local header whose name would run past them). PyTorch's reader
+    // takes the end record's offsets as written and finds no central directory there; a
+    // reader that looks for the directory elsewhere and shifts every offset reads the archive
+    // (or, in a crafted file, another one hidden in a storage). Refused.
+    let (path, inner) = one_tensor_zip(dir.path(), "shifted.pt");
+    let mut bytes = b"PK\x03\x04".to_vec();
+    bytes.extend([20, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    bytes.extend([0; 12]);
+    bytes.extend([0xff, 0xff, 0xff, 0xff]);
+    bytes.resize(16 << 10, 0);
+    bytes.extend(&inner);
+    std::fs::write(&path, &bytes).unwrap();
+    let err = PytorchSource::open(&path).unwrap_err().to_string();
+    assert!(err.contains("shifted.pt") && err.contains("zip"), "{err}");
     // An entry flagged as encrypted (general purpose bit 0, in both headers).
     let (path, mut bytes) = one_tensor_zip(dir.path(), "encrypted.pt");
     let name = b"archive/data/0";

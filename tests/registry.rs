@@ -270,7 +270,10 @@ fn opened_for_a_verification_files_are_read_not_mapped_and_a_cut_one_is_an_error
             .set_len(4096)
             .unwrap();
         let err = tensors.read(b).unwrap_err().to_string();
-        assert!(err.contains(&path.display().to_string()), "{err}");
+        assert!(
+            err.contains(&path.display().to_string()) && err.contains("tensor 'b'"),
+            "{err}"
+        );
         // Opened to load, the whole file again is mapped, not read.
         drop(source);
         std::fs::write(&path, whole).unwrap();

@@ -88,6 +88,18 @@ pub enum ReadError {
     },
 }
 
+impl ReadError {
+    /// A failed read of `tensor`'s bytes from `file`: [`ReadError::Io`], the tensor named in
+    /// its message (`cannot read tensor data: tensor 'w': ...`).
+    pub(crate) fn reading(file: impl Into<String>, tensor: &str, source: std::io::Error) -> Self {
+        Self::Io {
+            file: file.into(),
+            action: "read tensor data",
+            source: std::io::Error::new(source.kind(), format!("tensor '{tensor}': {source}")),
+        }
+    }
+}
+
 /// What kind of failure a [`SourceError`] is, for a program to match on whatever the format.
 ///
 /// ```

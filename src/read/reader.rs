@@ -307,11 +307,7 @@ impl Reader {
         self.owned(info)?;
         self.source
             .read(info.offset(), info.len(), element_align(info.dtype()))
-            .map_err(|source| ReadError::Io {
-                file: self.file.clone(),
-                action: "read tensor data",
-                source,
-            })
+            .map_err(|source| ReadError::reading(&self.file, info.name(), source))
     }
 
     /// `info`, when it is one of this pack's tensors ("not mine" otherwise, as every source

@@ -165,6 +165,13 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
+    // The worker threads up front: where they cannot be started (a memory or process limit),
+    // that is said and bpk stops, instead of panicking at the first parallel step. (Rayon
+    // sets its global pool once: a failed start cannot be retried with fewer threads.)
+    if let Err(e) = rayon::ThreadPoolBuilder::new().build_global() {
+        eprintln!("bpk: cannot start worker threads: {e}");
+        return ExitCode::from(3);
+    }
     open::OPTIONS.get_or_init(|| {
         let keep = matches!(
             cli.command,

@@ -452,11 +452,7 @@ impl TensorSource for LegacySource {
         };
         source
             .read(info.offset(), info.len(), align)
-            .map_err(|source| ReadError::Io {
-                file: self.file.clone(),
-                action: "read tensor data",
-                source,
-            })
+            .map_err(|source| ReadError::reading(&self.file, info.name(), source))
     }
 
     fn shared(&self) -> Option<&(dyn TensorSource + Sync)> {

@@ -307,11 +307,14 @@ impl PytorchSource {
         Ok(writer)
     }
 
-    fn io_error(&self, shard: usize) -> impl Fn(std::io::Error) -> ReadError + '_ {
-        move |source| ReadError::Io {
-            file: self.shards[shard].path.display().to_string(),
-            action: "read tensor data",
-            source,
+    fn io_error<'a>(
+        &'a self,
+        shard: usize,
+        info: &'a TensorInfo,
+    ) -> impl Fn(std::io::Error) -> ReadError + 'a {
+        move |source| {
+            let file = self.shards[shard].path.display().to_string();
+            ReadError::reading(file, info.name(), source)
         }
     }
 
@@ -325,7 +328,7 @@ impl PytorchSource {
         let storage = self.shards[shard]
             .source
             .read(strided.base, strided.storage_len, 1)
-            .map_err(self.io_error(shard))?;
+            .map_err(self.io_error(shard, info))?;
         let size = element_size(info.dtype());
         let len = usize::try_from(info.len()).map_err(|_| ReadError::Io {
             file: self.file.clone(),
@@ -366,7 +369,7 @@ impl TensorSource for PytorchSource {
             None => self.shards[*shard]
                 .source
                 .read(info.offset(), info.len(), element_align(info.dtype()))
-                .map_err(self.io_error(*shard)),
+                .map_err(self.io_error(*shard, info)),
             Some(strided) => {
                 let ready = self
                     .gathered
@@ -412,7 +415,7 @@ impl TensorSource for PytorchSource {
             let storage = self.shards[shard]
                 .source
                 .read(place.storage.start, place.storage.len, 1)
-                .map_err(self.io_error(shard))?;
+                .map_err(self.io_error(shard, info))?;
             let actual = crc32fast::hash(&storage);
             self.checked
                 .lock()

@@ -100,7 +100,13 @@ fn consistent_archive<R: Read + Seek>(
     hint: impl Fn(u64),
 ) -> Result<zip::ZipArchive<R>, Fault> {
     let fault = |e: zip::result::ZipError| Fault::Other(format!("zip: {e}"));
-    let mut archive = zip::ZipArchive::new(reader).map_err(fault)?;
+    // Offsets as the end record writes them, as PyTorch's reader (miniz) takes them: the zip
+    // crate's default looks for a central directory elsewhere and shifts every offset when
+    // it finds one, which would read another archive hidden in the file.
+    let config = zip::read::Config {
+        archive_offset: zip::read::ArchiveOffset::Known(0),
+    };
+    let mut archive = zip::ZipArchive::with_config(config, reader).map_err(fault)?;
     for i in 0..archive.len() {
         if let Ok(entry) = archive.by_index_data(i) {
             hint(entry.header_start());

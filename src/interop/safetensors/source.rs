@@ -280,10 +280,8 @@ impl SafetensorsSource {
         shard
             .source
             .read(info.offset(), info.len(), align)
-            .map_err(|source| ReadError::Io {
-                file: shard.path.display().to_string(),
-                action: "read tensor data",
-                source,
+            .map_err(|source| {
+                ReadError::reading(shard.path.display().to_string(), info.name(), source)
             })
     }
 }
