@@ -91,7 +91,7 @@ pub enum ReadError {
 impl ReadError {
     /// A failed read of `tensor`'s bytes from `file`: [`ReadError::Io`], the tensor named in
     /// its message (`cannot read tensor data: tensor 'w': ...`).
-    pub(crate) fn reading(file: impl Into<String>, tensor: &str, source: std::io::Error) -> Self {
+    pub(crate) fn reading(file: impl Into<String>, tensor: &str, source: &std::io::Error) -> Self {
         Self::Io {
             file: file.into(),
             action: "read tensor data",

@@ -307,7 +307,7 @@ impl Reader {
         self.owned(info)?;
         self.source
             .read(info.offset(), info.len(), element_align(info.dtype()))
-            .map_err(|source| ReadError::reading(&self.file, info.name(), source))
+            .map_err(|source| ReadError::reading(&self.file, info.name(), &source))
     }
 
     /// `info`, when it is one of this pack's tensors ("not mine" otherwise, as every source

@@ -452,7 +452,7 @@ impl TensorSource for LegacySource {
         };
         source
             .read(info.offset(), info.len(), align)
-            .map_err(|source| ReadError::reading(&self.file, info.name(), source))
+            .map_err(|source| ReadError::reading(&self.file, info.name(), &source))
     }
 
     fn shared(&self) -> Option<&(dyn TensorSource + Sync)> {

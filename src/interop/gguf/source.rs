@@ -404,7 +404,8 @@ impl TensorSource for GgufSource {
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         let InShard { shard, place } = self.table.place(info)?;
         let shard = &self.shards[*shard];
-        let io = |source| ReadError::reading(shard.path.display().to_string(), info.name(), source);
+        let io =
+            |source| ReadError::reading(shard.path.display().to_string(), info.name(), &source);
         let unread = || ReadError::Unsupported {
             file: shard.path.display().to_string(),
             tensor: info.name().to_string(),

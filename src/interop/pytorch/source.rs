@@ -314,7 +314,7 @@ impl PytorchSource {
     ) -> impl Fn(std::io::Error) -> ReadError + 'a {
         move |source| {
             let file = self.shards[shard].path.display().to_string();
-            ReadError::reading(file, info.name(), source)
+            ReadError::reading(file, info.name(), &source)
         }
     }
 

@@ -281,7 +281,7 @@ impl SafetensorsSource {
             .source
             .read(info.offset(), info.len(), align)
             .map_err(|source| {
-                ReadError::reading(shard.path.display().to_string(), info.name(), source)
+                ReadError::reading(shard.path.display().to_string(), info.name(), &source)
             })
     }
 }
