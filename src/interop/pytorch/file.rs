@@ -253,6 +253,40 @@ fn fault(path: &Path, e: Fault) -> SourceError {
     }
 }
 
+/// All the shards' gathered views together, bounded by the shards' sizes plus one
+/// [`MAX_GATHERED_SLACK`] (each shard's own were bounded by its size when it was opened; many
+/// small shards must not each add the slack). `path` is the index (or the one file).
+pub(super) fn check_gathered(
+    path: &Path,
+    sharded: &crate::read::Sharded<Shard, Placed>,
+) -> Result<(), SourceError> {
+    let sizes = sharded.shards.iter().map(|(_, s)| s.size);
+    let max_gathered = sizes
+        .fold(0u64, u64::saturating_add)
+        .saturating_add(MAX_GATHERED_SLACK);
+    let mut gathered = 0u64;
+    for (info, place) in sharded.table.tensors().iter().zip(sharded.table.places()) {
+        if place.place.strided.is_some() {
+            gathered = gathered.saturating_add(info.len());
+            if gathered > max_gathered {
+                return Err(SourceError::Tensor {
+                    path: sharded.shards[place.shard].0.clone(),
+                    tensor: info.name().to_string(),
+                    reason: format!(
+                        "a non-contiguous view of {} bytes: with the views before it, in \
+                         every shard of '{}', more than the shards' sizes plus {} MiB would \
+                         be gathered into memory (stride-0 views expanded)",
+                        info.len(),
+                        path.display(),
+                        MAX_GATHERED_SLACK >> 20
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Bytes that gathered (non-contiguous) views may add up to beyond the size of their file (of
 /// all the files of a sharded source together: once, not once per shard).
 pub(super) const MAX_GATHERED_SLACK: u64 = 16 << 20;

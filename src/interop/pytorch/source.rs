@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use burn::tensor::Bytes;
 use rayon::prelude::*;
 
-use super::file::{MAX_GATHERED_SLACK, Shard, open_bytes, open_file};
+use super::file::{Shard, open_bytes, open_file};
 use super::views::{Placed, Strided, element_size, gather_into};
 use super::{PytorchFormat, PytorchOptions, StorageEntry};
 use crate::format::{Limits, TensorInfo, element_align};
@@ -153,34 +153,10 @@ impl PytorchSource {
         Self::assemble(path, sharded)
     }
 
-    /// The source over opened shards. Each shard's gathered views were bounded by its own
-    /// size when it was opened; here all of them together are bounded by the shards' sizes
-    /// plus one [`MAX_GATHERED_SLACK`] (so many small shards cannot each add the slack).
+    /// The source over opened shards, their gathered views bounded all together
+    /// ([`check_gathered`](super::file::check_gathered)).
     fn assemble(path: &Path, sharded: Sharded<Shard, Placed>) -> Result<Self, SourceError> {
-        let sizes = sharded.shards.iter().map(|(_, s)| s.size);
-        let max_gathered = sizes
-            .fold(0u64, u64::saturating_add)
-            .saturating_add(MAX_GATHERED_SLACK);
-        let mut gathered = 0u64;
-        for (info, place) in sharded.table.tensors().iter().zip(sharded.table.places()) {
-            if place.place.strided.is_some() {
-                gathered = gathered.saturating_add(info.len());
-                if gathered > max_gathered {
-                    return Err(SourceError::Tensor {
-                        path: sharded.shards[place.shard].0.clone(),
-                        tensor: info.name().to_string(),
-                        reason: format!(
-                            "a non-contiguous view of {} bytes: with the views before it, in \
-                             every shard of '{}', more than the shards' sizes plus {} MiB would \
-                             be gathered into memory (stride-0 views expanded)",
-                            info.len(),
-                            path.display(),
-                            MAX_GATHERED_SLACK >> 20
-                        ),
-                    });
-                }
-            }
-        }
+        super::file::check_gathered(path, &sharded)?;
         let mut globals: Vec<String> = Vec::new();
         let mut key = None;
         let mut unread: Vec<String> = Vec::new();
