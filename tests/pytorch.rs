@@ -149,12 +149,7 @@ fn opened_for_a_verification_a_zip_is_read_not_mapped_and_a_cut_file_is_an_error
     assert_eq!(values(&source.read(first).unwrap()), a);
     // Cut while open: through a mapping the next read would fault (SIGBUS) and end this
     // process; read with ordinary reads it is an error naming the file.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(4096)
-        .unwrap();
+    common::cut(&path, 4096);
     let err = source.read(second).unwrap_err().to_string();
     assert!(
         err.contains("cut.pt") && err.contains("tensor 'b'"),

@@ -263,12 +263,7 @@ fn opened_for_a_verification_files_are_read_not_mapped_and_a_cut_one_is_an_error
         assert_eq!(&tensors.read(a).unwrap()[..], &data[..1 << 20], "{path:?}");
         // Cut while open: a mapped read of `b` would fault (SIGBUS) and end this process.
         let whole = std::fs::read(&path).unwrap();
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(4096)
-            .unwrap();
+        common::cut(&path, 4096);
         let err = tensors.read(b).unwrap_err().to_string();
         assert!(
             err.contains(&path.display().to_string()) && err.contains("tensor 'b'"),

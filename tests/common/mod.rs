@@ -336,3 +336,14 @@ pub fn with_metadata_edited(file: &[u8], edit: impl FnOnce(Vec<u8>) -> Vec<u8>) 
     out.extend_from_slice(data);
     out
 }
+
+/// Cuts the file at `path` to `len` bytes in place (as another process truncating a file a
+/// reader holds open would).
+pub fn cut(path: &std::path::Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
