@@ -371,8 +371,9 @@ impl TensorSource for PytorchSource {
     }
 
     /// The CRC-32 the zip archive keeps of the storage `info` views, against that storage's
-    /// bytes (each storage hashed once); `false` for the legacy format, which keeps none.
-    fn check(&self, info: &TensorInfo, _bytes: &[u8]) -> Result<bool, ReadError> {
+    /// bytes (each storage hashed once: `bytes` themselves where the tensor is its whole
+    /// storage, else the storage read again); `false` for the legacy format, which keeps none.
+    fn check(&self, info: &TensorInfo, bytes: &[u8]) -> Result<bool, ReadError> {
         let InShard { shard, place } = self.table.place(info)?;
         let shard = *shard;
         let Some(expected) = place.storage.crc else {
@@ -385,14 +386,22 @@ impl TensorSource for PytorchSource {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&key)
             .copied();
+        let whole = place.strided.is_none()
+            && info.offset() == place.storage.start
+            && info.len() == place.storage.len
+            && bytes.len() as u64 == place.storage.len;
         let actual = if let Some(actual) = known {
             actual
         } else {
-            let storage = self.shards[shard]
-                .source
-                .read(place.storage.start, place.storage.len, 1)
-                .map_err(self.io_error(shard, info))?;
-            let actual = crc32fast::hash(&storage);
+            let actual = if whole {
+                crc32fast::hash(bytes)
+            } else {
+                let storage = self.shards[shard]
+                    .source
+                    .read(place.storage.start, place.storage.len, 1)
+                    .map_err(self.io_error(shard, info))?;
+                crc32fast::hash(&storage)
+            };
             self.checked
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
