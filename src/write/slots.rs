@@ -432,8 +432,8 @@ pub(super) fn run<R: Send>(
 /// file's inode lock orders the kernel's copies, the checksums run beside them), with early
 /// writeback; a file of at least [`DIRECT_BYTES`](super::direct::DIRECT_BYTES) of entries in
 /// hand (none deferred) on Linux past the page cache where the filesystem allows
-/// ([`super::direct`]). Checksums go to
-/// `sums`.
+/// ([`super::direct`]; its small buffered pieces are written after the workers are done).
+/// Checksums go to `sums`.
 pub(super) fn write_slots(
     jobs: Vec<Vec<(Entry, super::plan::Slot, usize)>>,
     total: u64,
@@ -448,6 +448,10 @@ pub(super) fn write_slots(
     let deferred = jobs.iter().flatten().any(|(e, ..)| e.is_deferred());
     #[cfg(target_os = "linux")]
     let direct = super::direct::Direct::open(file, total);
+    #[cfg(target_os = "linux")]
+    let direct_opened = direct.is_some();
+    #[cfg(not(target_os = "linux"))]
+    let direct_opened = false;
     let job = |batch: Vec<(Entry, Slot, usize)>| {
         let chunk = produce(batch, sums, false)?;
         let failed = |source| WriteError::Io {
@@ -473,19 +477,28 @@ pub(super) fn write_slots(
         Ok(())
     };
     let sequential = total < PIPELINE_BYTES && !deferred;
-    if sequential || !crate::platform::threads_available() {
-        return jobs.into_iter().try_for_each(job);
-    }
     let workers = threads.unwrap_or_else(rayon::current_num_threads).max(1);
-    // A direct write waits for the disk where a buffered one returns at once: with deferred
-    // entries (a GPU module's read-back, a layer copied out) a worker spends long stretches
-    // producing, and the disk would idle meanwhile. Twice as many workers as cores then keep
-    // one writing while another produces (memory: twice the jobs in flight, still bounded
-    // by the threads, never by the model).
-    #[cfg(target_os = "linux")]
-    if deferred && direct.is_some() {
+    if sequential || !crate::platform::threads_available() {
+        jobs.into_iter().try_for_each(job)?;
+    } else if cfg!(target_os = "linux") && deferred && direct_opened {
+        // A direct write waits for the disk where a buffered one returns at once: with
+        // deferred entries (a GPU module's read-back, a layer copied out) a worker spends long
+        // stretches producing, and the disk would idle meanwhile. Twice as many workers as
+        // cores then keep one writing while another produces (memory: twice the jobs in
+        // flight, still bounded by the threads, never by the model).
         let doubled = workers * 2;
-        return run(Some(doubled), || fill(jobs, doubled, job));
+        run(Some(doubled), || fill(jobs, doubled, job))?;
+    } else {
+        run(threads, || fill(jobs, workers, job))?;
     }
-    run(threads, || fill(jobs, workers, job))
+    #[cfg(target_os = "linux")]
+    if let Some(direct) = &direct {
+        direct.finish(file).map_err(|source| WriteError::Io {
+            action: "write",
+            path: path.to_path_buf(),
+            tensor: None,
+            source,
+        })?;
+    }
+    Ok(())
 }
