@@ -203,6 +203,12 @@ impl Direct {
         let (mut pieces, _) =
             std::mem::take(&mut *self.later.lock().unwrap_or_else(PoisonError::into_inner));
         pieces.sort_unstable_by_key(|(at, _)| *at);
+        #[cfg(test)]
+        if tests::FAIL_FINISH.swap(false, Ordering::SeqCst) {
+            return Err(std::io::Error::other(
+                "injected failure of the kept pieces' write",
+            ));
+        }
         let mut run: Vec<std::io::IoSlice<'_>> = Vec::new();
         let (mut start, mut end) = (0, 0);
         for (at, bytes) in &pieces {
@@ -315,6 +321,10 @@ mod tests {
     /// change it), and how many pieces found no room and were written at once.
     pub(super) static LATER_ROOM: AtomicUsize = AtomicUsize::new(super::LATER_BYTES);
     pub(super) static AT_ONCE: AtomicUsize = AtomicUsize::new(0);
+
+    /// Makes the next [`super::Direct::finish`] fail.
+    pub(super) static FAIL_FINISH: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
 
     /// The tests below change the statics above: one at a time.
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -433,5 +443,47 @@ mod tests {
             let reader = Reader::open(&path).unwrap();
             assert_eq!(reader.verify_all().unwrap(), sizes.len());
         }
+    }
+
+    /// A save whose kept pieces cannot be written at the end fails naming the scratch file,
+    /// leaves the previous file as it was and no scratch file behind.
+    #[test]
+    fn a_failed_write_of_the_kept_pieces_fails_the_save_and_keeps_the_old_file() {
+        let _serial = SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.bpk");
+        let probe = std::fs::File::create(&path).unwrap();
+        if crate::platform::reopen_direct(&probe).is_none() {
+            return;
+        }
+        drop(probe);
+        std::fs::write(&path, b"the previous file").unwrap();
+        let entries: Vec<Entry> = (0..3)
+            .map(|i| {
+                let len = (24 << 20) + 1001 * i;
+                let bytes = Bytes::from_bytes_vec(vec![i as u8 + 1; len]);
+                Entry::resident(format!("t{i}"), DType::U8, vec![len], bytes)
+            })
+            .collect();
+        FAIL_FINISH.store(true, Ordering::SeqCst);
+        let err = Writer::new(entries)
+            .threads(2)
+            .write_to_file(&path)
+            .unwrap_err();
+        let injected = FAIL_FINISH.swap(false, Ordering::SeqCst);
+        assert!(!injected, "the save reached the kept pieces' write");
+        let message = err.to_string();
+        assert!(
+            message.contains("injected failure") && message.contains("model.bpk"),
+            "{message}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), b"the previous file");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["model.bpk"], "no scratch file remains");
     }
 }
