@@ -377,29 +377,41 @@ impl Checksums {
 }
 
 /// Bytes up to which neighbouring small entries are written with one positional write.
-const BATCH_BYTES: u64 = 1 << 20;
+pub(super) const BATCH_BYTES: u64 = 1 << 20;
 
-/// Groups entries (in file order) into write jobs: an entry of at least [`BATCH_BYTES`] alone,
-/// smaller neighbours together while their span stays under it. Thousands of small tensors
-/// then cost tens of system calls instead of thousands, and a job still holds at most about
-/// `max(BATCH_BYTES, largest entry)` bytes.
+/// Groups entries (in file order) into write jobs: an entry of at least `span` bytes
+/// ([`BATCH_BYTES`], or a direct write's stage) alone, smaller neighbours together while their
+/// span stays under it. Thousands of small tensors then cost tens of system calls instead of
+/// thousands, and a job still holds at most about `max(span, largest entry)` bytes.
 /// `rank` gives each entry's place among the checksums (its position in the tensors map).
 pub(super) fn batches(
     entries: Vec<Entry>,
     slots: &[Slot],
     rank: impl Fn(usize) -> usize,
+    span: u64,
+) -> Vec<Vec<(Entry, Slot, usize)>> {
+    let ranked = entries
+        .into_iter()
+        .zip(slots.iter().copied())
+        .enumerate()
+        .map(|(i, (entry, slot))| (entry, slot, rank(i)));
+    group(ranked, span)
+}
+
+/// [`batches`] of entries already placed and ranked.
+fn group(
+    items: impl IntoIterator<Item = (Entry, Slot, usize)>,
+    span: u64,
 ) -> Vec<Vec<(Entry, Slot, usize)>> {
     let mut jobs: Vec<Vec<(Entry, Slot, usize)>> = Vec::new();
-    for (i, (entry, &slot)) in entries.into_iter().zip(slots).enumerate() {
+    for (entry, slot, rank) in items {
         let joins = jobs.last().is_some_and(|job| {
             let start = job[0].1.offset;
-            slot.len < BATCH_BYTES
-                && job[0].1.len < BATCH_BYTES
-                && slot.offset + slot.len - start <= BATCH_BYTES
+            slot.len < span && job[0].1.len < span && slot.offset + slot.len - start <= span
         });
         match jobs.last_mut() {
-            Some(job) if joins => job.push((entry, slot, rank(i))),
-            _ => jobs.push(vec![(entry, slot, rank(i))]),
+            Some(job) if joins => job.push((entry, slot, rank)),
+            _ => jobs.push(vec![(entry, slot, rank)]),
         }
     }
     jobs
@@ -435,7 +447,7 @@ pub(super) fn run<R: Send>(
 /// ([`super::direct`]; its small buffered pieces are written after the workers are done).
 /// Checksums go to `sums`.
 pub(super) fn write_slots(
-    jobs: Vec<Vec<(Entry, super::plan::Slot, usize)>>,
+    jobs: Vec<Vec<(Entry, Slot, usize)>>,
     total: u64,
     target: &super::writer::Target,
     threads: Option<usize>,
@@ -449,9 +461,21 @@ pub(super) fn write_slots(
     #[cfg(target_os = "linux")]
     let direct = super::direct::Direct::open(file, total);
     #[cfg(target_os = "linux")]
-    let direct_opened = direct.is_some();
+    let (direct_opened, span) = match &direct {
+        // Entries in hand written direct: neighbours go together up to a stage, so that the
+        // disk gets writes of the stage's size (a deferred entry's bytes exist only while its
+        // job runs: those jobs stay small).
+        Some(direct) if !deferred => (true, direct.span()),
+        Some(_) => (true, BATCH_BYTES),
+        None => (false, BATCH_BYTES),
+    };
     #[cfg(not(target_os = "linux"))]
-    let direct_opened = false;
+    let (direct_opened, span) = (false, BATCH_BYTES);
+    let jobs = if span == BATCH_BYTES {
+        jobs
+    } else {
+        group(jobs.into_iter().flatten(), span)
+    };
     let job = |batch: Vec<(Entry, Slot, usize)>| {
         let chunk = produce(batch, sums, false)?;
         let failed = |source| WriteError::Io {
