@@ -411,10 +411,15 @@ mod tests {
             1,
             "one direct write was refused"
         );
-        let written = std::fs::read(&path).unwrap();
-        assert!(written == expected[..], "the file differs from the buffer");
-        let reader = Reader::open(&path).unwrap();
-        assert_eq!(reader.verify_all().unwrap(), sizes.len());
+        assert_written(&path, &expected, sizes.len());
+    }
+
+    /// The file at `path` is `expected` byte for byte, and its `tensors` checksums verify.
+    fn assert_written(path: &std::path::Path, expected: &[u8], tensors: usize) {
+        let written = std::fs::read(path).unwrap();
+        assert!(written == expected, "{}: the file differs", path.display());
+        let reader = Reader::open(path).unwrap();
+        assert_eq!(reader.verify_all().unwrap(), tensors);
     }
 
     /// The buffered pieces (a chunk's partial end blocks, chunks with no whole block) are kept
@@ -463,10 +468,7 @@ mod tests {
             written.unwrap();
             let at_once = AT_ONCE.load(Ordering::SeqCst);
             assert_eq!(at_once > 0, some_at_once, "room {room}: {at_once} at once");
-            let file = std::fs::read(&path).unwrap();
-            assert!(file == expected[..], "room {room}: the file differs");
-            let reader = Reader::open(&path).unwrap();
-            assert_eq!(reader.verify_all().unwrap(), sizes.len());
+            assert_written(&path, &expected, sizes.len());
         }
     }
 
