@@ -377,28 +377,28 @@ impl Checksums {
 }
 
 /// Bytes up to which neighbouring small entries are written with one positional write.
-pub(super) const BATCH_BYTES: u64 = 1 << 20;
+const BATCH_BYTES: u64 = 1 << 20;
 
-/// Groups entries (in file order) into write jobs: an entry of at least `span` bytes
-/// ([`BATCH_BYTES`], or a direct write's stage) alone, smaller neighbours together while their
-/// span stays under it. Thousands of small tensors then cost tens of system calls instead of
-/// thousands, and a job still holds at most about `max(span, largest entry)` bytes.
+/// Groups entries (in file order) into write jobs: an entry of at least [`BATCH_BYTES`] alone,
+/// smaller neighbours together while their span stays under it. Thousands of small tensors
+/// then cost tens of system calls instead of thousands, and a job still holds at most about
+/// `max(BATCH_BYTES, largest entry)` bytes.
 /// `rank` gives each entry's place among the checksums (its position in the tensors map).
 pub(super) fn batches(
     entries: Vec<Entry>,
     slots: &[Slot],
     rank: impl Fn(usize) -> usize,
-    span: u64,
 ) -> Vec<Vec<(Entry, Slot, usize)>> {
     let ranked = entries
         .into_iter()
         .zip(slots.iter().copied())
         .enumerate()
         .map(|(i, (entry, slot))| (entry, slot, rank(i)));
-    group(ranked, span)
+    group(ranked, BATCH_BYTES)
 }
 
-/// [`batches`] of entries already placed and ranked.
+/// Jobs as [`batches`] makes them, of entries already placed and ranked, with `span` in place
+/// of [`BATCH_BYTES`].
 fn group(
     items: impl IntoIterator<Item = (Entry, Slot, usize)>,
     span: u64,
@@ -461,20 +461,16 @@ pub(super) fn write_slots(
     #[cfg(target_os = "linux")]
     let direct = super::direct::Direct::open(file, total);
     #[cfg(target_os = "linux")]
-    let (direct_opened, span) = match &direct {
-        // Entries in hand written direct: neighbours go together up to a stage, so that the
-        // disk gets writes of the stage's size (a deferred entry's bytes exist only while its
-        // job runs: those jobs stay small).
-        Some(direct) if !deferred => (true, direct.span()),
-        Some(_) => (true, BATCH_BYTES),
-        None => (false, BATCH_BYTES),
-    };
+    let direct_opened = direct.is_some();
     #[cfg(not(target_os = "linux"))]
-    let (direct_opened, span) = (false, BATCH_BYTES);
-    let jobs = if span == BATCH_BYTES {
-        jobs
-    } else {
-        group(jobs.into_iter().flatten(), span)
+    let direct_opened = false;
+    // Entries in hand written direct: neighbours go together up to a stage, so that the disk
+    // gets writes of the stage's size (a deferred entry's bytes exist only while its job runs:
+    // those jobs stay small).
+    #[cfg(target_os = "linux")]
+    let jobs = match &direct {
+        Some(direct) if !deferred => group(jobs.into_iter().flatten(), direct.span()),
+        _ => jobs,
     };
     let job = |batch: Vec<(Entry, Slot, usize)>| {
         let chunk = produce(batch, sums, false)?;

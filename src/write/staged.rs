@@ -17,7 +17,7 @@ use super::error::WriteError;
 use super::options::WriteOptions;
 use super::plan::{Plan, Slot, lay_out};
 use super::slots::write_slots;
-use super::slots::{BATCH_BYTES, Checksums, batches};
+use super::slots::{Checksums, batches};
 use super::writer::{Target, stamped};
 use crate::format::{HEADER_SIZE, Scalar, align_up};
 use crate::platform::{read_exact_at, write_all_at};
@@ -106,7 +106,7 @@ impl Staged {
         self.written.extend(entries.iter().map(Entry::husk));
         let sums = Checksums::sized(entries.len(), self.options.checksums);
         let total = end - slots[0].offset;
-        let jobs = batches(entries, &slots, |i| i, BATCH_BYTES);
+        let jobs = batches(entries, &slots, |i| i);
         write_slots(jobs, total, &self.target, self.options.threads, &sums, None)?;
         self.sums.extend(sums.values());
         self.next = next;

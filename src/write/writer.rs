@@ -11,9 +11,7 @@ use super::entry::Entry;
 use super::error::WriteError;
 use super::options::{WriteMode, WriteOptions};
 use super::plan::Plan;
-use super::slots::{
-    BATCH_BYTES, Checksums, Chunk, batches, fill, materialize, pipeline, run, write_slots,
-};
+use super::slots::{Checksums, Chunk, batches, fill, materialize, pipeline, run, write_slots};
 use crate::format::{PRODUCER, Scalar};
 use crate::platform::write_all_at;
 
@@ -384,7 +382,7 @@ impl Writer {
         let plan = self.layout()?;
         let sums = Checksums::new(&plan);
         let total = plan.total_size();
-        let jobs = batches(self.entries, plan.slots(), |i| plan.rank(i), BATCH_BYTES);
+        let jobs = batches(self.entries, plan.slots(), |i| plan.rank(i));
         let starts: Vec<u64> = jobs.iter().map(|job| job[0].1.offset).collect();
         let mut next = 0;
         let mut turn = 0;
@@ -435,7 +433,7 @@ impl Writer {
             .set_len(plan.total_size())
             .map_err(|e| WriteError::io("size", target.path(), e))?;
         let sums = Checksums::new(&plan);
-        let jobs = batches(self.entries, plan.slots(), |i| plan.rank(i), BATCH_BYTES);
+        let jobs = batches(self.entries, plan.slots(), |i| plan.rank(i));
         write_slots(
             jobs,
             plan.total_size(),
