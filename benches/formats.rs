@@ -12,7 +12,7 @@
 //! Files, each written by its format's writer: a pack (`save_pack`), one safetensors file and
 //! 4 safetensors shards with an index (`save_safetensors`), a `torch.save` zip with the
 //! weights in PyTorch's `[out, in]` layout (loaded with `LoadOptions::pytorch`: each weight
-//! transposed by strides), the same with views (a layer's weight and bias two views of one
+//! transposed by strides, or laid out at load with `LoadOptions::contiguous`), the same with views (a layer's weight and bias two views of one
 //! storage), and, where `BURNPACK_LEGACY_FIXTURES` names the built `tools/legacy-fixtures`
 //! binary, a Burn 0.21 `.mpk` record (Burn 0.21's `NamedMpkFileRecorder`).
 //!
@@ -160,6 +160,13 @@ fn child(who: &str, file: &str, dir: &Path, layers: usize) {
             let source = PytorchSource::open(&path).unwrap();
             target.load_from_source(&source, &pytorch).unwrap()
         }
+        "pytorch-source-contiguous" => {
+            // The transposes laid out at load (`LoadOptions::contiguous`) instead of views.
+            let source = PytorchSource::open(&path).unwrap();
+            target
+                .load_from_source(&source, &pytorch.clone().contiguous(true))
+                .unwrap()
+        }
         "pytorch-source-as-stored" => {
             // The same file without PyTorch's conventions: the square weights taken as
             // stored, no transpose (what the container costs; the values differ).
@@ -231,11 +238,19 @@ fn main() {
             "model.pt",
             vec![
                 "pytorch-source",
+                "pytorch-source-contiguous",
                 "pytorch-source-as-stored",
                 "pytorch-store",
             ],
         ),
-        ("views.pt", vec!["pytorch-source", "pytorch-store"]),
+        (
+            "views.pt",
+            vec![
+                "pytorch-source",
+                "pytorch-source-contiguous",
+                "pytorch-store",
+            ],
+        ),
     ];
     if let Some(fixtures) = std::env::var_os("BURNPACK_LEGACY_FIXTURES") {
         let status = Command::new(&fixtures)

@@ -253,16 +253,24 @@ fn a_pytorch_linear_loads_into_a_burn_module_in_one_call() {
     let weight = values(&oracle.get("fc1.weight").unwrap().read().unwrap());
     let bias = values(&oracle.get("fc1.bias").unwrap().read().unwrap());
     let source = PytorchSource::open(&path).unwrap();
-    for device in [Device::flex(), Device::ndarray()] {
+    let devices = [Device::flex(), Device::ndarray()];
+    for (device, contiguous) in devices.iter().flat_map(|d| [(d, false), (d, true)]) {
+        let options = LoadOptions::new().pytorch(true).contiguous(contiguous);
         let (net, report) = Net {
-            fc1: LinearConfig::new(2, 3).init(&device),
+            fc1: LinearConfig::new(2, 3).init(device),
         }
-        .load_from_source_with_report(&source, &LoadOptions::new().pytorch(true))
+        .load_from_source_with_report(&source, &options)
         .unwrap_or_else(|e| panic!("{device:?}: {e}"));
         assert_eq!(report.loaded(), 2);
-        if device == Device::flex() {
+        if *device == Device::flex() && !contiguous {
             // Windows of the mapped file, the weight transposed by its strides: no copy.
             assert_eq!(report.views(), 2, "{report}");
+        } else {
+            // Laid out contiguous at load (asked for, or ndarray, which would copy anyway);
+            // the bias stays a window of the mapping.
+            assert_eq!(report.views(), 1, "{report}");
+            assert_eq!(report.copied()[0].path, "fc1.weight");
+            assert_eq!(report.copied()[0].reason, CopyReason::Transposed);
         }
         let got = net
             .fc1
@@ -349,6 +357,67 @@ fn a_weight_saved_with_its_strides_loads_gathered_and_reported() {
             .all(|c| c.reason == CopyReason::Strided),
         "{report}"
     );
+}
+
+/// A matrix of several MiB laid out contiguous at load (in bands on every core) holds the
+/// values the view by strides holds, in Burn's layout, whether its storage is its own or
+/// shared with a bias.
+#[test]
+fn contiguous_loads_lay_out_large_matrices_as_the_views_hold_them() {
+    #[derive(Module, Debug)]
+    struct Two {
+        a: Linear,
+        b: Linear,
+    }
+    let (inputs, outputs) = (1000, 700);
+    let values = |seed: usize| -> Vec<f32> {
+        (0..inputs * outputs)
+            .map(|i| ((i * 7919 + seed) % 10007) as f32 * 0.5)
+            .collect()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("large.pt");
+    // `a` a storage of its own; `b`'s weight and bias two views of one storage.
+    let mut shared = values(1);
+    shared.extend((0..outputs).map(|i| i as f32));
+    let storages = [StorageSpec::f32(&values(0)), StorageSpec::f32(&shared)];
+    let dims = [outputs as u64, inputs as u64];
+    let views = [
+        View::whole("a.weight", 0, &dims),
+        View::whole("b.weight", 1, &dims),
+        View {
+            offset: (inputs * outputs) as u64,
+            ..View::whole("b.bias", 1, &[outputs as u64])
+        },
+    ];
+    save(&path, &storages, &views);
+    let source = PytorchSource::open(&path).unwrap();
+    let device = Device::flex();
+    let load = |contiguous: bool| {
+        Two {
+            a: LinearConfig::new(inputs, outputs)
+                .with_bias(false)
+                .init(&device),
+            b: LinearConfig::new(inputs, outputs).init(&device),
+        }
+        .load_from_source_with_report(
+            &source,
+            &LoadOptions::new().pytorch(true).contiguous(contiguous),
+        )
+        .unwrap()
+    };
+    let ((viewed, by_strides), (laid, at_load)) = (load(false), load(true));
+    // Windows of the mapping (a view of a shared storage too), but for the two weights.
+    assert_eq!(by_strides.views(), 3, "{by_strides}");
+    assert_eq!(at_load.views(), 1, "{at_load}");
+    let weights = |two: Two| {
+        [two.a.weight, two.b.weight].map(|w| w.val().into_data().try_to_vec::<f32>().unwrap())
+    };
+    let (want, got) = (weights(viewed), weights(laid));
+    assert_eq!(got, want);
+    // Burn's [in, out]: element (i, o) is PyTorch's (o, i).
+    let stored = values(0);
+    assert_eq!(got[0][3 * outputs + 5], stored[5 * inputs + 3]);
 }
 
 #[test]

@@ -147,9 +147,29 @@ impl<'a> Applier<'a> {
         //   `ComputeClient::staging` treats as a staging candidate: the pages are copied once
         //   into a (pinned, where the backend has it) staging buffer that the device reads by
         //   DMA. That one copy is the minimum Burn allows; no intermediate `Vec` is made here.
-        let copied = self.copy_reason(info, dtype, transpose, &device);
+        let mut copied = self.copy_reason(info, dtype, transpose, &device);
+        // A matrix laid out contiguous here (asked for, or the backend would copy it to
+        // transpose it anyway) rather than transposed by strides.
+        let (bytes, shape, transpose) = match (transpose
+            && (self.options.contiguous || transposes_by_copy(&device)))
+        .then(|| super::transpose::contiguous(&bytes, info.shape(), stored))
+        .flatten()
+        {
+            Some(Ok((laid, shape))) => {
+                copied = copied.or(Some(CopyReason::Transposed));
+                (laid, Cow::Owned(shape.to_vec()), false)
+            }
+            Some(Err(e)) => {
+                self.mismatch.failed.push((
+                    path.to_string(),
+                    format!("cannot lay the transposed matrix out contiguous: {e}"),
+                ));
+                return param;
+            }
+            None => (bytes, Cow::Borrowed(info.shape()), transpose),
+        };
         let (data, dtype, to_transpose) =
-            super::quantized::stored_data(bytes, info.shape(), stored, dtype, transpose);
+            super::quantized::stored_data(bytes, &shape, stored, dtype, transpose);
         let copied = (transpose != to_transpose)
             .then_some(CopyReason::Transposed)
             .or(copied);

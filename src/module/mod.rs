@@ -38,6 +38,7 @@ mod options;
 mod quantized;
 mod read_ahead;
 mod report;
+mod transpose;
 
 use std::path::Path;
 

@@ -156,6 +156,7 @@ pub struct LoadOptions {
     pub(crate) buffered: Option<bool>,
     pub(crate) verify: bool,
     pub(crate) convention: Option<Arc<dyn Convention>>,
+    pub(crate) contiguous: bool,
 }
 
 impl LoadOptions {
@@ -294,6 +295,53 @@ impl LoadOptions {
     #[must_use]
     pub fn pytorch(mut self, pytorch: bool) -> Self {
         self.convention = pytorch.then(|| Arc::new(PytorchConvention) as Arc<dyn Convention>);
+        self
+    }
+
+    /// Lays every matrix a convention transposes (see [`pytorch`](Self::pytorch)) out
+    /// contiguous at load, instead of leaving it a view by strides. Default off.
+    ///
+    /// A view costs nothing at load, and Burn's CPU matmul takes its strides as they are; but
+    /// the first operation that needs the matrix contiguous (`into_data`, a save, a backend
+    /// kernel that wants its own layout) copies it through its strides, element by element,
+    /// after the load. With this option the load copies it instead: in tiles, on every core,
+    /// into memory of its own (huge pages for a large one), while the file is still being read,
+    /// several times faster than that strided copy (see docs/benchmarks.md). The tensor is then
+    /// a copy, reported as `CopyReason::Transposed`, and no longer reads from the file.
+    /// Tensors of another rank keep their view; block-quantized matrices are always
+    /// transposed on the host (see [`pytorch`](Self::pytorch)); a backend that copies to
+    /// transpose anyway (ndarray) gets this copy with or without the option.
+    ///
+    /// ```
+    /// use burn::module::Module;
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::tensor::{Bytes, DType, Device};
+    /// use burnpack::module::{LoadOptions, PackModule};
+    /// use burnpack::read::{CopyReason, Reader};
+    /// use burnpack::{Entry, Writer};
+    ///
+    /// // PyTorch's nn.Linear(3, 2): weight [out, in] = [2, 3].
+    /// let weight = Bytes::from_elems(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    /// let bias = Bytes::from_elems(vec![0.5f32, -0.5]);
+    /// let pack = Writer::new(vec![
+    ///     Entry::resident("weight", DType::F32, vec![2, 3], weight),
+    ///     Entry::resident("bias", DType::F32, vec![2], bias),
+    /// ])
+    /// .into_bytes()
+    /// .unwrap();
+    /// let linear: Linear = LinearConfig::new(3, 2).init(&Device::flex());
+    /// let options = LoadOptions::new().pytorch(true).contiguous(true);
+    /// let (linear, report) = linear
+    ///     .load_from_source_with_report(&Reader::from_bytes(pack).unwrap(), &options)
+    ///     .unwrap();
+    /// assert_eq!(report.copied()[0].reason, CopyReason::Transposed); // the weight, at load
+    /// let w = linear.weight.val();
+    /// assert_eq!(w.dims(), [3, 2]);
+    /// assert_eq!(w.into_data().try_to_vec::<f32>().unwrap(), [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    /// ```
+    #[must_use]
+    pub fn contiguous(mut self, contiguous: bool) -> Self {
+        self.contiguous = contiguous;
         self
     }
 

@@ -72,8 +72,8 @@ pub(super) fn transposed(
     let (stored, scales) = bytes.split_at(values);
     let mut out = vec![0u8; bytes.len()];
     let (out_values, out_scales) = out.split_at_mut(values);
-    transpose(stored, out_values, rows, cols, 1);
-    transpose(scales, out_scales, grid_rows, grid_cols, width);
+    super::transpose::transpose(stored, out_values, rows, cols, 1);
+    super::transpose::transpose(scales, out_scales, grid_rows, grid_cols, width);
     let mut swapped: QuantScheme = scheme;
     swapped.swap_block_dims(2, 0, 1);
     Some((
@@ -81,23 +81,6 @@ pub(super) fn transposed(
         [cols, rows],
         DType::QFloat(swapped),
     ))
-}
-
-/// `input` (`rows` x `cols` items of `width` bytes, row-major) into `out` transposed, in
-/// tiles so that both sides are read and written a cache line at a time.
-fn transpose(input: &[u8], out: &mut [u8], rows: usize, cols: usize, width: usize) {
-    const TILE: usize = 32;
-    for r0 in (0..rows).step_by(TILE) {
-        for c0 in (0..cols).step_by(TILE) {
-            for r in r0..(r0 + TILE).min(rows) {
-                for c in c0..(c0 + TILE).min(cols) {
-                    let from = (r * cols + c) * width;
-                    let to = (c * rows + r) * width;
-                    out[to..to + width].copy_from_slice(&input[from..from + width]);
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]
