@@ -147,27 +147,14 @@ impl<'a> Applier<'a> {
         //   `ComputeClient::staging` treats as a staging candidate: the pages are copied once
         //   into a (pinned, where the backend has it) staging buffer that the device reads by
         //   DMA. That one copy is the minimum Burn allows; no intermediate `Vec` is made here.
-        let mut copied = self.copy_reason(info, dtype, transpose, &device);
-        // A matrix laid out contiguous here (asked for, or the backend would copy it to
-        // transpose it anyway) rather than transposed by strides.
-        let (bytes, shape, transpose) = match (transpose
-            && (self.options.contiguous || transposes_by_copy(&device)))
-        .then(|| super::transpose::contiguous(&bytes, info.shape(), stored))
-        .flatten()
-        {
-            Some(Ok((laid, shape))) => {
-                copied = copied.or(Some(CopyReason::Transposed));
-                (laid, Cow::Owned(shape.to_vec()), false)
-            }
-            Some(Err(e)) => {
-                self.mismatch.failed.push((
-                    path.to_string(),
-                    format!("cannot lay the transposed matrix out contiguous: {e}"),
-                ));
-                return param;
-            }
-            None => (bytes, Cow::Borrowed(info.shape()), transpose),
-        };
+        let (bytes, shape, transpose, copied) =
+            match self.lay_out(info, bytes, dtype, transpose, &device) {
+                Ok(laid) => laid,
+                Err(why) => {
+                    self.mismatch.failed.push((path.to_string(), why));
+                    return param;
+                }
+            };
         let (data, dtype, to_transpose) =
             super::quantized::stored_data(bytes, &shape, stored, dtype, transpose);
         let copied = (transpose != to_transpose)
@@ -202,6 +189,15 @@ impl<'a> Applier<'a> {
         }
     }
 }
+
+/// A parameter's bytes on their way in: the bytes, their shape, whether a transpose is left
+/// to make, and why they are a copy if they are.
+type Laid<'i> = (
+    burn::tensor::Bytes,
+    Cow<'i, [usize]>,
+    bool,
+    Option<CopyReason>,
+);
 
 /// The stored shape as Burn will hold it (reversed when transposed), when it is not `expected`.
 fn shape_as_held(expected: &[usize], stored: &[usize], transpose: bool) -> Option<Vec<usize>> {
@@ -271,6 +267,38 @@ impl<'a> Applier<'a> {
                 to: dtype,
             }))
             .or((transpose && transposes_by_copy(device)).then_some(CopyReason::Transposed))
+    }
+
+    /// A matrix to transpose laid out contiguous here, where the options ask for it or the
+    /// backend would copy it to transpose it anyway: its bytes, shape (Burn's) and `false`
+    /// (nothing left to transpose). Anything else as it came. With either, why the parameter
+    /// is a copy, if it is ([`copy_reason`](Self::copy_reason), or the transpose here). An
+    /// error saying so when the memory for it is refused.
+    fn lay_out<'i>(
+        &self,
+        info: &'i TensorInfo,
+        bytes: burn::tensor::Bytes,
+        dtype: DType,
+        transpose: bool,
+        device: &burn::tensor::Device,
+    ) -> Result<Laid<'i>, String> {
+        let copied = self.copy_reason(info, dtype, transpose, device);
+        let wanted = transpose && (self.options.contiguous || transposes_by_copy(device));
+        match wanted
+            .then(|| super::transpose::contiguous(&bytes, info.shape(), info.dtype()))
+            .flatten()
+        {
+            Some(Ok((laid, shape))) => Ok((
+                laid,
+                Cow::Owned(shape.to_vec()),
+                false,
+                copied.or(Some(CopyReason::Transposed)),
+            )),
+            Some(Err(e)) => Err(format!(
+                "cannot lay the transposed matrix out contiguous: {e}"
+            )),
+            None => Ok((bytes, Cow::Borrowed(info.shape()), transpose, copied)),
+        }
     }
 
     /// The bytes of `info`, checked against its checksum when the options ask for it.

@@ -39,34 +39,110 @@ pub(super) fn transpose(input: &[u8], out: &mut [u8], rows: usize, cols: usize, 
     }
 }
 
-/// [`transpose`] for items of `W` bytes: each band of [`TILE`] output rows (a contiguous run
-/// of `out`) is filled tile by tile, bands on every core for a large matrix.
+/// [`transpose`] for items of `W` bytes: each band of output rows (a contiguous run of `out`)
+/// is filled tile by tile, bands on every core for a large matrix.
 fn typed<const W: usize>(input: &[u8], out: &mut [u8], rows: usize, cols: usize) {
     let input: &[[u8; W]] = bytemuck::cast_slice(input);
     let out: &mut [[u8; W]] = bytemuck::cast_slice_mut(out);
     if rows == 0 || cols == 0 {
         return;
     }
-    let band = |(index, dst): (usize, &mut [[u8; W]])| {
-        let c0 = index * TILE;
-        let width = dst.len() / rows;
-        for r0 in (0..rows).step_by(TILE) {
-            let r1 = (r0 + TILE).min(rows);
-            for dc in 0..width {
-                let c = c0 + dc;
-                let line = &mut dst[dc * rows + r0..dc * rows + r1];
-                for (k, item) in line.iter_mut().enumerate() {
-                    *item = input[(r0 + k) * cols + c];
+    #[cfg(target_arch = "x86_64")]
+    let (band_rows, fill): (usize, Band<W>) = if W == 4 {
+        (QUAD_TILE, band_of_quads::<W>)
+    } else {
+        (TILE, band::<W>)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let (band_rows, fill): (usize, Band<W>) = (TILE, band::<W>);
+    let run =
+        |(index, dst): (usize, &mut [[u8; W]])| fill(input, dst, rows, cols, index * band_rows);
+    let band_len = band_rows * rows;
+    if input.len() * W >= PARALLEL_BYTES && crate::platform::threads_available() {
+        use rayon::prelude::*;
+        out.par_chunks_mut(band_len).enumerate().for_each(run);
+    } else {
+        out.chunks_mut(band_len).enumerate().for_each(run);
+    }
+}
+
+/// Fills output rows `c0..` of a transpose: `(input, dst, rows, cols, c0)`.
+type Band<const W: usize> = fn(&[[u8; W]], &mut [[u8; W]], usize, usize, usize);
+
+/// Output rows `c0..` (as many as `dst` holds) of the transpose of `input`: for each tile of
+/// [`TILE`] source rows, each output row's run of them, read down the tile's column.
+fn band<const W: usize>(
+    input: &[[u8; W]],
+    dst: &mut [[u8; W]],
+    rows: usize,
+    cols: usize,
+    c0: usize,
+) {
+    let width = dst.len() / rows;
+    for r0 in (0..rows).step_by(TILE) {
+        let r1 = (r0 + TILE).min(rows);
+        for dc in 0..width {
+            let c = c0 + dc;
+            let line = &mut dst[dc * rows + r0..dc * rows + r1];
+            for (k, item) in line.iter_mut().enumerate() {
+                *item = input[(r0 + k) * cols + c];
+            }
+        }
+    }
+}
+
+/// Items per side of a tile of 4-byte items transposed 4 x 4 in registers: 256 x 256 measured
+/// fastest on this project's machine (1.4-1.9 GB/s per core against 1.1-1.3 for [`band`]'s
+/// 32 x 32 tiles, 1024 x 1024 f32 matrices; a plain copy runs at 4.3).
+#[cfg(target_arch = "x86_64")]
+const QUAD_TILE: usize = 256;
+
+/// [`band`] for 4-byte items (f32, i32, u32): tiles of [`QUAD_TILE`] source rows, each 4 x 4
+/// block of them loaded as four vectors, transposed in registers (SSE2, which every x86-64
+/// processor has) and stored as four; the ragged edges item by item.
+#[cfg(target_arch = "x86_64")]
+fn band_of_quads<const W: usize>(
+    input: &[[u8; W]],
+    dst: &mut [[u8; W]],
+    rows: usize,
+    cols: usize,
+    c0: usize,
+) {
+    use std::arch::x86_64::{_MM_TRANSPOSE4_PS, _mm_loadu_ps, _mm_storeu_ps};
+    assert!(W == 4 && rows > 0);
+    let width = dst.len() / rows;
+    assert!(dst.len() == width * rows && c0 + width <= cols && input.len() == rows * cols);
+    let (rows4, width4) = (rows - rows % 4, width - width % 4);
+    let from = input.as_ptr().cast::<f32>();
+    let to = dst.as_mut_ptr().cast::<f32>();
+    for r0 in (0..rows4).step_by(QUAD_TILE) {
+        let r1 = (r0 + QUAD_TILE).min(rows4);
+        for dc in (0..width4).step_by(4) {
+            for r in (r0..r1).step_by(4) {
+                // SAFETY: `r + 3 < rows4 <= rows` and `c0 + dc + 3 < c0 + width <= cols`, so
+                // the four loads of 4 items lie inside `input` (`rows * cols` items, checked
+                // above); `dc + 3 < width` and `r + 3 < rows`, so the four stores lie inside
+                // `dst` (`width * rows` items). Unaligned loads and stores take any address;
+                // the items are plain bytes, moved as they are (never computed on as floats).
+                unsafe {
+                    let at = |k: usize| from.add((r + k) * cols + c0 + dc);
+                    let (mut a, mut b) = (_mm_loadu_ps(at(0)), _mm_loadu_ps(at(1)));
+                    let (mut c, mut d) = (_mm_loadu_ps(at(2)), _mm_loadu_ps(at(3)));
+                    _MM_TRANSPOSE4_PS(&mut a, &mut b, &mut c, &mut d);
+                    _mm_storeu_ps(to.add(dc * rows + r), a);
+                    _mm_storeu_ps(to.add((dc + 1) * rows + r), b);
+                    _mm_storeu_ps(to.add((dc + 2) * rows + r), c);
+                    _mm_storeu_ps(to.add((dc + 3) * rows + r), d);
                 }
             }
         }
-    };
-    let band_len = TILE * rows;
-    if input.len() * W >= PARALLEL_BYTES && crate::platform::threads_available() {
-        use rayon::prelude::*;
-        out.par_chunks_mut(band_len).enumerate().for_each(band);
-    } else {
-        out.chunks_mut(band_len).enumerate().for_each(band);
+    }
+    // The last `rows % 4` source rows of every output row, and the last `width % 4` output rows.
+    for dc in 0..width {
+        let start = if dc < width4 { rows4 } else { 0 };
+        for r in start..rows {
+            dst[dc * rows + r] = input[r * cols + c0 + dc];
+        }
     }
 }
 
