@@ -203,6 +203,92 @@ pub(crate) fn will_need(file: &File, offset: u64, len: u64, stop: &std::sync::at
     }
 }
 
+/// Which pages of a file the page cache held before a reader touched them (Linux `mincore`
+/// over a mapping of the file that is never read through), so that the few small reads of a
+/// file's structure (a zip archive's local headers, one per tensor) can be dropped from the
+/// cache again afterwards ([`drop_cached`]): pages cached one at a time in the middle of the
+/// tensors' bytes keep the kernel from reading those bytes into large folios when the load
+/// maps them (measured: 8800 page faults and 280 ms of CPU for a cold 512 MiB `.pt` with its
+/// 256 header pages cached, 750 faults and 110 ms without). Pages that were cached before are
+/// left alone (someone else uses them). Elsewhere it knows nothing and nothing is dropped.
+#[cfg(all(target_os = "linux", feature = "pytorch"))]
+pub(crate) struct CacheProbe(memmap2::Mmap);
+
+#[cfg(all(target_os = "linux", feature = "pytorch"))]
+impl CacheProbe {
+    /// A probe of `file`, or `None` where it cannot be mapped (then nothing is dropped).
+    pub(crate) fn new(file: &File) -> Option<Self> {
+        // SAFETY: the mapping is never read or written through; it only gives `mincore` an
+        // address range, so a file changed or cut meanwhile cannot fault here.
+        unsafe { memmap2::Mmap::map(file) }.ok().map(Self)
+    }
+
+    /// Whether none of the pages holding `offset..offset + len` is in the page cache (`false`
+    /// where the kernel does not say, or the range is not in the file).
+    pub(crate) fn none_cached(&self, offset: u64, len: u64) -> bool {
+        let page = page_size().unsigned_abs();
+        let start = offset - offset % page;
+        let end = offset.saturating_add(len).min(self.0.len() as u64);
+        if start >= end {
+            return false;
+        }
+        let (Ok(start), Ok(len)) = (usize::try_from(start), usize::try_from(end - start)) else {
+            return false;
+        };
+        let mut vec = vec![0u8; len.div_ceil(page as usize)];
+        // SAFETY: `start` is a page-aligned offset inside the mapping and `start + len` is
+        // within it, so the range is mapped; `vec` has one byte per page of the range.
+        let done = unsafe {
+            libc::mincore(
+                self.0.as_ptr().add(start).cast_mut().cast(),
+                len,
+                vec.as_mut_ptr(),
+            )
+        };
+        done == 0 && vec.iter().all(|&v| v & 1 == 0)
+    }
+}
+
+/// Drops the pages holding `offset..offset + len` of `file` from the page cache (Linux
+/// `posix_fadvise(POSIX_FADV_DONTNEED)`, whole pages around the range): for pages a reader
+/// cached itself and will not read again (see [`CacheProbe`]). A hint: clean pages only,
+/// errors ignored, elsewhere nothing.
+#[cfg(all(target_os = "linux", feature = "pytorch"))]
+pub(crate) fn drop_cached(file: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let page = page_size().unsigned_abs();
+    let start = offset - offset % page;
+    let end = offset
+        .saturating_add(len)
+        .div_ceil(page)
+        .saturating_mul(page);
+    let (Ok(start), Ok(len)) = (i64::try_from(start), i64::try_from(end - start)) else {
+        return;
+    };
+    // SAFETY: a plain system call on an open descriptor; no memory is passed.
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), start, len, libc::POSIX_FADV_DONTNEED);
+    }
+}
+
+/// Tells the kernel that `file`'s reads through this open file are random (no readahead past
+/// what each read asks), or no longer (Linux `POSIX_FADV_RANDOM` / `POSIX_FADV_NORMAL`): for
+/// the small reads of a file's structure, whose readahead would cache bytes the load maps
+/// later (see [`CacheProbe`]). A hint: errors ignored, elsewhere nothing.
+#[cfg(all(target_os = "linux", feature = "pytorch"))]
+pub(crate) fn reads_random(file: &File, random: bool) {
+    use std::os::fd::AsRawFd;
+    let advice = if random {
+        libc::POSIX_FADV_RANDOM
+    } else {
+        libc::POSIX_FADV_NORMAL
+    };
+    // SAFETY: a plain system call on an open descriptor; no memory is passed.
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), 0, 0, advice);
+    }
+}
+
 /// The size of a page of memory (4 KiB where the system does not say).
 #[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
 fn page_size() -> i64 {
@@ -515,6 +601,34 @@ mod tests {
 
     fn page_size() -> usize {
         usize::try_from(super::page_size()).unwrap()
+    }
+
+    /// The probe tells pages nobody cached from cached ones, and what a reader cached itself
+    /// is dropped again, leaving the file as cold as it was.
+    #[cfg(feature = "pytorch")]
+    #[test]
+    fn pages_a_reader_cached_are_dropped_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cold");
+        std::fs::write(&path, vec![7u8; 64 << 10]).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        super::drop_cached(&file, 0, 64 << 10);
+        let probe = super::CacheProbe::new(&file).unwrap();
+        if !probe.none_cached(0, 64 << 10) {
+            // A filesystem whose pages cannot be dropped (tmpfs): nothing to show here.
+            return;
+        }
+        let mut header = [0u8; 30];
+        super::read_exact_at(&file, &mut header, 20_000).unwrap();
+        assert!(!probe.none_cached(20_000, 30), "the page read is cached");
+        assert!(probe.none_cached(40_000, 8192), "a page not read is not");
+        assert!(
+            !probe.none_cached(70_000, 10),
+            "past the end: not known, so not dropped"
+        );
+        super::drop_cached(&file, 20_000, 30);
+        assert!(probe.none_cached(0, 64 << 10), "dropped again");
     }
 
     /// A hint for more than the kernel reads for one (its readahead window, or the device's

@@ -42,8 +42,8 @@ pub(super) fn transpose(input: &[u8], out: &mut [u8], rows: usize, cols: usize, 
 /// [`transpose`] for items of `W` bytes: each band of output rows (a contiguous run of `out`)
 /// is filled tile by tile, bands on every core for a large matrix.
 fn typed<const W: usize>(input: &[u8], out: &mut [u8], rows: usize, cols: usize) {
-    let input: &[[u8; W]] = bytemuck::cast_slice(input);
-    let out: &mut [[u8; W]] = bytemuck::cast_slice_mut(out);
+    let (input, _) = input.as_chunks::<W>();
+    let (out, _) = out.as_chunks_mut::<W>();
     if rows == 0 || cols == 0 {
         return;
     }

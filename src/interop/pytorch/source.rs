@@ -13,7 +13,7 @@ use super::views::{Placed, Strided, element_size, gather_into};
 use super::{PytorchFormat, PytorchOptions, StorageEntry};
 use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::index::ShardIndex;
-use crate::read::source::aligned_bytes;
+use crate::read::source::{Hinted, Source, aligned_bytes};
 use crate::read::{
     Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable,
     TensorSource, assemble_shards,
@@ -57,8 +57,8 @@ pub struct PytorchSource {
     gathered: Mutex<HashMap<usize, Bytes>>,
     /// Storages already checked against their CRC-32, by (shard, first byte): the outcome.
     checked: Mutex<HashMap<(usize, u64), u32>>,
-    /// The read-ahead hints of the last [`TensorSource::prefetch`], stopped when the source
-    /// goes.
+    /// The read-ahead hints of the last [`TensorSource::prefetch`] (see `Hinted`: those on a
+    /// mapping go on after the source is dropped, for its tensors' sake).
     hints: crate::read::source::ReadHints,
 }
 
@@ -454,10 +454,10 @@ impl TensorSource for PytorchSource {
         Ok(())
     }
 
-    /// The loader hands over what it will read before reading it: the kernel is asked to
-    /// read those ranges of the file ahead (a cold load then reads at the disk's sequential
-    /// speed rather than a page fault at a time), and non-contiguous views are gathered in
-    /// parallel.
+    /// The loader hands over what it will read before reading it: those ranges of the file
+    /// are read ahead from a thread of their own (a cold load then reads at the disk's
+    /// sequential speed rather than a page fault at a time; a mapped file through its
+    /// mapping, see `Hinted`), and non-contiguous views are gathered in parallel.
     fn wants_prefetch(&self) -> bool {
         true
     }
@@ -479,7 +479,7 @@ impl TensorSource for PytorchSource {
             })
             .collect();
         let merged = crate::read::source::merged_ranges(ranges);
-        let requests: Vec<(&std::fs::File, Vec<(u64, u64)>)> = self
+        let requests: Vec<(Hinted<'_>, Vec<(u64, u64)>)> = self
             .shards
             .iter()
             .enumerate()
@@ -489,7 +489,12 @@ impl TensorSource for PytorchSource {
                     .filter(|r| r.0 == i)
                     .map(|&(_, start, end)| (start, end))
                     .collect();
-                Some((shard.file.as_ref()?, ranges))
+                // A mapped file is touched through its mapping (large folios, see `Hinted`).
+                let file = shard.file.as_ref()?;
+                Some(match &shard.source {
+                    Source::Memory(mapped) => (Hinted::Mapped(mapped), ranges),
+                    Source::Buffered(..) => (Hinted::File(file), ranges),
+                })
             })
             .collect();
         self.hints.ask(&requests);

@@ -47,9 +47,21 @@ pub(super) fn zip_parts(
     let (entry, storages) = match input {
         Input::File(file, _) => {
             // Headers inside the bytes just asked for (small entries, in file order) ask
-            // nothing more.
+            // nothing more. The pages of a header not cached before are dropped again after
+            // (see `platform::CacheProbe`), and the reads of the structure read nothing ahead.
+            #[cfg(target_os = "linux")]
+            let probe = crate::platform::CacheProbe::new(file);
+            #[cfg(target_os = "linux")]
+            let fresh = std::cell::RefCell::new(Vec::new());
             let asked = std::cell::Cell::new(0..0);
             let hint = |start: u64| {
+                #[cfg(target_os = "linux")]
+                if probe
+                    .as_ref()
+                    .is_some_and(|p| p.none_cached(start, LOCAL_HEADER_HINT))
+                {
+                    fresh.borrow_mut().push(start);
+                }
                 let mut range = asked.take();
                 if !range.contains(&start) {
                     crate::platform::start_reading_ahead(file, start, LOCAL_HEADER_HINT);
@@ -57,17 +69,28 @@ pub(super) fn zip_parts(
                 }
                 asked.set(range);
             };
+            #[cfg(target_os = "linux")]
+            crate::platform::reads_random(file, true);
             // Buffered: the central directory is read in small pieces (a few per entry).
             let reader = std::io::BufReader::new(*file);
-            zip_layout(consistent_archive(reader, hint)?, input, options)
+            let parts = consistent_archive(reader, hint)
+                .and_then(|archive| zip_layout(archive, input, options).map_err(Fault::Other));
+            #[cfg(target_os = "linux")]
+            {
+                crate::platform::reads_random(file, false);
+                for start in fresh.take() {
+                    crate::platform::drop_cached(file, start, LOCAL_HEADER_HINT);
+                }
+            }
+            parts?
         }
         Input::Memory(all) => zip_layout(
             consistent_archive(Cursor::new(*all), |_| ())?,
             input,
             options,
-        ),
-    }
-    .map_err(Fault::Other)?;
+        )
+        .map_err(Fault::Other)?,
+    };
     let bytes = input.read(entry.start, entry.len).map_err(Fault::Other)?;
     // The pickle decides what every byte of the file means: checked against its CRC-32 on
     // every open, before it is read (the storages are checked by verified loads).
@@ -83,9 +106,10 @@ pub(super) fn zip_parts(
     Ok((pickle, storages, entry))
 }
 
-/// Bytes asked for ahead at each local header: its page (a header is 30 bytes, then the
-/// entry's name and extra field; torch.save's padding keeps it well inside one page).
-const LOCAL_HEADER_HINT: u64 = 4096;
+/// Bytes asked for ahead at each local header, and dropped from the cache after: what the
+/// zip crate reads of it through an 8 KiB `BufReader` (a header is 30 bytes, then the entry's
+/// name and extra field; torch.save's padding keeps it well inside one page).
+const LOCAL_HEADER_HINT: u64 = 8 << 10;
 
 /// The zip archive, when every reader would read it alike: two entries of one name would be
 /// read differently by different readers (this one would see the last, another the first), so
