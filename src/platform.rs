@@ -289,6 +289,35 @@ pub(crate) fn reads_random(file: &File, random: bool) {
     }
 }
 
+/// Reads the pages of `range` of a mapping into the page cache and maps them, as page faults
+/// would (so the kernel's readahead reads them into large folios, mapped 2 MiB at a time
+/// where it can), without reading through the mapping: Linux `madvise(MADV_POPULATE_READ)`
+/// (5.14 and later), whose failure (a file cut meanwhile) is an error returned here, never a
+/// `SIGBUS`. `None` where the kernel does not have it; `Some(false)` when it failed.
+#[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
+pub(crate) fn populate(mapping: &[u8], range: std::ops::Range<usize>) -> Option<bool> {
+    let page = page_size().unsigned_abs() as usize;
+    let end = range.end.min(mapping.len());
+    let start = range.start.min(end);
+    let base = mapping.as_ptr() as usize;
+    let from = (base + start) - (base + start) % page;
+    let len = base + end - from;
+    if len == 0 || end == start {
+        return Some(true);
+    }
+    // SAFETY: `from..from + len` lies in pages of the mapping (`from` is the start of the page
+    // holding `start`, which is inside it); `MADV_POPULATE_READ` only faults them in, reading
+    // and writing no memory of this process.
+    let done = unsafe { libc::madvise(from as *mut libc::c_void, len, libc::MADV_POPULATE_READ) };
+    if done == 0 {
+        return Some(true);
+    }
+    match io::Error::last_os_error().raw_os_error() {
+        Some(libc::EINVAL | libc::ENOSYS) => None,
+        _ => Some(false),
+    }
+}
+
 /// The size of a page of memory (4 KiB where the system does not say).
 #[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
 fn page_size() -> i64 {

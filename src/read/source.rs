@@ -249,15 +249,15 @@ pub(crate) enum Hinted<'a> {
     /// A file read with ordinary reads: the kernel is asked to read the ranges into the page
     /// cache ([`crate::platform::will_need`]).
     File(&'a File),
-    /// A file's mapping (a [`Source::Memory`] of `File` property): the ranges are touched
-    /// through it, one byte a page, as the load's own page faults would, so the kernel reads
-    /// them with its readahead into large folios, mapped 2 MiB at a time where it can, ahead
-    /// of the load (a `WILLNEED` hint reads into single pages, each then faulted in and
-    /// unmapped on its own: measured on a cold 512 MiB `.pt`, 250-290 ms of CPU against
-    /// 110). The thread holds the mapping and goes on after the source is dropped: a load's
+    /// A file's mapping (a [`Source::Memory`] of `File` property): the ranges are faulted in
+    /// through it ([`touch`]), as the load's own page faults would, so the kernel reads them
+    /// with its readahead into large folios, mapped 2 MiB at a time where it can, ahead of
+    /// the load (a `WILLNEED` hint reads into single pages, each then faulted in and unmapped
+    /// on its own: measured on a cold 512 MiB `.pt`, 250-290 ms of CPU against 110). The thread holds the mapping and goes on after the source is dropped: a load's
     /// tensors are windows of it, read when the module is used, often after the source is
     /// gone; it ends when the ranges are touched (at most half the memory, at the disk's pace).
-    #[cfg_attr(not(feature = "pytorch"), allow(dead_code))] // Burn records are read, not mapped
+    #[cfg_attr(not(feature = "pytorch"), allow(dead_code))]
+    // Burn records are read, not mapped
     Mapped(&'a Bytes),
 }
 
@@ -347,26 +347,36 @@ impl ReadHints {
     }
 }
 
-/// Reads one byte of each page of `bytes[start..start + len]` (clamped to it), looking at
-/// `stop` every 2 MiB: the page faults read the range into the page cache and map it.
+/// Reads `mapping[start..start + len]` (clamped to it) into the page cache and maps it, 2 MiB
+/// at a time, looking at `stop` between pieces: with [`crate::platform::populate`] on Linux
+/// (which never reads through the mapping, and stops at a file changed under it), else as
+/// page faults, one byte read a page (the mapped source's own contract: nobody cuts the file).
 #[cfg(any(feature = "legacy", feature = "pytorch"))]
-fn touch(bytes: &Bytes, start: u64, len: u64, stop: &std::sync::atomic::AtomicBool) {
+fn touch(mapping: &[u8], start: u64, len: u64, stop: &std::sync::atomic::AtomicBool) {
     const PAGE: usize = 4096;
-    const CHECK: usize = 2 << 20;
-    let all: &[u8] = bytes;
-    let start = usize::try_from(start).unwrap_or(usize::MAX).min(all.len());
+    const PIECE: usize = 2 << 20;
+    let start = usize::try_from(start)
+        .unwrap_or(usize::MAX)
+        .min(mapping.len());
     let end = start
         .saturating_add(usize::try_from(len).unwrap_or(usize::MAX))
-        .min(all.len());
+        .min(mapping.len());
     let mut sum = 0u8;
-    for piece in all[start..end].chunks(CHECK) {
+    for at in (start..end).step_by(PIECE) {
         if stop.load(Ordering::Relaxed) {
-            return;
+            break;
         }
-        for at in (0..piece.len()).step_by(PAGE) {
-            // SAFETY: `at` is inside `piece`; a volatile read so that the touch is not
+        let piece = at..(at + PIECE).min(end);
+        #[cfg(target_os = "linux")]
+        match crate::platform::populate(mapping, piece.clone()) {
+            Some(true) => continue,
+            Some(false) => return,
+            None => {}
+        }
+        for page in piece.step_by(PAGE) {
+            // SAFETY: `page` is inside `mapping`; a volatile read so that the touch is not
             // optimized away (its value is unused).
-            sum ^= unsafe { std::ptr::read_volatile(piece.as_ptr().add(at)) };
+            sum ^= unsafe { std::ptr::read_volatile(mapping.as_ptr().add(page)) };
         }
     }
     std::hint::black_box(sum);
