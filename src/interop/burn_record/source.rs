@@ -221,6 +221,15 @@ impl LegacySource {
                 bytes[..bytes.len().min(16)].escape_ascii()
             )));
         }
+        // The walk faults in single pages of the structure between the tensors; those nobody
+        // had cached are dropped after it, so that the load's reads find the tensors' bytes
+        // whole (see `platform::CacheProbe`).
+        #[cfg(target_os = "linux")]
+        let probe = match &input {
+            Input::Mapped(_, Some(file)) => crate::platform::CacheProbe::new(file)
+                .and_then(|probe| Some((probe.residency()?, probe, file))),
+            _ => None,
+        };
         let mut walk = Walk::new(bytes, limits.max_cbor_depth, limits.max_tensor_count);
         let root = if format.is_json() {
             let mut de = serde_json::Deserializer::from_slice(bytes);
@@ -250,6 +259,10 @@ impl LegacySource {
             ))
         })?;
         crate::platform::advise_random(bytes, false);
+        #[cfg(target_os = "linux")]
+        if let Some((before, probe, file)) = probe {
+            probe.drop_cached_since(file, &before);
+        }
         let found = std::mem::take(&mut walk.found);
         let leaves = std::mem::take(&mut walk.leaves);
         drop(walk);
