@@ -47,21 +47,13 @@ pub(super) fn zip_parts(
     let (entry, storages) = match input {
         Input::File(file, _) => {
             // Headers inside the bytes just asked for (small entries, in file order) ask
-            // nothing more. The pages of a header not cached before are dropped again after
-            // (see `platform::CacheProbe`), and the reads of the structure read nothing ahead.
+            // nothing more. The structure is read with no readahead, and the pages it cached
+            // that nobody had cached before are dropped again (see `platform::CacheProbe`).
             #[cfg(target_os = "linux")]
-            let probe = crate::platform::CacheProbe::new(file);
-            #[cfg(target_os = "linux")]
-            let fresh = std::cell::RefCell::new(Vec::new());
+            let probe = crate::platform::CacheProbe::new(file)
+                .and_then(|probe| Some((probe.residency()?, probe)));
             let asked = std::cell::Cell::new(0..0);
             let hint = |start: u64| {
-                #[cfg(target_os = "linux")]
-                if probe
-                    .as_ref()
-                    .is_some_and(|p| p.none_cached(start, LOCAL_HEADER_HINT))
-                {
-                    fresh.borrow_mut().push(start);
-                }
                 let mut range = asked.take();
                 if !range.contains(&start) {
                     crate::platform::start_reading_ahead(file, start, LOCAL_HEADER_HINT);
@@ -78,8 +70,8 @@ pub(super) fn zip_parts(
             #[cfg(target_os = "linux")]
             {
                 crate::platform::reads_random(file, false);
-                for start in fresh.take() {
-                    crate::platform::drop_cached(file, start, LOCAL_HEADER_HINT);
+                if let Some((before, probe)) = probe {
+                    probe.drop_cached_since(file, &before);
                 }
             }
             parts?
@@ -106,9 +98,9 @@ pub(super) fn zip_parts(
     Ok((pickle, storages, entry))
 }
 
-/// Bytes asked for ahead at each local header, and dropped from the cache after: what the
-/// zip crate reads of it through an 8 KiB `BufReader` (a header is 30 bytes, then the entry's
-/// name and extra field; torch.save's padding keeps it well inside one page).
+/// Bytes asked for ahead at each local header: what the zip crate reads of it through an 8 KiB
+/// `BufReader` (a header is 30 bytes, then the entry's name and extra field; torch.save's
+/// padding keeps it well inside one page).
 const LOCAL_HEADER_HINT: u64 = 8 << 10;
 
 /// The zip archive, when every reader would read it alike: two entries of one name would be
