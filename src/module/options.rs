@@ -307,9 +307,10 @@ impl LoadOptions {
     /// after the load. With this option the load copies it instead: in tiles, on every core,
     /// into memory of its own (huge pages for a large one), while the file is still being read,
     /// several times faster than that strided copy (see docs/benchmarks.md). The tensor is then
-    /// a copy, reported as `CopyReason::Transposed`, and no longer reads from the file.
-    /// Tensors of another rank keep their view; block-quantized matrices are always
-    /// transposed on the host (see [`pytorch`](Self::pytorch)); a backend that copies to
+    /// a copy, reported as `CopyReason::Transposed` (or the earlier reason where it was a copy
+    /// already: the source's own, a cast), and no longer reads from the file. Tensors of
+    /// another rank keep their view; block-quantized matrices are transposed on the host
+    /// where that is exact (see [`pytorch`](Self::pytorch)); a backend that copies to
     /// transpose anyway (ndarray) gets this copy with or without the option.
     ///
     /// ```

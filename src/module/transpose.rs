@@ -55,10 +55,21 @@ fn typed<const W: usize>(input: &[u8], out: &mut [u8], rows: usize, cols: usize)
     };
     #[cfg(not(target_arch = "x86_64"))]
     let (band_rows, fill): (usize, Band<W>) = (TILE, band::<W>);
+    let parallel = input.len() * W >= PARALLEL_BYTES && crate::platform::threads_available();
+    // Enough bands for every thread when the output has few rows (`[vocab, 768]` transposed
+    // has 768), in multiples of 4 (the register blocks). At most `cols` rows, so a band's
+    // length never exceeds the matrix's (no overflow where `rows * cols` fits).
+    let band_rows = if parallel {
+        let share = cols.div_ceil(rayon::current_num_threads().max(1));
+        band_rows.min(share.next_multiple_of(4))
+    } else {
+        band_rows
+    }
+    .min(cols);
     let run =
         |(index, dst): (usize, &mut [[u8; W]])| fill(input, dst, rows, cols, index * band_rows);
     let band_len = band_rows * rows;
-    if input.len() * W >= PARALLEL_BYTES && crate::platform::threads_available() {
+    if parallel {
         use rayon::prelude::*;
         out.par_chunks_mut(band_len).enumerate().for_each(run);
     } else {
@@ -196,7 +207,10 @@ mod tests {
     fn every_width_and_ragged_shape_matches_the_definition() {
         // Shapes around the tile and the parallel threshold, items of every width.
         for width in [1, 2, 3, 4, 8, 16] {
-            for (rows, cols) in [(1, 1), (1, 70), (70, 1), (31, 33), (64, 96), (257, 1031)] {
+            let shapes = [(1, 1), (1, 70), (70, 1), (31, 33), (64, 96), (257, 1031)];
+            // Past the parallel threshold with few output rows: bands narrower than a tile.
+            let narrow = [(5000, 60), (70_000, 3)];
+            for (rows, cols) in shapes.into_iter().chain(narrow) {
                 let input: Vec<u8> = (0..rows * cols * width)
                     .map(|i| (i * 31 % 251) as u8)
                     .collect();

@@ -233,15 +233,19 @@ pub(crate) fn merged_ranges<K: Ord + Copy>(mut ranges: Vec<(K, u64, u64)>) -> Ve
 /// Read-ahead hints running on a thread of their own, for a source that asks a load's byte
 /// ranges of the disk at once ([`ask`](Self::ask)); asking again stops the thread between two
 /// of its requests, and so does dropping it, for hints on files read with ordinary reads: so
-/// that nothing goes on reading for a source that is gone and whose load is over. Hints on a
-/// mapping go on after the source is dropped ([`Hinted::Mapped`]).
+/// that nothing goes on reading for a source that is gone and whose load is over. Hints
+/// populating a mapping go on after the source is dropped ([`Hinted::Mapped`]).
 #[cfg(any(feature = "legacy", feature = "pytorch"))]
 #[derive(Default)]
 pub(crate) struct ReadHints(std::sync::Mutex<Option<Asked>>);
 
-/// The running hints' stop flag, and whether dropping the hints stops them.
+/// The running hints' flags: stop (asked again, or dropped where that stops them), and
+/// dropped (the source is gone), with whether dropping stops them.
 #[cfg(any(feature = "legacy", feature = "pytorch"))]
-type Asked = (std::sync::Arc<std::sync::atomic::AtomicBool>, bool);
+type Asked = (Flag, Flag, bool);
+
+#[cfg(any(feature = "legacy", feature = "pytorch"))]
+type Flag = std::sync::Arc<std::sync::atomic::AtomicBool>;
 
 /// What one file's hints go through, with its byte ranges.
 #[cfg(any(feature = "legacy", feature = "pytorch"))]
@@ -255,7 +259,9 @@ pub(crate) enum Hinted<'a> {
     /// the load (a `WILLNEED` hint reads into single pages, each then faulted in and unmapped
     /// on its own: measured on a cold 512 MiB `.pt`, 250-290 ms of CPU against 110). The thread holds the mapping and goes on after the source is dropped: a load's
     /// tensors are windows of it, read when the module is used, often after the source is
-    /// gone; it ends when the ranges are touched (at most half the memory, at the disk's pace).
+    /// gone; it ends when the ranges are read (at most half the memory, at the disk's pace).
+    /// Where the kernel cannot populate a mapping (before Linux 5.14, other systems), the
+    /// pages are read through it instead, and only until the source is dropped.
     #[cfg_attr(not(feature = "pytorch"), allow(dead_code))]
     // Burn records are read, not mapped
     Mapped(&'a Bytes),
@@ -307,8 +313,9 @@ impl ReadHints {
         else {
             return false;
         };
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stopped = stop.clone();
+        let stop = Flag::default();
+        let dropped = Flag::default();
+        let flags = (stop.clone(), dropped.clone(), !mapped);
         let started = std::thread::Builder::new()
             .name("burnpack-read-hints".into())
             .spawn(move || {
@@ -316,10 +323,11 @@ impl ReadHints {
                     for (start, end) in ranges {
                         let len = end.saturating_sub(start);
                         match &owned {
-                            Owned::File(file) => {
+                            Owned::File(file) if !dropped.load(Ordering::Relaxed) => {
                                 crate::platform::will_need(file, start, len, &stop);
                             }
-                            Owned::Mapped(bytes) => touch(bytes, start, len, &stop),
+                            Owned::File(_) => return,
+                            Owned::Mapped(bytes) => touch(bytes, start, len, &stop, &dropped),
                         }
                     }
                 }
@@ -329,14 +337,14 @@ impl ReadHints {
             *self
                 .0
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((stopped, !mapped));
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(flags);
         }
         started
     }
 
     /// Stops the hints asked before, if any are still running.
     fn stop(&self) {
-        if let Some((stop, _)) = self
+        if let Some((stop, _, _)) = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -350,9 +358,17 @@ impl ReadHints {
 /// Reads `mapping[start..start + len]` (clamped to it) into the page cache and maps it, 2 MiB
 /// at a time, looking at `stop` between pieces: with [`crate::platform::populate`] on Linux
 /// (which never reads through the mapping, and stops at a file changed under it), else as
-/// page faults, one byte read a page (the mapped source's own contract: nobody cuts the file).
+/// page faults, one byte read a page, and then only while the source is not `dropped`: the
+/// mapped source's contract (nobody cuts the file) holds while its user holds it, and a read
+/// through the mapping of a file cut afterwards would be a `SIGBUS`.
 #[cfg(any(feature = "legacy", feature = "pytorch"))]
-fn touch(mapping: &[u8], start: u64, len: u64, stop: &std::sync::atomic::AtomicBool) {
+fn touch(
+    mapping: &[u8],
+    start: u64,
+    len: u64,
+    stop: &std::sync::atomic::AtomicBool,
+    dropped: &std::sync::atomic::AtomicBool,
+) {
     const PAGE: usize = 4096;
     const PIECE: usize = 2 << 20;
     let start = usize::try_from(start)
@@ -373,6 +389,9 @@ fn touch(mapping: &[u8], start: u64, len: u64, stop: &std::sync::atomic::AtomicB
             Some(false) => return,
             None => {}
         }
+        if dropped.load(Ordering::Relaxed) {
+            break;
+        }
         for page in piece.step_by(PAGE) {
             // SAFETY: `page` is inside `mapping`; a volatile read so that the touch is not
             // optimized away (its value is unused).
@@ -385,14 +404,16 @@ fn touch(mapping: &[u8], start: u64, len: u64, stop: &std::sync::atomic::AtomicB
 #[cfg(any(feature = "legacy", feature = "pytorch"))]
 impl Drop for ReadHints {
     fn drop(&mut self) {
-        let stops = self
+        let asked = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-            .is_some_and(|&(_, stops)| stops);
-        if stops {
-            self.stop();
+            .take();
+        if let Some((stop, dropped, stops)) = asked {
+            dropped.store(true, Ordering::Relaxed);
+            if stops {
+                stop.store(true, Ordering::Relaxed);
+            }
         }
     }
 }

@@ -261,7 +261,7 @@ impl LegacySource {
         crate::platform::advise_random(bytes, false);
         #[cfg(target_os = "linux")]
         if let Some((before, probe, file)) = probe {
-            probe.drop_cached_since(file, &before);
+            probe.drop_cached_since(file, &before, Some(bytes));
         }
         let found = std::mem::take(&mut walk.found);
         let leaves = std::mem::take(&mut walk.leaves);

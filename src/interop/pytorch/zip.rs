@@ -40,18 +40,39 @@ impl Input<'_> {
 }
 
 /// The zip format: the pickle (read) and where each storage's bytes are.
+///
+/// From a file, its structure (central directory, local headers, pickle) is read with no
+/// readahead, and the pages these reads cached that nobody had cached before are dropped again
+/// after (see `platform::CacheProbe`): left cached one by one in the middle of the tensors'
+/// bytes, they kept the kernel from reading those into large folios when the load maps them.
 pub(super) fn zip_parts(
+    input: &Input<'_>,
+    options: &PytorchOptions,
+) -> Result<(Pickle, Storages, StorageEntry), Fault> {
+    #[cfg(target_os = "linux")]
+    if let Input::File(file, _) = input {
+        let probe = crate::platform::CacheProbe::new(file)
+            .and_then(|probe| Some((probe.residency()?, probe)));
+        crate::platform::reads_random(file, true);
+        let parts = read_parts(input, options);
+        crate::platform::reads_random(file, false);
+        if let Some((before, probe)) = probe {
+            probe.drop_cached_since(file, &before, None);
+        }
+        return parts;
+    }
+    read_parts(input, options)
+}
+
+/// [`zip_parts`]' reads.
+fn read_parts(
     input: &Input<'_>,
     options: &PytorchOptions,
 ) -> Result<(Pickle, Storages, StorageEntry), Fault> {
     let (entry, storages) = match input {
         Input::File(file, _) => {
             // Headers inside the bytes just asked for (small entries, in file order) ask
-            // nothing more. The structure is read with no readahead, and the pages it cached
-            // that nobody had cached before are dropped again (see `platform::CacheProbe`).
-            #[cfg(target_os = "linux")]
-            let probe = crate::platform::CacheProbe::new(file)
-                .and_then(|probe| Some((probe.residency()?, probe)));
+            // nothing more.
             let asked = std::cell::Cell::new(0..0);
             let hint = |start: u64| {
                 let mut range = asked.take();
@@ -61,28 +82,17 @@ pub(super) fn zip_parts(
                 }
                 asked.set(range);
             };
-            #[cfg(target_os = "linux")]
-            crate::platform::reads_random(file, true);
             // Buffered: the central directory is read in small pieces (a few per entry).
             let reader = std::io::BufReader::new(*file);
-            let parts = consistent_archive(reader, hint)
-                .and_then(|archive| zip_layout(archive, input, options).map_err(Fault::Other));
-            #[cfg(target_os = "linux")]
-            {
-                crate::platform::reads_random(file, false);
-                if let Some((before, probe)) = probe {
-                    probe.drop_cached_since(file, &before);
-                }
-            }
-            parts?
+            zip_layout(consistent_archive(reader, hint)?, input, options)
         }
         Input::Memory(all) => zip_layout(
             consistent_archive(Cursor::new(*all), |_| ())?,
             input,
             options,
-        )
-        .map_err(Fault::Other)?,
-    };
+        ),
+    }
+    .map_err(Fault::Other)?;
     let bytes = input.read(entry.start, entry.len).map_err(Fault::Other)?;
     // The pickle decides what every byte of the file means: checked against its CRC-32 on
     // every open, before it is read (the storages are checked by verified loads).
