@@ -257,13 +257,15 @@ pub(crate) enum Hinted<'a> {
     /// through it ([`touch`]), as the load's own page faults would, so the kernel reads them
     /// with its readahead into large folios, mapped 2 MiB at a time where it can, ahead of
     /// the load (a `WILLNEED` hint reads into single pages, each then faulted in and unmapped
-    /// on its own: measured on a cold 512 MiB `.pt`, 250-290 ms of CPU against 110). The thread holds the mapping and goes on after the source is dropped: a load's
-    /// tensors are windows of it, read when the module is used, often after the source is
-    /// gone; it ends when the ranges are read (at most half the memory, at the disk's pace).
-    /// Where the kernel cannot populate a mapping (before Linux 5.14, other systems), the
-    /// pages are read through it instead, and only until the source is dropped.
+    /// on its own: measured on a cold 512 MiB `.pt`, 250-290 ms of CPU against 110).
+    ///
+    /// The thread holds the mapping and goes on after the source is dropped: a load's tensors
+    /// are windows of it, read when the module is used, often after the source is gone; it
+    /// ends when the ranges are read (at most half the memory, at the disk's pace). Where the
+    /// kernel cannot populate a mapping (before Linux 5.14, other systems), the pages are read
+    /// through it instead, and only until the source is dropped. (Burn records are read with
+    /// ordinary reads, so without the `pytorch` feature nothing is hinted this way.)
     #[cfg_attr(not(feature = "pytorch"), allow(dead_code))]
-    // Burn records are read, not mapped
     Mapped(&'a Bytes),
 }
 
