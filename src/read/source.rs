@@ -251,7 +251,9 @@ type Flag = std::sync::Arc<std::sync::atomic::AtomicBool>;
 #[cfg(any(feature = "legacy", feature = "pytorch"))]
 pub(crate) enum Hinted<'a> {
     /// A file read with ordinary reads: the kernel is asked to read the ranges into the page
-    /// cache ([`crate::platform::will_need`]).
+    /// cache ([`crate::platform::will_need`]). (Only `.pt` files opened buffered are hinted
+    /// this way.)
+    #[cfg_attr(not(feature = "pytorch"), allow(dead_code))]
     File(&'a File),
     /// A file's mapping (a [`Source::Memory`] of `File` property): the ranges are faulted in
     /// through it ([`touch`]), as the load's own page faults would, so the kernel reads them
@@ -263,9 +265,7 @@ pub(crate) enum Hinted<'a> {
     /// are windows of it, read when the module is used, often after the source is gone; it
     /// ends when the ranges are read (at most half the memory, at the disk's pace). Where the
     /// kernel cannot populate a mapping (before Linux 5.14, other systems), the pages are read
-    /// through it instead, and only until the source is dropped. (Burn records are read with
-    /// ordinary reads, so without the `pytorch` feature nothing is hinted this way.)
-    #[cfg_attr(not(feature = "pytorch"), allow(dead_code))]
+    /// through it instead, and only until the source is dropped.
     Mapped(&'a Bytes),
 }
 
@@ -421,27 +421,6 @@ impl Drop for ReadHints {
 }
 
 impl Source {
-    /// Asks the kernel to read the byte ranges `ranges` of a file source ahead (merged, see
-    /// [`merged_ranges`]) through `hints`, so that a cold load reads at the disk's speed; the
-    /// positional reads inside them then ask nothing more. Nothing to do for bytes in memory.
-    #[cfg(feature = "legacy")]
-    pub(crate) fn will_need(&self, hints: &ReadHints, ranges: Vec<(u64, u64)>) {
-        let Source::Buffered(file, requested) = self else {
-            return;
-        };
-        let ranges: Vec<(u64, u64)> =
-            merged_ranges(ranges.into_iter().map(|(s, e)| ((), s, e)).collect())
-                .into_iter()
-                .map(|((), s, e)| (s, e))
-                .collect();
-        let last = ranges.last().map(|&(_, end)| end);
-        if hints.ask(&[(Hinted::File(file), ranges)])
-            && let Some(end) = last
-        {
-            requested.fetch_max(end, Ordering::Relaxed);
-        }
-    }
-
     /// The bytes of `start..start + len`: a zero-copy window when the source is in memory and
     /// the window is aligned to `align`, otherwise an aligned copy.
     pub(crate) fn read(&self, start: u64, len: u64, align: usize) -> std::io::Result<Bytes> {
@@ -471,9 +450,9 @@ impl Source {
                 // The kernel's readahead is started at this tensor when it lies past what was
                 // asked (loads go through a file in order, several threads at once, which the
                 // kernel's own heuristics do not follow); small tensors inside a range already
-                // asked ask nothing more. Not the whole range in pieces (`will_need`): that
-                // waits here on a full device queue, and its pages are small ones, measured
-                // slower for a buffered pack (docs/benchmarks.md).
+                // asked ask nothing more. Not every tensor at once (`WILLNEED` on the file):
+                // that waits here on a full device queue, and its pages are small ones,
+                // measured slower for a buffered pack and a Burn record (docs/benchmarks.md).
                 let end = start + len as u64;
                 if end > requested.load(Ordering::Relaxed) {
                     crate::platform::start_reading_ahead(file, start, len as u64 + READ_AHEAD);

@@ -20,6 +20,8 @@
 mod compact;
 mod dtype;
 mod msgpack_end;
+#[cfg(test)]
+mod prefetch_tests;
 mod source;
 mod tensor_data;
 mod train;
@@ -153,4 +155,17 @@ fn record_metadata(root: &Node) -> Option<RecordMetadata> {
         version: field("version")?,
         settings: field("settings").unwrap_or_default(),
     })
+}
+
+/// A `ParamId` as Burn 0.14-0.21 serialized it: the id's little-endian bytes in base32
+/// (DNSSEC alphabet: `0-9a-v`, no padding), 8 bytes, or 6 in the oldest format. Ids of the
+/// uuid era (before 0.14) were hashed by Burn with a per-build hasher and are not recovered.
+pub(super) fn param_id(text: &str) -> Option<u64> {
+    let bytes = data_encoding::BASE32_DNSSEC.decode(text.as_bytes()).ok()?;
+    if bytes.is_empty() || bytes.len() > 8 {
+        return None;
+    }
+    let mut buffer = [0u8; 8];
+    buffer[..bytes.len()].copy_from_slice(&bytes);
+    Some(u64::from_le_bytes(buffer))
 }

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::LegacySource;
-use super::source::param_id;
+use super::param_id;
 use super::walk::Leaf;
 use crate::format::Scalar;
 use crate::read::SourceError;
