@@ -2,7 +2,10 @@
 //! cached itself, populating a mapping (Linux; elsewhere these do nothing).
 
 use std::fs::File;
-#[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
+#[cfg(all(
+    target_os = "linux",
+    any(feature = "legacy", feature = "pytorch", feature = "safetensors")
+))]
 use std::io;
 
 /// Asks the kernel to start reading `len` bytes of `file` at `offset` into the page cache
@@ -13,7 +16,10 @@ use std::io;
 /// in page-aligned pieces of that size ([`will_need_piece`]). Each returns once its reads are
 /// queued, which waits while the device's queue is full; `stop` is looked at between pieces
 /// (set: the rest is not asked). A hint: errors are ignored, and elsewhere it does nothing.
-#[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
+#[cfg(all(
+    target_os = "linux",
+    any(feature = "legacy", feature = "pytorch", feature = "safetensors")
+))]
 pub(crate) fn will_need(file: &File, offset: u64, len: u64, stop: &std::sync::atomic::AtomicBool) {
     use std::os::fd::AsRawFd;
     let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
@@ -180,7 +186,10 @@ pub(crate) fn reads_random(file: &File, random: bool) {
 /// where it can), without reading through the mapping: Linux `madvise(MADV_POPULATE_READ)`
 /// (5.14 and later), whose failure (a file cut meanwhile) is an error returned here, never a
 /// `SIGBUS`. `None` where the kernel does not have it; `Some(false)` when it failed.
-#[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
+#[cfg(all(
+    target_os = "linux",
+    any(feature = "legacy", feature = "pytorch", feature = "safetensors")
+))]
 pub(crate) fn populate(mapping: &[u8], range: std::ops::Range<usize>) -> Option<bool> {
     let page = page_size().unsigned_abs() as usize;
     let end = range.end.min(mapping.len());
@@ -205,7 +214,10 @@ pub(crate) fn populate(mapping: &[u8], range: std::ops::Range<usize>) -> Option<
 }
 
 /// The size of a page of memory (4 KiB where the system does not say).
-#[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
+#[cfg(all(
+    target_os = "linux",
+    any(feature = "legacy", feature = "pytorch", feature = "safetensors")
+))]
 fn page_size() -> i64 {
     // SAFETY: a plain query of a constant of the system.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -215,7 +227,10 @@ fn page_size() -> i64 {
 /// The most one `WILLNEED` hint reads of `file` ([`device_cap`]), remembered per device;
 /// 128 KiB (Linux's default readahead window, the least a device has unless told otherwise)
 /// where sysfs does not say (a network, layered or pooled filesystem).
-#[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
+#[cfg(all(
+    target_os = "linux",
+    any(feature = "legacy", feature = "pytorch", feature = "safetensors")
+))]
 fn will_need_piece(file: &File) -> i64 {
     use std::collections::HashMap;
     use std::os::unix::fs::MetadataExt;
@@ -246,7 +261,10 @@ fn will_need_piece(file: &File) -> i64 {
 /// (`queue/read_ahead_kb`, `queue/max_sectors_kb` in sysfs, the disk's for a partition), from
 /// one page to 64 MiB; `None` where sysfs has no such device (major 0: a network, layered or
 /// pooled filesystem).
-#[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
+#[cfg(all(
+    target_os = "linux",
+    any(feature = "legacy", feature = "pytorch", feature = "safetensors")
+))]
 fn device_cap(device: u64) -> Option<i64> {
     let major = libc::major(device);
     if major == 0 {
@@ -270,7 +288,10 @@ fn device_cap(device: u64) -> Option<i64> {
         .map(|cap| (cap - cap % page).clamp(page, 64 << 20))
 }
 
-#[cfg(all(not(target_os = "linux"), any(feature = "legacy", feature = "pytorch")))]
+#[cfg(all(
+    not(target_os = "linux"),
+    any(feature = "legacy", feature = "pytorch", feature = "safetensors")
+))]
 pub(crate) fn will_need(
     _file: &File,
     _offset: u64,
@@ -299,6 +320,57 @@ pub(crate) fn start_reading_ahead(file: &File, offset: u64, len: u64) {
 
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn start_reading_ahead(_file: &File, _offset: u64, _len: u64) {}
+
+/// A test's file made cold (written back, then dropped from the page cache), and which of its
+/// pages are cached since.
+#[cfg(all(
+    test,
+    target_os = "linux",
+    any(feature = "legacy", feature = "pytorch")
+))]
+pub(crate) struct ColdFile {
+    file: File,
+    probe: CacheProbe,
+}
+
+#[cfg(all(
+    test,
+    target_os = "linux",
+    any(feature = "legacy", feature = "pytorch")
+))]
+impl ColdFile {
+    /// `path` made cold. A page mapped anywhere stays cached: open a source after this.
+    pub(crate) fn new(path: &std::path::Path) -> Self {
+        let file = File::open(path).unwrap();
+        file.sync_all().unwrap();
+        drop_cached(&file, 0, file.metadata().unwrap().len());
+        let probe = CacheProbe::new(&file).unwrap();
+        Self { file, probe }
+    }
+
+    /// Whether the page holding byte `at` is cached.
+    pub(crate) fn cached(&self, at: u64) -> bool {
+        let page = page_size().unsigned_abs();
+        self.probe.residency().unwrap()[usize::try_from(at / page).unwrap()] & 1 == 1
+    }
+
+    /// Whether every byte of `at` is cached within 30 seconds (a read-ahead thread's pace).
+    pub(crate) fn wait_cached(&self, at: &[u64]) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !at.iter().all(|&at| self.cached(at)) {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        true
+    }
+
+    /// The file, open.
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+}
 
 #[cfg(all(
     test,

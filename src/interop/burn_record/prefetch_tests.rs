@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::LegacySource;
-use crate::platform::{CacheProbe, drop_cached};
+use crate::platform::ColdFile;
 use crate::read::TensorSource;
 
 /// Bytes serialized as `MessagePack` `bin` (what `serde_bytes` does).
@@ -79,49 +79,37 @@ fn a_mapped_records_aligned_tensors_are_read_ahead_through_the_mapping() {
     let len = 2 << 20; // 8 MiB of f32 per tensor
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model.mpk");
-    // Written, then dropped from the page cache before it is opened (a page cached when the
-    // source maps it stays: the walk's reads map it).
-    let cold_open = || {
-        let file = std::fs::File::open(&path).unwrap();
-        file.sync_all().unwrap();
-        drop_cached(&file, 0, file.metadata().unwrap().len());
-        (LegacySource::open(&path).unwrap(), file)
-    };
     // The id's length moves the first tensor's bytes until they are aligned for f32.
-    let (source, file) = (0..4)
+    let (source, cold) = (0..4)
         .find_map(|pad| {
             std::fs::write(&path, record(len, pad)).unwrap();
-            let (source, file) = cold_open();
+            // Cold before it is opened: a page the walk maps while cached stays cached.
+            let cold = ColdFile::new(&path);
+            let source = LegacySource::open(&path).unwrap();
             let a = source.tensor("a").unwrap();
             let b = source.tensor("b").unwrap();
             let shown = source.copy_reason(a).is_none() && source.copy_reason(b).is_some();
-            shown.then_some((source, file))
+            shown.then_some((source, cold))
         })
         .expect("one of four shifts aligns the first tensor and not the second");
     assert!(source.wants_prefetch(), "a mapped record reads ahead");
     let a = source.tensor("a").unwrap().clone();
     let b = source.tensor("b").unwrap().clone();
-    let probe = CacheProbe::new(&file).unwrap();
-    let cached = |at: u64| probe.residency().unwrap()[(at / 4096) as usize] & 1 == 1;
     // Pages 1 MiB inside each tensor (the walk read, and dropped, the pages of their heads).
     let (first, last) = (a.offset() + (1 << 20), a.offset() + a.len() - (1 << 20));
     let copied = b.offset() + (1 << 20);
-    if cached(first) || cached(last) || cached(copied) {
+    if [first, last, copied].iter().any(|&at| cold.cached(at)) {
         return; // tmpfs: its pages cannot be dropped, nothing to show
     }
     let all: Vec<_> = source.tensors().iter().collect();
     source.prefetch(&all).unwrap();
     let bytes = source.read(&a).unwrap();
     drop(source);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !(cached(first) && cached(last)) && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    assert!(cached(first) && cached(first.midpoint(last)) && cached(last));
+    assert!(cold.wait_cached(&[first, first.midpoint(last), last]));
     // The unaligned tensor, before `a` in the file, is not asked of the disk: the load's
     // positional reads copy it, with their own readahead (the page checked lies farther from
     // `a` than any readahead window).
-    assert!(!cached(copied), "the copied tensor was read ahead too");
+    assert!(!cold.cached(copied), "the copied tensor was read ahead too");
     // The window outlives the source, with the values written.
     let values: &[u32] = bytemuck::cast_slice(&bytes);
     assert_eq!((values[0], values[len - 1] as usize), (0, len - 1));

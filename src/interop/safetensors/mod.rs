@@ -29,6 +29,12 @@ use safetensors::Dtype;
 use crate::read::Reader;
 use crate::write::{Entry, WriteError, Writer};
 
+#[cfg(all(
+    test,
+    target_os = "linux",
+    any(feature = "legacy", feature = "pytorch")
+))]
+mod prefetch_tests;
 mod source;
 mod write;
 pub use source::SafetensorsSource;

@@ -11,7 +11,7 @@ use burn::tensor::Bytes;
 use super::to_burn;
 use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::index::ShardIndex;
-use crate::read::source::Source;
+use crate::read::source::{Hinted, ReadHints, Source, merged_ranges};
 use crate::read::{
     CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable, TensorSource,
     assemble_shards, human_bytes,
@@ -58,11 +58,16 @@ pub struct SafetensorsSource {
     /// Every tensor, sorted by name, with its shard.
     table: SourceTable<InShard<()>>,
     metadata: BTreeMap<String, String>,
+    /// The read-ahead of the last [`TensorSource::prefetch`].
+    hints: ReadHints,
 }
 
 struct Shard {
     path: PathBuf,
+    /// The file's mapping (or, read for a verification, the file; or bytes in memory).
     source: Source,
+    /// Whether `source` maps a file (worth reading ahead).
+    mapped: bool,
     /// The file's own `__metadata__`.
     metadata: BTreeMap<String, String>,
 }
@@ -203,6 +208,7 @@ impl SafetensorsSource {
             shards,
             table: sharded.table,
             metadata: merged,
+            hints: ReadHints::default(),
         }
     }
 
@@ -426,7 +432,8 @@ fn open_shard(
     let data = crate::read::source::file_data(&file, verify)
         .map_err(|(action, e)| SourceError::io(path, action)(e))?;
     let mut rows = Vec::new();
-    let shard = shard(path, data, header_len, &metadata, &mut rows)?;
+    let mut shard = shard(path, data, header_len, &metadata, &mut rows)?;
+    shard.mapped = !verify;
     Ok((shard, rows))
 }
 
@@ -460,6 +467,7 @@ fn shard(
     Ok(Shard {
         path: path.to_path_buf(),
         source,
+        mapped: false,
         metadata: metadata
             .metadata()
             .clone()
@@ -480,6 +488,40 @@ impl TensorSource for SafetensorsSource {
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         self.read_aligned(info, element_align(info.dtype()))
+    }
+
+    /// A mapped file is read ahead in its own order, through the mapping, while the load goes
+    /// on: safetensors writers sort tensors by name (`layers.10` before `layers.2`), so a
+    /// load in the module's order would otherwise jump about the file, each jump a cold page
+    /// fault and a small readahead (measured: 1.15-1.2x one pass of reads, against 1.0x).
+    fn wants_prefetch(&self) -> bool {
+        self.shards.iter().any(|shard| shard.mapped)
+    }
+
+    fn prefetch(&self, wanted: &[&TensorInfo]) -> Result<(), ReadError> {
+        let ranges = wanted
+            .iter()
+            .filter_map(|info| {
+                let shard = self.table.place(info).ok()?.shard;
+                Some((shard, info.offset(), info.offset() + info.len()))
+            })
+            .collect();
+        let merged = merged_ranges(ranges);
+        let requests: Vec<(Hinted<'_>, Vec<(u64, u64)>)> = self
+            .shards
+            .iter()
+            .enumerate()
+            .filter_map(|(i, shard)| match &shard.source {
+                Source::Memory(mapping) if shard.mapped => {
+                    let ranges = merged.iter().filter(|r| r.0 == i);
+                    let ranges = ranges.map(|&(_, start, end)| (start, end)).collect();
+                    Some((Hinted::Mapped(mapping), ranges))
+                }
+                _ => None,
+            })
+            .collect();
+        self.hints.ask(&requests);
+        Ok(())
     }
 
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
