@@ -16,6 +16,10 @@
 //! storage), and, where `BURNPACK_LEGACY_FIXTURES` names the built `tools/legacy-fixtures`
 //! binary, a Burn 0.21 `.mpk` record (Burn 0.21's `NamedMpkFileRecorder`).
 //!
+//! A contender named `...-unread` is the load alone, its parameters not read back: for the
+//! loads that copy (a buffered pack, a record), every byte is in memory of its own by then,
+//! so the row shows what the load itself costs beside the reading back.
+//!
 //! Cold: every file of the directory is dropped from the page cache
 //! (`posix_fadvise(POSIX_FADV_DONTNEED)`) right before each child; warm: the file is read once
 //! right before it. Every measurement runs in a child (peak resident size reset first);
@@ -121,6 +125,12 @@ fn child(who: &str, file: &str, dir: &Path, layers: usize) {
     let meter = common::Meter::start();
     let start = Instant::now();
     let pytorch = LoadOptions::new().pytorch(true);
+    // `<contender>-unread`: the load alone, its parameters not read back (for a load that
+    // copies, every byte is in memory of its own when it returns).
+    let (who, unread) = match who.strip_suffix("-unread") {
+        Some(who) => (who, true),
+        None => (who, false),
+    };
     let model = match who {
         "sequential-read" => {
             for input in inputs(dir, file) {
@@ -188,6 +198,11 @@ fn child(who: &str, file: &str, dir: &Path, layers: usize) {
         }
         other => panic!("{other}"),
     };
+    if unread {
+        meter.report(start.elapsed());
+        drop(std::hint::black_box(model));
+        return;
+    }
     std::hint::black_box(common::consume_all(model));
     meter.report(start.elapsed());
 }
@@ -225,6 +240,7 @@ fn main() {
             vec![
                 "burnpack",
                 "burnpack-buffered",
+                "burnpack-buffered-unread",
                 "burn-load-file",
                 "burnpack-store",
             ],
@@ -259,7 +275,7 @@ fn main() {
             .unwrap();
         assert!(status.success(), "the fixture writer failed");
         let _ = std::fs::remove_file(d.join("big.mpk.gz"));
-        files.push(("big.mpk", vec!["legacy-source"]));
+        files.push(("big.mpk", vec!["legacy-source", "legacy-source-unread"]));
     } else {
         println!(
             "(BURNPACK_LEGACY_FIXTURES is not set: the Burn 0.21 record is not measured; see \
