@@ -17,8 +17,9 @@
 //! binary, a Burn 0.21 `.mpk` record (Burn 0.21's `NamedMpkFileRecorder`).
 //!
 //! A contender named `...-unread` is the load alone, its parameters not read back: for the
-//! loads that copy (a buffered pack, a record), every byte is in memory of its own by then,
-//! so the row shows what the load itself costs beside the reading back.
+//! loads that copy (a buffered pack; a record's unaligned tensors, three in four here) those
+//! bytes are in memory of its own by then, so the row shows what the load itself costs
+//! beside the reading back (a record's zero-copy windows may still be being read ahead).
 //!
 //! Cold: every file of the directory is dropped from the page cache
 //! (`posix_fadvise(POSIX_FADV_DONTNEED)`) right before each child; warm: the file is read once
@@ -126,7 +127,7 @@ fn child(who: &str, file: &str, dir: &Path, layers: usize) {
     let start = Instant::now();
     let pytorch = LoadOptions::new().pytorch(true);
     // `<contender>-unread`: the load alone, its parameters not read back (for a load that
-    // copies, every byte is in memory of its own when it returns).
+    // copies, the copies are in memory of their own when it returns).
     let (who, unread) = match who.strip_suffix("-unread") {
         Some(who) => (who, true),
         None => (who, false),

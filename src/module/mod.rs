@@ -232,8 +232,9 @@ fn load_opened<M: Module>(
         source.verify_structure()?;
     }
     let mut applier = apply::Applier::new(source, options);
-    // A source that fetches (an object in a bucket) gets the whole list first, so that it
-    // can fetch in parallel and only what this module reads.
+    // A source that fetches (an object in a bucket) or reads a file ahead gets the whole list
+    // first, so that it fetches in parallel, or reads in the file's order, only what this
+    // module reads.
     if source.wants_prefetch() {
         source.prefetch(&applier.wanted(&module))?;
     }

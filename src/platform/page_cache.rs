@@ -331,6 +331,7 @@ pub(crate) fn start_reading_ahead(_file: &File, _offset: u64, _len: u64) {}
 pub(crate) struct ColdFile {
     file: File,
     probe: CacheProbe,
+    populates: bool,
 }
 
 #[cfg(all(
@@ -343,9 +344,33 @@ impl ColdFile {
     pub(crate) fn new(path: &std::path::Path) -> Self {
         let file = File::open(path).unwrap();
         file.sync_all().unwrap();
+        let populates = {
+            // SAFETY: the test's own file, unchanged while mapped.
+            let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+            populate(&map, 0..1).is_some()
+        };
         drop_cached(&file, 0, file.metadata().unwrap().len());
         let probe = CacheProbe::new(&file).unwrap();
-        Self { file, probe }
+        Self {
+            file,
+            probe,
+            populates,
+        }
+    }
+
+    /// Whether the kernel populates a mapping (`MADV_POPULATE_READ`, Linux 5.14): where it
+    /// does not, hints through a mapping stop when their source is dropped.
+    pub(crate) fn populates(&self) -> bool {
+        self.populates
+    }
+
+    /// Whether a page `gap` bytes before a range read through a mapping lies beyond the
+    /// kernel's readahead around the range's first fault (half its window before it, the
+    /// window at most the device's cap): then only a hint can have read it.
+    pub(crate) fn beyond_readahead(&self, gap: u64) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let device = self.file.metadata().unwrap().dev();
+        device_cap(device).is_some_and(|cap| gap > cap.unsigned_abs())
     }
 
     /// Whether the page holding byte `at` is cached.
@@ -354,7 +379,8 @@ impl ColdFile {
         self.probe.residency().unwrap()[usize::try_from(at / page).unwrap()] & 1 == 1
     }
 
-    /// Whether every byte of `at` is cached within 30 seconds (a read-ahead thread's pace).
+    /// Whether the page holding each offset of `at` is cached within 30 seconds (a read-ahead
+    /// thread's pace).
     pub(crate) fn wait_cached(&self, at: &[u64]) -> bool {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while !at.iter().all(|&at| self.cached(at)) {

@@ -32,7 +32,8 @@ pub(crate) fn failure(e: &SourceError) -> Failure {
 
 /// Opens `arg` (a file of any format bpk reads, an index of shards, or an s3:// URL) for
 /// reading its tensors: a source that fetches over a network fetches everything at once
-/// (coalesced parallel requests, each checked as it arrives).
+/// (coalesced parallel requests, each checked as it arrives), and a mapped foreign file is
+/// read ahead in its own order.
 pub(crate) fn open(arg: &Path) -> Result<Box<dyn DescribedSource>, Failure> {
     let source = burnpack::interop::open_any_with(arg, &options()).map_err(|e| failure(&e))?;
     let tensors = source.as_tensor_source();

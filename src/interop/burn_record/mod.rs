@@ -20,7 +20,7 @@
 mod compact;
 mod dtype;
 mod msgpack_end;
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod prefetch_tests;
 mod source;
 mod tensor_data;

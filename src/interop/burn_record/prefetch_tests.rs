@@ -73,7 +73,6 @@ fn record(len: usize, pad: usize) -> Vec<u8> {
     rmp_serde::to_vec_named(&Record { metadata, item }).unwrap()
 }
 
-#[cfg(target_os = "linux")]
 #[test]
 fn a_mapped_records_aligned_tensors_are_read_ahead_through_the_mapping() {
     let len = 2 << 20; // 8 MiB of f32 per tensor
@@ -104,12 +103,21 @@ fn a_mapped_records_aligned_tensors_are_read_ahead_through_the_mapping() {
     let all: Vec<_> = source.tensors().iter().collect();
     source.prefetch(&all).unwrap();
     let bytes = source.read(&a).unwrap();
-    drop(source);
+    // The hints go on after the source is dropped (where the kernel populates mappings; where
+    // it does not, they stop with the source, kept then).
+    let _held = if cold.populates() {
+        drop(source);
+        None
+    } else {
+        Some(source)
+    };
     assert!(cold.wait_cached(&[first, first.midpoint(last), last]));
     // The unaligned tensor, before `a` in the file, is not asked of the disk: the load's
-    // positional reads copy it, with their own readahead (the page checked lies farther from
-    // `a` than any readahead window).
-    assert!(!cold.cached(copied), "the copied tensor was read ahead too");
+    // positional reads copy it, with their own readahead. (Checked where the page lies
+    // farther before `a` than the kernel's read-around of `a`'s first fault.)
+    if cold.beyond_readahead(a.offset() - copied) {
+        assert!(!cold.cached(copied), "the copied tensor was read ahead too");
+    }
     // The window outlives the source, with the values written.
     let values: &[u32] = bytemuck::cast_slice(&bytes);
     assert_eq!((values[0], values[len - 1] as usize), (0, len - 1));

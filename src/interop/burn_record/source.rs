@@ -64,8 +64,8 @@ pub struct LegacySource {
     /// Whether the tensors were decoded into memory of their own (JSON, or `MessagePack`
     /// arrays of numbers) rather than read in place.
     pub(super) decoded: bool,
-    /// The read-ahead hints of the last [`TensorSource::prefetch`], stopped when the source
-    /// goes.
+    /// The read-ahead of the last [`TensorSource::prefetch`] (through the mapping: it goes on
+    /// after the source is dropped, see [`Hinted::Mapped`]).
     pub(super) hints: ReadHints,
 }
 
@@ -462,8 +462,9 @@ impl TensorSource for LegacySource {
     /// A mapped record has the bytes of its zero-copy tensors read ahead through the mapping
     /// (large folios, see [`Hinted`]) while the load copies the others with positional reads
     /// that start the kernel's readahead themselves. Asking the kernel for every tensor at
-    /// once (`WILLNEED` on the file) was measured slower: 1.5x one pass of reads, against
-    /// 1.1x (docs/benchmarks.md). Nothing to do for a record read buffered or decompressed.
+    /// once (`WILLNEED` on the file) was measured slower: a cold load of 512 MiB in 556-593
+    /// ms, against 400-432 ms (docs/benchmarks.md). Nothing to do for a record decompressed
+    /// or decoded into memory.
     fn wants_prefetch(&self) -> bool {
         self.unaligned.is_some()
     }

@@ -35,8 +35,8 @@ fn wanted_tensors_are_read_ahead_through_the_mapping() {
         let info = source.tensor(name).unwrap();
         info.offset() + info.len() / 2
     };
-    // The tensor not wanted lies first: a readahead goes on past a range's end (the kernel's
-    // own windows), not 12 MiB before its start.
+    // The tensor not wanted lies first: the kernel's readahead goes on past a range's end
+    // (windows of up to the device's cap), and before its start only by half a window.
     let (wanted, skipped) = ([middle("t.2"), middle("t.1")], middle("t.0"));
     if wanted.iter().chain([&skipped]).any(|&at| cold.cached(at)) {
         return; // tmpfs: its pages cannot be dropped, nothing to show
@@ -45,18 +45,28 @@ fn wanted_tensors_are_read_ahead_through_the_mapping() {
     let infos = [source.tensor("t.2").unwrap(), source.tensor("t.1").unwrap()];
     source.prefetch(&infos).unwrap();
     let bytes = source.read(infos[0]).unwrap();
-    drop(source);
+    let gap = infos[1].offset() - skipped;
+    // The hints go on after the source is dropped (where the kernel populates mappings; where
+    // it does not, they stop with the source, kept then).
+    let _held = if cold.populates() {
+        drop(source);
+        None
+    } else {
+        Some(source)
+    };
     assert!(
         cold.wait_cached(&wanted),
         "the wanted tensors were read ahead"
     );
-    assert!(
-        !cold.cached(skipped),
-        "a tensor the load does not want was read ahead"
-    );
+    if cold.beyond_readahead(gap) {
+        assert!(
+            !cold.cached(skipped),
+            "a tensor the load does not want was read ahead"
+        );
+    }
     let read: &[u32] = bytemuck::cast_slice(&bytes);
     assert_eq!(
         (read[0], read[len - 1]),
-        (2 << 28, (2 << 28) + (len as u32 - 1))
+        (2 << 28, (2 << 28) + u32::try_from(len - 1).unwrap())
     );
 }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use burn::tensor::Bytes;
+use burn::tensor::{AllocationProperty, Bytes};
 
 use super::to_burn;
 use crate::format::{Limits, TensorInfo, element_align};
@@ -27,7 +27,9 @@ use crate::read::{
 /// Every file is mapped once and validated by the `safetensors` crate before anything is read.
 /// A tensor whose offset is aligned for its element type is a zero-copy window of the mapping
 /// (on flex and ndarray the parameter uses the file's pages); an unaligned one is copied into
-/// an aligned buffer when read ([`unaligned`](Self::unaligned) lists them).
+/// an aligned buffer when read ([`unaligned`](Self::unaligned) lists them). A load reads its
+/// tensors ahead through the mappings in the files' order, from a thread that holds the
+/// mappings until it is done (the parameters are windows of them): keep the files unchanged.
 ///
 /// ```
 /// use burn::module::{Module, Param};
@@ -66,8 +68,6 @@ struct Shard {
     path: PathBuf,
     /// The file's mapping (or, read for a verification, the file; or bytes in memory).
     source: Source,
-    /// Whether `source` maps a file (worth reading ahead).
-    mapped: bool,
     /// The file's own `__metadata__`.
     metadata: BTreeMap<String, String>,
 }
@@ -292,6 +292,14 @@ impl SafetensorsSource {
     }
 }
 
+/// A source's mapping of a file, if it is one (not bytes in memory, not a file read).
+fn mapped(source: &Source) -> Option<&Bytes> {
+    match source {
+        Source::Memory(bytes) if bytes.property() == AllocationProperty::File => Some(bytes),
+        _ => None,
+    }
+}
+
 /// The name of a source in memory, in errors.
 const MEMORY: &str = "<memory>";
 
@@ -432,8 +440,7 @@ fn open_shard(
     let data = crate::read::source::file_data(&file, verify)
         .map_err(|(action, e)| SourceError::io(path, action)(e))?;
     let mut rows = Vec::new();
-    let mut shard = shard(path, data, header_len, &metadata, &mut rows)?;
-    shard.mapped = !verify;
+    let shard = shard(path, data, header_len, &metadata, &mut rows)?;
     Ok((shard, rows))
 }
 
@@ -467,7 +474,6 @@ fn shard(
     Ok(Shard {
         path: path.to_path_buf(),
         source,
-        mapped: false,
         metadata: metadata
             .metadata()
             .clone()
@@ -490,34 +496,29 @@ impl TensorSource for SafetensorsSource {
         self.read_aligned(info, element_align(info.dtype()))
     }
 
-    /// A mapped file is read ahead in its own order, through the mapping, while the load goes
-    /// on: safetensors writers sort tensors by name (`layers.10` before `layers.2`), so a
-    /// load in the module's order would otherwise jump about the file, each jump a cold page
-    /// fault and a small readahead (measured: 1.15-1.2x one pass of reads, against 1.0x).
+    /// A mapped file is read ahead in its own order while the load goes on: writers sort
+    /// tensors by name (`layers.10` before `layers.2`), so the module's order jumps about a
+    /// cold file (1.16-1.20x one pass of reads, against 1.01x: docs/benchmarks.md).
     fn wants_prefetch(&self) -> bool {
-        self.shards.iter().any(|shard| shard.mapped)
+        self.shards
+            .iter()
+            .any(|shard| mapped(&shard.source).is_some())
     }
 
     fn prefetch(&self, wanted: &[&TensorInfo]) -> Result<(), ReadError> {
-        let ranges = wanted
-            .iter()
-            .filter_map(|info| {
-                let shard = self.table.place(info).ok()?.shard;
-                Some((shard, info.offset(), info.offset() + info.len()))
-            })
-            .collect();
-        let merged = merged_ranges(ranges);
+        let ranges = wanted.iter().filter_map(|info| {
+            let shard = self.table.place(info).ok()?.shard;
+            Some((shard, info.offset(), info.offset() + info.len()))
+        });
+        let merged = merged_ranges(ranges.collect());
         let requests: Vec<(Hinted<'_>, Vec<(u64, u64)>)> = self
             .shards
             .iter()
             .enumerate()
-            .filter_map(|(i, shard)| match &shard.source {
-                Source::Memory(mapping) if shard.mapped => {
-                    let ranges = merged.iter().filter(|r| r.0 == i);
-                    let ranges = ranges.map(|&(_, start, end)| (start, end)).collect();
-                    Some((Hinted::Mapped(mapping), ranges))
-                }
-                _ => None,
+            .filter_map(|(i, shard)| {
+                let ranges = merged.iter().filter(|r| r.0 == i);
+                let ranges = ranges.map(|&(_, start, end)| (start, end)).collect();
+                Some((Hinted::Mapped(mapped(&shard.source)?), ranges))
             })
             .collect();
         self.hints.ask(&requests);
