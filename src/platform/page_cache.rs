@@ -16,10 +16,7 @@ use std::io;
 /// in page-aligned pieces of that size ([`will_need_piece`]). Each returns once its reads are
 /// queued, which waits while the device's queue is full; `stop` is looked at between pieces
 /// (set: the rest is not asked). A hint: errors are ignored, and elsewhere it does nothing.
-#[cfg(all(
-    target_os = "linux",
-    any(feature = "legacy", feature = "pytorch", feature = "safetensors")
-))]
+#[cfg(all(target_os = "linux", any(feature = "pytorch", feature = "safetensors")))]
 pub(crate) fn will_need(file: &File, offset: u64, len: u64, stop: &std::sync::atomic::AtomicBool) {
     use std::os::fd::AsRawFd;
     let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
@@ -227,10 +224,7 @@ fn page_size() -> i64 {
 /// The most one `WILLNEED` hint reads of `file` ([`device_cap`]), remembered per device;
 /// 128 KiB (Linux's default readahead window, the least a device has unless told otherwise)
 /// where sysfs does not say (a network, layered or pooled filesystem).
-#[cfg(all(
-    target_os = "linux",
-    any(feature = "legacy", feature = "pytorch", feature = "safetensors")
-))]
+#[cfg(all(target_os = "linux", any(feature = "pytorch", feature = "safetensors")))]
 fn will_need_piece(file: &File) -> i64 {
     use std::collections::HashMap;
     use std::os::unix::fs::MetadataExt;
@@ -261,10 +255,7 @@ fn will_need_piece(file: &File) -> i64 {
 /// (`queue/read_ahead_kb`, `queue/max_sectors_kb` in sysfs, the disk's for a partition), from
 /// one page to 64 MiB; `None` where sysfs has no such device (major 0: a network, layered or
 /// pooled filesystem).
-#[cfg(all(
-    target_os = "linux",
-    any(feature = "legacy", feature = "pytorch", feature = "safetensors")
-))]
+#[cfg(all(target_os = "linux", any(feature = "pytorch", feature = "safetensors")))]
 fn device_cap(device: u64) -> Option<i64> {
     let major = libc::major(device);
     if major == 0 {
@@ -290,7 +281,7 @@ fn device_cap(device: u64) -> Option<i64> {
 
 #[cfg(all(
     not(target_os = "linux"),
-    any(feature = "legacy", feature = "pytorch", feature = "safetensors")
+    any(feature = "pytorch", feature = "safetensors")
 ))]
 pub(crate) fn will_need(
     _file: &File,
@@ -364,6 +355,7 @@ impl ColdFile {
         self.populates
     }
 
+    #[cfg(any(feature = "pytorch", feature = "safetensors"))]
     /// Whether a page `gap` bytes before a range read through a mapping lies beyond the
     /// kernel's readahead around the range's first fault (half its window before it, the
     /// window at most the device's cap): then only a hint can have read it.

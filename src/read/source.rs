@@ -215,7 +215,7 @@ pub(crate) enum Source {
 /// `ranges` (`key`, `start`, `end`) in order, neighbours of one key under 1 MiB apart merged:
 /// what a load will read, as the few large requests the kernel is asked to read ahead
 /// ([`ReadHints::ask`]). `key` tells files apart (a shard).
-#[cfg(any(feature = "legacy", feature = "pytorch", feature = "safetensors"))]
+#[cfg(any(feature = "pytorch", feature = "safetensors"))]
 pub(crate) fn merged_ranges<K: Ord + Copy>(mut ranges: Vec<(K, u64, u64)>) -> Vec<(K, u64, u64)> {
     ranges.sort_unstable();
     let mut merged: Vec<(K, u64, u64)> = Vec::new();
@@ -235,20 +235,20 @@ pub(crate) fn merged_ranges<K: Ord + Copy>(mut ranges: Vec<(K, u64, u64)>) -> Ve
 /// of its requests, and so does dropping it, for hints on files read with ordinary reads: so
 /// that nothing goes on reading for a source that is gone and whose load is over. Hints
 /// populating a mapping go on after the source is dropped ([`Hinted::Mapped`]).
-#[cfg(any(feature = "legacy", feature = "pytorch", feature = "safetensors"))]
+#[cfg(any(feature = "pytorch", feature = "safetensors"))]
 #[derive(Default)]
 pub(crate) struct ReadHints(std::sync::Mutex<Option<Asked>>);
 
 /// The running hints' flags: stop (asked again, or dropped where that stops them), and
 /// dropped (the source is gone), with whether dropping stops them.
-#[cfg(any(feature = "legacy", feature = "pytorch", feature = "safetensors"))]
+#[cfg(any(feature = "pytorch", feature = "safetensors"))]
 type Asked = (Flag, Flag, bool);
 
-#[cfg(any(feature = "legacy", feature = "pytorch", feature = "safetensors"))]
+#[cfg(any(feature = "pytorch", feature = "safetensors"))]
 type Flag = std::sync::Arc<std::sync::atomic::AtomicBool>;
 
 /// What one file's hints go through, with its byte ranges.
-#[cfg(any(feature = "legacy", feature = "pytorch", feature = "safetensors"))]
+#[cfg(any(feature = "pytorch", feature = "safetensors"))]
 pub(crate) enum Hinted<'a> {
     /// A file read with ordinary reads: the kernel is asked to read the ranges into the page
     /// cache ([`crate::platform::will_need`]). (Only `.pt` files opened buffered are hinted
@@ -269,13 +269,13 @@ pub(crate) enum Hinted<'a> {
     Mapped(&'a Bytes),
 }
 
-#[cfg(any(feature = "legacy", feature = "pytorch", feature = "safetensors"))]
+#[cfg(any(feature = "pytorch", feature = "safetensors"))]
 enum Owned {
     File(File),
     Mapped(Bytes),
 }
 
-#[cfg(any(feature = "legacy", feature = "pytorch", feature = "safetensors"))]
+#[cfg(any(feature = "pytorch", feature = "safetensors"))]
 impl ReadHints {
     /// Asks the byte ranges of each file ahead ([`Hinted`]), file after file and each in the
     /// order given, from one thread (queueing a range's reads waits while the device's queue
@@ -363,7 +363,7 @@ impl ReadHints {
 /// page faults, one byte read a page, and then only while the source is not `dropped`: the
 /// mapped source's contract (nobody cuts the file) holds while its user holds it, and a read
 /// through the mapping of a file cut afterwards would be a `SIGBUS`.
-#[cfg(any(feature = "legacy", feature = "pytorch", feature = "safetensors"))]
+#[cfg(any(feature = "pytorch", feature = "safetensors"))]
 fn touch(
     mapping: &[u8],
     start: u64,
@@ -403,7 +403,7 @@ fn touch(
     std::hint::black_box(sum);
 }
 
-#[cfg(any(feature = "legacy", feature = "pytorch", feature = "safetensors"))]
+#[cfg(any(feature = "pytorch", feature = "safetensors"))]
 impl Drop for ReadHints {
     fn drop(&mut self) {
         let asked = self
@@ -494,7 +494,7 @@ mod tests {
     /// Hints on a mapping read its ranges into the page cache from their own thread, the
     /// hints and the mapping dropped right after asking (a load's tensors are windows of the
     /// mapping, read after the source is gone).
-    #[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
+    #[cfg(all(target_os = "linux", feature = "pytorch"))]
     #[test]
     fn hints_on_a_mapping_read_it_and_outlive_the_source() {
         use super::{Hinted, ReadHints, map_file};

@@ -19,9 +19,9 @@
 
 mod compact;
 mod dtype;
-mod msgpack_end;
 #[cfg(all(test, target_os = "linux"))]
-mod prefetch_tests;
+mod mapped_tests;
+mod msgpack_end;
 mod source;
 mod tensor_data;
 mod train;

@@ -13,7 +13,7 @@ use super::dtype::tensor_dtype;
 use super::walk::{self, Found, Payload, Walk};
 use super::{METADATA_PREFIX, RecordFormat, RecordMetadata, param_id, record_metadata};
 use crate::format::{Limits, TensorInfo, element_align};
-use crate::read::source::{Hinted, ReadHints, Source, merged_ranges};
+use crate::read::source::Source;
 use crate::read::{
     CopyReason, Description, ReadError, SourceError, SourceTable, TableBuilder, TensorSource,
 };
@@ -64,9 +64,6 @@ pub struct LegacySource {
     /// Whether the tensors were decoded into memory of their own (JSON, or `MessagePack`
     /// arrays of numbers) rather than read in place.
     pub(super) decoded: bool,
-    /// The read-ahead of the last [`TensorSource::prefetch`] (through the mapping: it goes on
-    /// after the source is dropped, see [`Hinted::Mapped`]).
-    pub(super) hints: ReadHints,
 }
 
 impl std::fmt::Debug for LegacySource {
@@ -287,7 +284,6 @@ impl LegacySource {
             table,
             leaves,
             decoded,
-            hints: ReadHints::default(),
         })
     }
 
@@ -446,49 +442,35 @@ impl TensorSource for LegacySource {
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         self.table.place(info)?;
         let align = element_align(info.dtype());
-        let source = match &self.unaligned {
-            Some(file) if self.data.copy_reason(info.offset(), align).is_some() => file,
-            _ => &self.data,
+        let (source, window_of_file) = match &self.unaligned {
+            Some(file) if self.data.copy_reason(info.offset(), align).is_some() => (file, false),
+            unaligned => (&self.data, unaligned.is_some()),
         };
-        source
+        let bytes = source
             .read(info.offset(), info.len(), align)
-            .map_err(|source| ReadError::reading(&self.file, info.name(), &source))
+            .map_err(|source| ReadError::reading(&self.file, info.name(), &source))?;
+        // A window of a mapped file is read in now, with the kernel's readahead through the
+        // mapping (`MADV_POPULATE_READ`): the load's workers read the tensors in its order,
+        // windows and copies alike, so a cold load reads the file in one stream and returns
+        // with every byte in memory. Cold, 512 MiB: asking the kernel for every tensor at once
+        // (`WILLNEED`) took 1.5x one pass of reads, the windows read ahead by a thread of their
+        // own 1.3x, this 1.2x (docs/benchmarks.md). A file cut by then is an error here rather
+        // than a `SIGBUS` at the tensor's first use.
+        #[cfg(not(target_os = "linux"))]
+        let _ = window_of_file;
+        #[cfg(target_os = "linux")]
+        if window_of_file && crate::platform::populate(&bytes, 0..bytes.len()) == Some(false) {
+            let cut = std::io::Error::other(
+                "its pages could not be read through the mapping (the file was cut or \
+                 changed while open)",
+            );
+            return Err(ReadError::reading(&self.file, info.name(), &cut));
+        }
+        Ok(bytes)
     }
 
     fn shared(&self) -> Option<&(dyn TensorSource + Sync)> {
         Some(self)
-    }
-
-    /// A mapped record has the bytes of its zero-copy tensors read ahead through the mapping
-    /// (large folios, see [`Hinted`]) while the load copies the others with positional reads
-    /// that start the kernel's readahead themselves. Asking the kernel for every tensor at
-    /// once (`WILLNEED` on the file) was measured slower: a cold load of 512 MiB in 556-593
-    /// ms, against 400-432 ms (docs/benchmarks.md). Nothing to do for a record decompressed
-    /// or decoded into memory.
-    fn wants_prefetch(&self) -> bool {
-        self.unaligned.is_some()
-    }
-
-    fn prefetch(&self, wanted: &[&TensorInfo]) -> Result<(), ReadError> {
-        let (Some(_), Source::Memory(mapped)) = (&self.unaligned, &self.data) else {
-            return Ok(());
-        };
-        let ranges = wanted
-            .iter()
-            .filter(|info| self.table.place(info).is_ok())
-            .filter(|info| {
-                self.data
-                    .copy_reason(info.offset(), element_align(info.dtype()))
-                    .is_none()
-            })
-            .map(|info| ((), info.offset(), info.offset() + info.len()))
-            .collect();
-        let ranges = merged_ranges(ranges)
-            .into_iter()
-            .map(|((), start, end)| (start, end))
-            .collect();
-        self.hints.ask(&[(Hinted::Mapped(mapped), ranges)]);
-        Ok(())
     }
 
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {

@@ -1,5 +1,6 @@
-//! A mapped record's prefetch: the zero-copy tensors are read ahead through the mapping, and
-//! stay readable with the source gone; the copied ones are left to the load's own reads.
+//! A mapped record's zero-copy windows are read in when they are read (the kernel's readahead
+//! through the mapping), and a file cut meanwhile is an error naming the tensor, not a
+//! `SIGBUS`.
 
 use serde::Serialize;
 
@@ -73,52 +74,58 @@ fn record(len: usize, pad: usize) -> Vec<u8> {
     rmp_serde::to_vec_named(&Record { metadata, item }).unwrap()
 }
 
-#[test]
-fn a_mapped_records_aligned_tensors_are_read_ahead_through_the_mapping() {
-    let len = 2 << 20; // 8 MiB of f32 per tensor
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("model.mpk");
-    // The id's length moves the first tensor's bytes until they are aligned for f32.
-    let (source, cold) = (0..4)
+/// `record(len, pad)` at `path` for the first `pad` that leaves `a` aligned (a window of the
+/// mapping) and `b` not (a copy), the file dropped from the page cache before it is opened.
+fn cold_record(path: &std::path::Path, len: usize) -> (LegacySource, ColdFile) {
+    (0..4)
         .find_map(|pad| {
-            std::fs::write(&path, record(len, pad)).unwrap();
+            std::fs::write(path, record(len, pad)).unwrap();
             // Cold before it is opened: a page the walk maps while cached stays cached.
-            let cold = ColdFile::new(&path);
-            let source = LegacySource::open(&path).unwrap();
+            let cold = ColdFile::new(path);
+            let source = LegacySource::open(path).unwrap();
             let a = source.tensor("a").unwrap();
             let b = source.tensor("b").unwrap();
             let shown = source.copy_reason(a).is_none() && source.copy_reason(b).is_some();
             shown.then_some((source, cold))
         })
-        .expect("one of four shifts aligns the first tensor and not the second");
-    assert!(source.wants_prefetch(), "a mapped record reads ahead");
+        .expect("one of four shifts aligns the first tensor and not the second")
+}
+
+#[test]
+fn a_window_of_a_cold_record_is_in_memory_when_its_read_returns() {
+    let len = 2 << 20; // 8 MiB of f32 in `a`
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.mpk");
+    let (source, cold) = cold_record(&path, len);
     let a = source.tensor("a").unwrap().clone();
-    let b = source.tensor("b").unwrap().clone();
-    // Pages 1 MiB inside each tensor (the walk read, and dropped, the pages of their heads).
+    // Pages 1 MiB inside (the walk read, and dropped, the page of the tensor's head).
     let (first, last) = (a.offset() + (1 << 20), a.offset() + a.len() - (1 << 20));
-    let copied = b.offset() + (1 << 20);
-    if [first, last, copied].iter().any(|&at| cold.cached(at)) {
-        return; // tmpfs: its pages cannot be dropped, nothing to show
+    if cold.cached(first) || cold.cached(last) || !cold.populates() {
+        return; // tmpfs (its pages cannot be dropped), or a kernel before 5.14: nothing to show
     }
-    let all: Vec<_> = source.tensors().iter().collect();
-    source.prefetch(&all).unwrap();
     let bytes = source.read(&a).unwrap();
-    // The hints go on after the source is dropped (where the kernel populates mappings; where
-    // it does not, they stop with the source, kept then).
-    let _held = if cold.populates() {
-        drop(source);
-        None
-    } else {
-        Some(source)
-    };
-    assert!(cold.wait_cached(&[first, first.midpoint(last), last]));
-    // The unaligned tensor, before `a` in the file, is not asked of the disk: the load's
-    // positional reads copy it, with their own readahead. (Checked where the page lies
-    // farther before `a` than the kernel's read-around of `a`'s first fault.)
-    if cold.beyond_readahead(a.offset() - copied) {
-        assert!(!cold.cached(copied), "the copied tensor was read ahead too");
-    }
-    // The window outlives the source, with the values written.
+    let at = [first, first.midpoint(last), last];
+    assert!(at.iter().all(|&at| cold.cached(at)), "read in by the read");
+    drop(source);
     let values: &[u32] = bytemuck::cast_slice(&bytes);
     assert_eq!((values[0], values[len - 1] as usize), (0, len - 1));
+}
+
+#[test]
+fn a_record_cut_while_open_is_an_error_naming_the_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.mpk");
+    let (source, cold) = cold_record(&path, 1 << 20);
+    if !cold.populates() {
+        return; // a kernel before 5.14: a read through the mapping would fault
+    }
+    let a = source.tensor("a").unwrap().clone();
+    // Cut in the middle of `a`, the last tensor (another process rewriting the file).
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(a.offset() + a.len() / 2).unwrap();
+    let err = source.read(&a).unwrap_err().to_string();
+    assert!(
+        err.contains("model.mpk") && err.contains("'a'") && err.contains("cut"),
+        "{err}"
+    );
 }
