@@ -121,9 +121,9 @@ pub trait TensorSource {
     /// Whether [`prefetch`](Self::prefetch) is worth calling before a load: `true` for sources
     /// that fetch over a network, where asking for everything at once lets them fetch in
     /// parallel and coalesce neighbouring ranges, and for mapped foreign files read ahead in
-    /// the file's order (safetensors, `.pt` files, Burn records: a cold load then reads at the
-    /// disk's speed); `false` (the default) for in-memory sources and packs, whose reads cost
-    /// nothing up front or already come in the file's order.
+    /// the file's order (safetensors, `.pt` files: a cold load then reads at the disk's
+    /// speed); `false` (the default) for in-memory sources, packs and Burn records, whose
+    /// reads cost nothing up front or already come in the file's order.
     fn wants_prefetch(&self) -> bool {
         false
     }
