@@ -182,12 +182,12 @@ pub(crate) fn reads_random(file: &File, random: bool) {
 /// would (so the kernel's readahead reads them into large folios, mapped 2 MiB at a time
 /// where it can), without reading through the mapping: Linux `madvise(MADV_POPULATE_READ)`
 /// (5.14 and later), whose failure (a file cut meanwhile) is an error returned here, never a
-/// `SIGBUS`. `None` where the kernel does not have it; `Some(false)` when it failed.
+/// `SIGBUS`. `None` where the kernel does not have it; `Some(Err)` when it failed.
 #[cfg(all(
     target_os = "linux",
     any(feature = "legacy", feature = "pytorch", feature = "safetensors")
 ))]
-pub(crate) fn populate(mapping: &[u8], range: std::ops::Range<usize>) -> Option<bool> {
+pub(crate) fn populate(mapping: &[u8], range: std::ops::Range<usize>) -> Option<io::Result<()>> {
     let page = page_size().unsigned_abs() as usize;
     let end = range.end.min(mapping.len());
     let start = range.start.min(end);
@@ -195,18 +195,19 @@ pub(crate) fn populate(mapping: &[u8], range: std::ops::Range<usize>) -> Option<
     let from = (base + start) - (base + start) % page;
     let len = base + end - from;
     if len == 0 || end == start {
-        return Some(true);
+        return Some(Ok(()));
     }
     // SAFETY: `from..from + len` lies in pages of the mapping (`from` is the start of the page
     // holding `start`, which is inside it); `MADV_POPULATE_READ` only faults them in, reading
     // and writing no memory of this process.
     let done = unsafe { libc::madvise(from as *mut libc::c_void, len, libc::MADV_POPULATE_READ) };
     if done == 0 {
-        return Some(true);
+        return Some(Ok(()));
     }
-    match io::Error::last_os_error().raw_os_error() {
+    let error = io::Error::last_os_error();
+    match error.raw_os_error() {
         Some(libc::EINVAL | libc::ENOSYS) => None,
-        _ => Some(false),
+        _ => Some(Err(error)),
     }
 }
 
@@ -320,6 +321,10 @@ pub(crate) fn start_reading_ahead(_file: &File, _offset: u64, _len: u64) {}
     any(feature = "legacy", feature = "pytorch")
 ))]
 pub(crate) struct ColdFile {
+    #[cfg_attr(
+        not(any(feature = "pytorch", feature = "safetensors")),
+        allow(dead_code)
+    )]
     file: File,
     probe: CacheProbe,
     populates: bool,
@@ -355,7 +360,7 @@ impl ColdFile {
         self.populates
     }
 
-    #[cfg(any(feature = "pytorch", feature = "safetensors"))]
+    #[cfg(feature = "safetensors")]
     /// Whether a page `gap` bytes before a range read through a mapping lies beyond the
     /// kernel's readahead around the range's first fault (half its window before it, the
     /// window at most the device's cap): then only a hint can have read it.
@@ -373,6 +378,7 @@ impl ColdFile {
 
     /// Whether the page holding each offset of `at` is cached within 30 seconds (a read-ahead
     /// thread's pace).
+    #[cfg(any(feature = "pytorch", feature = "safetensors"))]
     pub(crate) fn wait_cached(&self, at: &[u64]) -> bool {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while !at.iter().all(|&at| self.cached(at)) {
@@ -385,6 +391,7 @@ impl ColdFile {
     }
 
     /// The file, open.
+    #[cfg(feature = "pytorch")]
     pub(crate) fn file(&self) -> &File {
         &self.file
     }
@@ -396,10 +403,13 @@ impl ColdFile {
     any(feature = "legacy", feature = "pytorch")
 ))]
 mod tests {
+    #[cfg(any(feature = "pytorch", feature = "safetensors"))]
     use std::os::fd::AsRawFd;
+    #[cfg(any(feature = "pytorch", feature = "safetensors"))]
     use std::time::{Duration, Instant};
 
     /// Pages of `map` in the page cache (`mincore`).
+    #[cfg(any(feature = "pytorch", feature = "safetensors"))]
     fn resident(map: &memmap2::Mmap) -> usize {
         let page = page_size();
         let mut present = vec![0u8; map.len().div_ceil(page)];
@@ -416,6 +426,7 @@ mod tests {
         present.iter().filter(|&&p| p & 1 == 1).count()
     }
 
+    #[cfg(any(feature = "pytorch", feature = "safetensors"))]
     fn page_size() -> usize {
         usize::try_from(super::page_size()).unwrap()
     }
@@ -466,6 +477,7 @@ mod tests {
     /// A hint for more than the kernel reads for one (its readahead window, or the device's
     /// largest request) reads all of it: a cold file of 3 such caps, asked for from inside its
     /// first page to inside its last, ends up in the page cache, every page of it.
+    #[cfg(any(feature = "pytorch", feature = "safetensors"))]
     #[test]
     fn will_need_reads_the_whole_range() {
         use std::os::unix::fs::MetadataExt;

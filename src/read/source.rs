@@ -387,8 +387,8 @@ fn touch(
         let piece = at..(at + PIECE).min(end);
         #[cfg(target_os = "linux")]
         match crate::platform::populate(mapping, piece.clone()) {
-            Some(true) => continue,
-            Some(false) => return,
+            Some(Ok(())) => continue,
+            Some(Err(_)) => return,
             None => {}
         }
         if dropped.load(Ordering::Relaxed) {

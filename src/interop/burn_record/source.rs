@@ -459,10 +459,13 @@ impl TensorSource for LegacySource {
         #[cfg(not(target_os = "linux"))]
         let _ = window_of_file;
         #[cfg(target_os = "linux")]
-        if window_of_file && crate::platform::populate(&bytes, 0..bytes.len()) == Some(false) {
-            let cut = std::io::Error::other(
-                "its pages could not be read through the mapping (the file was cut or \
-                 changed while open)",
+        if window_of_file && let Some(Err(e)) = crate::platform::populate(&bytes, 0..bytes.len()) {
+            let cut = std::io::Error::new(
+                e.kind(),
+                format!(
+                    "its pages could not be read through the mapping (was the file cut or \
+                     changed while open?): {e}"
+                ),
             );
             return Err(ReadError::reading(&self.file, info.name(), &cut));
         }
