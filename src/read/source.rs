@@ -216,7 +216,7 @@ pub(crate) enum Source {
 /// what a load will read, as the few large requests the kernel is asked to read ahead
 /// ([`ReadHints::ask`]). `key` tells files apart (a shard).
 #[cfg(any(feature = "pytorch", feature = "safetensors"))]
-pub(crate) fn merged_ranges<K: Ord + Copy>(mut ranges: Vec<(K, u64, u64)>) -> Vec<(K, u64, u64)> {
+fn merged_ranges<K: Ord + Copy>(mut ranges: Vec<(K, u64, u64)>) -> Vec<(K, u64, u64)> {
     ranges.sort_unstable();
     let mut merged: Vec<(K, u64, u64)> = Vec::new();
     for (key, start, end) in ranges {
@@ -342,6 +342,25 @@ impl ReadHints {
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(flags);
         }
         started
+    }
+
+    /// [`ask`](Self::ask) for the byte ranges `(shard, start, end)` of a source of one or more
+    /// files: each shard's ranges in file order, neighbours merged ([`merged_ranges`]),
+    /// through what `hinted` gives for that shard (`None`: the shard is not hinted).
+    pub(crate) fn ask_shards<'a>(
+        &self,
+        ranges: Vec<(usize, u64, u64)>,
+        hinted: impl Fn(usize) -> Option<Hinted<'a>>,
+    ) -> bool {
+        let merged = merged_ranges(ranges);
+        let requests: Vec<(Hinted<'a>, Vec<(u64, u64)>)> = merged
+            .chunk_by(|a, b| a.0 == b.0)
+            .filter_map(|shard| {
+                let ranges = shard.iter().map(|&(_, start, end)| (start, end)).collect();
+                Some((hinted(shard[0].0)?, ranges))
+            })
+            .collect();
+        self.ask(&requests)
     }
 
     /// Stops the hints asked before, if any are still running.

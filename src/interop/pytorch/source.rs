@@ -478,26 +478,15 @@ impl TensorSource for PytorchSource {
                 })
             })
             .collect();
-        let merged = crate::read::source::merged_ranges(ranges);
-        let requests: Vec<(Hinted<'_>, Vec<(u64, u64)>)> = self
-            .shards
-            .iter()
-            .enumerate()
-            .filter_map(|(i, shard)| {
-                let ranges = merged
-                    .iter()
-                    .filter(|r| r.0 == i)
-                    .map(|&(_, start, end)| (start, end))
-                    .collect();
-                // A mapped file is touched through its mapping (large folios, see `Hinted`).
-                let file = shard.file.as_ref()?;
-                Some(match &shard.source {
-                    Source::Memory(mapped) => (Hinted::Mapped(mapped), ranges),
-                    Source::Buffered(..) => (Hinted::File(file), ranges),
-                })
+        self.hints.ask_shards(ranges, |i| {
+            // A mapped file is touched through its mapping (large folios, see `Hinted`).
+            let shard = &self.shards[i];
+            let file = shard.file.as_ref()?;
+            Some(match &shard.source {
+                Source::Memory(mapped) => Hinted::Mapped(mapped),
+                Source::Buffered(..) => Hinted::File(file),
             })
-            .collect();
-        self.hints.ask(&requests);
+        });
         // Views gathered by an earlier prefetch and not read yet are not gathered again (a
         // caller that prefetches before a writer that prefetches too would hold two copies).
         let strided: Vec<(usize, usize, &TensorInfo, &Strided)> = {

@@ -11,7 +11,7 @@ use burn::tensor::{AllocationProperty, Bytes};
 use super::to_burn;
 use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::index::ShardIndex;
-use crate::read::source::{Hinted, ReadHints, Source, merged_ranges};
+use crate::read::source::{Hinted, ReadHints, Source};
 use crate::read::{
     CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable, TensorSource,
     assemble_shards, human_bytes,
@@ -510,18 +510,9 @@ impl TensorSource for SafetensorsSource {
             let shard = self.table.place(info).ok()?.shard;
             Some((shard, info.offset(), info.offset() + info.len()))
         });
-        let merged = merged_ranges(ranges.collect());
-        let requests: Vec<(Hinted<'_>, Vec<(u64, u64)>)> = self
-            .shards
-            .iter()
-            .enumerate()
-            .filter_map(|(i, shard)| {
-                let ranges = merged.iter().filter(|r| r.0 == i);
-                let ranges = ranges.map(|&(_, start, end)| (start, end)).collect();
-                Some((Hinted::Mapped(mapped(&shard.source)?), ranges))
-            })
-            .collect();
-        self.hints.ask(&requests);
+        self.hints.ask_shards(ranges.collect(), |i| {
+            mapped(&self.shards[i].source).map(Hinted::Mapped)
+        });
         Ok(())
     }
 
