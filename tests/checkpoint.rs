@@ -275,6 +275,7 @@ fn tiny_state_save(manager: &CheckpointManager, model: &Mlp, step: u64, loss: f6
             Progress::new(0, step).with("loss", loss),
         ))
         .unwrap()
+        .location
 }
 
 #[test]
@@ -395,7 +396,10 @@ fn async_saves_run_in_the_background_and_surface_errors() {
         matches!(second, Err(burnpack::checkpoint::CheckpointError::Busy)),
         "{second:?}"
     );
-    assert_eq!(refusing.wait().unwrap(), Some(manager.path_for(6)));
+    assert_eq!(
+        refusing.wait().unwrap().map(|s| s.location),
+        Some(manager.path_for(6))
+    );
     assert_eq!(manager.latest().unwrap().unwrap().progress().step, 6);
 }
 
@@ -540,13 +544,15 @@ fn saving_below_a_newer_run_is_refused_instead_of_deleted_at_once() {
     assert_eq!(manager.discard_after(10).unwrap(), 2);
     let path = manager
         .save(TrainingState::new(&model, Progress::new(0, 10)))
-        .unwrap();
+        .unwrap()
+        .location;
     assert!(path.exists(), "the returned file is there");
     // A damaged newer file does not block (latest() skips it too).
     std::fs::write(manager.path_for(5000), b"damaged").unwrap();
     let path = manager
         .save(TrainingState::new(&model, Progress::new(0, 20)))
-        .unwrap();
+        .unwrap()
+        .location;
     assert!(path.exists());
 }
 
@@ -693,7 +699,8 @@ mod remote {
         let (model, optim, sched) = run_from(&init, 0..SAVE_AT);
         let saved = manager
             .save(state(&model, &optim, &sched, SAVE_AT))
-            .unwrap();
+            .unwrap()
+            .location;
         drop((model, optim, sched));
 
         // Resumed from `latest`: header and metadata first, then each part's tensors only.
@@ -804,8 +811,11 @@ mod remote {
             models[2].a.weight.val().into_data()
         );
         let saved = saver.wait().unwrap().expect("a save was in flight");
-        assert_eq!(saved.to_string(), manager.location_for(33).to_string());
-        assert_eq!(saver.wait().unwrap().map(|l| l.to_string()), None);
+        assert_eq!(
+            saved.location.to_string(),
+            manager.location_for(33).to_string()
+        );
+        assert_eq!(saver.wait().unwrap().map(|l| l.location.to_string()), None);
         let steps: Vec<u64> = manager.list().unwrap().iter().map(|c| c.step).collect();
         assert_eq!(steps, [32, 33], "retention ran after each upload");
 
@@ -963,7 +973,9 @@ mod memory_backend {
             let saved = manager
                 .save(TrainingState::new(&model, Progress::new(0, step)))
                 .unwrap();
-            assert_eq!(saved, format!("ckpt-{step:020}.bpk"));
+            assert_eq!(saved.location, format!("ckpt-{step:020}.bpk"));
+            assert_eq!((saved.step, saved.tensors_referred), (step, 0));
+            assert!(saved.tensors_written > 0 && saved.bytes_written > 0);
         }
         assert_eq!(manager.list().unwrap(), [2, 3], "retention");
         // A damaged newest checkpoint is skipped by `latest`, and kept by retention's rule
@@ -994,7 +1006,10 @@ mod memory_backend {
             .save(TrainingState::new(&model, Progress::new(0, 4)))
             .unwrap();
         assert_eq!(manager.latest().unwrap().unwrap().progress().step, 4);
-        assert_eq!(saver.wait().unwrap(), Some(format!("ckpt-{:020}.bpk", 4)));
+        assert_eq!(
+            saver.wait().unwrap().map(|s| s.location),
+            Some(format!("ckpt-{:020}.bpk", 4))
+        );
         assert_eq!(manager.list().unwrap(), [4]);
     }
 }
@@ -1093,7 +1108,10 @@ fn a_large_checkpoint_written_in_stages_is_the_one_pass_checkpoint() {
     ckpt.load_optimizer(optimizer()).unwrap();
     // Through the manager as well, with no scratch file left.
     let manager = CheckpointManager::new(dir.path().join("managed")).unwrap();
-    let saved = manager.save(state(&model, &optim, &sched, 3)).unwrap();
+    let saved = manager
+        .save(state(&model, &optim, &sched, 3))
+        .unwrap()
+        .location;
     assert_eq!(everything(&saved), everything(&one_pass));
     assert_eq!(common::scratch_files(&dir.path().join("managed")), 0);
 }

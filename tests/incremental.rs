@@ -16,8 +16,8 @@ use burn::nn::{Linear, LinearConfig};
 use burn::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Bytes, DType, Device, Tensor, TensorData};
 use burnpack::checkpoint::{
-    AsyncSaver, Checkpoint, CheckpointManager, INCREMENTAL_KEY, KIND, KIND_KEY, Progress, REFS_KEY,
-    TrainingState, WhenBusy,
+    AsyncSaver, Checkpoint, CheckpointError, CheckpointManager, INCREMENTAL_KEY, KIND, KIND_KEY,
+    Progress, REFS_KEY, TrainingState, WhenBusy,
 };
 use burnpack::read::{Reader, TensorSource};
 use burnpack::{Entry, Writer};
@@ -391,9 +391,19 @@ fn missing_or_damaged_data_is_found() {
             .save(TrainingState::new(&model, Progress::new(0, step)))
             .unwrap();
     }
-    // The newest checkpoint's own data file goes missing: `latest` skips it.
-    std::fs::remove_file(dir.path().join(data_name_of(dir.path(), 3))).unwrap();
-    assert_eq!(manager.latest().unwrap().unwrap().progress().step, 2);
+    // The newest checkpoint's own data file goes missing: `latest` passes over it, and says
+    // which and why.
+    let gone = data_name_of(dir.path(), 3);
+    std::fs::remove_file(dir.path().join(&gone)).unwrap();
+    let latest = manager.latest().unwrap().unwrap();
+    assert_eq!(latest.progress().step, 2);
+    assert_eq!(latest.skipped().len(), 1);
+    assert_eq!(latest.skipped()[0].step, 3);
+    assert!(
+        latest.skipped()[0].error.to_string().contains(&gone),
+        "{}",
+        latest.skipped()[0].error
+    );
     let err = Checkpoint::open(manager.path_for(3)).unwrap_err();
     let text = err.to_string();
     assert!(
@@ -436,12 +446,17 @@ fn missing_or_damaged_data_is_found() {
     )
     .with_metadata(KIND_KEY, "checkpoint-data");
     other.write_to_file(&own).unwrap();
-    let ckpt = Checkpoint::open(manager.path_for(2)).unwrap();
-    let err = ckpt.verify().unwrap_err().to_string();
+    // Refused when opened (the data file's checksums are not the ones the checkpoint
+    // recorded): a plain load never gets the other file's values.
+    let err = Checkpoint::open(manager.path_for(2))
+        .unwrap_err()
+        .to_string();
     assert!(
-        err.contains("hash") && err.contains("ckpt-00000000000000000002.bpk"),
+        err.contains("replaced or damaged") && err.contains("ckpt-00000000000000000002.bpk"),
         "{err}"
     );
+    let err = manager.checkpoint(2).unwrap_err().to_string();
+    assert!(err.contains("replaced or damaged"), "{err}");
 }
 
 #[test]
@@ -605,11 +620,21 @@ fn hostile_manifests_are_refused_with_the_file_and_the_reason() {
         let linked = format!("model.w\t{}\t\t\tU8\t2\t{hash:032x}\n", data_name(4));
         refused(&manifest(dir.path(), &linked, false), "not a regular file");
     }
-    // Its own tensor with another parameter id than its data file's.
+    // Its own tensor with another parameter id than its data file's: the reference's id is
+    // the checkpoint's (the bytes were stored for a parameter of another id).
     let id = format!("model.w\t{file}\t\t5\tU8\t2\t{hash:032x}\n");
+    let ckpt = Checkpoint::open(manifest(dir.path(), &id, false)).unwrap();
+    let chain = ckpt.chain().unwrap();
+    assert_eq!(chain.tensor("model.w").unwrap().param_id(), Some(5));
+    // A data file checksum other than the data file's: another file of the same name.
+    let checksum = Reader::open(&data).unwrap().tensors()[0]
+        .checksum()
+        .unwrap();
+    let line = |c: u64| format!("model.w\t{file}\t\t\tU8\t2\t{hash:032x}\t{c:016x}\n");
+    assert!(Checkpoint::open(manifest(dir.path(), &line(checksum), false)).is_ok());
     refused(
-        &manifest(dir.path(), &id, false),
-        "parameter id 5 in the checkpoint, none in",
+        &manifest(dir.path(), &line(checksum ^ 1), false),
+        "replaced or damaged",
     );
     // A 10,000-character name: named, not echoed whole.
     let long = "n".repeat(10_000);
@@ -955,7 +980,16 @@ mod remote {
             .unwrap();
         let storage = manager.storage();
         storage.delete(&storage.location(&base_object)).unwrap();
-        assert!(manager.latest().unwrap().is_none());
+        // Never silently `None`: the error names the checkpoint passed over and why.
+        match manager.latest() {
+            Err(CheckpointError::NoneOpens { skipped, .. }) => {
+                assert_eq!(skipped.len(), 1);
+                assert_eq!(skipped[0].step, 3);
+                let why = skipped[0].error.to_string();
+                assert!(why.contains(&base_object), "{why}");
+            }
+            other => panic!("expected NoneOpens, got {other:?}"),
+        }
         assert_eq!(manager.discard_after(0).unwrap(), 1);
     }
 

@@ -581,7 +581,10 @@ fn every_writing_path_names_the_producer_and_every_flip_is_detected() {
         .unwrap();
     paths.push(("TrainingState::save", read(file("state.bpk"))));
     let manager = CheckpointManager::new(file("ckpts")).unwrap();
-    let saved = manager.save(TrainingState::new(&model, step)).unwrap();
+    let saved = manager
+        .save(TrainingState::new(&model, step))
+        .unwrap()
+        .location;
     paths.push(("CheckpointManager::save", read(saved.clone())));
     // A part taken out of a checkpoint (the model alone) is a pack of its own.
     let checkpoint = Reader::open(&saved).unwrap();

@@ -44,13 +44,13 @@ pub(crate) mod target {
 }
 
 impl<S: Storage> target::Target for Manager<S> {
-    type Saved = S::Location;
+    type Saved = super::SaveReport<S::Location>;
 
     fn check_newer(&self, step: u64) -> Result<(), CheckpointError> {
         Manager::check_newer(self, step)
     }
 
-    fn save_prepared(&self, state: PreparedState) -> Result<S::Location, CheckpointError> {
+    fn save_prepared(&self, state: PreparedState) -> Result<Self::Saved, CheckpointError> {
         self.write(state)
     }
 

@@ -18,24 +18,27 @@ use crate::write::Writer;
 impl Checkpoint {
     /// Writes the checkpoint in burn-train's layout: `<dir>/model-<epoch>.bpk` (as
     /// `Module::save_file` writes it), `optim-<epoch>.bpk` and `scheduler-<epoch>.bpk` (as
-    /// Burn's records write them, when the checkpoint has them), each atomically.
+    /// Burn's records write them, when the checkpoint has them), each atomically. An
+    /// incremental checkpoint's tensors are read from its data files.
     ///
     /// # Errors
-    /// A file could not be written.
+    /// A file could not be written; an incremental checkpoint opened without its data files
+    /// ([`Checkpoint::from_reader`]) is refused, naming it.
     pub fn export_burn_train(
         &self,
         dir: impl AsRef<Path>,
         epoch: u64,
     ) -> Result<(), CheckpointError> {
         let dir = dir.as_ref();
-        Writer::from_part(self.reader(), MODEL_PREFIX)?
+        let pack = self.pack()?;
+        Writer::from_part(pack, MODEL_PREFIX)?
             .write_to_file(dir.join(format!("model-{epoch}.bpk")))?;
         if self.has_optimizer() {
-            Writer::from_part(self.reader(), OPTIM_PREFIX)?
+            Writer::from_part(pack, OPTIM_PREFIX)?
                 .write_to_file(dir.join(format!("optim-{epoch}.bpk")))?;
         }
         if self.has_scheduler() {
-            Writer::from_part(self.reader(), SCHEDULER_PREFIX)?
+            Writer::from_part(pack, SCHEDULER_PREFIX)?
                 .write_to_file(dir.join(format!("scheduler-{epoch}.bpk")))?;
         }
         Ok(())

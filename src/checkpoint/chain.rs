@@ -84,6 +84,8 @@ impl<S: PackSource> Chain<S> {
         // names one tensor a million times is not a terabyte to read).
         let mut total: u64 = 0;
         let mut data: Vec<(String, S)> = Vec::new();
+        // The data files opened so far, by name (a manifest may name thousands).
+        let mut by_name: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         let mut tensors = Vec::with_capacity(list.len());
         let mut targets = Vec::with_capacity(list.len());
         for Ref {
@@ -94,6 +96,7 @@ impl<S: PackSource> Chain<S> {
             dtype,
             shape,
             hash,
+            checksum,
         } in &list
         {
             let (name_, stored_) = (short(name), short(stored_as));
@@ -105,12 +108,13 @@ impl<S: PackSource> Chain<S> {
                      after this checkpoint's ({own})"
                 )));
             }
-            let index = if let Some(i) = data.iter().position(|(n, _)| n == data_file) {
+            let index = if let Some(&i) = by_name.get(data_file.as_str()) {
                 i
             } else {
                 let source = open_data_file(storage, data_file)
                     .map_err(|e| invalid(format!("tensor '{name_}': {e}")))?;
                 data.push((data_file.clone(), source));
+                by_name.insert(data_file.as_str(), data.len() - 1);
                 data.len() - 1
             };
             let stored = data[index].1.tensor(stored_as).ok_or_else(|| {
@@ -127,16 +131,21 @@ impl<S: PackSource> Chain<S> {
                     stored.shape()
                 )));
             }
-            // A tensor stored under its own name is the data file's: the same parameter id.
-            // (Under another name, its bytes were first stored for another parameter.)
-            if stored_as == name && stored.param_id() != *param_id {
-                let id =
-                    |id: Option<u64>| id.map_or_else(|| "none".to_string(), |id| id.to_string());
+            // The data file's own checksum of the tensor, as the save recorded it: a data file
+            // swapped for another of the same name (another run's, a damaged copy) is refused
+            // here, without reading its bytes. (The parameter id is the reference's: a tensor
+            // whose bytes were stored for a parameter of another id, such as a frozen base
+            // loaded again into a rebuilt model, keeps the id this checkpoint gave it.)
+            if let Some(recorded) = checksum
+                && stored.checksum() != Some(*recorded)
+            {
+                let found = stored
+                    .checksum()
+                    .map_or_else(|| "none".to_string(), |c| format!("{c:016x}"));
                 return Err(invalid(format!(
-                    "tensor '{name_}': parameter id {} in the checkpoint, {} in data file \
-                     '{data_file}'",
-                    id(*param_id),
-                    id(stored.param_id())
+                    "tensor '{name_}': data file '{data_file}' holds '{stored_}' with checksum \
+                     {found}, the checkpoint recorded {recorded:016x}: the data file was \
+                     replaced or damaged"
                 )));
             }
             total = total.saturating_add(stored.len());
@@ -439,8 +448,12 @@ impl crate::read::DescribedSource for Chain<crate::read::Reader> {
         description.lines = vec![format!(
             "tensors in data files beside the manifest; 'bpk convert' writes them into one self-contained pack"
         )];
-        for (name, source) in &self.data {
-            let mine = self.locations().filter(|(_, f)| f == name).count();
+        // Tensors per data file, counted in one pass (a manifest may name thousands of files).
+        let mut counts = vec![0usize; self.data.len()];
+        for target in &self.targets {
+            counts[target.data] += 1;
+        }
+        for ((name, source), mine) in self.data.iter().zip(counts) {
             let role = if self.step.is_some() && refs::data_step(name) == self.step {
                 "written by this checkpoint"
             } else {

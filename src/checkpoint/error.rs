@@ -88,9 +88,28 @@ pub enum CheckpointError {
         /// The backend's error.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// [`Manager::latest`](super::Manager::latest): the storage lists checkpoints, and none of
+    /// them opens (each with its error, newest first).
+    #[error("{storage}: no checkpoint opens: {}", list_skipped(skipped))]
+    NoneOpens {
+        /// The managed storage, as its user named it.
+        storage: String,
+        /// Every checkpoint listed, with why it does not open.
+        skipped: Vec<super::manager::Skipped>,
+    },
     /// The background save thread panicked.
     #[error("the background checkpoint save panicked: {0}")]
     Panicked(String),
+}
+
+/// The first few checkpoints passed over, for a message of bounded length.
+fn list_skipped(skipped: &[super::manager::Skipped]) -> String {
+    const MOST: usize = 4;
+    let mut text: Vec<String> = skipped.iter().take(MOST).map(ToString::to_string).collect();
+    if skipped.len() > MOST {
+        text.push(format!("and {} more", skipped.len() - MOST));
+    }
+    text.join("; ")
 }
 
 impl CheckpointError {

@@ -27,6 +27,9 @@ use crate::write::Writer;
 #[derive(Debug)]
 pub struct Checkpoint<S: PackSource = Reader> {
     body: Body<S>,
+    /// Newer checkpoints [`Manager::latest`](super::Manager::latest) passed over to reach this
+    /// one.
+    skipped: Vec<super::manager::Skipped>,
 }
 
 /// A checkpoint's file alone, or an incremental checkpoint's manifest with its data files.
@@ -59,7 +62,8 @@ impl Checkpoint {
         Self::from_source(reader)
     }
 
-    /// The underlying reader.
+    /// The underlying reader (for an incremental checkpoint, its manifest's: its tensors are
+    /// read through [`chain`](Checkpoint::chain)).
     #[must_use]
     pub fn reader(&self) -> &Reader {
         self.source()
@@ -75,6 +79,7 @@ impl<S: PackSource> Checkpoint<S> {
         match source.layout().metadata().get(KIND_KEY) {
             Some(kind) if kind == KIND => Ok(Self {
                 body: Body::Whole(source),
+                skipped: Vec::new(),
             }),
             found => Err(CheckpointError::NotACheckpoint {
                 file: source.file().to_string(),
@@ -97,9 +102,26 @@ impl<S: PackSource> Checkpoint<S> {
         match checkpoint.body {
             Body::Whole(source) if checkpoint_is_incremental(&source) => Ok(Self {
                 body: Body::Chain(Box::new(Chain::open(storage, source)?)),
+                skipped: Vec::new(),
             }),
-            body => Ok(Self { body }),
+            body => Ok(Self {
+                body,
+                skipped: Vec::new(),
+            }),
         }
+    }
+
+    /// This checkpoint, returned by `latest` after passing over `skipped`.
+    pub(crate) fn with_skipped(self, skipped: Vec<super::manager::Skipped>) -> Self {
+        Self { skipped, ..self }
+    }
+
+    /// The newer checkpoints that [`Manager::latest`](super::Manager::latest) passed over to
+    /// return this one, newest first, each with why it does not open (empty when this is the
+    /// newest listed, or when it was opened otherwise). See `latest`'s example.
+    #[must_use]
+    pub fn skipped(&self) -> &[super::manager::Skipped] {
+        &self.skipped
     }
 
     /// The underlying source (for an incremental checkpoint: its manifest, which holds the
@@ -148,7 +170,7 @@ impl<S: PackSource> Checkpoint<S> {
 
     /// The checkpoint's tensors, scalars and metadata as one pack: the file itself, or an
     /// incremental checkpoint's chain.
-    fn pack(&self) -> Result<&dyn PackSource, CheckpointError> {
+    pub(crate) fn pack(&self) -> Result<&dyn PackSource, CheckpointError> {
         match &self.body {
             Body::Chain(chain) => Ok(&**chain),
             Body::Whole(source) if checkpoint_is_incremental(source) => {

@@ -16,7 +16,7 @@ use super::namespace::{KIND_KEY, head};
 use super::refs::{self, DATA_KIND, INCREMENTAL_KEY, REFS_KEY, Ref};
 use super::state::PreparedState;
 use super::storage::Storage;
-use crate::read::PackSource;
+use crate::read::{PackSource, TensorSource};
 use crate::write::staged::STAGED_BYTES;
 use crate::write::{Entry, Writer};
 
@@ -48,12 +48,14 @@ impl Known {
         }
     }
 
-    fn place(&self) -> (&str, &str) {
+    /// Its data file, its name there, and the data file's checksum of it where known (a
+    /// tensor this save writes has none until its data file is written).
+    fn place(&self) -> (&str, &str, Option<u64>) {
         match self {
-            Known::Stored(refs, i) => (&refs[*i].file, &refs[*i].stored_as),
+            Known::Stored(refs, i) => (&refs[*i].file, &refs[*i].stored_as, refs[*i].checksum),
             Known::Fresh {
                 file, stored_as, ..
-            } => (file, stored_as),
+            } => (file, stored_as, None),
         }
     }
 }
@@ -350,9 +352,9 @@ impl<'a> Batch<'a> {
                 .known
                 .find(&dtype, &shape, hash)
                 .or_else(|| self.fresh.find(&dtype, &shape, hash));
-            let (file, stored_as) = if let Some(k) = known {
-                let (file, stored_as) = k.place();
-                (file.to_string(), stored_as.to_string())
+            let (file, stored_as, checksum) = if let Some(k) = known {
+                let (file, stored_as, checksum) = k.place();
+                (file.to_string(), stored_as.to_string(), checksum)
             } else {
                 self.fresh.insert(
                     hash,
@@ -363,7 +365,7 @@ impl<'a> Batch<'a> {
                         stored_as: entry.name().to_string(),
                     },
                 );
-                (self.data_file.clone(), entry.name().to_string())
+                (self.data_file.clone(), entry.name().to_string(), None)
             };
             self.refs.push(Ref {
                 name: entry.name().to_string(),
@@ -373,6 +375,7 @@ impl<'a> Batch<'a> {
                 dtype,
                 shape,
                 hash,
+                checksum,
             });
             let written = self
                 .refs
@@ -401,18 +404,19 @@ fn nonce() -> u64 {
 /// Writes `state` as an incremental checkpoint at `location`: the tensors that `known` does
 /// not hold into new data files (the model's while Burn serializes the optimizer's record on
 /// another thread, then the optimizer's: the two overlap as in a full checkpoint), then the
-/// manifest. Returns the data files the manifest names.
+/// manifest. Returns what it wrote.
 pub(crate) fn write<S: Storage>(
     storage: &S,
     location: &S::Location,
     known: &Index,
     seen: &Sightings,
     state: PreparedState,
-) -> Result<HashSet<String>, CheckpointError> {
+) -> Result<Written, CheckpointError> {
     let step = state.step();
     let at = storage.describe_location(location);
     let (model, records, options) = state.into_parts();
     let mut batch = Batch::new(known, seen, refs::data_name(step, nonce()));
+    let mut written = Written::default();
     // Adds a part's tensors to the batch; writes the new ones into a data file of their own
     // when `last` or when there are enough of them to be worth writing while the optimizer's
     // record is still being serialized (a few megabytes of adapters wait for the optimizer's
@@ -444,11 +448,75 @@ pub(crate) fn write<S: Storage>(
     };
     let (rest, scalars, metadata) = parts?;
     part(&mut batch, rest, true)?;
+    record_checksums(storage, step, &mut batch.refs, &mut written)?;
     let (mut metadata, scalars) = head(&options, scalars, metadata);
     metadata.insert(INCREMENTAL_KEY.to_string(), "1".to_string());
     metadata.insert(REFS_KEY.to_string(), refs::encode(&batch.refs));
     storage.write(location, manifest(&options, metadata, scalars))?;
-    Ok(batch.refs.into_iter().map(|r| r.file).collect())
+    written.files = batch.refs.into_iter().map(|r| r.file).collect();
+    Ok(written)
+}
+
+/// What an incremental save wrote: the data files its manifest names, the ones it wrote, and
+/// how many tensors it held and referred to.
+#[derive(Default)]
+pub(crate) struct Written {
+    /// Every data file the manifest names.
+    pub(crate) files: HashSet<String>,
+    /// The data files this save wrote, with their sizes.
+    pub(crate) new_files: Vec<(String, u64)>,
+    /// Tensors whose bytes this save wrote.
+    pub(crate) held: usize,
+    /// Tensors it refers to in data files of earlier saves.
+    pub(crate) referred: usize,
+}
+
+/// Fills in each reference's data file checksum (the data file's descriptor of the tensor)
+/// where it is not known yet: the tensors this save wrote, and those of manifests written
+/// before the checksum was recorded. Reads the head of each data file concerned, once; counts
+/// what the save wrote into `written`.
+fn record_checksums<S: Storage>(
+    storage: &S,
+    step: u64,
+    refs: &mut [Ref],
+    written: &mut Written,
+) -> Result<(), CheckpointError> {
+    let mut wanted: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, r) in refs.iter().enumerate() {
+        if refs::data_step(&r.file) == Some(step) {
+            written.held += 1;
+        } else {
+            written.referred += 1;
+        }
+        if r.checksum.is_none() || refs::data_step(&r.file) == Some(step) {
+            wanted.entry(r.file.clone()).or_default().push(i);
+        }
+    }
+    for (file, lines) in wanted {
+        let at = storage.location(&file);
+        let source = storage
+            .open_data(&at)
+            .map_err(|e| CheckpointError::Invalid {
+                file: storage.describe_location(&at),
+                what: format!("a data file this checkpoint names does not open: {e}"),
+            })?;
+        if refs::data_step(&file) == Some(step) {
+            written
+                .new_files
+                .push((file.clone(), source.layout().file_len()));
+        }
+        for i in lines {
+            let r = &mut refs[i];
+            let stored = source
+                .tensor(&r.stored_as)
+                .ok_or_else(|| CheckpointError::Invalid {
+                    file: storage.describe_location(&at),
+                    what: format!("holds no tensor '{}'", r.stored_as),
+                })?;
+            r.checksum = stored.checksum();
+        }
+    }
+    Ok(())
 }
 
 fn manifest(

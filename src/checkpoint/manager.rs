@@ -13,7 +13,7 @@ use super::incremental::{self, Index, Parsed, Sightings};
 use super::refs;
 use super::state::{PreparedState, TrainingState};
 use super::storage::Storage;
-use crate::read::PackSource;
+use crate::read::{PackSource, TensorSource};
 
 const PREFIX: &str = "ckpt-";
 const SUFFIX: &str = ".bpk";
@@ -119,29 +119,65 @@ impl<S: Storage> Manager<S> {
     }
 
     /// Saves `state` as the checkpoint of its progress step (visible whole or not at all),
-    /// then applies retention.
+    /// checks that what it wrote opens as a checkpoint, then applies retention. Returns what
+    /// it wrote: where, how many bytes, how many tensors it held and referred to.
+    ///
+    /// ```
+    /// use burn::module::{Module, Param};
+    /// use burn::tensor::{Device, Tensor};
+    /// use burnpack::checkpoint::{CheckpointManager, Progress, TrainingState};
+    ///
+    /// #[derive(Module, Debug)]
+    /// struct Tiny { w: Param<Tensor<1>> }
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let manager = CheckpointManager::new(dir.path()).unwrap().incremental(true);
+    /// let model = Tiny { w: Param::from_data([1.0, 2.0], &Device::flex()) };
+    /// let first = manager.save(TrainingState::new(&model, Progress::new(0, 1))).unwrap();
+    /// assert_eq!((first.tensors_written, first.tensors_referred), (1, 0));
+    /// // Nothing changed: the second checkpoint refers to the first one's bytes.
+    /// let second = manager.save(TrainingState::new(&model, Progress::new(0, 2))).unwrap();
+    /// assert_eq!((second.tensors_written, second.tensors_referred), (0, 1));
+    /// assert!(second.data_files_written.is_empty());
+    /// assert_eq!(second.location, manager.path_for(2));
+    /// ```
     ///
     /// # Errors
     /// [`CheckpointError::NewerExists`] when the storage holds a valid checkpoint of a later
     /// step (retention would delete the new one at once; nothing is written then), the save
-    /// failed (nothing is deleted then) or retention could not delete a checkpoint.
+    /// failed (nothing is deleted then), what it wrote does not open as a checkpoint (nothing
+    /// is deleted then either, and [`latest`](Self::latest) names it as passed over), or
+    /// retention could not delete a checkpoint.
     pub fn save<M: Module>(
         &self,
         state: TrainingState<'_, M>,
-    ) -> Result<S::Location, CheckpointError> {
+    ) -> Result<SaveReport<S::Location>, CheckpointError> {
         self.check_newer(state.progress.step)?;
         self.write(state.prepare()?)
     }
 
-    /// Writes a prepared state as the checkpoint of its step, then applies retention (the
-    /// newer-checkpoint check was made by the caller).
-    pub(crate) fn write(&self, state: PreparedState) -> Result<S::Location, CheckpointError> {
-        let location = self.location(state.step());
+    /// Writes a prepared state as the checkpoint of its step, checks that it opens, then
+    /// applies retention (the newer-checkpoint check was made by the caller).
+    pub(crate) fn write(
+        &self,
+        state: PreparedState,
+    ) -> Result<SaveReport<S::Location>, CheckpointError> {
+        let step = state.step();
+        let location = self.location(step);
         if self.incremental {
-            let step = state.step();
             let (known, mut listing) = Index::of(&self.storage, &self.parsed)?;
-            let files = incremental::write(&self.storage, &location, &known, &self.seen, state)?;
-            listing.saved(step, files);
+            let written = incremental::write(&self.storage, &location, &known, &self.seen, state)?;
+            let checkpoint = self.reopen(&location)?;
+            let report = SaveReport {
+                location: location.clone(),
+                step,
+                bytes_written: written.new_files.iter().map(|(_, n)| n).sum::<u64>()
+                    + checkpoint.source().layout().file_len(),
+                tensors_written: written.held,
+                tensors_referred: written.referred,
+                data_files_written: written.new_files.into_iter().map(|(n, _)| n).collect(),
+            };
+            listing.saved(step, written.files);
             // Retention as `retain`, with the manifests read once, above.
             let all = self.steps()?;
             for (step, location) in self.retention.doomed(&all, |c| c.0, |c| self.open(&c.1)) {
@@ -151,11 +187,35 @@ impl<S: Storage> Manager<S> {
             for name in listing.garbage() {
                 self.storage.delete(&self.storage.location(&name))?;
             }
+            Ok(report)
         } else {
             self.storage.write_state(&location, state)?;
+            let checkpoint = self.reopen(&location)?;
+            let report = SaveReport {
+                location,
+                step,
+                bytes_written: checkpoint.source().layout().file_len(),
+                tensors_written: checkpoint.source().tensors().len(),
+                tensors_referred: 0,
+                data_files_written: Vec::new(),
+            };
             self.retain()?;
+            Ok(report)
         }
-        Ok(location)
+    }
+
+    /// Opens the checkpoint a save just wrote at `location`: a save that wrote what does not
+    /// open fails, naming why, rather than return `Ok` for a checkpoint `latest` would pass
+    /// over.
+    fn reopen(&self, location: &S::Location) -> Result<Checkpoint<S::Source>, CheckpointError> {
+        self.try_open(location)
+            .map_err(|e| CheckpointError::Invalid {
+                file: self.storage.describe_location(location),
+                what: format!(
+                    "the checkpoint just saved does not open ({e}); it is left in place, \
+                     retention did not run, and `latest` passes over it"
+                ),
+            })
     }
 
     /// Refuses `step` when a valid checkpoint of a later step is in the storage.
@@ -204,19 +264,106 @@ impl<S: Storage> Manager<S> {
 
     /// The checkpoint at `location`, when it opens as one.
     fn open(&self, location: &S::Location) -> Option<Checkpoint<S::Source>> {
-        Checkpoint::from_storage(&self.storage, self.storage.open(location).ok()?).ok()
+        self.try_open(location).ok()
     }
 
-    /// The newest checkpoint that opens and validates, if any (a damaged newer one is
-    /// skipped, not fatal). A save that an [`AsyncSaver`](super::AsyncSaver) of this manager
-    /// (or of a clone) is still writing is waited for first, so the checkpoint just handed
-    /// over is the one returned.
+    /// The checkpoint at `location`, or why it does not open as one.
+    fn try_open(&self, location: &S::Location) -> Result<Checkpoint<S::Source>, CheckpointError> {
+        Checkpoint::from_storage(&self.storage, self.storage.open(location)?)
+    }
+
+    /// The newest checkpoint that opens and validates, if any. A newer one that does not open
+    /// (damaged, or an incremental checkpoint whose data file is gone) is passed over, never
+    /// silently: the checkpoint returned lists each with its error
+    /// ([`Checkpoint::skipped`]), and when checkpoints are listed but none opens, that is an
+    /// error ([`CheckpointError::NoneOpens`]), not `None`. A save that an
+    /// [`AsyncSaver`](super::AsyncSaver) of this manager (or of a clone) is still writing is
+    /// waited for first, so the checkpoint just handed over is the one returned.
+    ///
+    /// ```
+    /// use burn::module::{Module, Param};
+    /// use burn::tensor::{Device, Tensor};
+    /// use burnpack::checkpoint::{CheckpointManager, Progress, TrainingState};
+    ///
+    /// #[derive(Module, Debug)]
+    /// struct Tiny { w: Param<Tensor<1>> }
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let manager = CheckpointManager::new(dir.path()).unwrap();
+    /// let model = Tiny { w: Param::from_data([1.0], &Device::flex()) };
+    /// for step in [1, 2] {
+    ///     manager.save(TrainingState::new(&model, Progress::new(0, step))).unwrap();
+    /// }
+    /// std::fs::write(manager.path_for(2), b"damaged").unwrap();
+    /// let latest = manager.latest().unwrap().unwrap();
+    /// assert_eq!(latest.progress().step, 1);
+    /// assert_eq!(latest.skipped()[0].step, 2); // with the reason, in `error`
+    /// ```
     ///
     /// # Errors
-    /// The storage cannot be listed.
+    /// The storage cannot be listed, or it lists checkpoints and none opens.
     pub fn latest(&self) -> Result<Option<Checkpoint<S::Source>>, CheckpointError> {
         self.in_flight.wait();
-        Ok(self.steps()?.iter().rev().find_map(|c| self.open(&c.1)))
+        let mut skipped = Vec::new();
+        for (step, location) in self.steps()?.into_iter().rev() {
+            match self.try_open(&location) {
+                Ok(checkpoint) => return Ok(Some(checkpoint.with_skipped(skipped))),
+                Err(error) => skipped.push(Skipped {
+                    step,
+                    location: self.storage.describe_location(&location),
+                    error,
+                }),
+            }
+        }
+        if skipped.is_empty() {
+            Ok(None)
+        } else {
+            Err(CheckpointError::NoneOpens {
+                storage: self.storage.describe(),
+                skipped,
+            })
+        }
+    }
+
+    /// The checkpoint of `step`, any of those [`list`](Self::list) names (the best one kept
+    /// by [`keep_best`](Self::keep_best), an older one to roll back to), from any storage: a
+    /// directory, object storage, a backend of one's own. An incremental checkpoint opens with
+    /// its data files from the same storage. Waits for background saves as `latest` does.
+    ///
+    /// ```
+    /// use burn::module::{Module, Param};
+    /// use burn::tensor::{Device, Tensor};
+    /// use burnpack::checkpoint::{CheckpointManager, Progress, TrainingState};
+    ///
+    /// #[derive(Module, Debug)]
+    /// struct Tiny { w: Param<Tensor<1>> }
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let manager = CheckpointManager::new(dir.path()).unwrap().incremental(true);
+    /// for step in [1, 2, 3] {
+    ///     let model = Tiny { w: Param::from_data([step as f32], &Device::flex()) };
+    ///     manager.save(TrainingState::new(&model, Progress::new(0, step))).unwrap();
+    /// }
+    /// let second = manager.checkpoint(2).unwrap();
+    /// let model = second.load_model(Tiny { w: Param::from_data([0.0], &Device::flex()) }).unwrap();
+    /// assert_eq!(model.w.val().into_data().to_vec::<f32>().unwrap(), [2.0]);
+    /// ```
+    ///
+    /// # Errors
+    /// No checkpoint of `step` is in the storage, or it does not open.
+    pub fn checkpoint(&self, step: u64) -> Result<Checkpoint<S::Source>, CheckpointError> {
+        self.in_flight.wait();
+        let location = self.location(step);
+        if !self.steps()?.iter().any(|(s, _)| *s == step) {
+            return Err(CheckpointError::Invalid {
+                file: self.storage.describe_location(&location),
+                what: format!(
+                    "no checkpoint of step {step} in {}",
+                    self.storage.describe()
+                ),
+            });
+        }
+        self.try_open(&location)
     }
 
     /// Deletes checkpoints outside the retention policy. The newest valid checkpoint is never
@@ -264,6 +411,46 @@ impl<S: Storage> std::fmt::Debug for Manager<S> {
             .field("retention", &self.retention)
             .field("incremental", &self.incremental)
             .finish_non_exhaustive()
+    }
+}
+
+/// What [`Manager::save`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SaveReport<L> {
+    /// Where the checkpoint is (a path, an object location).
+    pub location: L,
+    /// Its step.
+    pub step: u64,
+    /// The bytes this save wrote: the checkpoint's file (for an incremental checkpoint, its
+    /// manifest) and the data files it wrote.
+    pub bytes_written: u64,
+    /// The tensors whose bytes this save wrote (every tensor of a full checkpoint).
+    pub tensors_written: usize,
+    /// The tensors an incremental checkpoint refers to in data files of earlier saves
+    /// (0 for a full checkpoint).
+    pub tensors_referred: usize,
+    /// The data files this incremental save wrote, by name (none for a full checkpoint, or
+    /// an incremental one where nothing changed).
+    pub data_files_written: Vec<String>,
+}
+
+/// A checkpoint that [`Manager::latest`] passed over: newer than the one it returned (or
+/// than none), but it does not open.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Skipped {
+    /// Its step.
+    pub step: u64,
+    /// Where it is, as its user would name it (a path, a URL).
+    pub location: String,
+    /// Why it does not open.
+    pub error: CheckpointError,
+}
+
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "step {} ({}): {}", self.step, self.location, self.error)
     }
 }
 

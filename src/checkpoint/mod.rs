@@ -69,7 +69,7 @@ pub use chain::Chain;
 pub use directory::{CheckpointEntry, CheckpointManager, Directory};
 pub use error::CheckpointError;
 pub use file::Checkpoint;
-pub use manager::Manager;
+pub use manager::{Manager, SaveReport, Skipped};
 pub use namespace::{KIND, KIND_KEY, MODEL_PREFIX, PARTS_KEY};
 #[cfg(feature = "train")]
 pub(crate) use namespace::{

@@ -7,9 +7,7 @@ use std::fmt::Write as _;
 
 /// Metadata key of an incremental checkpoint's references (one line per tensor).
 pub const REFS_KEY: &str = "burnpack.refs";
-/// Metadata key marking an incremental checkpoint (a manifest whose tensors live in data
-/// files beside it); its value is the layout's version, `1`.
-pub const INCREMENTAL_KEY: &str = "burnpack.incremental";
+pub use crate::format::INCREMENTAL_KEY;
 /// Metadata value of [`super::KIND_KEY`] in a data file of incremental checkpoints.
 pub const DATA_KIND: &str = "checkpoint-data";
 
@@ -47,6 +45,11 @@ pub(crate) struct Ref {
     pub(crate) shape: Vec<usize>,
     /// XXH3-128 of its bytes.
     pub(crate) hash: u128,
+    /// The data file's own checksum of the tensor (its descriptor's XXH3-64), when the data
+    /// file has checksums: compared with the descriptor when the checkpoint is opened, so that
+    /// a data file swapped for another of the same name (another run's) is refused without
+    /// reading a byte of it. `None` in manifests written before it was recorded.
+    pub(crate) checksum: Option<u64>,
 }
 
 /// The name of a data file written by the save of `step`; `nonce` makes it unique (a step
@@ -84,7 +87,8 @@ pub(crate) fn nameable(name: &str) -> bool {
 
 /// The references as the manifest stores them, one line each, tab separated: `name`, `file`,
 /// the name in the file (empty when it is `name`), the parameter id (empty if none), the
-/// dtype, the shape (dimensions separated by commas), the hash in 32 hex digits.
+/// dtype, the shape (dimensions separated by commas), the hash in 32 hex digits, and the data
+/// file's checksum of the tensor in 16 hex digits (empty when the data file has none).
 pub(crate) fn encode(refs: &[Ref]) -> String {
     let mut out = String::with_capacity(refs.len() * 112);
     for r in refs {
@@ -95,9 +99,10 @@ pub(crate) fn encode(refs: &[Ref]) -> String {
         };
         let id = r.param_id.map(|id| id.to_string()).unwrap_or_default();
         let shape: Vec<String> = r.shape.iter().map(ToString::to_string).collect();
+        let checksum = r.checksum.map(|c| format!("{c:016x}")).unwrap_or_default();
         let _ = writeln!(
             out,
-            "{}\t{}\t{stored}\t{id}\t{}\t{}\t{:032x}",
+            "{}\t{}\t{stored}\t{id}\t{}\t{}\t{:032x}\t{checksum}",
             r.name,
             r.file,
             r.dtype,
@@ -108,14 +113,27 @@ pub(crate) fn encode(refs: &[Ref]) -> String {
     out
 }
 
-/// Parses [`encode`]'s text; the error says which line is wrong and how.
+/// Parses [`encode`]'s text (and the 7-field lines of manifests written before the data
+/// file's checksum was recorded); the error says which line is wrong and how.
 pub(crate) fn parse(text: &str) -> Result<Vec<Ref>, String> {
     let mut refs = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let bad = |what: &str| format!("reference line {}: {what}", i + 1);
-        let fields: Vec<&str> = line.split('\t').collect();
-        let [name, file, stored, id, dtype, shape, hash] = fields[..] else {
-            return Err(bad(&format!("{} fields, 7 expected", fields.len())));
+        let fields: Vec<&str> = line.split('\t').take(9).collect();
+        let (name, file, stored, id, dtype, shape, hash, checksum) = match fields[..] {
+            [name, file, stored, id, dtype, shape, hash] => {
+                (name, file, stored, id, dtype, shape, hash, "")
+            }
+            [name, file, stored, id, dtype, shape, hash, checksum] => {
+                (name, file, stored, id, dtype, shape, hash, checksum)
+            }
+            _ => {
+                let more = if fields.len() > 8 { " or more" } else { "" };
+                return Err(bad(&format!(
+                    "{}{more} fields, 8 expected (7 in manifests of the first layout)",
+                    fields.len()
+                )));
+            }
         };
         if name.is_empty() {
             return Err(bad("empty tensor name"));
@@ -155,6 +173,18 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Ref>, String> {
             return Err(bad(&format!("hash '{hash}' is not 32 hex digits")));
         }
         let hash = u128::from_str_radix(hash, 16).map_err(|_| bad("hash"))?;
+        let checksum = match checksum {
+            "" => None,
+            c if c.len() == 16 && c.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                Some(u64::from_str_radix(c, 16).map_err(|_| bad("checksum"))?)
+            }
+            c => {
+                return Err(bad(&format!(
+                    "data file checksum '{}' is not 16 hex digits",
+                    c.chars().take(40).collect::<String>()
+                )));
+            }
+        };
         refs.push(Ref {
             name: name.to_string(),
             file: file.to_string(),
@@ -163,6 +193,7 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Ref>, String> {
             dtype: dtype.to_string(),
             shape,
             hash,
+            checksum,
         });
     }
     Ok(refs)
@@ -183,6 +214,7 @@ mod tests {
                 dtype: "F32".into(),
                 shape: vec![2, 3],
                 hash: u128::MAX - 5,
+                checksum: Some(0x0123_4567_89ab_cdef),
             },
             Ref {
                 name: "model.v".into(),
@@ -192,9 +224,17 @@ mod tests {
                 dtype: "QFloat(x, y)".into(),
                 shape: vec![],
                 hash: 0,
+                checksum: None,
             },
         ];
         assert_eq!(parse(&encode(&refs)).unwrap(), refs);
+        // A line of the first layout (7 fields, no checksum) still parses.
+        let old = format!(
+            "model.w\t{}\t\t17\tF32\t2,3\t{:032x}\n",
+            data_name(3, 0xabc),
+            9
+        );
+        assert_eq!(parse(&old).unwrap()[0].checksum, None);
     }
 
     #[test]
@@ -215,6 +255,14 @@ mod tests {
         let file = data_name(1, 1);
         for (text, what) in [
             ("a\tb".to_string(), "2 fields"),
+            (
+                format!("a\t{file}\t\t\tF32\t1\t{:032x}\tzz", 1),
+                "16 hex digits",
+            ),
+            (
+                format!("a\t{file}\t\t\tF32\t1\t{:032x}\t{:016x}\tx", 1, 2),
+                "9 or more fields",
+            ),
             (
                 format!("\t{file}\t\t\tF32\t1\t{:032x}", 1),
                 "empty tensor name",

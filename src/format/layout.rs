@@ -23,6 +23,12 @@ use super::tensor::TensorInfo;
 /// removed. Checkpoints declare `model.`; any other pack may.
 pub const NAMESPACE_KEY: &str = "burnpack.namespace";
 
+/// Metadata key marking an incremental checkpoint's manifest (a pack whose tensors live in
+/// data files beside it, see docs/format.md, "Incremental checkpoints"); its value is the
+/// layout's version, `1`. A manifest is not a pack of tensors: loaders that read one file
+/// refuse it by this key rather than report every parameter missing.
+pub const INCREMENTAL_KEY: &str = "burnpack.incremental";
+
 /// The first word of the `producer` metadata value this crate writes (`burnpack <version>`).
 pub const PRODUCER_NAME: &str = "burnpack";
 

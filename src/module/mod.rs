@@ -124,14 +124,17 @@ pub trait PackModule: Module + Sized {
     /// Loads the module from `path` with `options`.
     ///
     /// # Errors
-    /// [`ModuleError::Read`] for an unreadable or invalid file, [`ModuleError::Mismatch`]
-    /// listing every missing, unused, mis-shaped or unloadable parameter at once.
+    /// [`ModuleError::Read`] for an unreadable or invalid file, or an incremental checkpoint's
+    /// manifest ([`ReadError::IncrementalManifest`](crate::read::ReadError::IncrementalManifest):
+    /// its tensors are in data files beside it; load it through `Checkpoint::open` instead),
+    /// [`ModuleError::Mismatch`] listing every missing, unused, mis-shaped or unloadable
+    /// parameter at once.
     fn load_pack_with(
         self,
         path: impl AsRef<Path>,
         options: &LoadOptions,
     ) -> Result<Self, ModuleError> {
-        let reader = options.read_options().open(path)?;
+        let reader = options.read_options().open(path)?.not_a_manifest()?;
         Ok(load_opened(self, &reader, options)?.0)
     }
 
@@ -140,7 +143,7 @@ pub trait PackModule: Module + Sized {
     /// # Errors
     /// See [`load_pack_with`](Self::load_pack_with).
     fn load_pack_bytes(self, bytes: Bytes, options: &LoadOptions) -> Result<Self, ModuleError> {
-        let reader = options.read_options().from_bytes(bytes)?;
+        let reader = options.read_options().from_bytes(bytes)?.not_a_manifest()?;
         Ok(load_opened(self, &reader, options)?.0)
     }
 
@@ -153,7 +156,7 @@ pub trait PackModule: Module + Sized {
         data: &'static [u8],
         options: &LoadOptions,
     ) -> Result<Self, ModuleError> {
-        let reader = options.read_options().from_static(data)?;
+        let reader = options.read_options().from_static(data)?.not_a_manifest()?;
         Ok(load_opened(self, &reader, options)?.0)
     }
 

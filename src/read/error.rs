@@ -2,6 +2,12 @@
 
 use crate::format::FormatError;
 
+/// What [`ReadError::IncrementalManifest`] says after the file's name.
+const MANIFEST: &str = "an incremental checkpoint (a manifest whose tensors are in data files \
+     beside it), not a pack of tensors: load it with `Checkpoint::open(path)?.load_model(model)` \
+     (or its manager's `latest` / `checkpoint(step)`), open it with \
+     `burnpack::interop::open_any`, or make a self-contained pack with `bpk convert`";
+
 /// Why reading failed. Every variant names the file (`"<memory>"` for in-memory sources).
 ///
 /// ```
@@ -30,6 +36,13 @@ pub enum ReadError {
         action: &'static str,
         /// The OS error.
         source: std::io::Error,
+    },
+    /// The file is an incremental checkpoint's manifest: its tensors are in data files beside
+    /// it, which a loader of one pack does not open.
+    #[error("{file}: {}", MANIFEST)]
+    IncrementalManifest {
+        /// The manifest.
+        file: String,
     },
     /// A tensor's bytes do not match its stored checksum.
     #[error(
@@ -408,6 +421,10 @@ impl From<ReadError> for SourceError {
                 path: file.into(),
                 tensor,
                 reason: "not a tensor of this source".into(),
+            },
+            ReadError::IncrementalManifest { file } => Self::Invalid {
+                path: file.into(),
+                reason: MANIFEST.into(),
             },
         }
     }

@@ -249,6 +249,22 @@ impl Reader {
         &self.file
     }
 
+    /// `self`, unless it is an incremental checkpoint's manifest (metadata
+    /// [`INCREMENTAL_KEY`](crate::format::INCREMENTAL_KEY)): a loader of one pack refuses
+    /// that by name instead of finding none of its tensors.
+    pub(crate) fn not_a_manifest(self) -> Result<Self, ReadError> {
+        if self
+            .layout()
+            .metadata()
+            .contains_key(crate::format::INCREMENTAL_KEY)
+        {
+            return Err(ReadError::IncrementalManifest {
+                file: self.file().to_string(),
+            });
+        }
+        Ok(self)
+    }
+
     /// The validated layout.
     #[must_use]
     pub fn layout(&self) -> &Layout {

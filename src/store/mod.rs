@@ -66,6 +66,10 @@ pub enum StoreError {
     /// The file or bytes could not be opened or read, or a tensor failed its checksum.
     #[error(transparent)]
     Read(#[from] ReadError),
+    /// An incremental checkpoint's data files could not be opened or do not hold what its
+    /// manifest names.
+    #[error(transparent)]
+    Source(#[from] crate::read::SourceError),
     /// The pack could not be written.
     #[error(transparent)]
     Write(#[from] WriteError),
@@ -492,8 +496,26 @@ impl PackStore {
 
     fn open(&self) -> Result<SharedSource, StoreError> {
         match &self.mode {
-            Mode::File(path) => Ok(Arc::new(Reader::open(self.path(path))?)),
-            Mode::Bytes(Some(bytes)) => Ok(Arc::new(Reader::from_bytes(bytes.clone())?)),
+            Mode::File(path) => {
+                let path = self.path(path);
+                let reader = Reader::open(&path)?;
+                // An incremental checkpoint: its tensors, from the data files beside it.
+                #[cfg(feature = "optim")]
+                if reader
+                    .layout()
+                    .metadata()
+                    .contains_key(crate::format::INCREMENTAL_KEY)
+                {
+                    return Ok(Arc::new(crate::checkpoint::Chain::open_file(
+                        &path, reader, false,
+                    )?));
+                }
+                Ok(Arc::new(reader.not_a_manifest()?))
+            }
+            // Bytes alone hold no data files: a manifest is refused by name.
+            Mode::Bytes(Some(bytes)) => Ok(Arc::new(
+                Reader::from_bytes(bytes.clone())?.not_a_manifest()?,
+            )),
             Mode::Bytes(None) => Err(StoreError::NoBytes),
             Mode::Source(source) => Ok(Arc::clone(source)),
         }
@@ -505,13 +527,20 @@ impl PackStore {
         if self.cache.is_none() {
             let reader = self.open()?;
             let verify = self.verify;
+            // A pack that declares a namespace (a checkpoint: `model.`) holds its module's
+            // parameters under it, as the module loader reads them.
+            let namespace = reader.namespace().map(str::to_string);
             let tensors = reader
                 .tensors()
                 .iter()
-                .map(|info| {
+                .filter_map(|info| match &namespace {
+                    Some(ns) => Some((info.name().strip_prefix(ns.as_str())?, info)),
+                    None => Some((info.name(), info)),
+                })
+                .map(|(name, info)| {
                     let (reader, info) = (Arc::clone(&reader), info.clone());
                     StoreTensor::deferred(
-                        info.name().to_string(),
+                        name.to_string(),
                         info.dtype(),
                         info.shape().to_vec(),
                         info.param_id(),
