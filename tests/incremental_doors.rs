@@ -353,3 +353,72 @@ fn doors_with_a_directory_load_a_manifest() {
         assert_eq!(values(&restored), values(&model));
     }
 }
+
+/// A manifest naming 1,500 data files: `bpk verify` (which reads each data file through a
+/// descriptor of its own) passes under the common soft limit of 1,024 open files, and
+/// `inspect` lists every tensor.
+#[cfg(all(feature = "cli", target_os = "linux"))]
+#[test]
+fn bpk_verifies_a_chain_of_more_data_files_than_the_soft_limit() {
+    use burn::tensor::{Bytes, DType};
+    use burnpack::checkpoint::{INCREMENTAL_KEY, KIND, KIND_KEY, REFS_KEY};
+    use burnpack::{Entry, Writer};
+
+    if std::process::Command::new("prlimit")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no prlimit (util-linux)");
+        assert!(std::env::var("CI").is_err(), "CI has util-linux");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = Writer::new(vec![Entry::resident(
+        "model.w",
+        DType::U8,
+        vec![2],
+        Bytes::from_bytes_vec(vec![1, 2]),
+    )])
+    .with_metadata(KIND_KEY, "checkpoint-data")
+    .into_bytes()
+    .unwrap();
+    let hash = burnpack::checkpoint::content_hash(&[1, 2]);
+    let mut refs = String::new();
+    for i in 0..1500u64 {
+        let file = format!("data-{:020}-{i:016x}.bpk", 1);
+        std::fs::write(dir.path().join(&file), &data[..]).unwrap();
+        refs.push_str(&format!(
+            "m.{i:04}\t{file}\tmodel.w\t\tU8\t2\t{hash:032x}\n"
+        ));
+    }
+    let manifest = dir.path().join("ckpt-00000000000000000007.bpk");
+    Writer::new(Vec::new())
+        .with_metadata(KIND_KEY, KIND)
+        .with_metadata(INCREMENTAL_KEY, "1")
+        .with_metadata(REFS_KEY, refs)
+        .write_to_file(&manifest)
+        .unwrap();
+    let bpk = |command: &str| {
+        std::process::Command::new("prlimit")
+            .args(["--nofile=1024:8192", "--"])
+            .arg(env!("CARGO_BIN_EXE_bpk"))
+            .arg(command)
+            .arg(&manifest)
+            .output()
+            .unwrap()
+    };
+    let verified = bpk("verify");
+    assert!(
+        verified.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verified.stderr)
+    );
+    let inspected = bpk("inspect");
+    assert!(inspected.status.success());
+    let text = String::from_utf8_lossy(&inspected.stdout);
+    assert!(
+        text.contains("m.1499") && text.contains("1500 data files"),
+        "{text}"
+    );
+}

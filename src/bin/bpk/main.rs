@@ -19,6 +19,7 @@ mod diff;
 mod inspect;
 mod migrate;
 mod open;
+mod os;
 mod print;
 mod progress;
 mod scan;
@@ -164,6 +165,7 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    os::raise_open_files();
     let cli = Cli::parse();
     // The worker threads up front: where they cannot be started (a memory or process limit),
     // that is said and bpk stops, instead of panicking at the first parallel step. (Rayon
