@@ -422,3 +422,49 @@ fn bpk_verifies_a_chain_of_more_data_files_than_the_soft_limit() {
         "{text}"
     );
 }
+
+/// `bpk` on a manifest whose tensors all live in an earlier data file: `inspect` lists them,
+/// `verify` reads them, `convert` writes a pack with their values, and `diff` of the manifest
+/// against that pack finds the same tensors.
+#[cfg(feature = "cli")]
+#[test]
+fn bpk_reads_a_manifest_that_holds_nothing_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = Device::flex();
+    let model = Lora::new(&device);
+    let path = referring_manifest(dir.path(), &model);
+    let bpk = |args: &[&std::ffi::OsStr]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_bpk"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let inspected = bpk(&["inspect".as_ref(), path.as_os_str()]);
+    assert!(inspected.status.success());
+    let text = String::from_utf8_lossy(&inspected.stdout);
+    assert!(
+        text.contains("0 tensors held, 3 referred to") && text.contains("model.base.weight"),
+        "{text}"
+    );
+    assert!(bpk(&["verify".as_ref(), path.as_os_str()]).status.success());
+    let whole = dir.path().join("whole.bpk");
+    let converted = bpk(&["convert".as_ref(), path.as_os_str(), whole.as_os_str()]);
+    assert!(
+        converted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&converted.stderr)
+    );
+    let reader = Reader::open(&whole).unwrap();
+    assert_eq!(reader.tensors().len(), 3);
+    let loaded = Checkpoint::open(&whole)
+        .unwrap()
+        .load_model(Lora::new(&device))
+        .unwrap();
+    assert_eq!(values(&loaded), values(&model));
+    let diffed = bpk(&["diff".as_ref(), path.as_os_str(), whole.as_os_str()]);
+    let out = String::from_utf8_lossy(&diffed.stdout);
+    assert!(
+        out.contains("3 tensors with identical values, 0 differ in values, 0 in dtype or shape, 0 only in A, 0 only in B"),
+        "{out}"
+    );
+}
