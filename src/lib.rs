@@ -154,6 +154,22 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeSnippets;
 
+// The guide's Rust snippets too, under the features of its test command (`cargo test
+// --features cli,store,train,object-store --doc`): every section's code compiles and runs.
+#[cfg(all(
+    doctest,
+    feature = "optim",
+    feature = "store",
+    feature = "train",
+    feature = "object-store",
+    feature = "gguf",
+    feature = "pytorch",
+    feature = "legacy",
+    feature = "safetensors"
+))]
+#[doc = include_str!("../docs/guide.md")]
+struct GuideSnippets;
+
 extern crate alloc;
 
 #[cfg(feature = "optim")]
