@@ -200,6 +200,33 @@ fn a_sharded_index_routes_fp8_tensors_like_the_others() {
     assert!(err.contains("'b'"), "{err}");
 }
 
+/// burn-store's `load_from` through `PackStore` over the source: the FP8 tensor a parameter
+/// wants is named with why, not only reported missing; `allow_partial` loads the others.
+#[cfg(feature = "store")]
+#[test]
+fn pack_store_names_the_fp8_tensor_a_parameter_wants() {
+    use burn_store::ModuleSnapshot;
+    use burnpack::store::PackStore;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fp8.safetensors");
+    write_fp8(&path);
+    let device = Device::flex();
+    let store = || PackStore::from_source(SafetensorsSource::open(&path).unwrap());
+    let err = pair(&device)
+        .load_from(&mut store().allow_partial(false))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("tensor 'b'")
+            && err.contains("F8_E4M3")
+            && err.contains("FP8 is not loadable yet"),
+        "{err}"
+    );
+    let mut model = pair(&device);
+    model.load_from(&mut store().allow_partial(true)).unwrap();
+    assert_eq!(floats(&model.a.val()), [1.5, -2.0]);
+}
+
 /// The same files through the real `bpk`.
 #[cfg(feature = "cli")]
 mod bpk {
