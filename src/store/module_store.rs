@@ -63,7 +63,8 @@ impl ModuleStore for PackStore {
                     .iter()
                     .any(|(path, _)| *path == withheld.name)
                 {
-                    message.push_str(&format!("; {}", withheld.error(source.file())));
+                    message.push_str("; ");
+                    message.push_str(&withheld.error(source.file()).to_string());
                 }
             }
             return Err(StoreError::Validation {
