@@ -40,7 +40,11 @@
 //!
 //! [`checkpoint`] (feature `optim`, default): the model, the optimizer state, the LR
 //! scheduler record and the progress in one crash-safe file; a manager of a directory of them
-//! (retention, `latest`), and saves on a background thread (`AsyncSaver`).
+//! (retention, `latest`), and saves on a background thread (`AsyncSaver`). For fine-tuning,
+//! incremental checkpoints (`checkpoint::Manager::incremental`) write only the tensors that
+//! changed since the checkpoints the manager keeps (a frozen base is written once, then
+//! referred to); `examples/incremental.rs` runs one and resumes from it, and
+//! docs/guide.md ("Incremental checkpoints") says what is on disk.
 //!
 //! ```no_run
 //! # #[cfg(feature = "optim")]
@@ -54,6 +58,7 @@
 //! use burnpack::checkpoint::{CheckpointManager, Progress, TrainingState};
 //!
 //! let manager = CheckpointManager::new("checkpoints")?.keep_last(3);
+//! // Fine-tuning: `.incremental(true)` writes only what changed since the kept checkpoints.
 //! // Add `.optimizer(&optim)` and `.scheduler(sched.to_record())` to save those too.
 //! manager.save(TrainingState::new(&net, Progress::new(1, 500)))?;
 //! if let Some(ckpt) = manager.latest()? {
@@ -153,6 +158,22 @@
 #[cfg(all(doctest, feature = "optim"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeSnippets;
+
+// The guide's Rust snippets too, under the features of its test command (`cargo test
+// --features cli,store,train,object-store --doc`): every section's code compiles and runs.
+#[cfg(all(
+    doctest,
+    feature = "optim",
+    feature = "store",
+    feature = "train",
+    feature = "object-store",
+    feature = "gguf",
+    feature = "pytorch",
+    feature = "legacy",
+    feature = "safetensors"
+))]
+#[doc = include_str!("../docs/guide.md")]
+struct GuideSnippets;
 
 extern crate alloc;
 

@@ -1,6 +1,6 @@
 //! Training checkpoints: the model, the optimizer state, the LR scheduler record and the
 //! training progress in one crash-safe file; a manager for a directory of them (latest, keep
-//! last N / best), and asynchronous saves.
+//! last N / best), asynchronous saves, and incremental checkpoints for fine-tuning.
 //!
 //! # Layout
 //!
@@ -43,9 +43,47 @@
 //! ```
 
 //!
+//! # Incremental checkpoints
+//!
+//! For fine-tuning (a frozen base under adapters, a new head on a frozen encoder), a manager
+//! with [`incremental(true)`](Manager::incremental) writes at each save only the tensors that
+//! no checkpoint in its storage holds already, into a data file `data-<step>-<nonce>.bpk`,
+//! and the checkpoint `ckpt-<step>.bpk` becomes a manifest naming where each tensor is (a
+//! frozen base is written once, then referred to). Retention deletes a data file only when no
+//! manifest names it. [`Checkpoint::open`], the manager's `latest`, `bpk` and
+//! [`Checkpoint::chain`] (a [`Chain`]: which tensors the checkpoint holds and which it refers
+//! to) open a manifest with its data files; `bpk convert` writes one self-contained pack.
+//! `examples/incremental.rs` fine-tunes adapters, checkpoints every step and resumes bit for
+//! bit; docs/guide.md ("Incremental checkpoints") and docs/format.md ("Incremental
+//! checkpoints") have the rest.
+//!
+//! ```
+//! use burn::module::{Module, Param};
+//! use burn::tensor::{Device, Tensor};
+//! use burnpack::checkpoint::{CheckpointManager, Progress, TrainingState};
+//!
+//! #[derive(Module, Debug)]
+//! struct Tuned { base: Param<Tensor<1>>, head: Param<Tensor<1>> }
+//!
+//! let device = Device::flex();
+//! let dir = tempfile::tempdir().unwrap();
+//! let manager = CheckpointManager::new(dir.path()).unwrap().incremental(true);
+//! let mut model = Tuned { base: Param::from_data([1.0, 2.0], &device), head: Param::from_data([0.0], &device) };
+//! manager.save(TrainingState::new(&model, Progress::new(0, 1))).unwrap();
+//! model.head = Param::from_data([0.5], &device); // the base does not change
+//! manager.save(TrainingState::new(&model, Progress::new(0, 2))).unwrap();
+//!
+//! let ckpt = manager.latest().unwrap().unwrap();
+//! let chain = ckpt.chain().unwrap();
+//! assert_eq!(chain.held().map(|(t, _)| t).collect::<Vec<_>>(), ["model.head"]);
+//! assert_eq!(chain.referred().map(|(t, _)| t).collect::<Vec<_>>(), ["model.base"]);
+//! ```
+//!
 //! One file a concern: [`progress`](Progress) and the [`TrainingState`] to save, the
 //! namespaces that lay a checkpoint out, the open [`Checkpoint`], burn-train's three-file
-//! layout, the [`CheckpointManager`] of a directory and the [`AsyncSaver`].
+//! layout, the [`CheckpointManager`] of a directory and the [`AsyncSaver`]; `incremental`
+//! (what an incremental save writes), `refs` (a manifest's references) and `chain` (a
+//! manifest opened with its data files).
 
 mod async_save;
 mod burn_train;

@@ -55,6 +55,7 @@ impl<'a> Applier<'a> {
         }
         if self.options.allow_partial {
             self.mismatch.missing.clear();
+            self.mismatch.unloadable.clear();
         }
         (self.mismatch, self.report)
     }
@@ -73,7 +74,7 @@ impl<'a> Applier<'a> {
         }
         let place = self.walk.place(D, kind);
         let Some((info, transpose)) = take(self.options, &mut self.pending, &place) else {
-            self.mismatch.missing.push(path.to_string());
+            self.missed(D, kind);
             return param;
         };
         // Lazy shape and device: an uninitialized parameter is filled without running its
@@ -301,6 +302,23 @@ impl<'a> Applier<'a> {
         }
     }
 
+    /// Records the current parameter (of rank `rank` and kind `kind`), which found no
+    /// tensor: missing, or refused by name when the source lists its tensor but cannot hand
+    /// it out (FP8).
+    fn missed(&mut self, rank: usize, kind: TensorKind) {
+        let place = self.walk.place(rank, kind);
+        let path = place.path().to_string();
+        match lookup(self.options, &mut self.pending, &place)
+            .and_then(|key| self.pending.take_withheld(&key))
+        {
+            Some(withheld) => {
+                let why = withheld.error(self.source.file()).to_string();
+                self.mismatch.unloadable.push((path, why));
+            }
+            None => self.mismatch.missing.push(path),
+        }
+    }
+
     /// The bytes of `info`, checked against its checksum when the options ask for it.
     fn read_checked(&self, info: &TensorInfo) -> Result<burn::tensor::Bytes, ReadError> {
         let bytes = self.source.read(info)?;
@@ -383,7 +401,10 @@ fn lookup<'p>(
     };
     let mut candidates = convention.candidates(place);
     if candidates.len() > 1
-        && let Some(found) = candidates.iter().position(|c| pending.get(c).is_some())
+        && let Some(found) = candidates
+            .iter()
+            .position(|c| pending.get(c).is_some())
+            .or_else(|| candidates.iter().position(|c| pending.is_withheld(c)))
     {
         return Some(candidates.swap_remove(found));
     }

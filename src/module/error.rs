@@ -91,6 +91,11 @@ pub struct KindMismatch {
 pub struct Mismatch {
     /// Parameters with no tensor in the file.
     pub missing: Vec<String>,
+    /// Parameters whose tensor the file lists but this crate cannot load (an FP8 tensor of a
+    /// safetensors file: see [`TensorSource::withheld`](crate::read::TensorSource::withheld)),
+    /// with the error naming the file, the tensor and its dtype. Like missing ones, they are
+    /// left as they are under [`allow_partial`](super::LoadOptions::allow_partial).
+    pub unloadable: Vec<(String, String)>,
     /// File tensors (after renaming) no parameter used.
     pub unused: Vec<String>,
     /// Parameters whose shape differs.
@@ -108,6 +113,7 @@ impl Mismatch {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.missing.is_empty()
+            && self.unloadable.is_empty()
             && self.unused.is_empty()
             && self.shapes.is_empty()
             && self.kinds.is_empty()
@@ -125,6 +131,14 @@ impl std::fmt::Display for Mismatch {
                 self.missing.len(),
                 self.missing.join(", ")
             ));
+        }
+        if !self.unloadable.is_empty() {
+            let list: Vec<String> = self
+                .unloadable
+                .iter()
+                .map(|(p, why)| format!("{p} ({why})"))
+                .collect();
+            parts.push(format!("{} not loadable: {}", list.len(), list.join(", ")));
         }
         if !self.unused.is_empty() {
             parts.push(format!(

@@ -7,7 +7,7 @@ use std::collections::hash_map::Entry;
 use super::error::Mismatch;
 use super::options::LoadOptions;
 use crate::format::TensorInfo;
-use crate::read::TensorSource;
+use crate::read::{TensorSource, Withheld};
 
 /// The file's tensors that a walk may take, by (renamed) path, in file order.
 ///
@@ -23,6 +23,9 @@ pub(crate) struct Pending<'a> {
     next: usize,
     /// Path -> place in `order`, built at the first miss.
     index: Option<foldhash::HashMap<Cow<'a, str>, usize>>,
+    /// The tensors the source withholds (see `TensorSource::withheld`), by path; removed when
+    /// a parameter asks for one.
+    withheld: foldhash::HashMap<Cow<'a, str>, &'a Withheld>,
 }
 
 impl<'a> Pending<'a> {
@@ -40,14 +43,10 @@ impl<'a> Pending<'a> {
         let namespace = source.namespace();
         let convention = options.convention.as_deref();
         let mut converted = false;
-        let mut accepted = Vec::with_capacity(source.tensors().len());
-        for info in source.tensors() {
+        let mut path_of = |name: &'a str| -> Option<Cow<'a, str>> {
             let name = match namespace {
-                Some(prefix) => match info.name().strip_prefix(prefix) {
-                    Some(name) => name,
-                    None => continue,
-                },
-                None => info.name(),
+                Some(prefix) => name.strip_prefix(prefix)?,
+                None => name,
             };
             let name = match convention {
                 Some(convention) => convention.source_name(name),
@@ -60,8 +59,20 @@ impl<'a> Pending<'a> {
                     Cow::Owned(options.renamed(&name).into_owned())
                 }
             };
-            if options.accepts(&path) {
+            options.accepts(&path).then_some(path)
+        };
+        let mut accepted = Vec::with_capacity(source.tensors().len());
+        for info in source.tensors() {
+            if let Some(path) = path_of(info.name()) {
                 accepted.push((path, info));
+            }
+        }
+        // Tensors the source lists but cannot hand out, by the same paths: refused by name
+        // where a parameter wants one.
+        let mut withheld = foldhash::HashMap::default();
+        for w in source.withheld() {
+            if let Some(path) = path_of(&w.name) {
+                withheld.insert(path, w);
             }
         }
         // Distinct file names are distinct paths unless renames map two onto one.
@@ -82,7 +93,9 @@ impl<'a> Pending<'a> {
             }
             accepted = kept.into_iter().flatten().collect();
         }
-        Self::new(accepted)
+        let mut pending = Self::new(accepted);
+        pending.withheld = withheld;
+        pending
     }
 
     /// The tensors in `accepted` (unique paths), put in file order.
@@ -96,6 +109,7 @@ impl<'a> Pending<'a> {
                 .collect(),
             next: 0,
             index: None,
+            withheld: foldhash::HashMap::default(),
         }
     }
 
@@ -146,13 +160,24 @@ impl<'a> Pending<'a> {
         self.order[i].1.take()
     }
 
-    /// The paths of the tensors nobody took, sorted.
+    /// Whether the source withholds the tensor at `path` (and no parameter asked for it yet).
+    pub(crate) fn is_withheld(&self, path: &str) -> bool {
+        self.withheld.contains_key(path)
+    }
+
+    /// Takes the withheld tensor at `path`, if the source lists one there.
+    pub(crate) fn take_withheld(&mut self, path: &str) -> Option<&'a Withheld> {
+        self.withheld.remove(path)
+    }
+
+    /// The paths of the tensors nobody took (withheld ones included), sorted.
     pub(crate) fn untaken(self) -> Vec<String> {
         let mut paths: Vec<String> = self
             .order
             .into_iter()
             .filter(|(_, info)| info.is_some())
             .map(|(path, _)| path.into_owned())
+            .chain(self.withheld.into_keys().map(Cow::into_owned))
             .collect();
         paths.sort();
         paths

@@ -174,6 +174,10 @@ impl TensorSource for ReadAhead<'_> {
         self.source.tensor(name)
     }
 
+    fn withheld(&self) -> &[crate::read::Withheld] {
+        self.source.withheld()
+    }
+
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         let Some(&i) = self.position.get(info.name()) else {
             return self.read_direct(info);

@@ -18,6 +18,7 @@ mod shards;
 pub(crate) mod source;
 mod table;
 mod tensor_source;
+mod withheld;
 
 pub use contract::assert_source_contract;
 pub(crate) use describe::describe_pack;
@@ -28,6 +29,8 @@ pub use shards::{InShard, Routing, Sharded, assemble_shards};
 pub use source::bytes_from_vec;
 pub use table::{SourceTable, TableBuilder};
 pub use tensor_source::{CopyReason, PackSource, TensorSource};
+pub use withheld::Withheld;
+pub(crate) use withheld::refuse_withheld;
 
 /// Opens `path` for reading when it is a regular file (symbolic links followed), and refuses
 /// anything else (a named pipe, a device, a directory, a socket) *before* opening it, with an

@@ -59,6 +59,25 @@ pub trait TensorSource {
     /// The bytes could not be read.
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError>;
 
+    /// Tensors the source lists but cannot hand out (a dtype Burn has no equivalent of, such
+    /// as FP8 in a safetensors file): not in [`tensors`](Self::tensors), shown by tools, and
+    /// refused by name where a load or a conversion wants one (a load with
+    /// [`allow_partial`](crate::module::LoadOptions::allow_partial) leaves the parameter as it
+    /// is, as for a missing tensor). Empty by default.
+    ///
+    /// ```
+    /// use burn::tensor::{Bytes, DType};
+    /// use burnpack::read::{Reader, TensorSource};
+    /// use burnpack::{Entry, Writer};
+    /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1]))])
+    ///     .into_bytes()
+    ///     .unwrap();
+    /// assert!(Reader::from_bytes(pack).unwrap().withheld().is_empty());
+    /// ```
+    fn withheld(&self) -> &[super::Withheld] {
+        &[]
+    }
+
     /// The name prefix under which module parameters live (see
     /// [`NAMESPACE_KEY`](crate::format::NAMESPACE_KEY)); `None` when every tensor is one.
     fn namespace(&self) -> Option<&str> {

@@ -53,9 +53,23 @@ impl ModuleStore for PackStore {
             });
         }
         if !self.allow_partial && !result.missing.is_empty() {
+            let mut message = format!("Missing tensors: {:?}", result.missing);
+            // A tensor the source lists but cannot hand out (FP8 in safetensors) is named
+            // with why, rather than reported as absent.
+            let source = self.open()?;
+            for withheld in source.withheld() {
+                if result
+                    .missing
+                    .iter()
+                    .any(|(path, _)| *path == withheld.name)
+                {
+                    message.push_str("; ");
+                    message.push_str(&withheld.error(source.file()).to_string());
+                }
+            }
             return Err(StoreError::Validation {
                 file: self.source_name(),
-                message: format!("Missing tensors: {:?}", result.missing),
+                message,
             });
         }
         Ok(result)

@@ -171,10 +171,13 @@ impl Writer {
     /// ```
     ///
     /// # Errors
-    /// A tensor could not be read, or failed its checksum.
+    /// A tensor could not be read, or failed its checksum, or the source
+    /// [withholds](crate::read::TensorSource::withheld) one (named in the error).
     pub fn from_source<S: crate::read::TensorSource + ?Sized>(
         source: &S,
     ) -> Result<Self, crate::read::ReadError> {
+        // A tensor the source cannot hand out would be missing from the copy.
+        crate::read::refuse_withheld(source)?;
         let mut wanted: Vec<&crate::format::TensorInfo> = source.tensors().iter().collect();
         wanted.sort_by_key(|t| t.offset());
         Ok(Self::new(read_entries(source, &wanted, 0)?))

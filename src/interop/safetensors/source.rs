@@ -8,13 +8,14 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{AllocationProperty, Bytes};
 
-use super::to_burn;
+use super::header::{header_len, validate};
+use super::{to_burn, withheld_reason};
 use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::index::ShardIndex;
 use crate::read::source::{Hinted, ReadHints, Source};
 use crate::read::{
     CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable, TensorSource,
-    assemble_shards, human_bytes,
+    Withheld, assemble_shards, human_bytes,
 };
 
 /// Hugging Face / `PyTorch` safetensors weights as a [`TensorSource`]: one `.safetensors` file,
@@ -30,6 +31,13 @@ use crate::read::{
 /// an aligned buffer when read ([`unaligned`](Self::unaligned) lists them). A load reads its
 /// tensors ahead through the mappings in the files' order, from a thread that holds the
 /// mappings until it is done (the parameters are windows of them): keep the files unchanged.
+///
+/// A tensor of a dtype Burn has no equivalent of (FP8: `F8_E4M3`, `F8_E5M2`; and `F4`, `F6_*`,
+/// `F8_E8M0`) does not keep the file from opening: it is listed by
+/// [`withheld`](TensorSource::withheld) (and by `bpk inspect`), the other tensors load, and a
+/// load or a conversion that wants it is refused with an error naming the file, the tensor and
+/// its dtype (load the others with a filter or
+/// [`allow_partial`](crate::module::LoadOptions::allow_partial)).
 ///
 /// ```
 /// use burn::module::{Module, Param};
@@ -60,6 +68,9 @@ pub struct SafetensorsSource {
     /// Every tensor, sorted by name, with its shard.
     table: SourceTable<InShard<()>>,
     metadata: BTreeMap<String, String>,
+    /// The tensors of a dtype Burn has no equivalent of (FP8), sorted by name: listed, not
+    /// loadable ([`TensorSource::withheld`]).
+    withheld: Vec<Withheld>,
     /// The read-ahead of the last [`TensorSource::prefetch`].
     hints: ReadHints,
 }
@@ -70,6 +81,8 @@ struct Shard {
     source: Source,
     /// The file's own `__metadata__`.
     metadata: BTreeMap<String, String>,
+    /// Its tensors of a dtype Burn has no equivalent of.
+    withheld: Vec<Withheld>,
 }
 
 impl std::fmt::Debug for SafetensorsSource {
@@ -86,8 +99,8 @@ impl SafetensorsSource {
     ///
     /// # Errors
     /// [`SourceError`] naming the file: `Io` when a file cannot be opened or mapped, `Invalid`
-    /// when a header or the index is invalid, `Tensor` naming the tensor when its dtype has no
-    /// Burn equivalent.
+    /// when a header or the index is invalid. (A tensor whose dtype has no Burn equivalent is
+    /// no error here: see [`withheld`](TensorSource::withheld).)
     pub fn open(path: impl AsRef<Path>) -> Result<Self, SourceError> {
         Self::open_with(path, &Limits::default())
     }
@@ -141,8 +154,20 @@ impl SafetensorsSource {
         verify: bool,
     ) -> Result<Self, SourceError> {
         let index = ShardIndex::read(path, "safetensors", limits.max_tensor_count)?;
-        let open = |shard: &Path, limits: &Limits| open_shard(shard, limits, verify);
-        let sharded = assemble_shards(path, &index.shards, Some(&index), limits, open)?;
+        // Each shard checked against the index here rather than by `assemble_shards`: the
+        // index routes the withheld tensors too.
+        let mut next = 0;
+        let open = |shard: &Path, limits: &Limits| {
+            let (opened, rows) = open_shard(shard, limits, verify)?;
+            let held = rows.iter().map(|(info, ())| info.name());
+            let held = held.chain(opened.withheld.iter().map(|w| w.name.as_str()));
+            index
+                .check_shard(next, held)
+                .map_err(SourceError::invalid(path))?;
+            next += 1;
+            Ok((opened, rows))
+        };
+        let sharded = assemble_shards(path, &index.shards, None, limits, open)?;
         Ok(Self::assemble(path, sharded, index.metadata))
     }
 
@@ -185,7 +210,7 @@ impl SafetensorsSource {
                     header_len,
                     &metadata,
                     &mut rows,
-                )?;
+                );
                 Ok((shard, rows))
             })?;
         Ok(Self::assemble(path, sharded, BTreeMap::new()))
@@ -199,15 +224,19 @@ impl SafetensorsSource {
         let shards: Vec<Shard> = sharded.shards.into_iter().map(|(_, s)| s).collect();
         // The shards' own `__metadata__`, then the index's (which wins).
         let mut merged = BTreeMap::new();
+        let mut withheld = Vec::new();
         for shard in &shards {
             merged.extend(shard.metadata.clone());
+            withheld.extend(shard.withheld.iter().cloned());
         }
         merged.append(&mut metadata);
+        withheld.sort_by(|a, b| a.name.cmp(&b.name));
         Self {
             file: path.display().to_string(),
             shards,
             table: sharded.table,
             metadata: merged,
+            withheld,
             hints: ReadHints::default(),
         }
     }
@@ -303,118 +332,7 @@ fn mapped(source: &Source) -> Option<&Bytes> {
 /// The name of a source in memory, in errors.
 const MEMORY: &str = "<memory>";
 
-/// Validates a safetensors header with the `safetensors` crate's own rules: `head` holds the
-/// 8-byte prefix and the header (or all of a file in memory), `total` is the file's length.
-/// Returns the header's length and the parsed metadata. A file shorter than its header or its
-/// tensors say is [`SourceError::Truncated`]; a tensor named twice in the header (which a
-/// map would keep one of, in silence) is an error naming it.
-fn validate(
-    path: &Path,
-    head: &[u8],
-    total: u64,
-    limits: &Limits,
-) -> Result<(usize, safetensors::tensor::Metadata), SourceError> {
-    let invalid = |e: safetensors::SafeTensorError| SourceError::Invalid {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    };
-    let n = header_len(path, head, total)?;
-    let json = std::str::from_utf8(&head[8..8 + n])
-        .map_err(|e| invalid(safetensors::SafeTensorError::InvalidHeader(e)))?;
-    unique_names(path, json, limits)?;
-    let metadata: safetensors::tensor::Metadata = serde_json::from_str(json).map_err(|e| {
-        invalid(safetensors::SafeTensorError::InvalidHeaderDeserialization(
-            e,
-        ))
-    })?;
-    let end = (8 + n as u64).saturating_add(metadata.data_len() as u64);
-    if end > total {
-        return Err(SourceError::Truncated {
-            path: path.to_path_buf(),
-            reason: format!("its tensors end at byte {end}, but the file has {total} bytes"),
-        });
-    }
-    if end < total {
-        return Err(invalid(
-            safetensors::SafeTensorError::MetadataIncompleteBuffer,
-        ));
-    }
-    Ok((n, metadata))
-}
-
-/// The header length the 8-byte prefix of `head` declares, checked against the crate's bound
-/// and the file's length `total` (`head` holds at least the prefix, or all of a short file).
-fn header_len(path: &Path, head: &[u8], total: u64) -> Result<usize, SourceError> {
-    let invalid = |e: safetensors::SafeTensorError| SourceError::Invalid {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    };
-    let prefix: [u8; 8] = head
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| invalid(safetensors::SafeTensorError::HeaderTooSmall))?;
-    let n = u64::from_le_bytes(prefix);
-    if n > MAX_HEADER as u64 {
-        return Err(invalid(safetensors::SafeTensorError::HeaderTooLarge));
-    }
-    if 8 + n > total {
-        return Err(SourceError::Truncated {
-            path: path.to_path_buf(),
-            reason: format!("its header says it is {n} bytes long, but the file has {total} bytes"),
-        });
-    }
-    Ok(n as usize)
-}
-
-/// Refuses a header that names a tensor twice (JSON allows it; the `safetensors` crate keeps
-/// the last), or lists more entries than the tensor-count limit (checked before each one is
-/// kept: what is kept is bounded by the limit).
-fn unique_names(path: &Path, json: &str, limits: &Limits) -> Result<(), SourceError> {
-    struct Names<'l>(&'l Limits);
-    impl<'de> serde::de::DeserializeSeed<'de> for Names<'_> {
-        type Value = ();
-        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-            d.deserialize_map(self)
-        }
-    }
-    impl<'de> serde::de::Visitor<'de> for Names<'_> {
-        type Value = ();
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a JSON object")
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            let mut seen = std::collections::HashSet::new();
-            while let Some(name) = map.next_key::<String>()? {
-                // The tensors and `__metadata__`.
-                if seen.len() > self.0.max_tensor_count {
-                    return Err(serde::de::Error::custom(format!(
-                        "more than {} tensors, the tensor-count limit",
-                        self.0.max_tensor_count
-                    )));
-                }
-                map.next_value::<serde::de::IgnoredAny>()?;
-                if !seen.insert(name.clone()) {
-                    return Err(serde::de::Error::custom(format!(
-                        "'{name}' is listed twice in the header (one of them would be dropped)"
-                    )));
-                }
-            }
-            Ok(())
-        }
-    }
-    let mut de = serde_json::Deserializer::from_str(json);
-    serde::de::DeserializeSeed::deserialize(Names(limits), &mut de).map_err(|e| {
-        SourceError::Invalid {
-            path: path.to_path_buf(),
-            reason: format!("invalid header: {e}"),
-        }
-    })
-}
-
-/// The `safetensors` crate's own bound on a header (100 MB).
-const MAX_HEADER: usize = 100_000_000;
-
-/// Opens one file: its header read with ordinary reads (at most [`MAX_HEADER`] bytes past
+/// Opens one file: its header read with ordinary reads (at most `MAX_HEADER` bytes past
 /// the length prefix) and validated, then the file mapped; returns the shard and its rows.
 fn open_shard(
     path: &Path,
@@ -440,7 +358,7 @@ fn open_shard(
     let data = crate::read::source::file_data(&file, verify)
         .map_err(|(action, e)| SourceError::io(path, action)(e))?;
     let mut rows = Vec::new();
-    let shard = shard(path, data, header_len, &metadata, &mut rows)?;
+    let shard = shard(path, data, header_len, &metadata, &mut rows);
     Ok((shard, rows))
 }
 
@@ -451,14 +369,20 @@ fn shard(
     header_len: usize,
     metadata: &safetensors::tensor::Metadata,
     rows: &mut Vec<(TensorInfo, ())>,
-) -> Result<Shard, SourceError> {
+) -> Shard {
     let data_start = 8 + header_len as u64;
+    let mut withheld = Vec::new();
     for (name, info) in metadata.tensors() {
-        let dtype = to_burn(info.dtype).ok_or_else(|| SourceError::Tensor {
-            path: path.to_path_buf(),
-            tensor: name.clone(),
-            reason: format!("{:?} has no Burn equivalent", info.dtype),
-        })?;
+        // Listed, not loadable: the rest of the file is.
+        let Some(dtype) = to_burn(info.dtype) else {
+            withheld.push(Withheld::new(
+                name,
+                format!("{:?}", info.dtype),
+                info.shape.clone(),
+                withheld_reason(info.dtype),
+            ));
+            continue;
+        };
         let (start, end) = info.data_offsets;
         rows.push((
             TensorInfo::external(
@@ -471,7 +395,7 @@ fn shard(
             (),
         ));
     }
-    Ok(Shard {
+    Shard {
         path: path.to_path_buf(),
         source,
         metadata: metadata
@@ -480,7 +404,8 @@ fn shard(
             .unwrap_or_default()
             .into_iter()
             .collect(),
-    })
+        withheld,
+    }
 }
 
 impl TensorSource for SafetensorsSource {
@@ -494,6 +419,10 @@ impl TensorSource for SafetensorsSource {
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         self.read_aligned(info, element_align(info.dtype()))
+    }
+
+    fn withheld(&self) -> &[Withheld] {
+        &self.withheld
     }
 
     /// A mapped file is read ahead in its own order while the load goes on: writers sort
@@ -570,8 +499,21 @@ impl crate::read::DescribedSource for SafetensorsSource {
                         .into(),
                 ),
                 ("unaligned", unaligned.into()),
+                (
+                    "not_loadable",
+                    self.withheld
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .into(),
+                ),
             ],
             unverified: "no checksums in safetensors (contents unverified)".into(),
+            notes: self
+                .withheld
+                .iter()
+                .map(|w| format!("not loadable: {w}; its bytes are not read"))
+                .collect(),
             column: Some("shard"),
             ..Description::default()
         }
