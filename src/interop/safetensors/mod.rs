@@ -74,6 +74,17 @@ pub enum ConvertError {
         /// The safetensors crate's error.
         message: String,
     },
+    /// A tensor's name means something else in the other format (`__metadata__` in
+    /// safetensors): refused before anything is written.
+    #[error("{}: tensor '{tensor}': {reason}", path.display())]
+    Name {
+        /// The source file.
+        path: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// What the name means there.
+        reason: String,
+    },
     /// A tensor's dtype has no equivalent in the other format.
     #[error("{}: tensor '{tensor}': {dtype} has no {target} equivalent", path.display())]
     Dtype {
@@ -93,6 +104,11 @@ impl ConvertError {
     /// (the output was not written).
     pub(crate) fn naming_input(self, input: &str) -> Self {
         match self {
+            Self::Name { tensor, reason, .. } => Self::Name {
+                path: PathBuf::from(input),
+                tensor,
+                reason,
+            },
             Self::Dtype {
                 tensor,
                 dtype,

@@ -113,6 +113,18 @@ pub(super) fn write_safetensors(
     max_shard_bytes: Option<u64>,
     metadata: Option<&HashMap<String, String>>,
 ) -> Result<Vec<PathBuf>, ConvertError> {
+    // A name the format keeps for itself makes a header no reader parses: refused before
+    // anything is written.
+    if let Some(entry) = entries.iter().find(|e| e.name() == METADATA_KEY) {
+        return Err(ConvertError::Name {
+            path: path.to_path_buf(),
+            tensor: entry.name().to_string(),
+            reason: format!(
+                "safetensors keeps '{METADATA_KEY}' for the file's metadata: a tensor of that \
+                 name makes a header no reader parses (rename it first)"
+            ),
+        });
+    }
     let mut outgoing = Vec::new();
     for entry in entries {
         let dtype = to_safetensors(entry.dtype()).ok_or_else(|| ConvertError::Dtype {
@@ -189,6 +201,9 @@ pub(super) fn write_safetensors(
     written.push(index);
     Ok(written)
 }
+
+/// The header key of a safetensors file's string metadata, never a tensor's name.
+const METADATA_KEY: &str = "__metadata__";
 
 /// One safetensors file from `tensors`, atomically.
 fn write_one(
