@@ -11,7 +11,8 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
 use burn::tensor::{Bytes, DType};
-use burnpack::{Entry, Writer, read::Reader};
+use burnpack::read::{Reader, TensorSource};
+use burnpack::{Entry, Writer};
 use common::gguf::{file, key, string};
 
 /// Runs `bpk args`, with its data segment limited to `data_limit` bytes when given and
@@ -179,4 +180,197 @@ fn long_gguf_arrays_are_bounded_in_every_command() {
     let (code, out, err) = bpk(&["diff", s(&gguf), s(&pack)], limit, None);
     assert!(code == 0 || code == 1, "{out}{err}");
     assert!(out.len() < 8 << 10, "diff: {} bytes of output", out.len());
+}
+
+/// A GGUF file of `count` Q8_0 tensors of `elements` values each (`blk.N.weight`), with
+/// `kv` (`kv_count` encoded metadata entries).
+fn q8_gguf(count: usize, elements: usize, kv: &[u8], kv_count: u64) -> Vec<u8> {
+    let blocks = elements / 32;
+    let mut tensor = Vec::with_capacity(blocks * 34);
+    for b in 0..blocks {
+        tensor.extend(0x2c00u16.to_le_bytes()); // scale 1/16
+        tensor.extend((0..32).map(|i| ((b * 7 + i * 13) % 251) as u8));
+    }
+    let stride = tensor.len().next_multiple_of(32);
+    let names: Vec<String> = (0..count).map(|i| format!("blk.{i}.weight")).collect();
+    let dims = [elements as u64];
+    let table: Vec<(&str, &[u64], u32, u64)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), &dims[..], 8, (i * stride) as u64))
+        .collect();
+    let mut data = Vec::with_capacity(count * stride);
+    for _ in 0..count {
+        data.extend(&tensor);
+        data.resize(data.len().next_multiple_of(32), 0);
+    }
+    file(&table, &data, kv, kv_count)
+}
+
+/// `convert` streams: 32 Q8_0 tensors that dequantize to 128 MiB convert to a pack and to
+/// safetensors with a data segment of 80 MiB and two threads (holding every dequantized
+/// tensor before writing took more than 128 MiB), and what they wrote holds the values.
+#[cfg(target_os = "linux")]
+#[test]
+fn convert_streams_tensor_by_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("q8.gguf");
+    std::fs::write(&gguf, q8_gguf(32, 1 << 20, &[], 0)).unwrap();
+    let source = burnpack::interop::gguf::GgufSource::open(&gguf).unwrap();
+    let pack = dir.path().join("q8.bpk");
+    let st = dir.path().join("q8.safetensors");
+    for out in [&pack, &st] {
+        let (code, _, err) = bpk(&["convert", s(&gguf), s(out)], Some(80 << 20), Some(2));
+        assert_eq!(code, 0, "{}: {err}", out.display());
+    }
+    let reader = Reader::open(&pack).unwrap();
+    let bytes = std::fs::read(&st).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    for name in ["blk.0.weight", "blk.31.weight"] {
+        let expected = source.read(source.tensor(name).unwrap()).unwrap();
+        let info = reader.tensor(name).unwrap();
+        assert_eq!(&reader.read(info).unwrap()[..], &expected[..], "{name}");
+        assert_eq!(st.tensor(name).unwrap().data(), &expected[..], "{name}");
+    }
+}
+
+/// A GGUF file with exactly the limit of 100,000 metadata entries (the reader takes it): a
+/// pack of it would hold 100,001 with its `producer`, which no reader opens, so `convert`
+/// refuses it before writing, naming the input; and the reader names the count it refuses as
+/// the metadata's, not a "tensor count".
+#[test]
+fn a_conversion_over_the_readers_limits_is_refused_naming_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut kv = Vec::new();
+    for i in 0..100_000u32 {
+        kv.extend(key(&format!("k{i}"), 4, &i.to_le_bytes()));
+    }
+    let gguf = dir.path().join("many.gguf");
+    std::fs::write(&gguf, q8_gguf(1, 32, &kv, 100_000)).unwrap();
+    assert_eq!(bpk(&["inspect", s(&gguf)], None, None).0, 0);
+    let out = dir.path().join("many.bpk");
+    let (code, _, err) = bpk(&["convert", s(&gguf), s(&out)], None, None);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains(s(&gguf)) && err.contains("100001 metadata entries"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    // The reader's word for a metadata map over the limit.
+    let pack = Writer::new(vec![])
+        .metadata("a", "1")
+        .metadata("b", "2")
+        .metadata("c", "3")
+        .into_bytes()
+        .unwrap();
+    let limits = burnpack::Limits::default().with_max_tensor_count(2);
+    let err = burnpack::format::Layout::from_bytes(&pack, &limits).unwrap_err();
+    assert!(
+        err.to_string().starts_with("metadata entry count is 4"),
+        "{err}"
+    );
+}
+
+/// A tensor named `__metadata__` cannot go to safetensors (the header would not parse): the
+/// conversion is refused by name, naming the input, before anything is written.
+#[test]
+fn a_tensor_named_like_safetensors_metadata_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("meta.gguf");
+    let data = [1.0f32.to_le_bytes(), 2.0f32.to_le_bytes()].concat();
+    let table: [(&str, &[u64], u32, u64); 2] = [("__metadata__", &[1], 0, 0), ("w", &[1], 0, 32)];
+    let mut padded = data[..4].to_vec();
+    padded.resize(32, 0);
+    padded.extend(&data[4..]);
+    std::fs::write(&gguf, file(&table, &padded, &[], 0)).unwrap();
+    let out = dir.path().join("meta.safetensors");
+    let (code, _, err) = bpk(&["convert", s(&gguf), s(&out)], None, None);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains(s(&gguf)) && err.contains("'__metadata__'"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "scratch left"
+    );
+    // A pack has no such name of its own: that conversion goes through.
+    let pack = dir.path().join("meta.bpk");
+    assert_eq!(bpk(&["convert", s(&gguf), s(&pack)], None, None).0, 0);
+}
+
+/// Metadata keys of another format never take a meaning in a pack: a GGUF file whose keys
+/// say `burnpack.kind = checkpoint`, `burnpack.incremental`, `burnpack.refs`,
+/// `burnpack.namespace` and `producer` converts to a plain pack that keeps them under `gguf.`
+/// (its `producer` this crate's); safetensors' `__metadata__` likewise under `safetensors.`;
+/// a key whose prefixed form is taken too is refused by name.
+#[test]
+fn foreign_metadata_never_takes_a_reserved_meaning() {
+    let dir = tempfile::tempdir().unwrap();
+    let reserved = [
+        ("burnpack.kind", "checkpoint"),
+        ("burnpack.incremental", "1"),
+        ("burnpack.refs", "w data-1.bpk 0 0 0 0 0"),
+        ("burnpack.namespace", "model."),
+        ("producer", "burnpack 0.1.0"),
+    ];
+    let mut kv = key("general.architecture", 8, &string("llama"));
+    for (k, v) in reserved {
+        kv.extend(key(k, 8, &string(v)));
+    }
+    let gguf = dir.path().join("sly.gguf");
+    std::fs::write(&gguf, q8_gguf(1, 32, &kv, 6)).unwrap();
+    let pack = dir.path().join("sly.bpk");
+    let (code, _, err) = bpk(&["convert", s(&gguf), s(&pack)], None, None);
+    assert_eq!(code, 0, "{err}");
+    let reader = Reader::open(&pack).unwrap();
+    let metadata = reader.metadata();
+    for (k, v) in &reserved[..4] {
+        assert!(!metadata.contains_key(*k), "{k} kept: {metadata:?}");
+        assert_eq!(metadata[&format!("gguf.{k}")], *v);
+    }
+    assert_eq!(metadata["general.architecture"], "llama");
+    assert_eq!(metadata["producer"], burnpack::format::PRODUCER);
+    assert_eq!(reader.namespace(), None);
+    let (code, out, err) = bpk(&["inspect", s(&pack)], None, None);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("incremental checkpoint"), "{out}");
+    assert_eq!(bpk(&["verify", s(&pack)], None, None).0, 0);
+    // safetensors `__metadata__`.
+    let st = dir.path().join("sly.safetensors");
+    let data = 1.0f32.to_le_bytes();
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![1], &data).unwrap();
+    let meta = std::collections::HashMap::from([
+        ("burnpack.namespace".to_string(), "model.".to_string()),
+        ("format".to_string(), "pt".to_string()),
+    ]);
+    safetensors::serialize_to_file([("w", view)], Some(meta), &st).unwrap();
+    let from_st = dir.path().join("from-st.bpk");
+    let (code, _, err) = bpk(&["convert", s(&st), s(&from_st)], None, None);
+    assert_eq!(code, 0, "{err}");
+    let reader = Reader::open(&from_st).unwrap();
+    assert_eq!(
+        reader.metadata()["safetensors.burnpack.namespace"],
+        "model."
+    );
+    assert_eq!(reader.metadata()["format"], "pt");
+    assert_eq!(reader.namespace(), None);
+    // The prefixed name taken too: refused, naming both keys and the input.
+    let mut kv = key("burnpack.kind", 8, &string("checkpoint"));
+    kv.extend(key("gguf.burnpack.kind", 8, &string("x")));
+    let clash = dir.path().join("clash.gguf");
+    std::fs::write(&clash, q8_gguf(1, 32, &kv, 2)).unwrap();
+    let out = dir.path().join("clash.bpk");
+    let (code, _, err) = bpk(&["convert", s(&clash), s(&out)], None, None);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains(s(&clash))
+            && err.contains("'burnpack.kind'")
+            && err.contains("'gguf.burnpack.kind'"),
+        "{err}"
+    );
+    assert!(!out.exists());
 }
