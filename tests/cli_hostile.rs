@@ -256,6 +256,24 @@ fn a_conversion_over_the_readers_limits_is_refused_naming_the_input() {
         "{err}"
     );
     assert!(!out.exists());
+    // A safetensors header over what its readers take (an array of 5.2 M f64 items, 109 MB
+    // as text): refused before writing, naming the input and the key.
+    let mut array = 12u32.to_le_bytes().to_vec();
+    let items = 5_200_000u64;
+    array.extend(items.to_le_bytes());
+    array.extend(
+        std::iter::repeat_n(0.123_456_789_012_345_68f64.to_le_bytes(), items as usize).flatten(),
+    );
+    let huge = dir.path().join("huge.gguf");
+    std::fs::write(&huge, q8_gguf(1, 32, &key("big.array", 9, &array), 1)).unwrap();
+    let out = dir.path().join("huge.safetensors");
+    let (code, _, err) = bpk(&["convert", s(&huge), s(&out)], None, None);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains(s(&huge)) && err.contains("'big.array'") && err.contains("header"),
+        "{err}"
+    );
+    assert!(!out.exists());
     // The reader's word for a metadata map over the limit.
     let pack = Writer::new(vec![])
         .metadata("a", "1")

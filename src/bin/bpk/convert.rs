@@ -119,6 +119,7 @@ fn naming(input: &Path, output: &Path, e: impl Into<ConvertError>) -> Failure {
         | ConvertError::Io { .. }
         | ConvertError::Dtype { .. }
         | ConvertError::Name { .. }
+        | ConvertError::Header { .. }
         | ConvertError::Safetensors { .. } => true,
         _ => false,
     };

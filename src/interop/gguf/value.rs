@@ -149,7 +149,7 @@ impl Value {
     pub fn shown(&self) -> String {
         match self {
             Self::String(s) => s.clone(),
-            Self::Array(a) if a.len() > SHOWN || matches!(a, Array::Array(_)) => {
+            Self::Array(a) if a.abridged() => {
                 let mut hasher = twox_hash::XxHash3_64::new();
                 a.digest(&mut hasher);
                 let hash = std::hash::Hasher::finish(&hasher);
@@ -169,6 +169,14 @@ impl Value {
 }
 
 impl Array {
+    /// Whether the text (`Display`) leaves items out, here or in an array it holds.
+    fn abridged(&self) -> bool {
+        match self {
+            Self::Array(v) => v.len() > SHOWN || v.iter().take(SHOWN).any(Self::abridged),
+            other => other.len() > SHOWN,
+        }
+    }
+
     /// Feeds every item (type, length, and each item's bytes) to `hasher`.
     fn digest(&self, hasher: &mut impl std::hash::Hasher) {
         fn each<T, H: std::hash::Hasher>(h: &mut H, tag: u8, v: &[T], f: impl Fn(&mut H, &T)) {

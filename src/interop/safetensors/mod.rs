@@ -74,6 +74,15 @@ pub enum ConvertError {
         /// The safetensors crate's error.
         message: String,
     },
+    /// The header (tensor table and metadata) would be larger than safetensors readers
+    /// accept: refused before anything is written.
+    #[error("{}: {reason}", path.display())]
+    Header {
+        /// The source file.
+        path: PathBuf,
+        /// How large, and what makes it so.
+        reason: String,
+    },
     /// A tensor's name means something else in the other format (`__metadata__` in
     /// safetensors): refused before anything is written.
     #[error("{}: tensor '{tensor}': {reason}", path.display())]
@@ -107,6 +116,10 @@ impl ConvertError {
             Self::Name { tensor, reason, .. } => Self::Name {
                 path: PathBuf::from(input),
                 tensor,
+                reason,
+            },
+            Self::Header { reason, .. } => Self::Header {
+                path: PathBuf::from(input),
                 reason,
             },
             Self::Dtype {

@@ -412,7 +412,7 @@ fn unique_names(path: &Path, json: &str, limits: &Limits) -> Result<(), SourceEr
 }
 
 /// The `safetensors` crate's own bound on a header (100 MB).
-const MAX_HEADER: usize = 100_000_000;
+pub(super) const MAX_HEADER: usize = 100_000_000;
 
 /// Opens one file: its header read with ordinary reads (at most [`MAX_HEADER`] bytes past
 /// the length prefix) and validated, then the file mapped; returns the shard and its rows.

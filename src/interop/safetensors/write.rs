@@ -125,6 +125,7 @@ pub(super) fn write_safetensors(
             ),
         });
     }
+    check_header(&entries, path, metadata)?;
     let mut outgoing = Vec::new();
     for entry in entries {
         let dtype = to_safetensors(entry.dtype()).ok_or_else(|| ConvertError::Dtype {
@@ -200,6 +201,55 @@ pub(super) fn write_safetensors(
     scratch.commit(&index, true)?;
     written.push(index);
     Ok(written)
+}
+
+/// Refuses, before anything is written, a header that safetensors readers (this crate's and
+/// the `safetensors` crate's) would refuse: over [`MAX_HEADER`](super::source::MAX_HEADER)
+/// bytes of JSON. Counted from above (every name and value as JSON escapes it at most, and
+/// each tensor's dtype, shape and offsets), so that a header this passes the crate writes.
+fn check_header(
+    entries: &[Entry],
+    path: &Path,
+    metadata: Option<&HashMap<String, String>>,
+) -> Result<(), ConvertError> {
+    // JSON escapes a character in at most 6 bytes (`\u0000`); a tensor's row is its name and
+    // at most about 200 bytes of dtype, shape and offsets.
+    let escaped = |s: &str| s.len() * 6 + 8;
+    let tensors = entries
+        .iter()
+        .map(|e| escaped(e.name()) + 200 + e.shape().len() * 21)
+        .sum::<usize>();
+    let meta = metadata.map_or(0, |m| {
+        m.iter()
+            .map(|(k, v)| escaped(k) + escaped(v))
+            .sum::<usize>()
+            + 20
+    });
+    if tensors + meta <= super::source::MAX_HEADER {
+        return Ok(());
+    }
+    // Exactly, now that it may matter.
+    let exact = entries
+        .iter()
+        .map(|e| {
+            serde_json::to_string(e.name()).map_or(0, |n| n.len()) + 200 + e.shape().len() * 21
+        })
+        .sum::<usize>()
+        + metadata.map_or(0, |m| serde_json::to_string(m).map_or(0, |j| j.len()) + 20);
+    if exact <= super::source::MAX_HEADER {
+        return Ok(());
+    }
+    let largest = metadata
+        .and_then(|m| m.iter().max_by_key(|(k, v)| k.len() + v.len()))
+        .map(|(k, v)| format!("; the largest metadata entry is '{k}' ({} bytes)", v.len()))
+        .unwrap_or_default();
+    Err(ConvertError::Header {
+        path: path.to_path_buf(),
+        reason: format!(
+            "a safetensors header of about {exact} bytes, over the {} bytes its readers accept{largest}",
+            super::source::MAX_HEADER
+        ),
+    })
 }
 
 /// The header key of a safetensors file's string metadata, never a tensor's name.
