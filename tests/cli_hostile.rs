@@ -256,6 +256,16 @@ fn a_conversion_over_the_readers_limits_is_refused_naming_the_input() {
         "{err}"
     );
     assert!(!out.exists());
+    // The output's own fault (no such folder) names the output, not the input.
+    let good = dir.path().join("good.gguf");
+    std::fs::write(&good, q8_gguf(1, 32, &[], 0)).unwrap();
+    let nowhere = dir.path().join("no-such-dir").join("out.bpk");
+    let (code, _, err) = bpk(&["convert", s(&good), s(&nowhere)], None, None);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains(s(&nowhere)) && !err.contains(s(&good)),
+        "{err}"
+    );
     // A safetensors header over what its readers take (an array of 5.2 M f64 items, 109 MB
     // as text): refused before writing, naming the input and the key.
     let mut array = 12u32.to_le_bytes().to_vec();
