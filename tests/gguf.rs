@@ -231,9 +231,21 @@ fn metadata_of_every_type_is_exposed_typed_and_as_text() {
     );
     assert!(about.notes.iter().any(|n| n.contains("q.Q1_0 (Q1_0)")));
     assert_eq!(about.metadata["k.nested"], "[[1, 2], [3]]");
-    // Described metadata is what a pack keeps: strings plain, arrays whole.
+    // Described metadata is bounded: strings plain, long arrays abridged with their length
+    // and a hash of every item; what a conversion carries has them whole.
     assert_eq!(about.metadata["general.architecture"], "llama");
-    assert!(!about.metadata["tokenizer.ggml.tokens"].contains("..."));
+    let shown = &about.metadata["tokenizer.ggml.tokens"];
+    assert!(shown.contains("... (100 items, xxh3 "), "{shown}");
+    let carried = any.carried_metadata();
+    let whole = &carried
+        .iter()
+        .find(|(k, _)| k == "tokenizer.ggml.tokens")
+        .unwrap()
+        .1;
+    assert!(
+        whole.contains("\"t99\"") && !whole.contains("..."),
+        "{whole}"
+    );
     // Converted, the metadata is whole: strings as they are, arrays unabridged.
     assert_eq!(
         source.get("general.architecture").unwrap().stored(),

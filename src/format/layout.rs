@@ -29,6 +29,21 @@ pub const NAMESPACE_KEY: &str = "burnpack.namespace";
 /// refuse it by this key rather than report every parameter missing.
 pub const INCREMENTAL_KEY: &str = "burnpack.incremental";
 
+/// Whether a metadata key means something to this crate's readers: `producer` (the writer
+/// of the file, which verification holds to its word) and every key under `burnpack.` (a
+/// namespace, a checkpoint's kind, its references...). A key copied from another format's
+/// file never takes one of these meanings (conversions keep it under the format's prefix).
+///
+/// ```
+/// use burnpack::format::{NAMESPACE_KEY, is_reserved_key};
+/// assert!(is_reserved_key(NAMESPACE_KEY) && is_reserved_key("producer"));
+/// assert!(!is_reserved_key("general.architecture"));
+/// ```
+#[must_use]
+pub fn is_reserved_key(key: &str) -> bool {
+    key == "producer" || key.starts_with("burnpack.")
+}
+
 /// The first word of the `producer` metadata value this crate writes (`burnpack <version>`).
 pub const PRODUCER_NAME: &str = "burnpack";
 

@@ -239,13 +239,18 @@ impl Metadata {
         set_decode_state(DecodeState {
             max_entries: limits.max_tensor_count,
             exceeded: None,
+            map: 0,
         });
         let mut rest = bytes;
         let result = ciborium::de::from_reader_with_recursion_limit::<Decoded, _>(
             &mut rest,
             limits.max_cbor_depth,
         );
-        let exceeded = decode_state().exceeded;
+        let DecodeState {
+            exceeded,
+            map: exceeded_map,
+            ..
+        } = decode_state();
         set_decode_state(DecodeState::default());
         match (result, exceeded) {
             (Ok(Decoded(meta, unknown_keys)), _) => Ok((
@@ -256,7 +261,7 @@ impl Metadata {
                 },
             )),
             (Err(_), Some(count)) => Err(FormatError::LimitExceeded {
-                what: "tensor count",
+                what: MAP_COUNTS[usize::from(exceeded_map).min(MAP_COUNTS.len() - 1)],
                 size: count as u64,
                 limit: limits.max_tensor_count as u64,
             }),
@@ -288,16 +293,29 @@ pub(crate) fn trailing_reason(n: usize) -> String {
     format!("{n} bytes follow the end of the metadata map (a damaged length?)")
 }
 
-/// The limit in force for the decode running on this thread, and whether it was hit.
+/// The limit in force for the decode running on this thread, whether it was hit, and in
+/// which map (an index of [`MAP_COUNTS`]).
 #[derive(Clone, Copy, Default)]
 struct DecodeState {
     max_entries: usize,
     exceeded: Option<usize>,
+    map: u8,
+}
+
+/// What a [`FormatError::LimitExceeded`] counts, by the map whose entries passed the limit:
+/// the tensors, the string metadata, the scalars.
+const MAP_COUNTS: [&str; 3] = ["tensor count", "metadata entry count", "scalar count"];
+
+/// Notes which map (an index of [`MAP_COUNTS`]) the decode is in.
+fn enter_map(map: u8) {
+    let mut state = decode_state();
+    state.map = map;
+    set_decode_state(state);
 }
 
 #[cfg(feature = "std")]
 std::thread_local! {
-    static DECODE: Cell<DecodeState> = const { Cell::new(DecodeState { max_entries: 0, exceeded: None }) };
+    static DECODE: Cell<DecodeState> = const { Cell::new(DecodeState { max_entries: 0, exceeded: None, map: 0 }) };
 }
 
 /// The decode state of this thread.
@@ -316,9 +334,10 @@ fn set_decode_state(state: DecodeState) {
 /// assumes (as `no_std` targets do) one decode at a time; two at once on two cores could see
 /// each other's limit (never an unbounded one: the limit is set before each decode).
 #[cfg(not(feature = "std"))]
-static DECODE: [core::sync::atomic::AtomicUsize; 2] = [
+static DECODE: [core::sync::atomic::AtomicUsize; 3] = [
     core::sync::atomic::AtomicUsize::new(0),
     core::sync::atomic::AtomicUsize::new(usize::MAX),
+    core::sync::atomic::AtomicUsize::new(0),
 ];
 
 #[cfg(not(feature = "std"))]
@@ -328,6 +347,7 @@ fn decode_state() -> DecodeState {
     DecodeState {
         max_entries: DECODE[0].load(SeqCst),
         exceeded: (exceeded != usize::MAX).then_some(exceeded),
+        map: u8::try_from(DECODE[2].load(SeqCst)).unwrap_or(0),
     }
 }
 
@@ -336,6 +356,7 @@ fn set_decode_state(state: DecodeState) {
     use core::sync::atomic::Ordering::SeqCst;
     DECODE[0].store(state.max_entries, SeqCst);
     DECODE[1].store(state.exceeded.unwrap_or(usize::MAX), SeqCst);
+    DECODE[2].store(usize::from(state.map), SeqCst);
 }
 
 /// The top-level map, decoded under the thread's [`DecodeState`], and its unknown keys.
@@ -362,9 +383,18 @@ impl<'de> Visitor<'de> for MetadataVisitor {
         let mut unknown = Vec::new();
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
-                "tensors" => tensors = Some(map.next_value::<Pairs<Descriptor>>()?.0),
-                "metadata" => meta.metadata = map.next_value::<Pairs<String>>()?.0,
-                "scalars" => meta.scalars = map.next_value::<Pairs<Scalar>>()?.0,
+                "tensors" => {
+                    enter_map(0);
+                    tensors = Some(map.next_value::<Pairs<Descriptor>>()?.0);
+                }
+                "metadata" => {
+                    enter_map(1);
+                    meta.metadata = map.next_value::<Pairs<String>>()?.0;
+                }
+                "scalars" => {
+                    enter_map(2);
+                    meta.scalars = map.next_value::<Pairs<Scalar>>()?.0;
+                }
                 "checksums" => meta.checksums = Some(map.next_value::<ByteBuf>()?.0),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
@@ -403,8 +433,8 @@ impl<'de, V: Deserialize<'de>> Visitor<'de> for PairsVisitor<V> {
         let max = decode_state().max_entries;
         let too_many = |count: usize| {
             set_decode_state(DecodeState {
-                max_entries: max,
                 exceeded: Some(count),
+                ..decode_state()
             });
             de::Error::custom(format!(
                 "map has {count} entries, more than the limit of {max}"

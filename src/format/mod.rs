@@ -50,7 +50,9 @@ pub use error::FormatError;
 pub use header::{
     FORMAT_VERSION, HEADER_SIZE, Header, MAGIC, TENSOR_ALIGNMENT, align_up, data_start, looks_like,
 };
-pub use layout::{INCREMENTAL_KEY, Layout, NAMESPACE_KEY, OpenError, PRODUCER, PRODUCER_NAME};
+pub use layout::{
+    INCREMENTAL_KEY, Layout, NAMESPACE_KEY, OpenError, PRODUCER, PRODUCER_NAME, is_reserved_key,
+};
 pub use limits::Limits;
 pub use metadata::Extras;
 #[cfg(feature = "std")]

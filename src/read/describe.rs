@@ -184,19 +184,153 @@ pub trait DescribedSource: TensorSource + AsTensorSource + Send + Sync {
     /// ```
     ///
     /// # Errors
-    /// A tensor could not be read, or failed its checksum.
+    /// A tensor could not be read, or failed its checksum; a metadata key could not be
+    /// carried (see [`carried_metadata`](Self::carried_metadata)).
     fn to_writer(&self) -> Result<crate::Writer, super::ReadError> {
         if let Some(pack) = self.as_pack() {
             return crate::Writer::from_part(pack, "");
         }
+        let metadata = carried(self)?;
         let mut writer = crate::Writer::from_source(self.as_tensor_source())?;
-        for (k, v) in self.describe().metadata {
-            if k != "producer" {
-                writer = writer.metadata(k, v);
-            }
+        for (k, v) in metadata {
+            writer = writer.metadata(k, v);
         }
         Ok(writer)
     }
+
+    /// The string metadata of a source of another format as a conversion into a pack carries
+    /// it (before the reserved keys are moved aside, see [`streaming_writer`]): by default its
+    /// [`Description::metadata`]; a format whose description abridges values (GGUF's long
+    /// arrays) gives them whole here. Not asked of a pack, which is copied as it is.
+    ///
+    /// ```
+    /// use burnpack::read::{DescribedSource, Reader};
+    /// let pack = burnpack::Writer::new(vec![]).metadata("k", "v").into_bytes().unwrap();
+    /// let reader = Reader::from_bytes(pack).unwrap();
+    /// assert!(reader.carried_metadata().contains(&("k".to_string(), "v".to_string())));
+    /// ```
+    fn carried_metadata(&self) -> Vec<(String, String)> {
+        self.describe().metadata.into_iter().collect()
+    }
+}
+
+/// What [`DescribedSource::to_writer`] writes, its tensors read only when the writer reaches
+/// them: each one a deferred [`Entry`](crate::Entry) whose provider reads it from `source`
+/// (checked against its checksum where the source has one, dequantized where the source
+/// stores it quantized), written and dropped before the worker takes the next. A conversion
+/// then holds at most one tensor per writer thread (plus the safetensors writer's copy of
+/// the one it writes), never the whole model: what `bpk convert` does.
+///
+/// A pack (or a checkpoint) is copied with its scalars and metadata. Another format's
+/// metadata ([`DescribedSource::carried_metadata`]) is carried without its `producer` (it
+/// names the writer of the file that holds it), and a key that would mean something to a
+/// pack's reader ([`is_reserved_key`](crate::format::is_reserved_key): `burnpack.kind`,
+/// `burnpack.namespace`...) is kept under the source's format name (`gguf.burnpack.kind`),
+/// never with that meaning.
+///
+/// ```
+/// use std::sync::Arc;
+/// use burn::tensor::{Bytes, DType};
+/// use burnpack::read::{DescribedSource, Reader, streaming_writer};
+/// use burnpack::{Entry, Writer};
+/// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7]))])
+///     .scalar("epoch", 2u64)
+///     .into_bytes()
+///     .unwrap();
+/// let source: Arc<dyn DescribedSource> = Arc::new(Reader::from_bytes(pack).unwrap());
+/// let copy = streaming_writer(&source).unwrap().into_bytes().unwrap();
+/// let copy = Reader::from_bytes(copy).unwrap();
+/// assert_eq!((copy.tensors().len(), copy.scalars().len()), (1, 1));
+/// ```
+///
+/// # Errors
+/// A prefetch failed; a metadata key could not be carried (its prefixed form is taken).
+/// A tensor that cannot be read fails the write, naming it.
+pub fn streaming_writer(
+    source: &std::sync::Arc<dyn DescribedSource>,
+) -> Result<crate::Writer, super::ReadError> {
+    if let Some(pack) = source.as_pack() {
+        let layout = pack.layout();
+        let wanted: Vec<TensorInfo> = layout.tensors_by_position().cloned().collect();
+        let mut writer = crate::Writer::new(deferred(source, wanted)?);
+        for (k, v) in layout.scalars() {
+            writer = writer.scalar(k.clone(), *v);
+        }
+        for (k, v) in layout.metadata() {
+            writer = writer.metadata(k.clone(), v.clone());
+        }
+        return Ok(writer);
+    }
+    let metadata = carried(source.as_ref())?;
+    let mut wanted: Vec<TensorInfo> = source.tensors().to_vec();
+    wanted.sort_by_key(TensorInfo::offset);
+    let mut writer = crate::Writer::new(deferred(source, wanted)?);
+    for (k, v) in metadata {
+        writer = writer.metadata(k, v);
+    }
+    Ok(writer)
+}
+
+/// `wanted` (tensors of `source`, in write order) as deferred entries reading them from
+/// `source`; fetched first when the source wants it.
+fn deferred(
+    source: &std::sync::Arc<dyn DescribedSource>,
+    wanted: Vec<TensorInfo>,
+) -> Result<Vec<crate::Entry>, super::ReadError> {
+    if source.wants_prefetch() {
+        source.prefetch(&wanted.iter().collect::<Vec<_>>())?;
+    }
+    Ok(wanted
+        .into_iter()
+        .map(|info| {
+            let shared = std::sync::Arc::clone(source);
+            let (name, dtype, shape) = (info.name().to_string(), info.dtype(), info.shape());
+            let (shape, len, id) = (shape.to_vec(), info.len(), info.param_id());
+            let entry = crate::Entry::deferred(name, dtype, shape, len, move || {
+                let bytes = shared.read(&info)?;
+                shared.check(&info, &bytes)?;
+                Ok(bytes)
+            });
+            match id {
+                Some(id) => entry.with_param_id(id),
+                None => entry,
+            }
+        })
+        .collect())
+}
+
+/// The metadata a conversion of `source` (not a pack) carries into a pack: its
+/// [`carried_metadata`](DescribedSource::carried_metadata) without `producer`, each reserved
+/// key under the format's name; refused, naming both, where that name is taken too.
+fn carried<S: DescribedSource + ?Sized>(
+    source: &S,
+) -> Result<BTreeMap<String, String>, super::ReadError> {
+    let format = source.describe().format;
+    let mut out = BTreeMap::new();
+    let mut moved = Vec::new();
+    for (k, v) in source.carried_metadata() {
+        if k == "producer" {
+            continue;
+        }
+        if crate::format::is_reserved_key(&k) {
+            moved.push((format!("{format}.{k}"), k, v));
+        } else {
+            out.insert(k, v);
+        }
+    }
+    for (to, from, v) in moved {
+        if out.contains_key(&to) {
+            return Err(super::ReadError::Conversion {
+                file: source.file().to_string(),
+                reason: format!(
+                    "metadata key '{from}' has a meaning in a pack, and '{to}', where it would \
+                     be kept, is taken too"
+                ),
+            });
+        }
+        out.insert(to, v);
+    }
+    Ok(out)
 }
 
 impl std::fmt::Debug for dyn DescribedSource {

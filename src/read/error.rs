@@ -99,6 +99,15 @@ pub enum ReadError {
         /// The name asked for.
         tensor: String,
     },
+    /// The source cannot be converted as it is: what it holds would mean something else in
+    /// the output (a metadata key the output's format reserves). Nothing was written.
+    #[error("{file}: cannot convert: {reason}")]
+    Conversion {
+        /// The source file.
+        file: String,
+        /// What stands in the way.
+        reason: String,
+    },
 }
 
 impl ReadError {
@@ -425,6 +434,10 @@ impl From<ReadError> for SourceError {
             ReadError::IncrementalManifest { file } => Self::Invalid {
                 path: file.into(),
                 reason: MANIFEST.into(),
+            },
+            ReadError::Conversion { file, reason } => Self::Invalid {
+                path: file.into(),
+                reason: format!("cannot convert: {reason}"),
             },
         }
     }

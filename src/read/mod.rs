@@ -22,7 +22,9 @@ mod withheld;
 
 pub use contract::assert_source_contract;
 pub(crate) use describe::describe_pack;
-pub use describe::{AsTensorSource, Checksums, DescribedSource, Description, Value, human_bytes};
+pub use describe::{
+    AsTensorSource, Checksums, DescribedSource, Description, Value, human_bytes, streaming_writer,
+};
 pub use error::{ReadError, SourceError, SourceErrorKind};
 pub use reader::{ReadMode, ReadOptions, Reader};
 pub use shards::{InShard, Routing, Sharded, assemble_shards};

@@ -74,6 +74,20 @@ impl Plan {
                 tensor: entries[pair[0]].name.clone(),
             });
         }
+        // A pack this crate (or Burn) would refuse to open is not written: each map's entries
+        // within the readers' default limit (the metadata counted with its `producer`).
+        let max = crate::format::Limits::default().max_tensor_count;
+        for (count, what) in [
+            (entries.len(), "tensors"),
+            (metadata.len(), "metadata entries"),
+            (scalars.len(), "scalars"),
+        ] {
+            if count > max {
+                return Err(WriteError::Layout(format!(
+                    "{count} {what}, over the {max} readers accept (Limits::max_tensor_count)"
+                )));
+            }
+        }
         let mut ranks = vec![0; order.len()];
         for (rank, &entry) in order.iter().enumerate() {
             ranks[entry] = rank;

@@ -3,7 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
-use burnpack::read::{DescribedSource, human_bytes};
+use std::sync::Arc;
+
+use burnpack::WriteError;
+use burnpack::interop::safetensors::{ConvertError, writer_to_safetensors};
+use burnpack::read::{DescribedSource, human_bytes, streaming_writer};
 
 use crate::open::{is_url, open};
 use crate::progress::Bar;
@@ -76,21 +80,58 @@ pub(crate) fn convert(
         .map(burnpack::format::TensorInfo::len)
         .sum();
     let bar = Bar::new(total, &format!("-> {}", output.display()));
+    // Tensors are read as the writer reaches them (deferred entries), so that a conversion
+    // holds a tensor per writer thread, never the model (`streaming_writer`).
+    let source: Arc<dyn DescribedSource> = Arc::from(source);
+    let writer = streaming_writer(&source).map_err(Failure::file)?;
     if to == Format::Safetensors {
         bar.working();
-        let written = to_safetensors(source.as_ref(), output, shard_size)?;
+        let written = writer_to_safetensors(writer, source.file(), output, shard_size)
+            .map_err(|e| naming(input, output, e))?;
         bar.finish();
         return Ok(converted_to_safetensors(input, output, &written));
     }
-    let counter = bar.counter();
-    let writer = source.to_writer().map_err(Failure::file)?.progress(counter);
+    let writer = writer.progress(bar.counter());
     let size = if is_url(output) {
         upload(writer, output)?
     } else {
-        writer.write_to_file(output).map_err(Failure::file)?
+        writer
+            .write_to_file(output)
+            .map_err(|e| naming(input, output, e))?
     };
     bar.finish();
     Ok(converted(input, output, size))
+}
+
+/// A failed conversion's error, naming the file at fault: the output where writing it failed
+/// (an I/O error names its path), the input where what it holds cannot be written (too many
+/// metadata entries, a tensor name the output reserves...). A tensor that could not be read
+/// is the reader's error, which names the input already.
+fn naming(input: &Path, output: &Path, e: impl Into<ConvertError>) -> Failure {
+    let e = e.into();
+    let names_a_file = match &e {
+        ConvertError::Write(w) => matches!(
+            w,
+            WriteError::Io { .. } | WriteError::AlreadyExists { .. } | WriteError::Provider { .. }
+        ),
+        ConvertError::Read(_)
+        | ConvertError::Source(_)
+        | ConvertError::Io { .. }
+        | ConvertError::Dtype { .. }
+        | ConvertError::Name { .. }
+        | ConvertError::Header { .. }
+        | ConvertError::Safetensors { .. } => true,
+        _ => false,
+    };
+    if names_a_file {
+        Failure::file(e)
+    } else {
+        Failure::file(format!(
+            "{}: cannot be written as {}: {e}",
+            input.display(),
+            output.display()
+        ))
+    }
 }
 
 /// Refuses an output that is the input or one of its parts: the conversion would replace
@@ -118,26 +159,6 @@ fn refuse_onto_input(
         )));
     }
     Ok(())
-}
-
-/// Writes `source` as safetensors: its metadata kept (a pack's or what another format's
-/// source carries into a pack, a GGUF file's, say; `producer` aside), each tensor of a pack
-/// checked against its checksum.
-fn to_safetensors(
-    source: &dyn DescribedSource,
-    output: &Path,
-    shard_size: Option<u64>,
-) -> Result<Vec<PathBuf>, Failure> {
-    use burnpack::interop::safetensors::{pack_to_safetensors, writer_to_safetensors};
-    match source.as_pack() {
-        Some(pack) => pack_to_safetensors(pack, output, shard_size),
-        None => {
-            let tensors = source.as_tensor_source();
-            let writer = source.to_writer().map_err(Failure::file)?;
-            writer_to_safetensors(writer, tensors.file(), output, shard_size)
-        }
-    }
-    .map_err(Failure::file)
 }
 
 /// A pack streamed to object storage as a multipart upload.

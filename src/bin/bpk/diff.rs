@@ -128,7 +128,9 @@ fn entry_changes(a: Vec<(String, String)>, b: Vec<(String, String)>) -> Vec<Entr
 
 /// A value as JSON text (strings quoted, absent values `null`), as the text output shows it.
 fn shown(value: &impl Serialize) -> String {
-    serde_json::to_string(value).expect("JSON of plain values")
+    // Bounded: a metadata value may be megabytes (a vocabulary as text); `--json` has it whole.
+    let json = serde_json::to_string(value).expect("JSON of plain values");
+    crate::print::bounded(&json, crate::print::VALUE_SHOWN).into_owned()
 }
 
 impl Diff<'_> {

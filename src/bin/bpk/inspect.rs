@@ -96,7 +96,7 @@ fn show(path: &Path, source: &dyn DescribedSource, as_json: bool, filter: Option
     if !about.scalars.is_empty() {
         println!("scalars:");
         for (k, v) in &about.scalars {
-            println!("  {} = {}", clean(k), clean(v));
+            println!("  {} = {}", name(k), clean(v));
         }
     }
     let heading = about.column.unwrap_or("");

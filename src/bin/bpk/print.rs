@@ -27,6 +27,45 @@ pub(crate) fn clean(text: &str) -> std::borrow::Cow<'_, str> {
     )
 }
 
+/// The most characters a name (a tensor's, a metadata key) takes on a line of text output:
+/// longer ones are cut there and marked, so that a hostile name neither floods the terminal
+/// nor widens a column past what `format!` can pad (`u16::MAX`). `--json` has them whole.
+pub(crate) const NAME_SHOWN: usize = 160;
+
+/// The most characters a value takes where a line shows it whole otherwise (`bpk diff`'s
+/// metadata values).
+pub(crate) const VALUE_SHOWN: usize = 400;
+
+/// `text` made safe to print ([`clean`]) and cut to at most `most` characters, with a marker
+/// saying how much was left out: `abc... (+12345 characters)`. Linear in the text, whatever
+/// its length.
+pub(crate) fn bounded(text: &str, most: usize) -> std::borrow::Cow<'_, str> {
+    let mut shown = String::new();
+    let mut chars = text.chars();
+    let mut count = 0usize;
+    while let Some(c) = chars.next() {
+        let escaped = c.is_control().then(|| c.escape_default().to_string());
+        let width = escaped.as_ref().map_or(1, |e| e.chars().count());
+        if count + width > most {
+            // This character and the rest are left out.
+            let rest = 1 + chars.count();
+            shown.push_str(&format!("... (+{rest} characters)"));
+            return shown.into();
+        }
+        count += width;
+        match escaped {
+            Some(e) => shown.push_str(&e),
+            None => shown.push(c),
+        }
+    }
+    clean(text)
+}
+
+/// A name as a line of text shows it (see [`NAME_SHOWN`]).
+pub(crate) fn name(text: &str) -> std::borrow::Cow<'_, str> {
+    bounded(text, NAME_SHOWN)
+}
+
 pub(crate) fn dtype_name(dtype: DType) -> String {
     match dtype {
         DType::QFloat(_) => "qfloat".to_string(),
@@ -95,7 +134,7 @@ pub(crate) fn print_metadata(metadata: &std::collections::BTreeMap<String, Strin
     if !metadata.is_empty() {
         println!("metadata:");
         for (k, v) in metadata {
-            println!("  {} = {}", clean(k), clean(&abridged(v)));
+            println!("  {} = {}", name(k), clean(&abridged(v)));
         }
     }
 }
@@ -113,11 +152,12 @@ fn abridged(v: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// The width of the name column for `shown`.
+/// The width of the name column for `shown`: the widest name as shown, at most
+/// [`NAME_SHOWN`] and its marker.
 pub(crate) fn name_width(shown: &[&TensorInfo]) -> usize {
     shown
         .iter()
-        .map(|t| clean(t.name()).chars().count())
+        .map(|t| name(t.name()).chars().count())
         .max()
         .unwrap_or(4)
         .max(4)
@@ -148,7 +188,7 @@ pub(crate) fn print_tensor_table(
     for t in shown {
         println!(
             "{:<width$}  {:>9}  {:>16}  {:>12}  {:>12}  {}",
-            clean(t.name()),
+            name(t.name()),
             dtype_name(t.dtype()),
             format!("{:?}", t.shape()),
             t.len(),

@@ -531,7 +531,7 @@ impl crate::read::DescribedSource for GgufSource {
             metadata: first
                 .metadata
                 .iter()
-                .map(|(k, v)| (k.clone(), v.stored()))
+                .map(|(k, v)| (k.clone(), v.shown()))
                 .collect(),
             lines,
             fields: vec![
@@ -549,15 +549,13 @@ impl crate::read::DescribedSource for GgufSource {
         }
     }
 
-    /// Every tensor (quantized ones dequantized) and the whole metadata: strings as they
-    /// are, other values in their full text (arrays unabridged), under `gguf.` keys beside
-    /// nothing else.
-    fn to_writer(&self) -> Result<crate::Writer, ReadError> {
-        let mut writer = crate::Writer::from_source(self)?;
-        for (key, value) in self.metadata() {
-            writer = writer.metadata(key.clone(), value.stored());
-        }
-        Ok(writer)
+    /// The whole metadata: strings as they are, other values in their full text (arrays
+    /// unabridged, see [`Value::stored`]), where the description abridges long arrays.
+    fn carried_metadata(&self) -> Vec<(String, String)> {
+        self.metadata()
+            .iter()
+            .map(|(key, value)| (key.clone(), value.stored()))
+            .collect()
     }
 
     fn column(&self, info: &TensorInfo) -> Option<String> {

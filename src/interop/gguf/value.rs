@@ -111,20 +111,166 @@ impl Value {
     /// let long = Value::Array(Array::U8(vec![0; 20]));
     /// assert!(!long.stored().contains("..."));
     /// ```
+    ///
+    /// The text is built in one buffer, item by item: at most about 7 bytes of text per byte
+    /// the value takes in the file (`false, ` for a one-byte bool), never a string per item.
     #[must_use]
     pub fn stored(&self) -> String {
         match self {
             Self::String(s) => s.clone(),
-            Self::Array(a) => a.full(),
+            Self::Array(a) => {
+                let mut out = String::new();
+                a.write_full(&mut out);
+                out
+            }
+            other => other.to_string(),
+        }
+    }
+
+    /// The value as a tool shows it (`bpk inspect`, a description's metadata): a string as it
+    /// is, any other value as its text with long arrays abridged (see [`Value`]'s `Display`)
+    /// and, for an abridged array, the XXH3 of all its items, so that what is shown stays
+    /// small whatever the array's length and two arrays that differ past their first items
+    /// still show differently (`bpk diff`).
+    ///
+    /// ```
+    /// use burnpack::interop::gguf::{Array, Value};
+    /// assert_eq!(Value::String("llama".into()).shown(), "llama");
+    /// assert_eq!(Value::Array(Array::U8(vec![1, 2])).shown(), "[1, 2]");
+    /// let long = |last| {
+    ///     let mut items = vec![0u8; 1_000_000];
+    ///     items[999_999] = last;
+    ///     Value::Array(Array::U8(items)).shown()
+    /// };
+    /// assert!(long(0).starts_with("[0, 0, 0, 0, 0, 0, 0, 0, ... (1000000 items, xxh3 "));
+    /// assert_ne!(long(0), long(1));
+    /// ```
+    #[must_use]
+    pub fn shown(&self) -> String {
+        match self {
+            Self::String(s) => s.clone(),
+            Self::Array(a) if a.abridged() => {
+                let mut hasher = twox_hash::XxHash3_64::new();
+                a.digest(&mut hasher);
+                let hash = std::hash::Hasher::finish(&hasher);
+                let len = a.len();
+                if len > SHOWN {
+                    format!(
+                        "[{}, ... ({len} items, xxh3 {hash:016x})]",
+                        a.items(8).join(", ")
+                    )
+                } else {
+                    format!("[{}] (xxh3 {hash:016x})", a.items(SHOWN).join(", "))
+                }
+            }
             other => other.to_string(),
         }
     }
 }
 
 impl Array {
-    /// Every item as text, in brackets.
-    fn full(&self) -> String {
-        format!("[{}]", self.items(usize::MAX).join(", "))
+    /// Whether the text (`Display`) leaves items out, here or in an array it holds.
+    fn abridged(&self) -> bool {
+        match self {
+            Self::Array(v) => v.len() > SHOWN || v.iter().take(SHOWN).any(Self::abridged),
+            other => other.len() > SHOWN,
+        }
+    }
+
+    /// Feeds every item (type, length, and each item's bytes) to `hasher`.
+    fn digest(&self, hasher: &mut impl std::hash::Hasher) {
+        fn each<T, H: std::hash::Hasher>(h: &mut H, tag: u8, v: &[T], f: impl Fn(&mut H, &T)) {
+            h.write_u8(tag);
+            h.write_u64(v.len() as u64);
+            for x in v {
+                f(h, x);
+            }
+        }
+        match self {
+            Self::U8(v) => {
+                hasher.write_u8(0);
+                hasher.write_u64(v.len() as u64);
+                hasher.write(v);
+            }
+            Self::I8(v) => each(hasher, 1, v, |h, x| h.write(&x.to_le_bytes())),
+            Self::U16(v) => each(hasher, 2, v, |h, x| h.write(&x.to_le_bytes())),
+            Self::I16(v) => each(hasher, 3, v, |h, x| h.write(&x.to_le_bytes())),
+            Self::U32(v) => each(hasher, 4, v, |h, x| h.write(&x.to_le_bytes())),
+            Self::I32(v) => each(hasher, 5, v, |h, x| h.write(&x.to_le_bytes())),
+            Self::F32(v) => each(hasher, 6, v, |h, x| h.write(&x.to_le_bytes())),
+            Self::Bool(v) => each(hasher, 7, v, |h, x| h.write_u8(u8::from(*x))),
+            Self::String(v) => {
+                hasher.write_u8(8);
+                hasher.write_u64(v.len() as u64);
+                for x in v {
+                    hasher.write_u64(x.len() as u64);
+                    hasher.write(x.as_bytes());
+                }
+            }
+            Self::Array(v) => {
+                hasher.write_u8(9);
+                hasher.write_u64(v.len() as u64);
+                for x in v {
+                    x.digest(hasher);
+                }
+            }
+            Self::U64(v) => each(hasher, 10, v, |h, x| h.write(&x.to_le_bytes())),
+            Self::I64(v) => each(hasher, 11, v, |h, x| h.write(&x.to_le_bytes())),
+            Self::F64(v) => each(hasher, 12, v, |h, x| h.write(&x.to_le_bytes())),
+        }
+    }
+
+    /// Every item as text, in brackets, appended to `out` (no string per item).
+    fn write_full(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        fn each<T>(out: &mut String, v: &[T], mut f: impl FnMut(&mut String, &T)) {
+            for (i, x) in v.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                f(out, x);
+            }
+        }
+        // Writing into a `String` cannot fail.
+        out.push('[');
+        match self {
+            Self::U8(v) => each(out, v, |o, x| {
+                let _ = write!(o, "{x}");
+            }),
+            Self::I8(v) => each(out, v, |o, x| {
+                let _ = write!(o, "{x}");
+            }),
+            Self::U16(v) => each(out, v, |o, x| {
+                let _ = write!(o, "{x}");
+            }),
+            Self::I16(v) => each(out, v, |o, x| {
+                let _ = write!(o, "{x}");
+            }),
+            Self::U32(v) => each(out, v, |o, x| {
+                let _ = write!(o, "{x}");
+            }),
+            Self::I32(v) => each(out, v, |o, x| {
+                let _ = write!(o, "{x}");
+            }),
+            Self::U64(v) => each(out, v, |o, x| {
+                let _ = write!(o, "{x}");
+            }),
+            Self::I64(v) => each(out, v, |o, x| {
+                let _ = write!(o, "{x}");
+            }),
+            Self::F32(v) => each(out, v, |o, x| {
+                let _ = write!(o, "{x:?}");
+            }),
+            Self::F64(v) => each(out, v, |o, x| {
+                let _ = write!(o, "{x:?}");
+            }),
+            Self::Bool(v) => each(out, v, |o, x| {
+                let _ = write!(o, "{x}");
+            }),
+            Self::String(v) => each(out, v, |o, x| push_quoted(o, x)),
+            Self::Array(v) => each(out, v, |o, x| x.write_full(o)),
+        }
+        out.push(']');
     }
 
     /// How many items.
@@ -179,6 +325,12 @@ impl Array {
 /// A string in double quotes, escaped as JSON escapes it.
 fn quoted(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
+    push_quoted(&mut out, s);
+    out
+}
+
+/// [`quoted`], appended to `out`.
+fn push_quoted(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -195,7 +347,6 @@ fn quoted(s: &str) -> String {
         }
     }
     out.push('"');
-    out
 }
 
 /// Arrays longer than this are summarised.

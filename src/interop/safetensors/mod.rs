@@ -75,6 +75,26 @@ pub enum ConvertError {
         /// The safetensors crate's error.
         message: String,
     },
+    /// The header (tensor table and metadata) would be larger than safetensors readers
+    /// accept: refused before anything is written.
+    #[error("{}: {reason}", path.display())]
+    Header {
+        /// The source file.
+        path: PathBuf,
+        /// How large, and what makes it so.
+        reason: String,
+    },
+    /// A tensor's name means something else in the other format (`__metadata__` in
+    /// safetensors): refused before anything is written.
+    #[error("{}: tensor '{tensor}': {reason}", path.display())]
+    Name {
+        /// The source file.
+        path: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// What the name means there.
+        reason: String,
+    },
     /// A tensor's dtype has no equivalent in the other format.
     #[error("{}: tensor '{tensor}': {dtype} has no {target} equivalent", path.display())]
     Dtype {
@@ -94,6 +114,15 @@ impl ConvertError {
     /// (the output was not written).
     pub(crate) fn naming_input(self, input: &str) -> Self {
         match self {
+            Self::Name { tensor, reason, .. } => Self::Name {
+                path: PathBuf::from(input),
+                tensor,
+                reason,
+            },
+            Self::Header { reason, .. } => Self::Header {
+                path: PathBuf::from(input),
+                reason,
+            },
             Self::Dtype {
                 tensor,
                 dtype,

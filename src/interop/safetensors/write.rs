@@ -113,6 +113,19 @@ pub(super) fn write_safetensors(
     max_shard_bytes: Option<u64>,
     metadata: Option<&HashMap<String, String>>,
 ) -> Result<Vec<PathBuf>, ConvertError> {
+    // A name the format keeps for itself makes a header no reader parses: refused before
+    // anything is written.
+    if let Some(entry) = entries.iter().find(|e| e.name() == METADATA_KEY) {
+        return Err(ConvertError::Name {
+            path: path.to_path_buf(),
+            tensor: entry.name().to_string(),
+            reason: format!(
+                "safetensors keeps '{METADATA_KEY}' for the file's metadata: a tensor of that \
+                 name makes a header no reader parses (rename it first)"
+            ),
+        });
+    }
+    check_header(&entries, path, metadata)?;
     let mut outgoing = Vec::new();
     for entry in entries {
         let dtype = to_safetensors(entry.dtype()).ok_or_else(|| ConvertError::Dtype {
@@ -189,6 +202,58 @@ pub(super) fn write_safetensors(
     written.push(index);
     Ok(written)
 }
+
+/// Refuses, before anything is written, a header that safetensors readers (this crate's and
+/// the `safetensors` crate's) would refuse: over [`MAX_HEADER`](super::header::MAX_HEADER)
+/// bytes of JSON. Counted from above (every name and value as JSON escapes it at most, and
+/// each tensor's dtype, shape and offsets), so that a header this passes the crate writes.
+fn check_header(
+    entries: &[Entry],
+    path: &Path,
+    metadata: Option<&HashMap<String, String>>,
+) -> Result<(), ConvertError> {
+    // JSON escapes a character in at most 6 bytes (`\u0000`); a tensor's row is its name and
+    // at most about 200 bytes of dtype, shape and offsets.
+    let escaped = |s: &str| s.len() * 6 + 8;
+    let tensors = entries
+        .iter()
+        .map(|e| escaped(e.name()) + 200 + e.shape().len() * 21)
+        .sum::<usize>();
+    let meta = metadata.map_or(0, |m| {
+        m.iter()
+            .map(|(k, v)| escaped(k) + escaped(v))
+            .sum::<usize>()
+            + 20
+    });
+    if tensors + meta <= super::header::MAX_HEADER {
+        return Ok(());
+    }
+    // Exactly, now that it may matter.
+    let exact = entries
+        .iter()
+        .map(|e| {
+            serde_json::to_string(e.name()).map_or(0, |n| n.len()) + 200 + e.shape().len() * 21
+        })
+        .sum::<usize>()
+        + metadata.map_or(0, |m| serde_json::to_string(m).map_or(0, |j| j.len()) + 20);
+    if exact <= super::header::MAX_HEADER {
+        return Ok(());
+    }
+    let largest = metadata
+        .and_then(|m| m.iter().max_by_key(|(k, v)| k.len() + v.len()))
+        .map(|(k, v)| format!("; the largest metadata entry is '{k}' ({} bytes)", v.len()))
+        .unwrap_or_default();
+    Err(ConvertError::Header {
+        path: path.to_path_buf(),
+        reason: format!(
+            "a safetensors header of about {exact} bytes, over the {} bytes its readers accept{largest}",
+            super::header::MAX_HEADER
+        ),
+    })
+}
+
+/// The header key of a safetensors file's string metadata, never a tensor's name.
+const METADATA_KEY: &str = "__metadata__";
 
 /// One safetensors file from `tensors`, atomically.
 fn write_one(
