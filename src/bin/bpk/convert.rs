@@ -83,11 +83,14 @@ pub(crate) fn convert(
         return Ok(converted_to_safetensors(input, output, &written));
     }
     let counter = bar.counter();
-    let writer = source.to_writer().map_err(Failure::file)?.progress(counter);
+    let writer = source
+        .to_writer()
+        .map_err(|e| Failure::of(&e))?
+        .progress(counter);
     let size = if is_url(output) {
         upload(writer, output)?
     } else {
-        writer.write_to_file(output).map_err(Failure::file)?
+        writer.write_to_file(output).map_err(|e| Failure::of(&e))?
     };
     bar.finish();
     Ok(converted(input, output, size))
@@ -133,11 +136,11 @@ fn to_safetensors(
         Some(pack) => pack_to_safetensors(pack, output, shard_size),
         None => {
             let tensors = source.as_tensor_source();
-            let writer = source.to_writer().map_err(Failure::file)?;
+            let writer = source.to_writer().map_err(|e| Failure::of(&e))?;
             writer_to_safetensors(writer, tensors.file(), output, shard_size)
         }
     }
-    .map_err(Failure::file)
+    .map_err(|e| Failure::of(&e))
 }
 
 /// A pack streamed to object storage as a multipart upload.
@@ -145,7 +148,7 @@ fn to_safetensors(
 fn upload(writer: burnpack::Writer, output: &Path) -> Result<u64, Failure> {
     use burnpack::interop::object_store::{ObjectLocation, UploadOptions, upload};
     let location = ObjectLocation::parse(&output.to_string_lossy()).map_err(Failure::usage)?;
-    upload(writer, &location, &UploadOptions::new()).map_err(Failure::file)
+    upload(writer, &location, &UploadOptions::new()).map_err(|e| Failure::of(&e))
 }
 
 /// Without the `object-store` feature, a URL is a usage error saying how to get it.

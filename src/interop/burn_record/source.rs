@@ -519,11 +519,25 @@ fn inflate(
     let mut out = Vec::new();
     let mut reader = flate2::read::MultiGzDecoder::new(compressed).take(most.saturating_add(1));
     reader.read_to_end(&mut out).map_err(|e| match e.kind() {
-        // The stream itself is damaged or cut: a verdict on the file, as for a damaged record.
-        std::io::ErrorKind::InvalidData
-        | std::io::ErrorKind::InvalidInput
-        | std::io::ErrorKind::UnexpectedEof => {
-            invalid(path)(format!("its gzip stream is damaged or cut short: {e}"))
+        // Cut short: the stream ends before its end.
+        std::io::ErrorKind::UnexpectedEof => SourceError::Truncated {
+            path: path.to_path_buf(),
+            reason: format!("its gzip stream ends before its end: {e}"),
+        },
+        // A gzip header that does not parse: not a stream to read.
+        std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput
+            if e.to_string().contains("header") =>
+        {
+            invalid(path)(format!("its gzip header is invalid: {e}"))
+        }
+        // The compressed data does not decode, or does not match the stream's own CRC-32:
+        // read, and found damaged.
+        std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput => {
+            SourceError::Damaged {
+                path: path.to_path_buf(),
+                tensor: None,
+                reason: format!("its gzip stream is damaged: {e}"),
+            }
         }
         _ => SourceError::io(path, "decompress")(e),
     })?;
