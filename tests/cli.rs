@@ -102,11 +102,15 @@ fn verify_passes_sound_files_and_fails_the_rest() {
     let mut bytes = std::fs::read(&good).unwrap();
     *bytes.last_mut().unwrap() ^= 0x40;
     std::fs::write(&corrupt, &bytes).unwrap();
-    let (code, out, _) = run(&["verify", s(&corrupt)]);
+    let (code, out, err) = run(&["verify", s(&corrupt)]);
     assert_eq!(code, 1, "{out}");
+    assert!(out.contains("tensor 'w': checksum mismatch"), "{out}");
+    // The verdict: one line on stderr naming the file.
     assert!(
-        out.contains("tensor 'w': checksum mismatch") && out.contains("FAILED"),
-        "{out}"
+        err.starts_with("bpk: ")
+            && err.contains("corrupt.bpk: FAILED: 1 problem")
+            && err.lines().count() == 1,
+        "{err}"
     );
 
     let nan = dir.path().join("nan.bpk");
@@ -213,9 +217,13 @@ fn diff_reports_every_kind_of_difference() {
     Writer::new(vec![f32_entry("same", &[1.0])])
         .write_to_file(&d)
         .unwrap();
+    // Ids on one side only (a safetensors file holds none): reported, failed only when
+    // metadata is strict.
     let (code, out, _) = run(&["diff", s(&c), s(&d)]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 0, "{out}");
     assert!(out.contains("same: param id none vs 9"), "{out}");
+    let (code, _, _) = run(&["diff", s(&c), s(&d), "--strict-metadata"]);
+    assert_eq!(code, 1);
 }
 
 /// A safetensors file written by the `safetensors` crate.
@@ -427,6 +435,9 @@ fn verify_fails_files_whose_metadata_was_damaged() {
     // A flipped bit in the key `checksums`: checking would be off.
     let mut key_flip = clean.clone();
     key_flip[find(b"checksums") + 8] ^= 1;
+    // Both read, and found damaged (exit 1): the metadata checksum as the file is opened
+    // (one line on stderr), the damaged key by verify's own check (on stdout, and the
+    // verdict on stderr).
     for (what, bytes, says) in [
         ("param id", id_flip, "metadata corrupt"),
         ("checksums key", key_flip, "'checksumr'"),
@@ -435,8 +446,11 @@ fn verify_fails_files_whose_metadata_was_damaged() {
         let (code, out, err) = run(&["verify", s(&path)]);
         assert_eq!(code, 1, "{what}: {out}{err}");
         assert!(
-            out.contains(says) && out.contains("FAILED"),
-            "{what}: {out}"
+            (out.contains(says) || err.contains(says))
+                && err.starts_with("bpk: ")
+                && err.contains("m.bpk")
+                && err.lines().count() == 1,
+            "{what}: {out}{err}"
         );
     }
 }
@@ -481,9 +495,15 @@ fn sharded_safetensors_through_every_command() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("OK: 3 shards valid, 6 tensors"), "{out}");
 
-    // Against the pack: the values are the same; parameter ids do not survive safetensors.
+    // Against the pack: the values are the same; parameter ids do not survive safetensors
+    // (reported; failed only with --strict-metadata).
     let (code, out, _) = run(&["diff", s(&pack), s(&index)]);
-    assert_eq!(code, 1, "{out}");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("param id 9 vs none"), "{out}");
+    assert_eq!(
+        run(&["diff", s(&pack), s(&index), "--strict-metadata"]).0,
+        1
+    );
     assert!(
         out.contains("6 tensors with identical values, 0 differ"),
         "{out}"
@@ -503,16 +523,16 @@ fn sharded_safetensors_through_every_command() {
     );
     assert_eq!(reader.metadata()["format"], "pt");
 
-    // A damaged shard fails verification, naming it.
+    // A shard whose header is damaged cannot be read (exit 3), named.
     let shard = dir.path().join("m-00002-of-00003.safetensors");
     let mut bytes = std::fs::read(&shard).unwrap();
     bytes[10] = b'!';
     std::fs::write(&shard, bytes).unwrap();
-    let (code, out, _) = run(&["verify", s(&index)]);
-    assert_eq!(code, 1, "{out}");
+    let (code, out, err) = run(&["verify", s(&index)]);
+    assert_eq!(code, 3, "{out}{err}");
     assert!(
-        out.contains("m-00002-of-00003.safetensors") && out.contains("FAILED"),
-        "{out}"
+        err.contains("m-00002-of-00003.safetensors") && err.lines().count() == 1,
+        "{err}"
     );
     // --shard-size is for safetensors output.
     let (code, _, err) = run(&[
@@ -649,11 +669,12 @@ fn verify_names_unknown_keys_and_converted_files_carry_the_producer() {
     let at = clean.windows(9).position(|w| w == b"checksums").unwrap();
     flipped[at + 8] ^= 1;
     std::fs::write(&pack, &flipped).unwrap();
-    let (code, out, _) = run(&["verify", s(&pack)]);
+    let (code, out, err) = run(&["verify", s(&pack)]);
     assert_eq!(code, 1, "{out}");
+    assert!(out.contains("'checksumr'"), "{out}");
     assert!(
-        out.contains("'checksumr'") && out.contains("FAILED"),
-        "{out}"
+        err.contains("w.bpk: FAILED") && err.lines().count() == 1,
+        "{err}"
     );
 
     // Another writer's file (Burn's bytes) with a key of a newer version: OK, with a warning.
@@ -704,10 +725,14 @@ fn burn_records_are_inspected_verified_and_converted() {
         assert!(reader.layout().has_checksums());
         let (code, out, _) = run(&["verify", s(&pack)]);
         assert_eq!(code, 0, "{out}");
-        // Same tensors, same values: only the metadata differs.
+        // Same tensors, same values: only the metadata differs (the pack adds `producer`),
+        // which fails only with --strict-metadata.
         let (code, out, _) = run(&["diff", s(&file), s(&pack)]);
         assert!(out.contains("22 tensors with identical values"), "{out}");
-        assert_eq!(code, 1, "the pack adds metadata: {out}");
+        assert!(out.contains("metadata producer"), "{out}");
+        assert_eq!(code, 0, "the pack adds metadata: {out}");
+        let (code, _, _) = run(&["diff", s(&file), s(&pack), "--strict-metadata"]);
+        assert_eq!(code, 1);
     }
     let (code, _, err) = run(&["verify", s(&data.join("zoo.bin"))]);
     assert_eq!(code, 3);
@@ -720,11 +745,12 @@ fn burn_records_are_inspected_verified_and_converted() {
     let mut bytes = std::fs::read(data.join("zoo.mpk")).unwrap();
     bytes.truncate(bytes.len() / 2);
     std::fs::write(&damaged, bytes).unwrap();
-    let (code, out, _) = run(&["verify", s(&damaged)]);
-    assert_eq!(code, 1, "{out}");
+    // Cut short: cannot be read (exit 3), one line naming it.
+    let (code, out, err) = run(&["verify", s(&damaged)]);
+    assert_eq!(code, 3, "{out}{err}");
     assert!(
-        out.contains("FAILED") && out.contains("damaged.mpk"),
-        "{out}"
+        err.contains("damaged.mpk") && err.lines().count() == 1,
+        "{err}"
     );
 }
 
@@ -833,12 +859,15 @@ fn pytorch_files_are_inspected_verified_converted_and_diffed() {
         .op(b"\x85R")
         .finish();
     common::torch::write_zip(&hostile, &pickle, &[], common::torch::ZipOptions::default());
-    let (code, out, _) = run(&["verify", s(&hostile)]);
-    assert_eq!(code, 1, "{out}");
-    assert!(
-        out.contains("posix.system") && out.contains("FAILED"),
-        "{out}"
-    );
+    // Refused: cannot be read (exit 3), whatever the command.
+    for command in ["inspect", "verify"] {
+        let (code, out, err) = run(&[command, s(&hostile)]);
+        assert_eq!(code, 3, "{out}{err}");
+        assert!(
+            err.contains("posix.system") && err.contains("hostile.pt"),
+            "{err}"
+        );
+    }
 }
 
 /// Hostile and unusual foreign files through every command: each refused with exit 3 (or a
@@ -895,11 +924,11 @@ fn foreign_files_that_are_not_what_they_seem_exit_1_or_3_naming_the_input() {
     let (code, _, err) = run(&["inspect", s(&keyed)]);
     assert_eq!(code, 3);
     no_panic(&err);
-    let (code, out, _) = run(&["verify", s(&keyed)]);
-    assert_eq!(code, 1, "{out}");
+    let (code, out, err) = run(&["verify", s(&keyed)]);
+    assert_eq!(code, 3, "{out}{err}");
     assert!(
-        out.contains("no tensors found") && out.contains("keyed.pt"),
-        "{out}"
+        err.contains("no tensors found") && err.contains("keyed.pt"),
+        "{err}"
     );
     let (code, _, err) = run(&["convert", s(&keyed), s(&d.join("keyed.safetensors"))]);
     assert_eq!(code, 3);
@@ -931,11 +960,11 @@ fn foreign_files_that_are_not_what_they_seem_exit_1_or_3_naming_the_input() {
     });
     let empty = d.join("empty.json");
     std::fs::write(&empty, record.to_string()).unwrap();
-    let (code, out, _) = run(&["verify", s(&empty)]);
-    assert_eq!(code, 1, "{out}");
+    let (code, out, err) = run(&["verify", s(&empty)]);
+    assert_eq!(code, 3, "{out}{err}");
     assert!(
-        out.contains("no tensors found") && out.contains("empty.json"),
-        "{out}"
+        err.contains("no tensors found") && err.contains("empty.json"),
+        "{err}"
     );
     let (code, _, err) = run(&["convert", s(&empty), s(&d.join("empty.bpk"))]);
     assert_eq!(code, 3);
@@ -958,7 +987,7 @@ fn foreign_files_that_are_not_what_they_seem_exit_1_or_3_naming_the_input() {
         );
     }
     let (code, out, err) = run(&["verify", s(&index)]);
-    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(code, 3, "{out}{err}");
     no_panic(&err);
 
     // A FIFO in place of a file: refused at once, not a hang.
@@ -999,16 +1028,18 @@ fn foreign_files_that_are_not_what_they_seem_exit_1_or_3_naming_the_input() {
         .unwrap();
     bytes[at + 5] = b'v';
     std::fs::write(&crc, &bytes).unwrap();
+    // Read, and found damaged by the archive's own CRC-32: exit 1 whatever the command.
     let (code, _, err) = run(&["convert", s(&crc), s(&d.join("crc.bpk"))]);
-    assert_eq!(code, 3);
+    assert_eq!(code, 1);
     assert!(err.contains("crc.pt") && err.contains("CRC-32"), "{err}");
-    let (code, out, _) = run(&["verify", s(&crc)]);
+    let (code, out, err) = run(&["verify", s(&crc)]);
     assert_eq!(code, 1, "{out}");
+    assert!(err.contains("crc.pt") && err.lines().count() == 1, "{err}");
+    assert_eq!(run(&["inspect", s(&crc)]).0, 1);
 }
 
 /// One exit-code and stderr contract for every format, whatever the command: a missing or
-/// damaged input of any format exits 3 with one line on stderr naming it (`verify` reports a
-/// file it could read and found damaged as a failed verification, exit 1); a file of no format
+/// cut input of any format exits 3 with one line on stderr naming it; a file of no format
 /// bpk reads says what it starts with; a successful run writes nothing on stderr (no progress
 /// bar when piped).
 #[test]
@@ -1090,12 +1121,10 @@ fn every_format_meets_one_exit_code_and_stderr_contract() {
             assert_eq!(code, 3, "{args:?}: {err}");
             one_line(&format!("{args:?}"), &err, "cut-");
         }
+        // Cut short is "cannot read" for verify too, whatever the format.
         let (code, out, err) = run(&["verify", s(&cut)]);
-        match code {
-            1 => assert!(out.contains("FAILED") && out.contains("cut-"), "{out}"),
-            3 => one_line("verify", &err, "cut-"),
-            other => panic!("verify {name} cut in half: exit {other}: {out}{err}"),
-        }
+        assert_eq!(code, 3, "verify {name} cut in half: {out}{err}");
+        one_line("verify", &err, "cut-");
         assert!(!out_file.exists(), "nothing written from a damaged {name}");
     }
     // No format bpk reads: what it starts with, exit 3, for every command.
@@ -1348,4 +1377,189 @@ fn worker_threads_that_cannot_start_are_an_error_not_a_panic() {
     // With the threads it asks for, the same file verifies.
     let (code, _, _) = run(&["verify", path.to_str().unwrap()]);
     assert_eq!(code, 0);
+}
+
+/// A value written once into every file of the exit-code matrix: the byte flipped to damage a
+/// tensor's data (its mantissa: the value stays finite and changes).
+const MARK: f32 = 1234.5;
+
+/// One file of every format bpk reads, written into `dir` (the Burn records are Burn 0.21's
+/// own, from tests/data): (label, the argument given to bpk, the file damaged, where a byte of
+/// tensor data is).
+fn every_format(dir: &Path) -> Vec<(&'static str, std::path::PathBuf, std::path::PathBuf, usize)> {
+    use common::torch::{Pickler, StorageSpec, View, legacy_file, save};
+    let mark = |path: &Path| {
+        let bytes = std::fs::read(path).unwrap();
+        let at = bytes
+            .windows(4)
+            .position(|w| w == MARK.to_le_bytes())
+            .unwrap_or_else(|| panic!("{path:?}: no marked value"));
+        at + 1
+    };
+    let values = [MARK, 2.0, 3.0, 4.0];
+    let mut out = Vec::new();
+    // A pack, with checksums.
+    let pack = dir.join("m.bpk");
+    Writer::new(vec![f32_entry("w", &values), f32_entry("b", &[5.0, 6.0])])
+        .with_metadata("producer", burnpack::module::PRODUCER)
+        .write_to_file(&pack)
+        .unwrap();
+    out.push(("pack", pack.clone(), pack.clone(), mark(&pack)));
+    // safetensors, by the `safetensors` crate.
+    let st = dir.join("m.safetensors");
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let view = safetensors::tensor::TensorView::new(Dtype::F32, vec![4], &bytes).unwrap();
+    safetensors::serialize_to_file([("w", view)], None, &st).unwrap();
+    out.push(("safetensors", st.clone(), st.clone(), mark(&st)));
+    // Sharded safetensors: an index and two shards (the marked tensor in the second).
+    let sharded = dir.join("sharded.safetensors");
+    assert_eq!(
+        run(&["convert", s(&pack), s(&sharded), "--shard-size", "8"]).0,
+        0
+    );
+    let index = dir.join("sharded.safetensors.index.json");
+    let shard = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.to_str().unwrap().contains("sharded-")
+                && std::fs::read(p)
+                    .unwrap()
+                    .windows(4)
+                    .any(|w| w == MARK.to_le_bytes())
+        })
+        .unwrap();
+    out.push(("sharded safetensors", index, shard.clone(), mark(&shard)));
+    // torch.save: zip (with CRC-32s) and legacy.
+    let storages = vec![StorageSpec::f32(&values), StorageSpec::f32(&[5.0, 6.0])];
+    let views = vec![View::whole("w", 0, &[4]), View::whole("b", 1, &[2])];
+    let zip = dir.join("m.pt");
+    save(&zip, &storages, &views);
+    out.push((".pt zip", zip.clone(), zip.clone(), mark(&zip)));
+    let legacy = dir.join("old.pt");
+    legacy_file(
+        &legacy,
+        &Pickler::new().state_dict(&storages, &views).finish(),
+        &storages,
+    );
+    out.push((".pt legacy", legacy.clone(), legacy.clone(), mark(&legacy)));
+    // GGUF: one F32 tensor.
+    let gguf = dir.join("m.gguf");
+    std::fs::write(
+        &gguf,
+        common::gguf::file(&[("w", &[4], 0, 0)], &bytes, &[], 0),
+    )
+    .unwrap();
+    out.push(("gguf", gguf.clone(), gguf.clone(), mark(&gguf)));
+    // Burn 0.21 records: a tensor's bytes in the .mpk; the gzip stream's CRC-32 in the .gz.
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/legacy");
+    let mpk = dir.join("m.mpk");
+    std::fs::copy(data.join("zoo.mpk"), &mpk).unwrap();
+    let record = burnpack::interop::burn_record::LegacySource::open(&mpk).unwrap();
+    let info = burnpack::read::TensorSource::tensors(&record)
+        .iter()
+        .find(|t| t.len() >= 16)
+        .unwrap();
+    let at = info.offset() as usize + 9;
+    out.push((".mpk", mpk.clone(), mpk, at));
+    let gz = dir.join("m.mpk.gz");
+    std::fs::copy(data.join("zoo.mpk.gz"), &gz).unwrap();
+    let len = std::fs::metadata(&gz).unwrap().len() as usize;
+    out.push((".mpk.gz", gz.clone(), gz, len - 7));
+    out
+}
+
+/// The damage done to a file of the matrix.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Damage {
+    /// Cut in half.
+    Cut,
+    /// Its first four bytes overwritten.
+    Magic,
+    /// One bit of one byte of tensor data flipped (of a `.gz`, its CRC-32).
+    Flip,
+}
+
+/// The exit code of `command` on a file of `format` with `damage`, by the contract of
+/// `bpk --help`: a file that cannot be read exits 3 whatever the command; one that is read
+/// and found damaged by its own checks (a pack's checksums, a zip's or a gzip stream's
+/// CRC-32) exits 1 where the command reads what is damaged; diff exits 1 when values differ.
+fn contract(format: &str, damage: Damage, command: &str) -> i32 {
+    match damage {
+        Damage::Cut | Damage::Magic => 3,
+        Damage::Flip => match (format, command) {
+            // The stream is read whole, and checked, on every open.
+            (".mpk.gz", _) => 1,
+            (_, "diff") => 1,
+            ("pack" | ".pt zip", "verify" | "convert") => 1,
+            // No checksum: the value read is the damaged one.
+            _ => 0,
+        },
+    }
+}
+
+/// The exit-code contract as a matrix: every format bpk reads x damage (cut short, a bad
+/// magic number, a flipped data byte) x command (inspect, verify, diff with the sound file,
+/// convert); every failure one line on stderr naming the damaged file, a result (diff's
+/// differences) nothing on stderr.
+#[test]
+fn exit_codes_are_one_contract_for_every_format_damage_and_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let sound = dir.path().join("sound");
+    std::fs::create_dir(&sound).unwrap();
+    let files = every_format(&sound);
+    let mut failures = Vec::new();
+    for damage in [Damage::Cut, Damage::Magic, Damage::Flip] {
+        let here = dir.path().join(format!("{damage:?}"));
+        std::fs::create_dir(&here).unwrap();
+        for entry in std::fs::read_dir(&sound).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), here.join(entry.file_name())).unwrap();
+        }
+        for (format, arg, target, at) in &files {
+            let arg_here = here.join(arg.file_name().unwrap());
+            let target_here = here.join(target.file_name().unwrap());
+            let mut bytes = std::fs::read(&target_here).unwrap();
+            match damage {
+                Damage::Cut => bytes.truncate(bytes.len() / 2),
+                Damage::Magic => bytes[..4].copy_from_slice(b"XXXX"),
+                Damage::Flip => bytes[*at] ^= 0x01,
+            }
+            std::fs::write(&target_here, &bytes).unwrap();
+            let output = here.join(if *format == "pack" {
+                "out.safetensors"
+            } else {
+                "out.bpk"
+            });
+            for command in ["inspect", "verify", "diff", "convert"] {
+                let args: Vec<&str> = match command {
+                    "diff" => vec!["diff", s(&arg_here), s(arg)],
+                    "convert" => vec!["convert", s(&arg_here), s(&output)],
+                    other => vec![other, s(&arg_here)],
+                };
+                let (code, out, err) = run(&args);
+                let _ = std::fs::remove_file(&output);
+                let expected = contract(format, damage, command);
+                let what =
+                    format!("{format} {damage:?} {command}: exit {code}, expected {expected}");
+                if code != expected {
+                    failures.push(format!("{what}\n  stdout: {out}\n  stderr: {err}"));
+                    continue;
+                }
+                let result = command == "diff" && code == 1 && !matches!(format, &".mpk.gz");
+                let fine = if code == 0 || result {
+                    err.is_empty()
+                } else {
+                    err.starts_with("bpk: ")
+                        && err.lines().count() == 1
+                        && err.contains(s(&here))
+                        && !err.contains("panicked")
+                };
+                if !fine {
+                    failures.push(format!("{what}: stderr: {err}"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -290,6 +290,23 @@ impl Layout {
             });
         }
         let (names, rows) = table.into_names();
+        // A file cut inside its data section: named by the tensor the cut falls in (of those
+        // that reach past the end, the first in the file), not the first by name.
+        let cut = rows
+            .iter()
+            .filter_map(|row| {
+                let (start, end) = row.data_offsets;
+                let end = data_start.checked_add(end)?;
+                (start <= row.data_offsets.1 && end > file_len).then_some((start, end, row))
+            })
+            .min_by_key(|(start, _, _)| *start);
+        if let Some((_, end, row)) = cut {
+            return Err(FormatError::PastEnd {
+                tensor: names.name(row.name).to_string(),
+                end,
+                file_len,
+            });
+        }
         let mut tensors = Vec::with_capacity(rows.len());
         for (i, row) in rows.into_iter().enumerate() {
             let mut info = TensorInfo::validate(&names, &row, data_start, file_len, limits)?;

@@ -184,13 +184,21 @@ impl Failure {
     /// read one): exit 1 where the input was read and its own checks found it damaged
     /// (anywhere in the chain of causes), 3 otherwise.
     fn of(e: &(dyn std::error::Error + 'static)) -> Self {
+        use burnpack::interop::safetensors::ConvertError;
         use burnpack::read::{ReadError, SourceError, SourceErrorKind};
         let mut next = Some(e);
         while let Some(cause) = next {
+            // (A conversion's error wraps a read error transparently: its chain of causes
+            // skips it.)
             let kind = cause
                 .downcast_ref::<SourceError>()
                 .map(SourceError::kind)
-                .or_else(|| cause.downcast_ref::<ReadError>().map(ReadError::kind));
+                .or_else(|| cause.downcast_ref::<ReadError>().map(ReadError::kind))
+                .or_else(|| match cause.downcast_ref::<ConvertError>()? {
+                    ConvertError::Read(e) => Some(e.kind()),
+                    ConvertError::Source(e) => Some(e.kind()),
+                    _ => None,
+                });
             if kind == Some(SourceErrorKind::Damaged) {
                 return Self {
                     code: 1,
