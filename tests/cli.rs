@@ -1563,3 +1563,399 @@ fn exit_codes_are_one_contract_for_every_format_damage_and_command() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Each divergence the contract's matrix was written for, by name: an unsupported GGUF
+/// version and an unsupported safetensors dtype both cannot be read (3) under every command;
+/// a safetensors header of invalid UTF-8 is 3 under `inspect` and `verify` alike; a pack cut
+/// inside its data section names the tensor the cut falls in; a safetensors header that
+/// starts with white space (valid JSON, read by the `safetensors` crate) is read.
+#[test]
+fn the_contract_holds_where_formats_used_to_diverge() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut gguf = common::gguf::file(&[("w", &[1], 0, 0)], &1.0f32.to_le_bytes(), &[], 0);
+    gguf[4..8].copy_from_slice(&9u32.to_le_bytes());
+    let version = d.join("v9.gguf");
+    std::fs::write(&version, gguf).unwrap();
+    let safetensors_with = |name: &str, header: &[u8], data: &[u8]| {
+        let path = d.join(name);
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header);
+        bytes.extend_from_slice(data);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    let dtype = safetensors_with(
+        "dtype.safetensors",
+        br#"{"w":{"dtype":"X9","shape":[1],"data_offsets":[0,4]}}"#,
+        &[0; 4],
+    );
+    let utf8 = safetensors_with(
+        "utf8.safetensors",
+        b"{\"w\xff\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+        &[0; 4],
+    );
+    for file in [&version, &dtype, &utf8] {
+        for args in [
+            vec!["inspect", s(file)],
+            vec!["verify", s(file)],
+            vec!["verify", s(file), "--json"],
+            vec!["convert", s(file), s(&d.join("out.bpk"))],
+        ] {
+            let (code, out, err) = run(&args);
+            assert_eq!(code, 3, "{args:?}: {out}{err}");
+            assert!(
+                err.starts_with("bpk: ") && err.contains(s(file)) && err.lines().count() == 1,
+                "{args:?}: {err}"
+            );
+            assert!(out.is_empty(), "{args:?}: {out}");
+        }
+    }
+
+    // White space before the header's JSON object: valid for the `safetensors` crate.
+    let values: Vec<u8> = [1.5f32, 2.5].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let spaced = safetensors_with(
+        "spaced.safetensors",
+        b"  \n{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+        &values,
+    );
+    let bytes = std::fs::read(&spaced).unwrap();
+    assert_eq!(
+        SafeTensors::deserialize(&bytes)
+            .unwrap()
+            .tensor("w")
+            .unwrap()
+            .data(),
+        &values[..]
+    );
+    let opened = burnpack::interop::open_any(&spaced).unwrap();
+    assert_eq!(opened.describe().format, "safetensors");
+    let (code, out, err) = run(&["inspect", s(&spaced)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("safetensors"), "{out}");
+    let (code, out, err) = run(&["verify", s(&spaced)]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    // A pack cut inside its data section: the tensor the cut falls in is named (the first in
+    // the file, `z`, not the first by name, `a`, which lies wholly past the cut).
+    let pack = d.join("cut.bpk");
+    Writer::new(vec![
+        f32_entry("z", &vec![1.0; 512]),
+        f32_entry("a", &vec![2.0; 512]),
+    ])
+    .write_to_file(&pack)
+    .unwrap();
+    let reader = Reader::open(&pack).unwrap();
+    let (z, a) = (reader.tensor("z").unwrap(), reader.tensor("a").unwrap());
+    assert!(z.offset() < a.offset());
+    let cut = z.offset() + z.len() / 2;
+    drop(reader);
+    common::cut(&pack, cut);
+    let err = burnpack::interop::open_any(&pack).unwrap_err();
+    assert_eq!(err.tensor(), Some("z"), "{err}");
+    assert_eq!(err.kind(), burnpack::read::SourceErrorKind::Truncated);
+    for command in ["inspect", "verify"] {
+        let (code, _, err) = run(&[command, s(&pack)]);
+        assert_eq!(code, 3);
+        assert!(
+            err.contains("tensor 'z'") && err.contains("cut.bpk"),
+            "{err}"
+        );
+    }
+}
+
+/// `verify --json`: the verdict as JSON on stdout, the same exit code, and a failure's one
+/// line on stderr.
+#[test]
+fn verify_json_gives_the_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.bpk");
+    Writer::new(vec![f32_entry("w", &[1.0, f32::NAN])])
+        .write_to_file(&good)
+        .unwrap();
+    let (code, out, err) = run(&["verify", s(&good), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["format"], "burnpack");
+    assert_eq!(v["tensor_count"], 1);
+    assert_eq!(v["verified_checksums"], 1);
+    assert_eq!(v["problems"].as_array().unwrap().len(), 0);
+    let (code, out, err) = run(&["verify", s(&good), "--json", "--nan"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["nan_scanned"], true);
+    assert!(v["problems"][0].as_str().unwrap().contains("1 NaN"), "{v}");
+    assert!(
+        err.starts_with("bpk: ") && err.contains("good.bpk: FAILED") && err.lines().count() == 1,
+        "{err}"
+    );
+    // A checksum mismatch found while reading.
+    let mut bytes = std::fs::read(&good).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    let bad = dir.path().join("bad.bpk");
+    std::fs::write(&bad, bytes).unwrap();
+    let (code, out, _) = run(&["verify", s(&bad), "--json"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["problems"][0]
+            .as_str()
+            .unwrap()
+            .contains("tensor 'w': checksum mismatch"),
+        "{v}"
+    );
+}
+
+/// The help names every format bpk reads and the exit codes; convert's input is told by its
+/// content, not its name.
+#[test]
+fn help_names_every_format_and_the_exit_codes() {
+    let (code, out, _) = run(&["--help"]);
+    assert_eq!(code, 0);
+    for needle in [
+        "burnpack",
+        "checkpoints",
+        "incremental",
+        "safetensors",
+        "PyTorch",
+        "GGUF",
+        "Burn 0.14-0.21 records",
+        "Exit codes",
+        "0  done",
+        "1  read, but damaged",
+        "2  usage",
+        "3  cannot read",
+        "stderr",
+    ] {
+        assert!(out.contains(needle), "{needle}: {out}");
+    }
+    let (_, out, _) = run(&["convert", "--help"]);
+    assert!(!out.contains("by its name"), "{out}");
+    assert!(out.contains("GGUF") && out.contains("content"), "{out}");
+    for command in ["inspect", "verify", "diff"] {
+        let (_, out, _) = run(&[command, "--help"]);
+        assert!(out.contains("any format bpk reads"), "{command}: {out}");
+    }
+    let (_, out, _) = run(&["verify", "--help"]);
+    assert!(out.contains("--json"), "{out}");
+}
+
+/// Wrong diagnoses no more: a Git LFS pointer and an HTML page are said to be what they are
+/// under any name; a `.bin` is called a bincode record only when its bytes fit one (exit 3,
+/// one line, whatever the command).
+#[test]
+fn lfs_pointers_html_pages_and_random_bin_files_are_named_for_what_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let lfs = d.join("pytorch_model.bin");
+    std::fs::write(
+        &lfs,
+        "version https://git-lfs.github.com/spec/v1\noid sha256:4d7a21\nsize 1048576\n",
+    )
+    .unwrap();
+    let html = d.join("model.safetensors");
+    std::fs::write(&html, "<html><body>Rate limit exceeded</body></html>").unwrap();
+    let noise = d.join("model.bin");
+    std::fs::write(&noise, common::pattern(3, 300)).unwrap();
+    let bincode = d.join("zoo.bin");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/legacy/zoo.bin"),
+        &bincode,
+    )
+    .unwrap();
+    for (file, says, not) in [
+        (
+            &lfs,
+            "a Git LFS pointer, not the file (1.0 MiB in the repository): run `git lfs pull`",
+            "bincode",
+        ),
+        (
+            &html,
+            "an HTML page, not weights: the download failed?",
+            "bincode",
+        ),
+        (&noise, "not a file bpk reads", "bincode"),
+        (&bincode, "a bincode record", "not a file bpk reads"),
+    ] {
+        for args in [
+            vec!["inspect", s(file)],
+            vec!["verify", s(file)],
+            vec!["diff", s(file), s(file)],
+            vec!["convert", s(file), s(&d.join("out.bpk"))],
+        ] {
+            let (code, _, err) = run(&args);
+            assert_eq!(code, 3, "{args:?}: {err}");
+            assert!(
+                err.contains(says)
+                    && !err.contains(not)
+                    && err.contains(s(file))
+                    && err.lines().count() == 1,
+                "{args:?}: {err}"
+            );
+        }
+    }
+}
+
+/// `bpk diff`: tensors decide the exit code. A file and its own conversion are the same
+/// (metadata such as `producer` is reported, and fails only with `--strict-metadata`); a
+/// quantized tensor is compared with its dequantized form by values; `--atol` and `--rtol`
+/// allow differences.
+#[cfg(feature = "gguf")]
+#[test]
+fn diff_lets_tensors_decide_with_a_tolerance_and_dequantized_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/gguf");
+    for (name, flags) in [
+        ("q4_k.gguf", &[][..]),
+        ("q8_0.gguf", &[][..]),
+        ("q8_0.gguf", &["--keep-quantized"][..]),
+    ] {
+        let gguf = corpus.join(name);
+        for target in ["c.bpk", "c.safetensors"] {
+            if target.ends_with("safetensors") && !flags.is_empty() {
+                continue;
+            }
+            let out = d.join(target);
+            let mut args = vec!["convert", s(&gguf), s(&out)];
+            args.extend(flags);
+            let (code, _, err) = run(&args);
+            assert_eq!(code, 0, "{args:?}: {err}");
+            let (code, text, err) = run(&["diff", s(&gguf), s(&out)]);
+            assert_eq!(code, 0, "{name} {flags:?} -> {target}: {text}{err}");
+            assert!(
+                text.contains("0 differ in values, 0 in dtype or shape"),
+                "{text}"
+            );
+            let (_, json, _) = run(&["diff", s(&gguf), s(&out), "--json"]);
+            let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            assert_eq!(v["differ"], false, "{v}");
+            if flags.is_empty() {
+                assert!(v["dequantized"].as_array().unwrap().is_empty(), "{v}");
+            } else {
+                // Q8_0 kept as Burn's QFloat against the GGUF's dequantized f32: by values.
+                assert!(!v["dequantized"].as_array().unwrap().is_empty(), "{v}");
+                assert!(text.contains("compared by dequantized values"), "{text}");
+            }
+            // What differs is metadata: failed only when asked.
+            if !v["metadata"].as_array().unwrap().is_empty() {
+                assert_eq!(run(&["diff", s(&gguf), s(&out), "--strict-metadata"]).0, 1);
+            }
+            std::fs::remove_file(&out).unwrap();
+        }
+    }
+
+    // Tolerances: |a - b| <= atol + rtol * |b|.
+    let (a, b) = (d.join("a.bpk"), d.join("b.bpk"));
+    Writer::new(vec![f32_entry("w", &[1.0, 2.0, f32::NAN])])
+        .with_metadata("run", "1")
+        .write_to_file(&a)
+        .unwrap();
+    Writer::new(vec![f32_entry("w", &[1.0, 2.001, f32::NAN])])
+        .with_metadata("run", "2")
+        .write_to_file(&b)
+        .unwrap();
+    for (flags, expected) in [
+        (&[][..], 1),
+        (&["--atol", "0.01"][..], 0),
+        (&["--atol", "0.0001"][..], 1),
+        (&["--rtol", "0.001"][..], 0),
+        (&["--rtol", "0.0001"][..], 1),
+        (&["--atol", "0.01", "--strict-metadata"][..], 1),
+    ] {
+        let mut args = vec!["diff", s(&a), s(&b)];
+        args.extend(flags);
+        let (code, out, err) = run(&args);
+        assert_eq!(code, expected, "{flags:?}: {out}{err}");
+        assert!(out.contains("metadata run: \"1\" vs \"2\""), "{out}");
+        if expected == 0 {
+            assert!(out.contains("within the tolerance"), "{out}");
+        }
+    }
+    let (_, out, _) = run(&["diff", s(&a), s(&b), "--json", "--atol", "0.01"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["values"][0]["within_tolerance"], true, "{v}");
+    assert_eq!(v["tolerance"]["atol"], 0.01, "{v}");
+    // A NaN against a number is beyond any tolerance.
+    let c = d.join("c.bpk");
+    Writer::new(vec![f32_entry("w", &[1.0, 2.0, 3.0])])
+        .write_to_file(&c)
+        .unwrap();
+    assert_eq!(run(&["diff", s(&a), s(&c), "--atol", "1e30"]).0, 1);
+    // A tolerance below zero is a usage error.
+    assert_eq!(run(&["diff", s(&a), s(&b), "--atol", "-1"]).0, 2);
+}
+
+/// A `bpk migrate` that fails leaves nothing behind: without `--scheduler` nothing is created
+/// (the scheduler records are read first); a bad record of a later epoch removes the
+/// checkpoints already written and the directories the migration created, and keeps a
+/// directory that was there before.
+#[test]
+fn a_failed_migrate_leaves_nothing_behind() {
+    let old = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/legacy/train-adam");
+    let dir = tempfile::tempdir().unwrap();
+    let new = dir.path().join("a/b/checkpoint");
+    let (code, _, err) = run(&["migrate", s(&old), s(&new)]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("--scheduler") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("a").exists(),
+        "created: {:?}",
+        dir.path().join("a")
+    );
+
+    // Epoch 1 sound, epoch 2's model record damaged.
+    let broken = dir.path().join("broken");
+    std::fs::create_dir(&broken).unwrap();
+    for entry in std::fs::read_dir(&old).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), broken.join(entry.file_name())).unwrap();
+    }
+    let model = std::fs::read_dir(&broken)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("model-1.")
+        })
+        .unwrap();
+    let ext = model.file_name().unwrap().to_str().unwrap()["model-1.".len()..].to_string();
+    std::fs::write(broken.join(format!("model-2.{ext}")), b"\x1f\x8bnot gzip").unwrap();
+    let (code, _, err) = run(&["migrate", s(&broken), s(&new), "--scheduler", "exponential"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("model-2"), "{err}");
+    assert!(
+        !dir.path().join("a").exists(),
+        "left behind after a failure"
+    );
+    // Into a directory that was there: it stays, with only what was in it.
+    let existing = dir.path().join("existing");
+    std::fs::create_dir(&existing).unwrap();
+    std::fs::write(existing.join("notes.txt"), b"mine").unwrap();
+    let (code, _, _) = run(&[
+        "migrate",
+        s(&broken),
+        s(&existing),
+        "--scheduler",
+        "exponential",
+    ]);
+    assert_eq!(code, 3);
+    let left: Vec<_> = std::fs::read_dir(&existing)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("notes.txt")]);
+    // Sound inputs: written.
+    let (code, _, err) = run(&["migrate", s(&old), s(&new), "--scheduler", "exponential"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(new.join("ckpt-00000000000000000001.bpk").exists());
+}

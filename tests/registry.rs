@@ -278,3 +278,49 @@ fn opened_for_a_verification_files_are_read_not_mapped_and_a_cut_one_is_an_error
         assert_ne!(reason, Some(CopyReason::Buffered), "{path:?}");
     }
 }
+
+/// What a file that is not weights at all is, said by its content under any name: a Git LFS
+/// pointer, an HTML page; a `.bin` is a bincode record only when its bytes fit one, and one
+/// whose bytes fit is one under any name.
+#[test]
+fn lfs_pointers_html_pages_and_bincode_records_are_told_by_their_content() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let lfs = b"version https://git-lfs.github.com/spec/v1\n\
+                oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n\
+                size 440473133\n";
+    for name in ["pytorch_model.bin", "model.safetensors", "model.bpk"] {
+        let err = open_any(write(d, name, lfs)).unwrap_err();
+        assert_eq!(err.kind(), SourceErrorKind::UnknownFormat, "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(name)
+                && text.contains("a Git LFS pointer, not the file (420.1 MiB in the repository): run `git lfs pull`")
+                && !text.contains("bincode"),
+            "{text}"
+        );
+    }
+    let html = b"\n<!DOCTYPE html>\n<html><head><title>404</title></head></html>\n";
+    for name in ["pytorch_model.bin", "model.gguf"] {
+        let text = open_any(write(d, name, html)).unwrap_err().to_string();
+        assert!(
+            text.contains("an HTML page, not weights: the download failed?")
+                && !text.contains("bincode"),
+            "{text}"
+        );
+    }
+    // Random bytes named .bin: not a file bpk reads, not "a bincode record".
+    let noise = common::pattern(7, 256);
+    let err = open_any(write(d, "weights.bin", &noise)).unwrap_err();
+    assert_eq!(err.kind(), SourceErrorKind::UnknownFormat, "{err}");
+    assert!(!err.to_string().contains("bincode"), "{err}");
+    // A bincode record of Burn 0.21, under its name and under another.
+    let record =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/legacy/zoo.bin"))
+            .unwrap();
+    for name in ["zoo.bin", "weights"] {
+        let err = open_any(write(d, name, &record)).unwrap_err();
+        assert_eq!(err.kind(), SourceErrorKind::Unsupported, "{name}: {err}");
+        assert!(err.to_string().contains("bincode record"), "{err}");
+    }
+}

@@ -13,7 +13,10 @@ use crate::scan::*;
 /// A verdict: what `verify` prints, as text or JSON.
 struct Verdict {
     file: String,
-    format: String,
+    /// The format's short name (`burnpack`, `gguf`...).
+    format: &'static str,
+    /// What the structure was found, in the format's words (`structure valid`).
+    valid: String,
     /// What was checked, in the format's words (empty when the file failed).
     checked: String,
     tensors: usize,
@@ -34,6 +37,7 @@ impl Verdict {
                 "file": self.file,
                 "format": self.format,
                 "ok": ok,
+                "valid": self.valid,
                 "checked": self.checked,
                 "tensor_count": self.tensors,
                 "data_bytes": self.bytes,
@@ -54,7 +58,7 @@ impl Verdict {
                 println!(
                     "{}: OK: {}, {} tensors ({}) read, {}{}",
                     clean(&self.file),
-                    self.format,
+                    self.valid,
                     self.tensors,
                     human_bytes(self.bytes),
                     self.checked,
@@ -95,7 +99,8 @@ pub(crate) fn verify(path: &Path, nan: bool, as_json: bool) -> Result<u8, Failur
     let about = source.describe();
     let mut verdict = Verdict {
         file: path.display().to_string(),
-        format: about.valid.clone(),
+        format: about.format,
+        valid: about.valid.clone(),
         checked: String::new(),
         tensors: tensors.tensors().len(),
         bytes: 0,
