@@ -443,20 +443,22 @@ fn damaged_and_foreign_files_are_clear_errors() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("file-size limit"), "{err}");
-    // A gzip stream cut short or damaged is a verdict on the file (invalid), not an I/O
-    // failure: `bpk verify` reports it FAILED, as it does a cut `.mpk`.
+    // A gzip stream cut short is truncated (cannot be read: `bpk` exits 3); one whose
+    // compressed bytes or CRC-32 were damaged was read and found damaged (`bpk` exits 1).
+    // Neither is an I/O failure.
     let whole = gzip(&mpk);
     let cut = write(dir.path(), "cut.mpk.gz", &whole[..whole.len() - 10]);
     let mut flipped = whole.clone();
     flipped[whole.len() / 2] ^= 0xff;
     let flipped = write(dir.path(), "flipped.mpk.gz", &flipped);
-    for path in [cut, flipped] {
+    let mut crc = whole.clone();
+    let at = whole.len() - 8;
+    crc[at] ^= 1;
+    let crc = write(dir.path(), "crc.mpk.gz", &crc);
+    use burnpack::read::SourceErrorKind::{Damaged, Truncated};
+    for (path, kind) in [(cut, Truncated), (flipped, Damaged), (crc, Damaged)] {
         let err = LegacySource::open(&path).unwrap_err();
-        assert_eq!(
-            err.kind(),
-            burnpack::read::SourceErrorKind::Invalid,
-            "{err}"
-        );
+        assert_eq!(err.kind(), kind, "{err}");
         let text = err.to_string();
         assert!(
             text.contains(&path.display().to_string()) && text.contains("gzip"),

@@ -290,22 +290,8 @@ impl Layout {
             });
         }
         let (names, rows) = table.into_names();
-        // A file cut inside its data section: named by the tensor the cut falls in (of those
-        // that reach past the end, the first in the file), not the first by name.
-        let cut = rows
-            .iter()
-            .filter_map(|row| {
-                let (start, end) = row.data_offsets;
-                let end = data_start.checked_add(end)?;
-                (start <= row.data_offsets.1 && end > file_len).then_some((start, end, row))
-            })
-            .min_by_key(|(start, _, _)| *start);
-        if let Some((_, end, row)) = cut {
-            return Err(FormatError::PastEnd {
-                tensor: names.name(row.name).to_string(),
-                end,
-                file_len,
-            });
+        if let Some(cut) = cut_inside(&names, &rows, data_start, file_len) {
+            return Err(cut);
         }
         let mut tensors = Vec::with_capacity(rows.len());
         for (i, row) in rows.into_iter().enumerate() {
@@ -579,4 +565,28 @@ impl Layout {
         }
         out
     }
+}
+
+/// A file cut inside its data section, named by the tensor the cut falls in: of the tensors
+/// that reach past the end of the file, the first in the file (not the first by name, which
+/// may lie wholly past the cut).
+fn cut_inside(
+    names: &super::table::Names,
+    rows: &[super::table::Row],
+    data_start: u64,
+    file_len: u64,
+) -> Option<FormatError> {
+    let (_, end, row) = rows
+        .iter()
+        .filter_map(|row| {
+            let (start, end) = row.data_offsets;
+            let end = data_start.checked_add(end)?;
+            (start <= row.data_offsets.1 && end > file_len).then_some((start, end, row))
+        })
+        .min_by_key(|(start, _, _)| *start)?;
+    Some(FormatError::PastEnd {
+        tensor: names.name(row.name).to_string(),
+        end,
+        file_len,
+    })
 }

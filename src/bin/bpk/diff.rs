@@ -55,7 +55,7 @@ fn max_diff(
         }
         // A NaN on one side only, or an infinity against another value, is never within a
         // tolerance.
-        beyond |= !same && !(d <= rules.atol + rules.rtol * w.abs());
+        beyond |= !same && (d.is_nan() || d > rules.atol + rules.rtol * w.abs());
     });
     (decoded && i == left.len()).then_some((abs, rel, beyond))
 }
