@@ -1385,7 +1385,7 @@ const MARK: f32 = 1234.5;
 
 /// One file of every format bpk reads, written into `dir` (the Burn records are Burn 0.21's
 /// own, from tests/data): (label, the argument given to bpk, the file damaged, where a byte of
-/// tensor data is).
+/// tensor data is: for an incremental checkpoint, in its data file).
 fn every_format(dir: &Path) -> Vec<(&'static str, std::path::PathBuf, std::path::PathBuf, usize)> {
     use common::torch::{Pickler, StorageSpec, View, legacy_file, save};
     let mark = |path: &Path| {
@@ -1451,6 +1451,37 @@ fn every_format(dir: &Path) -> Vec<(&'static str, std::path::PathBuf, std::path:
     )
     .unwrap();
     out.push(("gguf", gguf.clone(), gguf.clone(), mark(&gguf)));
+    // An incremental checkpoint: a manifest (`ckpt-...2.bpk`) whose tensors all live in the
+    // data file of the step before; its data byte is in that data file.
+    let manager = burnpack::checkpoint::CheckpointManager::new(dir)
+        .unwrap()
+        .incremental(true);
+    let model = common::model::Net::new(&burn::tensor::Device::flex());
+    for step in 1..=2 {
+        manager
+            .save(burnpack::checkpoint::TrainingState::new(
+                &model,
+                burnpack::checkpoint::Progress::new(0, step),
+            ))
+            .unwrap();
+    }
+    let manifest = manager.path_for(2);
+    let data_file = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("data-")
+        })
+        .unwrap();
+    let reader = Reader::open(&data_file).unwrap();
+    let largest = reader.tensors().iter().max_by_key(|t| t.len()).unwrap();
+    let at = (largest.offset() + largest.len() / 2) as usize;
+    drop(reader);
+    out.push(("incremental checkpoint", manifest.clone(), manifest, at));
     // Burn 0.21 records: a tensor's bytes in the .mpk; the gzip stream's CRC-32 in the .gz.
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/legacy");
     let mpk = dir.join("m.mpk");
@@ -1491,7 +1522,7 @@ fn contract(format: &str, damage: Damage, command: &str) -> i32 {
             // The stream is read whole, and checked, on every open.
             (".mpk.gz", _) => 1,
             (_, "diff") => 1,
-            ("pack" | ".pt zip", "verify" | "convert") => 1,
+            ("pack" | ".pt zip" | "incremental checkpoint", "verify" | "convert") => 1,
             // No checksum: the value read is the damaged one.
             _ => 0,
         },
@@ -1519,13 +1550,29 @@ fn exit_codes_are_one_contract_for_every_format_damage_and_command() {
         for (format, arg, target, at) in &files {
             let arg_here = here.join(arg.file_name().unwrap());
             let target_here = here.join(target.file_name().unwrap());
-            let mut bytes = std::fs::read(&target_here).unwrap();
+            // An incremental checkpoint's data bytes are in its data file.
+            let damaged = if damage == Damage::Flip && *format == "incremental checkpoint" {
+                std::fs::read_dir(&here)
+                    .unwrap()
+                    .map(|e| e.unwrap().path())
+                    .find(|p| {
+                        p.file_name()
+                            .unwrap()
+                            .to_str()
+                            .unwrap()
+                            .starts_with("data-")
+                    })
+                    .unwrap()
+            } else {
+                target_here
+            };
+            let mut bytes = std::fs::read(&damaged).unwrap();
             match damage {
                 Damage::Cut => bytes.truncate(bytes.len() / 2),
                 Damage::Magic => bytes[..4].copy_from_slice(b"XXXX"),
                 Damage::Flip => bytes[*at] ^= 0x01,
             }
-            std::fs::write(&target_here, &bytes).unwrap();
+            std::fs::write(&damaged, &bytes).unwrap();
             let output = here.join(if *format == "pack" {
                 "out.safetensors"
             } else {
@@ -1538,6 +1585,9 @@ fn exit_codes_are_one_contract_for_every_format_damage_and_command() {
                     other => vec![other, s(&arg_here)],
                 };
                 let (code, out, err) = run(&args);
+                if command == "convert" && code != 0 {
+                    assert!(!output.exists(), "{format} {damage:?}: {output:?} written");
+                }
                 let _ = std::fs::remove_file(&output);
                 let expected = contract(format, damage, command);
                 let what =
