@@ -362,6 +362,21 @@ fn bincode_records_are_refused_with_what_to_do() {
         text.contains("zoo.bin") && text.contains("NamedMpkFileRecorder"),
         "{text}"
     );
+    // A `.bin` is a bincode record only when its bytes fit one; a gzipped one is told by its
+    // content through the registry.
+    let dir = tempfile::tempdir().unwrap();
+    let noise = write(dir.path(), "noise.bin", &[0x42; 64]);
+    let err = LegacySource::open(&noise).unwrap_err();
+    assert!(!matches!(err, LegacyError::Bincode { .. }), "{err}");
+    assert!(err.to_string().contains("no bincode record"), "{err}");
+    let record = std::fs::read(data("zoo.bin")).unwrap();
+    let gz = write(dir.path(), "zoo.bin.gz", &gzip(&record));
+    for err in [
+        LegacySource::open(&gz).unwrap_err(),
+        burnpack::interop::open_any(&gz).unwrap_err(),
+    ] {
+        assert!(matches!(err, LegacyError::Bincode { .. }), "{err}");
+    }
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
