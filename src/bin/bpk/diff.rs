@@ -306,7 +306,10 @@ pub(crate) fn diff(
     let compared_pairs: Vec<_> = common.iter().filter(|p| same_kind(p)).collect();
     let total = compared_pairs.iter().map(|(x, y)| x.len() + y.len()).sum();
     let bar = Bar::new(total, "compared");
-    let compared: Vec<Result<Option<ValueChange>, Failure>> = compared_pairs
+    // Per pair: `None` for the same values; a quantized tensor whose scheme is not decoded
+    // here is a dtype change after all (`Err(name)`).
+    type Compared<'t> = Option<Result<ValueChange, &'t str>>;
+    let compared: Vec<Result<Compared<'_>, Failure>> = compared_pairs
         .par_iter()
         .map(|(x, y)| {
             let (bx, by) = (
@@ -317,36 +320,47 @@ pub(crate) fn diff(
             if x.dtype() == y.dtype() && bx[..] == by[..] {
                 return Ok(None);
             }
-            let (max_abs, max_rel, beyond) =
-                max_diff((x, &bx), (y, &by), rules).unwrap_or((f64::NAN, f64::NAN, bx != by));
+            let (max_abs, max_rel, beyond) = match max_diff((x, &bx), (y, &by), rules) {
+                Some(found) => found,
+                None if x.dtype() != y.dtype() => return Ok(Some(Err(x.name()))),
+                None => (f64::NAN, f64::NAN, true),
+            };
             if max_abs == 0.0 && !beyond {
                 return Ok(None);
             }
-            Ok(Some(ValueChange {
+            Ok(Some(Ok(ValueChange {
                 max_abs,
                 max_rel,
                 name: x.name().to_string(),
                 within_tolerance: !beyond,
-            }))
+            })))
         })
         .collect();
     bar.finish();
-    let mut values = Vec::new();
+    let (mut values, mut undecoded) = (Vec::new(), BTreeSet::new());
     for r in compared {
-        values.extend(r?);
+        match r? {
+            Some(Ok(change)) => values.push(change),
+            Some(Err(name)) => {
+                undecoded.insert(name);
+            }
+            None => {}
+        }
     }
+    let compared_by_values =
+        |(x, y): &&(&TensorInfo, &TensorInfo)| same_kind(&(x, y)) && !undecoded.contains(x.name());
     let id = |t: &TensorInfo| t.param_id().map(|id| id.to_string());
     let mut found = Diff {
         a: a_path.display().to_string(),
         b: b_path.display().to_string(),
         dtype_or_shape: common
             .iter()
-            .filter(|pair| !same_kind(pair))
+            .filter(|pair| !compared_by_values(pair))
             .map(|(x, y)| KindChange::of(x, y))
             .collect(),
         dequantized: common
             .iter()
-            .filter(|(x, y)| dequantized_pair(x, y))
+            .filter(|pair| compared_by_values(pair) && dequantized_pair(pair.0, pair.1))
             .map(|(x, y)| KindChange::of(x, y))
             .collect(),
         differ: false,

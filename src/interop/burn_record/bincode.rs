@@ -56,9 +56,10 @@ pub(super) fn not_by_name(path: &std::path::Path) -> crate::read::SourceError {
             crate::platform::read_exact_at(&file, &mut head[..len], 0).map(|()| len)
         })
         .map(|len| &head[..len]);
+    let named = |end: &str| name.ends_with(end);
     let fits = match read {
-        Ok(bytes) if name.ends_with(".bin") => fits_record(bytes),
-        Ok(bytes) if name.ends_with(".bin.gz") => bytes.starts_with(&[0x1f, 0x8b]),
+        Ok(bytes) if named(".bin") => fits_record(bytes),
+        Ok(bytes) if named(".bin.gz") => bytes.starts_with(&[0x1f, 0x8b]),
         Ok(_) => false,
         Err(e) => return SourceError::io(path, "read")(e),
     };
