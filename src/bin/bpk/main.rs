@@ -1,4 +1,5 @@
-//! `bpk`: inspect, verify, diff and convert burnpack files.
+//! `bpk`: inspect, verify, diff and convert burnpack files and every format the library's
+//! registry reads (safetensors, PyTorch, GGUF, Burn records, checkpoints).
 //!
 //! Every command also takes `s3://bucket/key` URLs where it takes a file, when built with the
 //! `object-store` feature (configured from the `AWS_*` environment variables).

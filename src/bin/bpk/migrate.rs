@@ -2,7 +2,7 @@
 //! Nothing is created before the inputs are known good (every epoch's scheduler record read
 //! as `--scheduler` says), and a migration that fails on the way removes what it wrote.
 
-use burnpack::interop::burn_record::{LegacySource, SchedulerKind};
+use burnpack::interop::burn_record::{SchedulerKind, check_burn_train_schedulers};
 use burnpack::read::human_bytes;
 use std::path::{Path, PathBuf};
 
@@ -22,17 +22,7 @@ pub(crate) fn migrate(old: &Path, new: &Path, kind: SchedulerKind) -> Result<u8,
     }
     // The scheduler records are small and are what a wrong --scheduler fails on: all read
     // before anything is created.
-    for &epoch in &epochs {
-        for ext in ["mpk.gz", "mpk", "json.gz", "json"] {
-            let record = old.join(format!("scheduler-{epoch}.{ext}"));
-            if record.exists() {
-                LegacySource::open(&record)
-                    .and_then(|s| s.scheduler_writer(kind))
-                    .map_err(|e| Failure::of(&e))?;
-                break;
-            }
-        }
-    }
+    check_burn_train_schedulers(old, kind).map_err(|e| Failure::of(&e))?;
     // The first directory of `new` that is not there yet: what this migration creates, and
     // removes again if it fails.
     let created = new
