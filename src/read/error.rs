@@ -142,7 +142,8 @@ pub enum SourceErrorKind {
     Io,
     /// The file is shorter than its own header says (an interrupted copy or download).
     Truncated,
-    /// The contents are not a valid file of the format, or are damaged.
+    /// The contents are not a valid file of the format: a structure that does not parse or does
+    /// not hold together (damage its own checks find is [`Damaged`](Self::Damaged)).
     Invalid,
     /// One tensor is wrong (named in the error): a dtype with no Burn equivalent, a length that
     /// does not match its shape, a view outside its storage.
@@ -209,7 +210,8 @@ pub enum SourceError {
         #[source]
         source: std::io::Error,
     },
-    /// The file is not a valid file of its format, or is damaged.
+    /// The file is not a valid file of its format (its structure does not parse or hold
+    /// together).
     #[error("{}: {reason}", path.display())]
     Invalid {
         /// The file or URL.

@@ -510,7 +510,7 @@ fn inflate(
         // Cut short: the stream ends before its end.
         std::io::ErrorKind::UnexpectedEof => SourceError::Truncated {
             path: path.to_path_buf(),
-            reason: format!("its gzip stream ends before its end: {e}"),
+            reason: format!("its gzip stream is cut short: {e}"),
         },
         // A gzip header that does not parse: not a stream to read.
         std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput
