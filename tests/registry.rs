@@ -352,7 +352,7 @@ fn damage_a_file_finds_itself_is_one_kind_for_every_format() {
     // A tensor's bytes: found when read, the same kind.
     let source = open_any(write(d, "m.bpk", &pack)).unwrap();
     let tensors = source.as_tensor_source();
-    let info = tensors.tensors().iter().find(|t| t.len() > 0).unwrap();
+    let info = tensors.tensors().iter().find(|t| !t.is_empty()).unwrap();
     let mut bytes = tensors.read(info).unwrap().to_vec();
     bytes[0] ^= 1;
     let err = tensors.check(info, &bytes).unwrap_err();
