@@ -1493,6 +1493,19 @@ fn every_format(dir: &Path) -> Vec<(&'static str, std::path::PathBuf, std::path:
         .unwrap();
     let at = info.offset() as usize + 9;
     out.push((".mpk", mpk.clone(), mpk, at));
+    // A JSON record: the last digit of a tensor's first byte (it stays a byte).
+    let json = dir.join("m.json");
+    std::fs::copy(data.join("zoo.json"), &json).unwrap();
+    let text = std::fs::read(&json).unwrap();
+    let first = text.windows(10).position(|w| w == b"\"bytes\": [").unwrap() + 10;
+    let digits = first + text[first..].iter().position(u8::is_ascii_digit).unwrap();
+    let last = digits
+        + text[digits..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+        - 1;
+    out.push(("record .json", json.clone(), json, last));
     let gz = dir.join("m.mpk.gz");
     std::fs::copy(data.join("zoo.mpk.gz"), &gz).unwrap();
     let len = std::fs::metadata(&gz).unwrap().len() as usize;
