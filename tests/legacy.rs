@@ -362,6 +362,21 @@ fn bincode_records_are_refused_with_what_to_do() {
         text.contains("zoo.bin") && text.contains("NamedMpkFileRecorder"),
         "{text}"
     );
+    // A `.bin` is a bincode record only when its bytes fit one; a gzipped one is told by its
+    // content through the registry.
+    let dir = tempfile::tempdir().unwrap();
+    let noise = write(dir.path(), "noise.bin", &[0x42; 64]);
+    let err = LegacySource::open(&noise).unwrap_err();
+    assert!(!matches!(err, LegacyError::Bincode { .. }), "{err}");
+    assert!(err.to_string().contains("no bincode record"), "{err}");
+    let record = std::fs::read(data("zoo.bin")).unwrap();
+    let gz = write(dir.path(), "zoo.bin.gz", &gzip(&record));
+    for err in [
+        LegacySource::open(&gz).unwrap_err(),
+        burnpack::interop::open_any(&gz).unwrap_err(),
+    ] {
+        assert!(matches!(err, LegacyError::Bincode { .. }), "{err}");
+    }
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
@@ -443,20 +458,22 @@ fn damaged_and_foreign_files_are_clear_errors() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("file-size limit"), "{err}");
-    // A gzip stream cut short or damaged is a verdict on the file (invalid), not an I/O
-    // failure: `bpk verify` reports it FAILED, as it does a cut `.mpk`.
+    // A gzip stream cut short is truncated (cannot be read: `bpk` exits 3); one whose
+    // compressed bytes or CRC-32 were damaged was read and found damaged (`bpk` exits 1).
+    // Neither is an I/O failure.
     let whole = gzip(&mpk);
     let cut = write(dir.path(), "cut.mpk.gz", &whole[..whole.len() - 10]);
     let mut flipped = whole.clone();
     flipped[whole.len() / 2] ^= 0xff;
     let flipped = write(dir.path(), "flipped.mpk.gz", &flipped);
-    for path in [cut, flipped] {
+    let mut crc = whole.clone();
+    let at = whole.len() - 8;
+    crc[at] ^= 1;
+    let crc = write(dir.path(), "crc.mpk.gz", &crc);
+    use burnpack::read::SourceErrorKind::{Damaged, Truncated};
+    for (path, kind) in [(cut, Truncated), (flipped, Damaged), (crc, Damaged)] {
         let err = LegacySource::open(&path).unwrap_err();
-        assert_eq!(
-            err.kind(),
-            burnpack::read::SourceErrorKind::Invalid,
-            "{err}"
-        );
+        assert_eq!(err.kind(), kind, "{err}");
         let text = err.to_string();
         assert!(
             text.contains(&path.display().to_string()) && text.contains("gzip"),

@@ -278,3 +278,104 @@ fn opened_for_a_verification_files_are_read_not_mapped_and_a_cut_one_is_an_error
         assert_ne!(reason, Some(CopyReason::Buffered), "{path:?}");
     }
 }
+
+/// What a file that is not weights at all is, said by its content under any name: a Git LFS
+/// pointer, an HTML page; a `.bin` is a bincode record only when its bytes fit one, and one
+/// whose bytes fit is one under any name.
+#[test]
+fn lfs_pointers_html_pages_and_bincode_records_are_told_by_their_content() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let lfs = b"version https://git-lfs.github.com/spec/v1\n\
+                oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n\
+                size 440473133\n";
+    for name in ["pytorch_model.bin", "model.safetensors", "model.bpk"] {
+        let err = open_any(write(d, name, lfs)).unwrap_err();
+        assert_eq!(err.kind(), SourceErrorKind::UnknownFormat, "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(name)
+                && text.contains("a Git LFS pointer, not the file (420.1 MiB in the repository): run `git lfs pull`")
+                && !text.contains("bincode"),
+            "{text}"
+        );
+    }
+    let html = b"\n<!DOCTYPE html>\n<html><head><title>404</title></head></html>\n";
+    for name in ["pytorch_model.bin", "model.gguf"] {
+        let text = open_any(write(d, name, html)).unwrap_err().to_string();
+        assert!(
+            text.contains("an HTML page, not weights: the download failed?")
+                && !text.contains("bincode"),
+            "{text}"
+        );
+    }
+    // Random bytes named .bin: not a file bpk reads, not "a bincode record".
+    let noise = common::pattern(7, 256);
+    let err = open_any(write(d, "weights.bin", &noise)).unwrap_err();
+    assert_eq!(err.kind(), SourceErrorKind::UnknownFormat, "{err}");
+    assert!(!err.to_string().contains("bincode"), "{err}");
+    // A bincode record of Burn 0.21, under its name and under another.
+    let record =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/legacy/zoo.bin"))
+            .unwrap();
+    for name in ["zoo.bin", "weights"] {
+        let err = open_any(write(d, name, &record)).unwrap_err();
+        assert_eq!(err.kind(), SourceErrorKind::Unsupported, "{name}: {err}");
+        assert!(err.to_string().contains("bincode record"), "{err}");
+    }
+}
+
+/// The line between "cannot read" and "read, but damaged", whatever the format:
+/// `SourceErrorKind::Damaged` for what a file's own checks find (a pack's metadata checksum, a
+/// `.pt` archive's pickle CRC-32, a gzip stream's CRC-32, a tensor's checksum as it is read),
+/// every other kind `is_unreadable`.
+#[test]
+fn damage_a_file_finds_itself_is_one_kind_for_every_format() {
+    use burnpack::read::ReadError;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A pack with a flipped bit in a parameter id (9, one byte): its metadata checksum.
+    use burn::tensor::{Bytes, DType};
+    let pack = burnpack::Writer::new(vec![
+        burnpack::Entry::resident("w", DType::F32, vec![2], Bytes::from_elems(vec![1f32, 2.0]))
+            .with_param_id(9),
+    ])
+    .into_bytes()
+    .unwrap()
+    .to_vec();
+    let at = pack.windows(8).position(|w| w == b"param_id").unwrap() + 8;
+    let mut flipped = pack.clone();
+    flipped[at] ^= 0x02;
+    let err = open_any(write(d, "meta.bpk", &flipped)).unwrap_err();
+    assert_eq!(err.kind(), SourceErrorKind::Damaged, "{err}");
+    assert!(!err.kind().is_unreadable());
+    // A tensor's bytes: found when read, the same kind.
+    let source = open_any(write(d, "m.bpk", &pack)).unwrap();
+    let tensors = source.as_tensor_source();
+    let info = tensors.tensors().iter().find(|t| !t.is_empty()).unwrap();
+    let mut bytes = tensors.read(info).unwrap().to_vec();
+    bytes[0] ^= 1;
+    let err = tensors.check(info, &bytes).unwrap_err();
+    assert!(matches!(err, ReadError::Checksum { .. }));
+    assert_eq!(err.kind(), SourceErrorKind::Damaged);
+    let err = burnpack::read::SourceError::from(err);
+    assert_eq!(err.kind(), SourceErrorKind::Damaged);
+    assert_eq!(err.tensor(), Some(info.name()));
+    // A torch.save archive whose pickle does not match its CRC-32.
+    let pt = d.join("crc.pt");
+    let storages = [common::torch::StorageSpec::f32(&[1.0, 2.0])];
+    common::torch::save(&pt, &storages, &[common::torch::View::whole("w", 0, &[2])]);
+    let mut bytes = std::fs::read(&pt).unwrap();
+    let at = bytes
+        .windows(6)
+        .position(|w| w == b"X\x01\x00\x00\x00w")
+        .unwrap();
+    bytes[at + 5] = b'v';
+    std::fs::write(&pt, &bytes).unwrap();
+    let err = open_any(&pt).unwrap_err();
+    assert_eq!(err.kind(), SourceErrorKind::Damaged, "{err}");
+    assert!(err.to_string().contains("CRC-32"), "{err}");
+    // Cut short, or of no format: cannot be read.
+    let err = open_any(write(d, "cut.bpk", &pack[..pack.len() / 2])).unwrap_err();
+    assert!(err.kind().is_unreadable(), "{err}");
+}

@@ -142,11 +142,16 @@ impl<S: PackSource> Chain<S> {
                 let found = stored
                     .checksum()
                     .map_or_else(|| "none".to_string(), |c| format!("{c:016x}"));
-                return Err(invalid(format!(
-                    "tensor '{name_}': data file '{data_file}' holds '{stored_}' with checksum \
-                     {found}, the checkpoint recorded {recorded:016x}: the data file was \
-                     replaced or damaged"
-                )));
+                // Damage the checkpoint's own record finds (exit 1 under `bpk`'s contract).
+                return Err(CheckpointError::Read(ReadError::Reference {
+                    file: file.clone(),
+                    tensor: name_.into_owned(),
+                    what: format!(
+                        "data file '{data_file}' holds '{stored_}' with checksum {found}, the \
+                         checkpoint recorded {recorded:016x}: the data file was replaced or \
+                         damaged"
+                    ),
+                }));
             }
             total = total.saturating_add(stored.len());
             if total > limits.max_file_size {

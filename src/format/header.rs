@@ -143,8 +143,12 @@ impl Header {
 /// ```
 #[must_use]
 pub fn looks_like(bytes: &[u8]) -> Option<&'static str> {
-    // safetensors: an 8-byte little-endian header length, then a JSON object.
-    if let (Some(len), Some(b'{')) = (bytes.get(..8), bytes.get(8)) {
+    // safetensors: an 8-byte little-endian header length, then a JSON object (white space
+    // may come first).
+    let json = bytes
+        .get(8..)
+        .and_then(|rest| rest.iter().find(|b| !b.is_ascii_whitespace()));
+    if let (Some(len), Some(b'{')) = (bytes.get(..8), json) {
         let len = u64::from_le_bytes(len.try_into().unwrap_or([0; 8]));
         if (2..1 << 32).contains(&len) {
             return Some(

@@ -311,6 +311,9 @@ impl Layout {
             });
         }
         let (names, rows) = table.into_names();
+        if let Some(cut) = cut_inside(&names, &rows, data_start, file_len) {
+            return Err(cut);
+        }
         let mut tensors = Vec::with_capacity(rows.len());
         for (i, row) in rows.into_iter().enumerate() {
             let mut info = TensorInfo::validate(&names, &row, data_start, file_len, limits)?;
@@ -583,4 +586,28 @@ impl Layout {
         }
         out
     }
+}
+
+/// A file cut inside its data section, named by the tensor the cut falls in: of the tensors
+/// that reach past the end of the file, the first in the file (not the first by name, which
+/// may lie wholly past the cut).
+fn cut_inside(
+    names: &super::table::Names,
+    rows: &[super::table::Row],
+    data_start: u64,
+    file_len: u64,
+) -> Option<FormatError> {
+    let (_, end, row) = rows
+        .iter()
+        .filter_map(|row| {
+            let (start, end) = row.data_offsets;
+            let end = data_start.checked_add(end)?;
+            (start <= row.data_offsets.1 && end > file_len).then_some((start, end, row))
+        })
+        .min_by_key(|(start, _, _)| *start)?;
+    Some(FormatError::PastEnd {
+        tensor: names.name(row.name).to_string(),
+        end,
+        file_len,
+    })
 }

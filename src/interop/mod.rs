@@ -39,6 +39,7 @@ pub mod pytorch;
 mod registry;
 #[cfg(feature = "safetensors")]
 pub mod safetensors;
+mod unknown;
 
 pub use registry::{
     Container, HEAD, OpenOptions, containers, open_any, open_any_with, open_bytes_any,

@@ -9,6 +9,8 @@ use burn::tensor::Bytes;
 use crate::format::Limits;
 use crate::read::{DescribedSource, Reader, SourceError};
 
+use super::unknown::unknown;
+
 /// How [`open_any_with`] opens what it is given.
 ///
 /// ```
@@ -185,12 +187,16 @@ static CONTAINERS: &[Container] = &[
     #[cfg(feature = "safetensors")]
     Container {
         name: "safetensors",
-        // An 8-byte little-endian header length, then a JSON object. The length's four high
+        // An 8-byte little-endian header length, then a JSON object (JSON allows white space
+        // before it, and the `safetensors` crate reads such headers). The length's four high
         // bytes are zero in any safetensors file (headers are at most 100 MB), and never in
         // text (a JSON Burn record that starts `{"item":{`): a cut file is still told apart,
         // and its parser says it is cut.
         sniff: |head, _| {
-            head.len() > 8 && head[4..8] == [0; 4] && head[..4] != [0; 4] && head[8] == b'{'
+            head.len() > 8
+                && head[4..8] == [0; 4]
+                && head[..4] != [0; 4]
+                && first_text_byte(&head[8..]) == Some(b'{')
         },
         open: |path, options| {
             boxed(super::safetensors::SafetensorsSource::open_file_for(
@@ -481,40 +487,6 @@ fn head_of(path: &Path, most: usize) -> Result<(std::fs::File, Vec<u8>, u64), So
 /// The first container whose sniff takes `head`.
 fn sniffed(head: &[u8], total: u64) -> Option<&'static Container> {
     CONTAINERS.iter().find(|c| (c.sniff)(head, total))
-}
-
-/// The error for a file of no format this build reads: its first bytes, and what it may be.
-fn unknown(path: &Path, head: &[u8]) -> SourceError {
-    let name = path.to_string_lossy().to_ascii_lowercase();
-    // Burn's bincode records have no magic number: only their name can say what they are.
-    let bincode = [".bin", ".bin.gz"].iter().any(|end| name.ends_with(end));
-    if cfg!(feature = "legacy") && bincode {
-        return SourceError::Bincode {
-            path: path.to_path_buf(),
-        };
-    }
-    let shown = &head[..head.len().min(16)];
-    let start = format!("\"{}\"", shown.escape_ascii());
-    let hint = crate::format::looks_like(head)
-        .filter(|_| !cfg!(all(feature = "safetensors", feature = "pytorch")))
-        .or_else(|| {
-            (head.starts_with(b"GGUF")
-                || head.starts_with(b"\x89HDF")
-                || head.iter().all(|&b| b == 0))
-            .then(|| crate::format::looks_like(head))
-            .flatten()
-        })
-        .map_or_else(String::new, |hint| format!(": {hint}"));
-    let start = if head.is_empty() {
-        "nothing: it is empty".to_string()
-    } else {
-        start
-    };
-    SourceError::UnknownFormat {
-        path: path.to_path_buf(),
-        start,
-        hint,
-    }
 }
 
 /// A pack on object storage.

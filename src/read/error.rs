@@ -111,6 +111,35 @@ pub enum ReadError {
 }
 
 impl ReadError {
+    /// What kind of failure this is, in the terms of [`SourceError::kind`]: a checksum or
+    /// CRC-32 that does not match, or a reference that does not hold, is
+    /// [`SourceErrorKind::Damaged`]; an I/O error [`SourceErrorKind::Io`]; a file cut short
+    /// [`SourceErrorKind::Truncated`].
+    ///
+    /// ```
+    /// use burnpack::read::{ReadError, SourceErrorKind};
+    /// let err = ReadError::Checksum { file: "m.bpk".into(), tensor: "w".into(), expected: 1, actual: 2 };
+    /// assert_eq!(err.kind(), SourceErrorKind::Damaged);
+    /// ```
+    #[must_use]
+    pub fn kind(&self) -> SourceErrorKind {
+        match self {
+            Self::Invalid { file, source } => SourceError::Format {
+                path: file.into(),
+                source: source.clone(),
+            }
+            .kind(),
+            Self::Io { .. } => SourceErrorKind::Io,
+            Self::Checksum { .. } | Self::Reference { .. } => SourceErrorKind::Damaged,
+            Self::NotMine { .. } | Self::Unsupported { .. } | Self::NotFound { .. } => {
+                SourceErrorKind::Tensor
+            }
+            // A manifest is a valid pack, of a kind a loader of one pack does not read; what a
+            // conversion's output cannot hold is the input's structure.
+            Self::IncrementalManifest { .. } | Self::Conversion { .. } => SourceErrorKind::Invalid,
+        }
+    }
+
     /// A failed read of `tensor`'s bytes from `file`: [`ReadError::Io`], the tensor named in
     /// its message (`cannot read tensor data: tensor 'w': ...`).
     pub(crate) fn reading(file: impl Into<String>, tensor: &str, source: &std::io::Error) -> Self {
@@ -127,7 +156,8 @@ impl ReadError {
 /// ```
 /// use burnpack::read::SourceErrorKind;
 /// assert!(SourceErrorKind::Truncated.is_unreadable());
-/// assert!(!SourceErrorKind::Invalid.is_unreadable());
+/// assert!(SourceErrorKind::Invalid.is_unreadable());
+/// assert!(!SourceErrorKind::Damaged.is_unreadable());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -137,7 +167,8 @@ pub enum SourceErrorKind {
     Io,
     /// The file is shorter than its own header says (an interrupted copy or download).
     Truncated,
-    /// The contents are not a valid file of the format, or are damaged.
+    /// The contents are not a valid file of the format: a structure that does not parse or does
+    /// not hold together (damage its own checks find is [`Damaged`](Self::Damaged)).
     Invalid,
     /// One tensor is wrong (named in the error): a dtype with no Burn equivalent, a length that
     /// does not match its shape, a view outside its storage.
@@ -153,21 +184,27 @@ pub enum SourceErrorKind {
     /// The path or URL itself is not one this crate can open (a malformed URL, a scheme this
     /// build was compiled without).
     Location,
+    /// The file was read, and its own check says its bytes changed since it was written: a
+    /// checksum or CRC-32 that does not match (a pack's header and metadata or a tensor, a
+    /// `torch.save` archive's pickle or storage, a gzip stream), or a checkpoint's reference
+    /// to bytes that are no longer the ones it recorded.
+    Damaged,
 }
 
 impl SourceErrorKind {
-    /// Whether the file could not be read at all (as opposed to being read and found wrong):
-    /// `bpk verify` exits 3 for these and 1 for the others.
+    /// Whether the file could not be read (missing, of no format this crate reads, cut short,
+    /// an invalid or unsupported structure, a refused pickle), as opposed to read and found
+    /// [`Damaged`](Self::Damaged) by its own checks: `bpk` exits 3 for these and 1 for damage,
+    /// whatever the format and the command.
     ///
     /// ```
-    /// assert!(burnpack::read::SourceErrorKind::Io.is_unreadable());
+    /// use burnpack::read::SourceErrorKind;
+    /// assert!(SourceErrorKind::Io.is_unreadable());
+    /// assert!(!SourceErrorKind::Damaged.is_unreadable());
     /// ```
     #[must_use]
     pub fn is_unreadable(self) -> bool {
-        matches!(
-            self,
-            Self::Io | Self::Truncated | Self::Unsupported | Self::UnknownFormat | Self::Location
-        )
+        self != Self::Damaged
     }
 }
 
@@ -198,7 +235,8 @@ pub enum SourceError {
         #[source]
         source: std::io::Error,
     },
-    /// The file is not a valid file of its format, or is damaged.
+    /// The file is not a valid file of its format (its structure does not parse or hold
+    /// together).
     #[error("{}: {reason}", path.display())]
     Invalid {
         /// The file or URL.
@@ -273,6 +311,20 @@ pub enum SourceError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The file was read and its own check failed (see [`SourceErrorKind::Damaged`]).
+    #[error(
+        "{}: {}{reason}",
+        path.display(),
+        tensor.as_ref().map(|t| format!("tensor '{t}': ")).unwrap_or_default()
+    )]
+    Damaged {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The tensor whose bytes failed their check, where the check is a tensor's.
+        tensor: Option<String>,
+        /// Which check failed, and what it expected.
+        reason: String,
+    },
     /// Not a file any source of this crate reads.
     #[error("{}: not a file bpk reads (it starts with {start}){hint}", path.display())]
     UnknownFormat {
@@ -304,9 +356,13 @@ impl SourceError {
             Self::UnknownFormat { .. } => SourceErrorKind::UnknownFormat,
             Self::Location { .. } => SourceErrorKind::Location,
             Self::Truncated { .. } => SourceErrorKind::Truncated,
+            Self::Damaged { .. } => SourceErrorKind::Damaged,
             Self::Format { source, .. } => match source {
                 FormatError::Truncated { .. } | FormatError::PastEnd { .. } => {
                     SourceErrorKind::Truncated
+                }
+                FormatError::MetadataChecksum { .. } | FormatError::TensorChecksum { .. } => {
+                    SourceErrorKind::Damaged
                 }
                 _ if source.tensor().is_some() => SourceErrorKind::Tensor,
                 _ => SourceErrorKind::Invalid,
@@ -331,6 +387,7 @@ impl SourceError {
             | Self::Format { path, .. }
             | Self::Location { path, .. }
             | Self::Truncated { path, .. }
+            | Self::Damaged { path, .. }
             | Self::Unsupported { path, .. }
             | Self::UnknownFormat { path, .. } => path,
         }
@@ -350,6 +407,7 @@ impl SourceError {
     pub fn tensor(&self) -> Option<&str> {
         match self {
             Self::Tensor { tensor, .. } => Some(tensor),
+            Self::Damaged { tensor, .. } => tensor.as_deref(),
             Self::Format { source, .. } => source.tensor(),
             _ => None,
         }
@@ -400,9 +458,9 @@ impl From<ReadError> for SourceError {
                 tensor,
                 expected,
                 actual,
-            } => Self::Tensor {
+            } => Self::Damaged {
                 path: file.into(),
-                tensor,
+                tensor: Some(tensor),
                 reason: format!(
                     "checksum mismatch (stored {expected:#018x}, computed {actual:#018x}): the data is corrupt"
                 ),
@@ -412,15 +470,15 @@ impl From<ReadError> for SourceError {
                 tensor,
                 reason: "no tensor of this name".into(),
             },
+            ReadError::Reference { file, tensor, what } => Self::Damaged {
+                path: file.into(),
+                tensor: Some(tensor),
+                reason: what,
+            },
             ReadError::Unsupported {
                 file,
                 tensor,
                 reason,
-            }
-            | ReadError::Reference {
-                file,
-                tensor,
-                what: reason,
             } => Self::Tensor {
                 path: file.into(),
                 tensor,

@@ -123,14 +123,19 @@ fn naming(input: &Path, output: &Path, e: impl Into<ConvertError>) -> Failure {
         | ConvertError::Safetensors { .. } => true,
         _ => false,
     };
+    // The exit code by the contract (1 where a read found the input damaged, 3 otherwise).
+    let failure = Failure::of(&e);
     if names_a_file {
-        Failure::file(e)
+        failure
     } else {
-        Failure::file(format!(
-            "{}: cannot be written as {}: {e}",
-            input.display(),
-            output.display()
-        ))
+        Failure {
+            code: failure.code,
+            message: format!(
+                "{}: cannot be written as {}: {e}",
+                input.display(),
+                output.display()
+            ),
+        }
     }
 }
 
@@ -166,7 +171,7 @@ fn refuse_onto_input(
 fn upload(writer: burnpack::Writer, output: &Path) -> Result<u64, Failure> {
     use burnpack::interop::object_store::{ObjectLocation, UploadOptions, upload};
     let location = ObjectLocation::parse(&output.to_string_lossy()).map_err(Failure::usage)?;
-    upload(writer, &location, &UploadOptions::new()).map_err(Failure::file)
+    upload(writer, &location, &UploadOptions::new()).map_err(|e| Failure::of(&e))
 }
 
 /// Without the `object-store` feature, a URL is a usage error saying how to get it.

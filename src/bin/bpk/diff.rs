@@ -1,6 +1,8 @@
-//! `bpk diff`: tensors only in one file, different dtype, shape or id, value differences, metadata
-//! and scalar differences.
+//! `bpk diff`: tensors only in one file, different dtype, shape or id, value differences (with
+//! a tolerance; quantized tensors by their dequantized values), metadata and scalar
+//! differences. Tensors decide the exit code; metadata decides it only when asked.
 
+use burn::tensor::DType;
 use burnpack::format::TensorInfo;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -13,26 +15,37 @@ use crate::print::*;
 use crate::progress::Bar;
 use crate::scan::*;
 
-/// Largest absolute and relative difference between two tensors of one dtype and shape.
-/// Quantized tensors are compared by their dequantized values.
-pub(crate) fn max_diff(info: &TensorInfo, a: &[u8], b: &[u8]) -> Option<(f64, f64)> {
+/// What counts as a difference.
+pub(crate) struct Rules {
+    /// Absolute tolerance: values agree when `|a - b| <= atol + rtol * |b|`.
+    pub(crate) atol: f64,
+    /// Relative tolerance.
+    pub(crate) rtol: f64,
+    /// Metadata, scalars and parameter ids missing on one side also decide the exit code.
+    pub(crate) strict_metadata: bool,
+}
+
+/// The largest absolute and relative difference between two tensors of one shape, and
+/// whether any element differs beyond the tolerance; each side is decoded by its own dtype
+/// (a quantized tensor by its dequantized values). `None` when a side does not decode to
+/// numbers (then the bytes decide, compared by the caller).
+fn max_diff(
+    (x, a): (&TensorInfo, &[u8]),
+    (y, b): (&TensorInfo, &[u8]),
+    rules: &Rules,
+) -> Option<(f64, f64, bool)> {
     let mut left = Vec::new();
-    if !for_each_f64(info, a, |v| left.push(v)) {
-        return (a != b)
-            .then_some((f64::NAN, f64::NAN))
-            .or(Some((0.0, 0.0)));
+    if !for_each_f64(x, a, |v| left.push(v)) {
+        return None;
     }
-    let (mut abs, mut rel, mut i) = (0.0f64, 0.0f64, 0);
-    for_each_f64(info, b, |y| {
-        let x = left[i];
+    let (mut abs, mut rel, mut beyond, mut i) = (0.0f64, 0.0f64, false, 0);
+    let decoded = for_each_f64(y, b, |w| {
+        let v = left.get(i).copied().unwrap_or(f64::NAN);
         i += 1;
-        let d = if x == y || (x.is_nan() && y.is_nan()) {
-            0.0
-        } else {
-            (x - y).abs()
-        };
+        let same = v == w || (v.is_nan() && w.is_nan());
+        let d = if same { 0.0 } else { (v - w).abs() };
         abs = abs.max(d);
-        let scale = x.abs().max(y.abs());
+        let scale = v.abs().max(w.abs());
         if d > 0.0 {
             rel = rel.max(if scale > 0.0 {
                 d / scale
@@ -40,8 +53,19 @@ pub(crate) fn max_diff(info: &TensorInfo, a: &[u8], b: &[u8]) -> Option<(f64, f6
                 f64::INFINITY
             });
         }
+        // A NaN on one side only, or an infinity against another value, is never within a
+        // tolerance.
+        beyond |= !same && (d.is_nan() || d > rules.atol + rules.rtol * w.abs());
     });
-    Some((abs, rel))
+    (decoded && i == left.len()).then_some((abs, rel, beyond))
+}
+
+/// Whether two tensors of one shape are compared by values across their dtypes: one of them
+/// quantized, the other a float (a quantized tensor against its dequantized conversion).
+fn dequantized_pair(x: &TensorInfo, y: &TensorInfo) -> bool {
+    let q = |t: &TensorInfo| matches!(t.dtype(), DType::QFloat(_));
+    let f = |t: &TensorInfo| t.dtype().is_float() || q(t);
+    x.shape() == y.shape() && x.dtype() != y.dtype() && (q(x) || q(y)) && f(x) && f(y)
 }
 
 /// What `bpk diff` found: one value that serializes to `--json` and prints as text.
@@ -50,17 +74,34 @@ pub(crate) fn max_diff(info: &TensorInfo, a: &[u8], b: &[u8]) -> Option<(f64, f6
 struct Diff<'a> {
     a: String,
     b: String,
+    /// Tensors of different dtype or shape (a quantized tensor against a float of its shape
+    /// is compared by values instead, and listed in `dequantized`).
     dtype_or_shape: Vec<KindChange<'a>>,
+    /// Tensors compared by their dequantized values (a quantized dtype on one side).
+    dequantized: Vec<KindChange<'a>>,
+    /// The verdict, the exit code: tensors differ (or, with --strict-metadata, metadata).
+    differ: bool,
     identical: bool,
     metadata: Vec<EntryChange>,
     only_in_a: Vec<&'a str>,
     only_in_b: Vec<&'a str>,
     param_ids: Vec<IdChange<'a>>,
     scalars: Vec<EntryChange>,
+    /// Whether metadata, scalars and one-sided parameter ids decided the verdict too.
+    strict_metadata: bool,
+    /// The tolerance values were compared with.
+    tolerance: Tolerance,
     values: Vec<ValueChange>,
     /// Tensors present in both files (for the text summary).
     #[serde(skip)]
     common: usize,
+}
+
+/// `--atol` and `--rtol`.
+#[derive(Serialize)]
+struct Tolerance {
+    atol: f64,
+    rtol: f64,
 }
 
 /// A tensor's dtype and shape.
@@ -87,6 +128,16 @@ struct KindChange<'a> {
     name: &'a str,
 }
 
+impl<'a> KindChange<'a> {
+    fn of(x: &'a TensorInfo, y: &TensorInfo) -> Self {
+        Self {
+            a: Kind::of(x),
+            b: Kind::of(y),
+            name: x.name(),
+        }
+    }
+}
+
 /// A tensor with another parameter id in B (ids as strings: they exceed JSON's exact range).
 #[derive(Serialize)]
 struct IdChange<'a> {
@@ -95,12 +146,14 @@ struct IdChange<'a> {
     name: &'a str,
 }
 
-/// A tensor whose values differ, with the largest absolute and relative difference.
+/// A tensor whose values differ, with the largest absolute and relative difference, and
+/// whether they are within the tolerance.
 #[derive(Serialize)]
 struct ValueChange {
     max_abs: f64,
     max_rel: f64,
     name: String,
+    within_tolerance: bool,
 }
 
 /// A metadata entry or scalar that differs (absent on one side: `None`).
@@ -134,8 +187,18 @@ fn shown(value: &impl Serialize) -> String {
 }
 
 impl Diff<'_> {
-    fn differ(&self) -> bool {
-        !self.identical
+    /// Whether the tensors differ (by name, dtype or shape, values beyond the tolerance,
+    /// parameter ids both sides have) or, with `--strict-metadata`, anything else does.
+    fn verdict(&self) -> bool {
+        let tensors = !self.only_in_a.is_empty()
+            || !self.only_in_b.is_empty()
+            || !self.dtype_or_shape.is_empty()
+            || self.values.iter().any(|v| !v.within_tolerance)
+            || self
+                .param_ids
+                .iter()
+                .any(|d| d.a.is_some() && d.b.is_some());
+        tensors || self.strict_metadata && !self.identical
     }
 
     fn print_text(&self) {
@@ -163,12 +226,25 @@ impl Diff<'_> {
                 d.b.as_deref().unwrap_or("none")
             );
         }
+        for c in &self.dequantized {
+            println!(
+                "{}: {} vs {}: compared by dequantized values",
+                clean(c.name),
+                shown(&c.a.dtype),
+                shown(&c.b.dtype)
+            );
+        }
         for v in &self.values {
             println!(
-                "{}: values differ (max abs {:e}, max rel {:e})",
+                "{}: values differ (max abs {:e}, max rel {:e}){}",
                 clean(&v.name),
                 v.max_abs,
-                v.max_rel
+                v.max_rel,
+                if v.within_tolerance {
+                    ", within the tolerance"
+                } else {
+                    ""
+                }
             );
         }
         for (what, changes) in [("metadata", &self.metadata), ("scalar", &self.scalars)] {
@@ -182,18 +258,41 @@ impl Diff<'_> {
             }
         }
         let same = self.common - self.dtype_or_shape.len() - self.values.len();
+        let beyond = self.values.iter().filter(|v| !v.within_tolerance).count();
+        let within = self.values.len() - beyond;
         println!(
-            "{} tensors with identical values, {} differ in values, {} in dtype or shape, {} only in A, {} only in B",
+            "{} tensors with identical values, {} differ in values{}, {} in dtype or shape, {} only in A, {} only in B",
             same,
-            self.values.len(),
+            beyond,
+            if within > 0 {
+                format!(" ({within} more within the tolerance)")
+            } else {
+                String::new()
+            },
             self.dtype_or_shape.len(),
             self.only_in_a.len(),
             self.only_in_b.len()
         );
+        let others = self.metadata.len() + self.scalars.len();
+        if others > 0 && !self.strict_metadata {
+            println!(
+                "{others} metadata or scalar differences: reported, not failed (--strict-metadata fails them)"
+            );
+        }
     }
 }
 
-pub(crate) fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Failure> {
+pub(crate) fn diff(
+    a_path: &Path,
+    b_path: &Path,
+    as_json: bool,
+    rules: &Rules,
+) -> Result<u8, Failure> {
+    if !(rules.atol >= 0.0 && rules.rtol >= 0.0) {
+        return Err(Failure::usage(
+            "--atol and --rtol are tolerances: zero or more",
+        ));
+    }
     let (opened_a, opened_b) = (open(a_path)?, open(b_path)?);
     let (about_a, about_b) = (opened_a.describe(), opened_b.describe());
     let (a, b) = (opened_a.as_tensor_source(), opened_b.as_tensor_source());
@@ -203,48 +302,70 @@ pub(crate) fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Fa
         .intersection(&names_b)
         .filter_map(|n| Some((a.tensor(n)?, b.tensor(n)?)))
         .collect();
-    let total = common.iter().map(|(x, y)| x.len() + y.len()).sum();
+    let same_kind = |(x, y): &(&TensorInfo, &TensorInfo)| {
+        x.dtype() == y.dtype() && x.shape() == y.shape() || dequantized_pair(x, y)
+    };
+    let compared_pairs: Vec<_> = common.iter().filter(|p| same_kind(p)).collect();
+    let total = compared_pairs.iter().map(|(x, y)| x.len() + y.len()).sum();
     let bar = Bar::new(total, "compared");
-    let same_kind =
-        |(x, y): &&(&TensorInfo, &TensorInfo)| x.dtype() == y.dtype() && x.shape() == y.shape();
-    let compared: Vec<Result<Option<ValueChange>, Failure>> = common
+    // Per pair: `None` for the same values; a quantized tensor whose scheme is not decoded
+    // here is a dtype change after all (`Err(name)`).
+    type Compared<'t> = Option<Result<ValueChange, &'t str>>;
+    let compared: Vec<Result<Compared<'_>, Failure>> = compared_pairs
         .par_iter()
-        .filter(same_kind)
         .map(|(x, y)| {
             let (bx, by) = (
-                a.read(x).map_err(Failure::file)?,
-                b.read(y).map_err(Failure::file)?,
+                a.read(x).map_err(|e| Failure::of(&e))?,
+                b.read(y).map_err(|e| Failure::of(&e))?,
             );
             bar.inc(x.len() + y.len());
-            if bx[..] == by[..] {
+            if x.dtype() == y.dtype() && bx[..] == by[..] {
                 return Ok(None);
             }
-            let (max_abs, max_rel) = max_diff(x, &bx, &by).unwrap_or((f64::NAN, f64::NAN));
-            Ok(Some(ValueChange {
+            let (max_abs, max_rel, beyond) = match max_diff((x, &bx), (y, &by), rules) {
+                Some(found) => found,
+                None if x.dtype() != y.dtype() => return Ok(Some(Err(x.name()))),
+                None => (f64::NAN, f64::NAN, true),
+            };
+            if max_abs == 0.0 && !beyond {
+                return Ok(None);
+            }
+            Ok(Some(Ok(ValueChange {
                 max_abs,
                 max_rel,
                 name: x.name().to_string(),
-            }))
+                within_tolerance: !beyond,
+            })))
         })
         .collect();
     bar.finish();
-    let mut values = Vec::new();
+    let (mut values, mut undecoded) = (Vec::new(), BTreeSet::new());
     for r in compared {
-        values.extend(r?);
+        match r? {
+            Some(Ok(change)) => values.push(change),
+            Some(Err(name)) => {
+                undecoded.insert(name);
+            }
+            None => {}
+        }
     }
+    let compared_by_values =
+        |(x, y): &&(&TensorInfo, &TensorInfo)| same_kind(&(x, y)) && !undecoded.contains(x.name());
     let id = |t: &TensorInfo| t.param_id().map(|id| id.to_string());
     let mut found = Diff {
         a: a_path.display().to_string(),
         b: b_path.display().to_string(),
         dtype_or_shape: common
             .iter()
-            .filter(|pair| !same_kind(pair))
-            .map(|(x, y)| KindChange {
-                a: Kind::of(x),
-                b: Kind::of(y),
-                name: x.name(),
-            })
+            .filter(|pair| !compared_by_values(pair))
+            .map(|(x, y)| KindChange::of(x, y))
             .collect(),
+        dequantized: common
+            .iter()
+            .filter(|pair| compared_by_values(pair) && dequantized_pair(pair.0, pair.1))
+            .map(|(x, y)| KindChange::of(x, y))
+            .collect(),
+        differ: false,
         identical: false,
         metadata: entry_changes(
             about_a.metadata.clone().into_iter().collect(),
@@ -262,20 +383,27 @@ pub(crate) fn diff(a_path: &Path, b_path: &Path, as_json: bool) -> Result<u8, Fa
             })
             .collect(),
         scalars: entry_changes(about_a.scalars.clone(), about_b.scalars.clone()),
+        strict_metadata: rules.strict_metadata,
+        tolerance: Tolerance {
+            atol: rules.atol,
+            rtol: rules.rtol,
+        },
         values,
         common: common.len(),
     };
     found.identical = found.only_in_a.is_empty()
         && found.only_in_b.is_empty()
         && found.dtype_or_shape.is_empty()
+        && found.dequantized.is_empty()
         && found.param_ids.is_empty()
         && found.values.is_empty()
         && found.metadata.is_empty()
         && found.scalars.is_empty();
+    found.differ = found.verdict();
     if as_json {
         print_json(&serde_json::to_value(&found).expect("JSON of plain values"));
     } else {
         found.print_text();
     }
-    Ok(u8::from(found.differ()))
+    Ok(u8::from(found.differ))
 }

@@ -1,18 +1,16 @@
-//! `bpk`: inspect, verify, diff and convert burnpack files.
+//! `bpk`: inspect, verify, diff and convert burnpack files and every format the library's
+//! registry reads (safetensors, PyTorch, GGUF, Burn records, checkpoints).
 //!
 //! Every command also takes `s3://bucket/key` URLs where it takes a file, when built with the
 //! `object-store` feature (configured from the `AWS_*` environment variables).
-//!
-//! Exit codes: 0 success; 1 verification failed or the files differ; 2 usage error;
-//! 3 a file is unreadable or not a valid pack.
 //!
 //! One file per command (`inspect`, `verify`, `diff`, `convert`, `migrate`), as ripgrep splits
 //! its binary; no command knows a format by name: `open` opens any argument (a file of any
 //! format, an index of shards, a URL) through the library's container registry, and the
 //! source describes itself. The shared pieces: `print` (rows, metadata, the dtype census),
 //! `scan` (every tensor read and checked, floats scanned for NaN/Inf) and `progress` (bars on
-//! a terminal, nothing when piped). This file holds the arguments, the exit codes and the
-//! dispatch.
+//! a terminal, nothing when piped). This file holds the arguments, the exit codes (the table
+//! in `EXIT_CODES`, shown by `bpk --help`) and the dispatch.
 
 mod convert;
 mod diff;
@@ -30,11 +28,35 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+/// The exit-code contract of every command, for every format (shown by `bpk --help`; the
+/// same table is in docs/guide.md).
+const EXIT_CODES: &str = "\
+Files: burnpack packs (.bpk) and checkpoints (incremental manifests with their data files),
+safetensors (one file, or shards through their index .json), PyTorch torch.save files (zip and
+legacy, .pt/.pth/.bin, or shards through an index), GGUF (llama.cpp; split sets), Burn
+0.14-0.21 records (.mpk, .mpk.gz, .json, .json.gz); a pack's s3:// URL. The format is told by
+the content, never by the name.
+
+Exit codes (the same for every format and every command):
+  0  done: inspected, verified sound, converted; diff: no tensor differs
+  1  read, but damaged or different: a checksum or CRC-32 that does not match the bytes
+     (a pack's header, metadata or tensor; a .pt archive's pickle or storage; a .gz stream),
+     a checkpoint reference that does not hold, verify's own findings (NaN/Inf with --nan,
+     a damaged metadata key, non-zero padding); diff: tensors differ (metadata only with
+     --strict-metadata)
+  2  usage: bad arguments, a malformed URL, an output bpk will not write
+  3  cannot read: missing, not a regular file or an I/O error; not a file bpk reads (a Git LFS
+     pointer, an HTML page, a bincode record, ...); cut short; a bad magic number or an
+     invalid header or structure; an unsupported version, dtype or quantization type; a
+     refused pickle; no tensors in it
+A failure prints one line on stderr naming the file (`bpk: FILE: ...`); results go to stdout.";
+
 #[derive(Parser)]
 #[command(
     name = "bpk",
     version,
-    about = "Inspect, verify, diff and convert burnpack (.bpk) files, safetensors weights, PyTorch torch.save files and Burn 0.14-0.21 records"
+    about = "Inspect, verify, diff and convert weights: burnpack packs and checkpoints, safetensors, PyTorch torch.save files, GGUF and Burn 0.14-0.21 records",
+    after_help = EXIT_CODES
 )]
 struct Cli {
     #[command(subcommand)]
@@ -53,8 +75,8 @@ enum Command {
         after_help = "Examples:\n  bpk inspect model.bpk --filter '^encoder\\.'\n  bpk inspect s3://models/run-7/model.bpk"
     )]
     Inspect {
-        /// The burnpack file (or its s3:// URL), or safetensors weights (a .safetensors file or
-        /// an index .json).
+        /// The file (any format bpk reads: see `bpk --help`), an index .json of shards, or a
+        /// pack's s3:// URL.
         file: PathBuf,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -63,30 +85,47 @@ enum Command {
         #[arg(long, value_name = "REGEX")]
         filter: Option<String>,
     },
-    /// Check a file's structure and read every tensor; exit 0 only when sound.
+    /// Check a file's structure and read every tensor against the checksums or CRC-32s its
+    /// format keeps; exit 0 only when sound, 1 when damaged, 3 when it cannot be read.
     /// A URL is read whole into memory (one request after its header and metadata).
     #[command(
-        after_help = "Examples:\n  bpk verify model.bpk --nan\n  bpk verify s3://models/run-7/model.bpk"
+        after_help = "Examples:\n  bpk verify model.bpk --nan\n  bpk verify model.gguf --json\n  bpk verify s3://models/run-7/model.bpk"
     )]
     Verify {
-        /// The burnpack file (or its s3:// URL), or safetensors weights (a .safetensors file or
-        /// an index .json).
+        /// The file (any format bpk reads: see `bpk --help`), an index .json of shards, or a
+        /// pack's s3:// URL.
         file: PathBuf,
         /// Also scan float tensors for NaN and infinite values.
         #[arg(long)]
         nan: bool,
+        /// Print JSON instead of text (`ok`, `problems`, ...; the exit code is the same).
+        #[arg(long)]
+        json: bool,
     },
-    /// Compare two files: tensors only in one, different dtype or shape, value differences,
-    /// metadata and scalars. Exit 0 when identical, 1 when they differ.
-    #[command(after_help = "Example:\n  bpk diff before.bpk after.bpk --json")]
+    /// Compare two files of any formats: tensors only in one, different dtype or shape,
+    /// value differences (a quantized tensor by its dequantized values), parameter ids,
+    /// metadata and scalars. Exit 0 when the tensors agree, 1 when they differ; metadata and
+    /// scalar differences are reported, and fail only with --strict-metadata.
+    #[command(
+        after_help = "Examples:\n  bpk diff before.bpk after.bpk --json\n  bpk diff model-q8_0.gguf model.bpk --atol 1e-6\n  bpk diff a.safetensors b.bpk --rtol 1e-3 --strict-metadata"
+    )]
     Diff {
-        /// The first file (burnpack or its s3:// URL, or safetensors weights).
+        /// The first file (any format bpk reads, an index .json, or a pack's s3:// URL).
         a: PathBuf,
-        /// The second file (burnpack or its s3:// URL, or safetensors weights).
+        /// The second file (any format bpk reads, an index .json, or a pack's s3:// URL).
         b: PathBuf,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Values agree when |a - b| <= atol + rtol * |b| (default 0: exactly).
+        #[arg(long, value_name = "ABS", default_value_t = 0.0)]
+        atol: f64,
+        /// Relative tolerance (see --atol; default 0).
+        #[arg(long, value_name = "REL", default_value_t = 0.0)]
+        rtol: f64,
+        /// Also exit 1 when metadata, scalars or parameter ids present on only one side differ.
+        #[arg(long)]
+        strict_metadata: bool,
     },
     /// Convert a burn-train 0.14-0.21 checkpoint directory (`model-<epoch>.mpk.gz`,
     /// `optim-<epoch>.mpk.gz`, `scheduler-<epoch>.mpk.gz`) into one checkpoint per epoch that
@@ -103,16 +142,16 @@ enum Command {
         #[arg(long, value_enum, default_value = "constant")]
         scheduler: burnpack::interop::burn_record::SchedulerKind,
     },
-    /// Convert between burnpack and safetensors (format chosen by the output's extension,
-    /// or --to), and PyTorch torch.save files and Burn 0.14-0.21 records to either; a pack also copies to or from object
-    /// storage (s3:// URLs).
+    /// Convert any file bpk reads (a pack or checkpoint, safetensors, a PyTorch torch.save
+    /// file, GGUF, a Burn 0.14-0.21 record) into a pack or safetensors (the output format
+    /// chosen by its extension, or --to); a pack also copies to or from object storage
+    /// (s3:// URLs).
     #[command(
         after_help = "Examples:\n  bpk convert model.safetensors model.bpk\n  bpk convert model.safetensors.index.json model.bpk\n  bpk convert model.bpk model.safetensors --shard-size 5000000000\n  bpk convert model.safetensors s3://models/run-7/model.bpk\n  bpk convert s3://models/run-7/model.bpk model.safetensors\n  bpk convert model-3.mpk.gz model.bpk\n  bpk convert pytorch_model.bin model.safetensors\n  bpk convert model-q8_0.gguf model.bpk --keep-quantized"
     )]
     Convert {
-        /// The source file (burnpack or safetensors, recognised by its content; a torch.save
-        /// file or a Burn record, by its name), or a pack's
-        /// s3:// URL.
+        /// The source: any file bpk reads, its format told by its content (never its name),
+        /// an index .json of shards, or a pack's s3:// URL.
         input: PathBuf,
         /// The destination file, or an s3:// URL for a pack.
         output: PathBuf,
@@ -143,6 +182,35 @@ struct Failure {
 }
 
 impl Failure {
+    /// The failure of `e` (an error of opening or reading an input, or of a conversion that
+    /// read one): exit 1 where the input was read and its own checks found it damaged
+    /// (anywhere in the chain of causes), 3 otherwise.
+    fn of(e: &(dyn std::error::Error + 'static)) -> Self {
+        use burnpack::interop::safetensors::ConvertError;
+        use burnpack::read::{ReadError, SourceError, SourceErrorKind};
+        let mut next = Some(e);
+        while let Some(cause) = next {
+            // (A conversion's error wraps a read error transparently: its chain of causes
+            // skips it.)
+            let kind = cause
+                .downcast_ref::<SourceError>()
+                .map(SourceError::kind)
+                .or_else(|| cause.downcast_ref::<ReadError>().map(ReadError::kind))
+                .or_else(|| match cause.downcast_ref::<ConvertError>()? {
+                    ConvertError::Read(e) => Some(e.kind()),
+                    ConvertError::Source(e) => Some(e.kind()),
+                    _ => None,
+                });
+            if kind == Some(SourceErrorKind::Damaged) {
+                return Self {
+                    code: 1,
+                    message: e.to_string(),
+                };
+            }
+            next = cause.source();
+        }
+        Self::file(e)
+    }
     fn file(message: impl std::fmt::Display) -> Self {
         Self {
             code: 3,
@@ -190,8 +258,24 @@ fn main() -> ExitCode {
     });
     let result = match cli.command {
         Command::Inspect { file, json, filter } => inspect::inspect(&file, json, filter.as_deref()),
-        Command::Verify { file, nan } => verify::verify(&file, nan),
-        Command::Diff { a, b, json } => diff::diff(&a, &b, json),
+        Command::Verify { file, nan, json } => verify::verify(&file, nan, json),
+        Command::Diff {
+            a,
+            b,
+            json,
+            atol,
+            rtol,
+            strict_metadata,
+        } => diff::diff(
+            &a,
+            &b,
+            json,
+            &diff::Rules {
+                atol,
+                rtol,
+                strict_metadata,
+            },
+        ),
         Command::Migrate {
             old,
             new,

@@ -1,8 +1,10 @@
 //! `bpk migrate`: a burn-train 0.14-0.21 checkpoint directory into one checkpoint per epoch.
+//! Nothing is created before the inputs are known good (every epoch's scheduler record read
+//! as `--scheduler` says), and a migration that fails on the way removes what it wrote.
 
-use burnpack::interop::burn_record::SchedulerKind;
+use burnpack::interop::burn_record::{SchedulerKind, check_burn_train_schedulers};
 use burnpack::read::human_bytes;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::Failure;
 use crate::progress::Bar;
@@ -10,19 +12,50 @@ use crate::progress::Bar;
 /// `migrate`: every epoch of a burn-train 0.14-0.21 checkpoint directory into one checkpoint
 /// in `new`, named as `PackCheckpointer` names it.
 pub(crate) fn migrate(old: &Path, new: &Path, kind: SchedulerKind) -> Result<u8, Failure> {
-    use burnpack::interop::burn_record::{burn_train_epochs, import_legacy_burn_train};
-    let epochs = burn_train_epochs(old).map_err(Failure::file)?;
+    use burnpack::interop::burn_record::burn_train_epochs;
+    let epochs = burn_train_epochs(old).map_err(|e| Failure::of(&e))?;
     if epochs.is_empty() {
         return Err(Failure::file(format!(
             "{}: no model-<epoch> record (a burn-train checkpoint directory holds model-1.mpk.gz, ...)",
             old.display()
         )));
     }
+    // The scheduler records are small and are what a wrong --scheduler fails on: all read
+    // before anything is created.
+    check_burn_train_schedulers(old, kind).map_err(|e| Failure::of(&e))?;
+    // The first directory of `new` that is not there yet: what this migration creates, and
+    // removes again if it fails.
+    let created = new
+        .ancestors()
+        .take_while(|dir| !dir.as_os_str().is_empty() && !dir.exists())
+        .last()
+        .map(Path::to_path_buf);
+    let mut written = Vec::new();
+    let result = write_epochs(old, new, kind, &epochs, &mut written);
+    if result.is_err() {
+        undo(new, created.as_deref(), &written);
+    }
+    result
+}
+
+/// Writes every epoch, pushing each file written onto `written`.
+fn write_epochs(
+    old: &Path,
+    new: &Path,
+    kind: SchedulerKind,
+    epochs: &[u64],
+    written: &mut Vec<PathBuf>,
+) -> Result<u8, Failure> {
+    use burnpack::interop::burn_record::import_legacy_burn_train;
     let manager = burnpack::checkpoint::CheckpointManager::new(new).map_err(Failure::file)?;
     let bar = Bar::steps(epochs.len() as u64, "epochs");
-    for epoch in epochs {
+    for &epoch in epochs {
         let out = manager.path_for(epoch);
-        let size = import_legacy_burn_train(old, epoch, kind, &out).map_err(Failure::file)?;
+        let existed = out.exists();
+        let size = import_legacy_burn_train(old, epoch, kind, &out).map_err(|e| Failure::of(&e))?;
+        if !existed {
+            written.push(out.clone());
+        }
         bar.0.suspend(|| {
             println!(
                 "{} epoch {epoch} -> {} ({})",
@@ -35,4 +68,20 @@ pub(crate) fn migrate(old: &Path, new: &Path, kind: SchedulerKind) -> Result<u8,
     }
     bar.finish();
     Ok(0)
+}
+
+/// Removes what a failed migration made: the files it wrote, and the directories from `new`
+/// up to `created` (the first one it created), each only when empty.
+fn undo(new: &Path, created: Option<&Path>, written: &[PathBuf]) {
+    for file in written {
+        let _ = std::fs::remove_file(file);
+    }
+    let Some(created) = created else {
+        return;
+    };
+    for dir in new.ancestors() {
+        if std::fs::remove_dir(dir).is_err() || dir == created {
+            break;
+        }
+    }
 }

@@ -21,12 +21,13 @@ pub(crate) fn is_url(arg: &Path) -> bool {
 }
 
 /// The failure of an input that could not be opened: a path or URL that is itself wrong is a
-/// usage error (2), anything else exit 3 naming the input.
+/// usage error (2), a file its own checks found damaged exit 1, anything else exit 3; the
+/// message names the input.
 pub(crate) fn failure(e: &SourceError) -> Failure {
     if e.kind() == SourceErrorKind::Location {
         Failure::usage(e)
     } else {
-        Failure::file(e)
+        Failure::of(e)
     }
 }
 
@@ -39,7 +40,7 @@ pub(crate) fn open(arg: &Path) -> Result<Box<dyn DescribedSource>, Failure> {
     let tensors = source.as_tensor_source();
     if tensors.wants_prefetch() {
         let all: Vec<_> = tensors.tensors().iter().collect();
-        tensors.prefetch(&all).map_err(Failure::file)?;
+        tensors.prefetch(&all).map_err(|e| Failure::of(&e))?;
     }
     Ok(source)
 }

@@ -117,8 +117,11 @@ pub(crate) fn for_each_f64(info: &TensorInfo, bytes: &[u8], mut f: impl FnMut(f6
 
 /// What reading every tensor of a source found.
 pub(crate) struct Scan {
-    /// Problems printed: checksum mismatches, tensors with NaN or infinite values.
-    pub(crate) bad: usize,
+    /// Problems found: checksum mismatches, tensors with NaN or infinite values (one line
+    /// each, naming the file and the tensor).
+    pub(crate) problems: Vec<String>,
+    /// What was not checked, said once per tensor (a quantized scheme not scanned for NaN).
+    pub(crate) notes: Vec<String>,
     /// Tensors whose checksum matched (none for sources without checksums).
     pub(crate) verified: usize,
     /// Bytes read.
@@ -126,8 +129,9 @@ pub(crate) struct Scan {
 }
 
 /// Reads every tensor of `source` in parallel (a progress bar from 256 MiB on), checks each
-/// against its checksum and, with `nan`, scans floats for NaN and infinite values; prints
-/// each problem.
+/// against its checksum and, with `nan`, scans floats for NaN and infinite values. A tensor
+/// whose bytes fail their check is a problem; one that cannot be read at all (an I/O error)
+/// is the failure returned.
 pub(crate) fn scan(
     source: &(dyn TensorSource + Sync),
     path: &Path,
@@ -142,7 +146,15 @@ pub(crate) fn scan(
         .tensors()
         .par_iter()
         .map(|t| {
-            let bytes = source.read(t).map_err(Failure::file)?;
+            let bytes = match source.read(t) {
+                Ok(bytes) => bytes,
+                // Read, and found damaged (a reference that does not hold): a problem.
+                Err(e) if !e.kind().is_unreadable() => {
+                    bar.inc(t.len());
+                    return Ok((t.name().to_string(), Some((0, 0)), Err(e.to_string())));
+                }
+                Err(e) => return Err(Failure::of(&e)),
+            };
             let sum = source.check(t, &bytes).map_err(|e| e.to_string());
             let (mut nans, mut infs) = (0u64, 0u64);
             let float = t.dtype().is_float() || matches!(t.dtype(), DType::QFloat(_));
@@ -156,36 +168,31 @@ pub(crate) fn scan(
         })
         .collect();
     bar.finish();
-    let (mut bad, mut verified) = (0, 0);
+    let (mut problems, mut notes, mut verified) = (Vec::new(), Vec::new(), 0);
     for result in results {
         let (name, counts, sum) = result?;
         match sum {
             Ok(checked) => verified += usize::from(checked),
-            Err(message) => {
-                bad += 1;
-                println!("{}", crate::print::clean(&message));
-            }
+            Err(message) => problems.push(message),
         }
         let Some((nans, infs)) = counts else {
-            println!(
-                "{}: tensor '{}': quantized with a scheme this scan does not decode: not scanned \
-                 for NaN/Inf",
-                path.display(),
-                crate::print::clean(&name)
-            );
+            notes.push(format!(
+                "{}: tensor '{name}': quantized with a scheme this scan does not decode: not \
+                 scanned for NaN/Inf",
+                path.display()
+            ));
             continue;
         };
         if nans + infs > 0 {
-            bad += 1;
-            println!(
-                "{}: tensor '{}': {nans} NaN and {infs} infinite values",
-                path.display(),
-                crate::print::clean(&name)
-            );
+            problems.push(format!(
+                "{}: tensor '{name}': {nans} NaN and {infs} infinite values",
+                path.display()
+            ));
         }
     }
     Ok(Scan {
-        bad,
+        problems,
+        notes,
         verified,
         total,
     })

@@ -17,6 +17,7 @@
 //! ([`CopyReason::Decoded`](crate::read::CopyReason::Decoded)). Bincode records (`.bin`, `.bin.gz`) do not describe themselves
 //! (no field names, no lengths) and are refused with an explanation.
 
+mod bincode;
 mod compact;
 mod dtype;
 #[cfg(all(test, target_os = "linux"))]
@@ -27,10 +28,11 @@ mod tensor_data;
 mod train;
 mod walk;
 
+pub(crate) use bincode::fits_record as fits_bincode_record;
 pub use source::LegacySource;
-#[cfg(feature = "optim")]
-pub use train::import_legacy_burn_train;
 pub use train::{SchedulerKind, burn_train_epochs};
+#[cfg(feature = "optim")]
+pub use train::{check_burn_train_schedulers, import_legacy_burn_train};
 
 use std::path::Path;
 

@@ -80,23 +80,8 @@ impl LegacySource {
     /// See [`open_with`](Self::open_with).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, SourceError> {
         let path = path.as_ref();
-        let format = RecordFormat::from_path(path).ok_or_else(|| {
-            let name = path.display().to_string().to_ascii_lowercase();
-            let bincode = [".bin", ".bin.gz"].iter().any(|ext| name.ends_with(ext));
-            if bincode {
-                SourceError::Bincode {
-                    path: path.to_path_buf(),
-                }
-            } else {
-                SourceError::Invalid {
-                    path: path.to_path_buf(),
-                    reason: "not a valid Burn record: the file name does not end in .mpk, \
-                             .mpk.gz, .json or .json.gz (name the format with \
-                             LegacySource::open_with, or open it with LegacySource::open_detect)"
-                        .into(),
-                }
-            }
-        })?;
+        let format =
+            RecordFormat::from_path(path).ok_or_else(|| super::bincode::not_by_name(path))?;
         Self::open_with(path, format, &Limits::default())
     }
 
@@ -212,6 +197,9 @@ impl LegacySource {
         // else (a compressed safetensors file) is said to be so, not parsed as a record.
         let map = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
             || matches!(bytes[0], 0x80..=0x8f | 0xde | 0xdf);
+        if format.is_gzip() && super::bincode::fits_record(bytes) {
+            return Err(SourceError::Bincode { path: path.into() });
+        }
         if format.is_gzip() && !map {
             return Err(invalid(format!(
                 "the gzip stream holds no record (a record is a map; it starts with \"{}\")",
@@ -519,11 +507,25 @@ fn inflate(
     let mut out = Vec::new();
     let mut reader = flate2::read::MultiGzDecoder::new(compressed).take(most.saturating_add(1));
     reader.read_to_end(&mut out).map_err(|e| match e.kind() {
-        // The stream itself is damaged or cut: a verdict on the file, as for a damaged record.
-        std::io::ErrorKind::InvalidData
-        | std::io::ErrorKind::InvalidInput
-        | std::io::ErrorKind::UnexpectedEof => {
-            invalid(path)(format!("its gzip stream is damaged or cut short: {e}"))
+        // Cut short: the stream ends before its end.
+        std::io::ErrorKind::UnexpectedEof => SourceError::Truncated {
+            path: path.to_path_buf(),
+            reason: format!("its gzip stream is cut short: {e}"),
+        },
+        // A gzip header that does not parse: not a stream to read.
+        std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput
+            if e.to_string().contains("header") =>
+        {
+            invalid(path)(format!("its gzip header is invalid: {e}"))
+        }
+        // The compressed data does not decode, or does not match the stream's own CRC-32:
+        // read, and found damaged.
+        std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput => {
+            SourceError::Damaged {
+                path: path.to_path_buf(),
+                tensor: None,
+                reason: format!("its gzip stream is damaged: {e}"),
+            }
         }
         _ => SourceError::io(path, "decompress")(e),
     })?;

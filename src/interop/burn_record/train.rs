@@ -186,6 +186,33 @@ impl LegacySource {
     }
 }
 
+/// Reads the LR scheduler record of every epoch of a burn-train 0.14-0.21 checkpoint directory
+/// as `scheduler` says, writing nothing: what [`import_legacy_burn_train`] would refuse for
+/// the scheduler (a record that holds a number of another type than `scheduler` records, or
+/// is no scheduler's record) is refused before anything is created. `bpk migrate` calls it
+/// first.
+///
+/// ```no_run
+/// use burnpack::interop::burn_record::{SchedulerKind, check_burn_train_schedulers};
+/// check_burn_train_schedulers("old-run/checkpoint", SchedulerKind::Exponential).unwrap();
+/// ```
+///
+/// # Errors
+/// The directory cannot be listed, or a scheduler record cannot be read as `scheduler`.
+#[cfg(feature = "optim")]
+pub fn check_burn_train_schedulers(
+    dir: impl AsRef<Path>,
+    scheduler: SchedulerKind,
+) -> Result<(), SourceError> {
+    let dir = dir.as_ref();
+    for epoch in burn_train_epochs(dir)? {
+        if let Some(record) = find_part(dir, "scheduler", epoch) {
+            LegacySource::open(record)?.scheduler_writer(scheduler)?;
+        }
+    }
+    Ok(())
+}
+
 /// The record of `part` for `epoch` in a burn-train directory, whichever recorder wrote it.
 #[cfg(feature = "optim")]
 fn find_part(dir: &Path, part: &str, epoch: u64) -> Option<PathBuf> {

@@ -246,6 +246,11 @@ fn fault(path: &Path, e: Fault) -> SourceError {
                 e.reason, e.offset
             ),
         },
+        Fault::Damaged(reason) => SourceError::Damaged {
+            path: path.to_path_buf(),
+            tensor: None,
+            reason,
+        },
         Fault::Other(reason) => SourceError::Invalid {
             path: path.to_path_buf(),
             reason: format!("not a readable torch.save file: {reason}"),

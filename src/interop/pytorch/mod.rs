@@ -101,8 +101,10 @@ struct StorageEntry {
 /// Each storage by key.
 type Storages = HashMap<String, StorageEntry>;
 
-/// Why a container could not be read: its pickle, or anything else (said as a sentence).
+/// Why a container could not be read: its pickle, bytes that fail the archive's own CRC-32,
+/// or anything else (said as a sentence).
 enum Fault {
     Pickle(pickle::PickleError),
+    Damaged(String),
     Other(String),
 }

@@ -98,7 +98,7 @@ fn read_parts(
     // every open, before it is read (the storages are checked by verified loads).
     let actual = crc32fast::hash(&bytes);
     if Some(actual) != entry.crc {
-        return Err(Fault::Other(format!(
+        return Err(Fault::Damaged(format!(
             "data.pkl does not match its zip CRC-32 (expected {:08x}, found {actual:08x}): the \
              file is damaged",
             entry.crc.unwrap_or_default()

@@ -1,0 +1,68 @@
+//! What a file of no format this build reads is, as far as its first bytes tell: a Git LFS
+//! pointer left where the weights should be, an HTML page saved by a failed download, a
+//! bincode record of Burn 0.14-0.21 (which does not describe itself), or a format whose Cargo
+//! feature is off. The registry's answer for a file no [`Container`](super::Container) takes.
+
+use std::path::Path;
+
+use crate::read::SourceError;
+
+/// The error for `path`, of no format this build reads, whose first bytes are `head`.
+pub(super) fn unknown(path: &Path, head: &[u8]) -> SourceError {
+    #[cfg(feature = "legacy")]
+    if super::burn_record::fits_bincode_record(head) {
+        return SourceError::Bincode {
+            path: path.to_path_buf(),
+        };
+    }
+    let shown = &head[..head.len().min(16)];
+    let start = if head.is_empty() {
+        "nothing: it is empty".to_string()
+    } else {
+        format!("\"{}\"", shown.escape_ascii())
+    };
+    let hint = what_it_is(head)
+        .or_else(|| {
+            crate::format::looks_like(head)
+                .filter(|_| !cfg!(all(feature = "safetensors", feature = "pytorch")))
+                .or_else(|| {
+                    (head.starts_with(b"GGUF")
+                        || head.starts_with(b"\x89HDF")
+                        || head.iter().all(|&b| b == 0))
+                    .then(|| crate::format::looks_like(head))
+                    .flatten()
+                })
+                .map(str::to_string)
+        })
+        .map_or_else(String::new, |hint| format!(": {hint}"));
+    SourceError::UnknownFormat {
+        path: path.to_path_buf(),
+        start,
+        hint,
+    }
+}
+
+/// What a file that is not weights at all is, told by its first bytes.
+fn what_it_is(head: &[u8]) -> Option<String> {
+    if let Some(pointer) = head.strip_prefix(b"version https://git-lfs.github.com/spec/") {
+        // `size <bytes>` is one of the pointer's few lines.
+        let size = pointer
+            .split(|&b| b == b'\n')
+            .find_map(|line| line.strip_prefix(b"size "))
+            .and_then(|size| std::str::from_utf8(size).ok()?.trim().parse::<u64>().ok())
+            .map(|size| format!(" ({} in the repository)", crate::read::human_bytes(size)))
+            .unwrap_or_default();
+        return Some(format!(
+            "a Git LFS pointer, not the file{size}: run `git lfs pull`"
+        ));
+    }
+    let text = head
+        .strip_prefix(b"\xef\xbb\xbf")
+        .unwrap_or(head)
+        .trim_ascii_start();
+    let lower: Vec<u8> = text.iter().take(16).map(u8::to_ascii_lowercase).collect();
+    let html = [&b"<!doctype html"[..], b"<html", b"<head", b"<body"]
+        .iter()
+        .any(|tag| lower.starts_with(tag));
+    html.then(|| "an HTML page, not weights: the download failed?".to_string())
+}
