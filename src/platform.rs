@@ -235,6 +235,26 @@ pub(crate) fn physical_memory() -> Option<u64> {
     None
 }
 
+/// How many files this process may hold open at once (the soft limit), where the platform
+/// has one (Unix `getrlimit`).
+#[cfg(unix)]
+pub(crate) fn open_files_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `getrlimit` writes the `rlimit` it is given a valid pointer to, nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return None;
+    }
+    u64::try_from(limit.rlim_cur).ok()
+}
+
+#[cfg(not(unix))]
+pub(crate) fn open_files_limit() -> Option<u64> {
+    None
+}
+
 /// Tells the kernel how a mapped file's `bytes` will be read: `random` (fetch only the pages
 /// touched, no readahead: a walk over a file's structure that skips its tensor bytes) or back
 /// to normal. A hint (Unix `madvise`): errors are ignored, and elsewhere it does nothing.

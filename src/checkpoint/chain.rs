@@ -262,7 +262,22 @@ impl Chain<crate::read::Reader> {
     ) -> Result<Self, crate::read::SourceError> {
         let dir = path.parent().unwrap_or_else(|| std::path::Path::new("."));
         let storage = super::Directory::new(dir);
-        let storage = if buffered {
+        // Buffered data files hold a descriptor each: a chain of more data files than the
+        // process may hold open (less a margin for the rest) is mapped instead.
+        let fits = || {
+            let files = manifest
+                .layout()
+                .metadata()
+                .get(REFS_KEY)
+                .and_then(|text| refs::parse(text).ok())
+                .map_or(0, |list| {
+                    let names: std::collections::HashSet<&str> =
+                        list.iter().map(|r| r.file.as_str()).collect();
+                    names.len() as u64
+                });
+            crate::platform::open_files_limit().is_none_or(|limit| files + 128 <= limit)
+        };
+        let storage = if buffered && fits() {
             storage.buffered()
         } else {
             storage

@@ -70,13 +70,20 @@ pub(crate) struct Parsed(Mutex<HashMap<String, ParsedRefs>>);
 type ParsedRefs = (u128, Arc<[Ref]>);
 
 impl Index {
-    /// The tensors of every checkpoint in `storage`, from the manifests' references alone
-    /// (no data file is opened): those whose data file the storage lists. A manifest that
-    /// does not open or parse adds nothing; a newer manifest's entry wins (its data file is
-    /// the last one retention deletes).
+    /// The tensors of every checkpoint in `storage` that a save of `step` may refer to: those
+    /// of the manifests' references whose data file the storage lists, is of a step not after
+    /// `step` (a save below a newer checkpoint never leans on its files), opens, and holds the
+    /// tensor as the reference records it, its checksum included. A reference without a
+    /// recorded checksum (a manifest of the first layout) is not offered: nothing says its data
+    /// file is the one it was written with, so the tensor is written again. A damaged or
+    /// swapped data file thus costs one save that writes its tensors anew, never a save that
+    /// refers to it. Each data file's head is read once. A manifest that does not open or
+    /// parse adds nothing; a newer manifest's entry wins (its data file is the last one
+    /// retention deletes).
     pub(crate) fn of<S: Storage>(
         storage: &S,
         parsed: &Parsed,
+        step: u64,
     ) -> Result<(Self, Listing), CheckpointError> {
         let names = storage.names()?;
         let listed: HashSet<&str> = names.iter().map(String::as_str).collect();
@@ -93,15 +100,33 @@ impl Index {
                 .collect(),
             manifests: HashMap::new(),
         };
-        for (step, name) in manifests {
+        // Each data file's descriptors, as read once: `None` when it does not open.
+        let mut heads: HashMap<String, Option<S::Source>> = HashMap::new();
+        for (manifest_step, name) in manifests {
             let list = references(storage, name, Some(parsed));
             let files = list
                 .as_ref()
                 .map(|l| l.iter().map(|r| r.file.clone()).collect());
-            listing.manifests.insert(step, files);
+            listing.manifests.insert(manifest_step, files);
             let Some(list) = list else { continue };
             for (i, r) in list.iter().enumerate() {
-                if listed.contains(r.file.as_str()) {
+                let usable = listed.contains(r.file.as_str())
+                    && refs::data_step(&r.file).is_some_and(|s| s <= step)
+                    && r.checksum.is_some();
+                if !usable {
+                    continue;
+                }
+                let head = heads
+                    .entry(r.file.clone())
+                    .or_insert_with(|| storage.open_data(&storage.location(&r.file)).ok());
+                let holds = head.as_ref().is_some_and(|source| {
+                    source.tensor(&r.stored_as).is_some_and(|t| {
+                        t.checksum() == r.checksum
+                            && t.shape() == r.shape.as_slice()
+                            && refs::dtype_text(t.dtype()) == r.dtype
+                    })
+                });
+                if holds {
                     index.insert(r.hash, Known::Stored(Arc::clone(&list), i));
                 }
             }
@@ -416,7 +441,8 @@ pub(crate) fn write<S: Storage>(
     let at = storage.describe_location(location);
     let (model, records, options) = state.into_parts();
     let mut batch = Batch::new(known, seen, refs::data_name(step, nonce()));
-    let mut written = Written::default();
+    // The data files this save writes, by name.
+    let mut wrote: Vec<String> = Vec::new();
     // Adds a part's tensors to the batch; writes the new ones into a data file of their own
     // when `last` or when there are enough of them to be worth writing while the optimizer's
     // record is still being serialized (a few megabytes of adapters wait for the optimizer's
@@ -432,8 +458,11 @@ pub(crate) fn write<S: Storage>(
         let data = Writer::new(held)
             .options(options.write)
             .metadata(KIND_KEY, DATA_KIND);
-        storage.write(&storage.location(&file), data)
+        storage.write(&storage.location(&file), data)?;
+        wrote.push(file);
+        Ok(())
     };
+    let mut part = part;
     let parts = if crate::platform::threads_available() {
         std::thread::scope(|scope| {
             let serializer = scope.spawn(move || records.serialize());
@@ -448,7 +477,9 @@ pub(crate) fn write<S: Storage>(
     };
     let (rest, scalars, metadata) = parts?;
     part(&mut batch, rest, true)?;
-    record_checksums(storage, step, &mut batch.refs, &mut written)?;
+    drop(part);
+    let mut written = Written::default();
+    record_checksums(storage, &wrote, &mut batch.refs, &mut written)?;
     let (mut metadata, scalars) = head(&options, scalars, metadata);
     metadata.insert(INCREMENTAL_KEY.to_string(), "1".to_string());
     metadata.insert(REFS_KEY.to_string(), refs::encode(&batch.refs));
@@ -471,25 +502,22 @@ pub(crate) struct Written {
     pub(crate) referred: usize,
 }
 
-/// Fills in each reference's data file checksum (the data file's descriptor of the tensor)
-/// where it is not known yet: the tensors this save wrote, and those of manifests written
-/// before the checksum was recorded. Reads the head of each data file concerned, once; counts
-/// what the save wrote into `written`.
+/// Fills in the data file checksum of each tensor this save wrote (the new data files'
+/// descriptors; the references it reuses carry theirs, checked by [`Index::of`]). Reads the
+/// head of each new data file once; counts what the save wrote into `written`.
 fn record_checksums<S: Storage>(
     storage: &S,
-    step: u64,
+    wrote: &[String],
     refs: &mut [Ref],
     written: &mut Written,
 ) -> Result<(), CheckpointError> {
     let mut wanted: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for (i, r) in refs.iter().enumerate() {
-        if refs::data_step(&r.file) == Some(step) {
+        if wrote.contains(&r.file) {
             written.held += 1;
+            wanted.entry(r.file.clone()).or_default().push(i);
         } else {
             written.referred += 1;
-        }
-        if r.checksum.is_none() || refs::data_step(&r.file) == Some(step) {
-            wanted.entry(r.file.clone()).or_default().push(i);
         }
     }
     for (file, lines) in wanted {
@@ -498,13 +526,11 @@ fn record_checksums<S: Storage>(
             .open_data(&at)
             .map_err(|e| CheckpointError::Invalid {
                 file: storage.describe_location(&at),
-                what: format!("a data file this checkpoint names does not open: {e}"),
+                what: format!("a data file this save wrote does not open: {e}"),
             })?;
-        if refs::data_step(&file) == Some(step) {
-            written
-                .new_files
-                .push((file.clone(), source.layout().file_len()));
-        }
+        written
+            .new_files
+            .push((file.clone(), source.layout().file_len()));
         for i in lines {
             let r = &mut refs[i];
             let stored = source

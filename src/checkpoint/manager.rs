@@ -38,6 +38,11 @@ pub struct Manager<S: Storage> {
     parsed: Arc<Parsed>,
     /// Saves of this manager (and its clones) still being written in the background.
     in_flight: Arc<InFlight>,
+    /// Held by whichever save, retention or rollback of this manager (or of a clone) is
+    /// changing the storage: a background save and a save on the calling thread never
+    /// interleave, so one's retention never collects the data file the other has written and
+    /// not yet named.
+    writing: Arc<std::sync::Mutex<()>>,
 }
 
 impl<S: Storage> Manager<S> {
@@ -51,7 +56,15 @@ impl<S: Storage> Manager<S> {
             seen: Arc::default(),
             parsed: Arc::default(),
             in_flight: Arc::default(),
+            writing: Arc::default(),
         }
+    }
+
+    /// The storage to change alone (see `writing`).
+    fn alone(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.writing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The backend.
@@ -164,8 +177,9 @@ impl<S: Storage> Manager<S> {
     ) -> Result<SaveReport<S::Location>, CheckpointError> {
         let step = state.step();
         let location = self.location(step);
+        let _alone = self.alone();
         if self.incremental {
-            let (known, mut listing) = Index::of(&self.storage, &self.parsed)?;
+            let (known, mut listing) = Index::of(&self.storage, &self.parsed, step)?;
             let written = incremental::write(&self.storage, &location, &known, &self.seen, state)?;
             let checkpoint = self.reopen(&location)?;
             let report = SaveReport {
@@ -199,7 +213,7 @@ impl<S: Storage> Manager<S> {
                 tensors_referred: 0,
                 data_files_written: Vec::new(),
             };
-            self.retain()?;
+            self.retain_alone()?;
             Ok(report)
         }
     }
@@ -372,6 +386,12 @@ impl<S: Storage> Manager<S> {
     /// # Errors
     /// A checkpoint could not be deleted.
     pub fn retain(&self) -> Result<(), CheckpointError> {
+        let _alone = self.alone();
+        self.retain_alone()
+    }
+
+    /// [`retain`](Self::retain), the storage already held alone.
+    fn retain_alone(&self) -> Result<(), CheckpointError> {
         let all = self.steps()?;
         for (_, location) in self.retention.doomed(&all, |c| c.0, |c| self.open(&c.1)) {
             self.storage.delete(location)?;
@@ -388,6 +408,7 @@ impl<S: Storage> Manager<S> {
     /// # Errors
     /// The storage cannot be listed or a checkpoint cannot be deleted.
     pub fn discard_after(&self, step: u64) -> Result<usize, CheckpointError> {
+        let _alone = self.alone();
         let mut removed = 0;
         for (_, location) in self.steps()?.into_iter().filter(|c| c.0 > step) {
             self.storage.delete(&location)?;

@@ -48,7 +48,7 @@
 //! For fine-tuning (a frozen base under adapters, a new head on a frozen encoder), a manager
 //! with [`incremental(true)`](Manager::incremental) writes at each save only the tensors that
 //! no checkpoint in its storage holds already, into a data file `data-<step>-<nonce>.bpk`,
-//! and the checkpoint `ckpt-<step>.bpk` becomes a manifest naming where each tensor is (a
+//! and the checkpoint (`ckpt-00000000000000000007.bpk` for step 7) becomes a manifest naming where each tensor is (a
 //! frozen base is written once, then referred to). Retention deletes a data file only when no
 //! manifest names it. [`Checkpoint::open`], the manager's `latest`, `bpk` and
 //! [`Checkpoint::chain`] (a [`Chain`]: which tensors the checkpoint holds and which it refers

@@ -1,0 +1,336 @@
+//! What an attack from outside found in incremental checkpoints, each kept as a test: a
+//! background save and a save on the calling thread racing; a damaged or swapped shared data
+//! file blocking every later save; a manifest of the first layout laundering a swapped data
+//! file; a run resumed below a newer checkpoint that does not open; the report of a step saved
+//! twice.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::Device;
+use burnpack::Writer;
+use burnpack::checkpoint::{
+    AsyncSaver, Checkpoint, CheckpointError, CheckpointManager, Progress, REFS_KEY, TrainingState,
+    WhenBusy,
+};
+use burnpack::read::Reader;
+
+#[derive(Module, Debug)]
+struct M {
+    base: Linear,
+    adapter: Linear,
+}
+
+impl M {
+    fn new(device: &Device, width: usize) -> Self {
+        Self {
+            base: LinearConfig::new(width, 32).init(device),
+            adapter: LinearConfig::new(width, 32).with_bias(false).init(device),
+        }
+    }
+
+    fn with_new_adapter(&self, device: &Device) -> Self {
+        let width = self.base.weight.dims()[0];
+        Self {
+            base: self.base.clone(),
+            adapter: LinearConfig::new(width, 32).with_bias(false).init(device),
+        }
+    }
+}
+
+fn values(m: &M) -> Vec<Vec<f32>> {
+    vec![
+        m.base.weight.val().into_data().try_to_vec::<f32>().unwrap(),
+        m.base
+            .bias
+            .as_ref()
+            .unwrap()
+            .val()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap(),
+        m.adapter
+            .weight
+            .val()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap(),
+    ]
+}
+
+fn data_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("data-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Every listed checkpoint opens, verifies, and loads.
+fn all_open(manager: &CheckpointManager, device: &Device) {
+    for entry in manager.list().unwrap() {
+        let ckpt = manager.checkpoint(entry.step).unwrap();
+        ckpt.verify().unwrap();
+        ckpt.load_model(M::new(device, 16)).unwrap();
+    }
+}
+
+/// An `AsyncSaver` over a clone of the manager writes step 2 while the manager itself saves
+/// step 3: both return `Ok`, and both checkpoints open (step 3's retention used to collect
+/// step 2's data file before its manifest was written).
+#[test]
+fn a_background_save_and_a_save_beside_it_both_open() {
+    let device = Device::flex();
+    for trial in 0..4u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let manager = CheckpointManager::new(dir.path())
+            .unwrap()
+            .keep_last(3)
+            .incremental(true);
+        manager
+            .save(TrainingState::new(
+                &M::new(&device, 16),
+                Progress::new(0, 1),
+            ))
+            .unwrap();
+        let mut saver = AsyncSaver::new(manager.clone(), WhenBusy::Wait);
+        let big = M::new(&device, 65_536); // 16 MiB written in the background
+        saver
+            .save(TrainingState::new(&big, Progress::new(0, 2)))
+            .unwrap();
+        // Until step 2's data file appears (or a while), then step 3 on this thread.
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20)
+            && !data_files(dir.path())
+                .iter()
+                .any(|n| n.starts_with("data-00000000000000000002-"))
+        {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        std::thread::sleep(Duration::from_micros(trial * 300));
+        manager
+            .save(TrainingState::new(
+                &M::new(&device, 16),
+                Progress::new(0, 3),
+            ))
+            .unwrap();
+        saver.wait().unwrap();
+        for entry in manager.list().unwrap() {
+            let opened = Checkpoint::open(&entry.path).and_then(|c| c.verify());
+            assert!(
+                opened.is_ok(),
+                "trial {trial}, step {}: {opened:?}",
+                entry.step
+            );
+        }
+    }
+}
+
+/// A shared data file swapped for another run's (same name), or cut short: the checkpoints
+/// naming it no longer open, but the run saves on, writing its tensors anew.
+#[test]
+fn a_damaged_shared_data_file_costs_one_save_never_all() {
+    let device = Device::flex();
+    for damage in ["swapped", "cut"] {
+        let dir = tempfile::tempdir().unwrap();
+        let model = M::new(&device, 16);
+        let manager = CheckpointManager::new(dir.path())
+            .unwrap()
+            .keep_last(2)
+            .incremental(true);
+        manager
+            .save(TrainingState::new(&model, Progress::new(0, 1)))
+            .unwrap();
+        let base = dir.path().join(&data_files(dir.path())[0]);
+        if damage == "swapped" {
+            let other = tempfile::tempdir().unwrap();
+            CheckpointManager::new(other.path())
+                .unwrap()
+                .incremental(true)
+                .save(TrainingState::new(
+                    &M::new(&device, 16),
+                    Progress::new(0, 1),
+                ))
+                .unwrap();
+            std::fs::copy(other.path().join(&data_files(other.path())[0]), &base).unwrap();
+        } else {
+            let len = std::fs::metadata(&base).unwrap().len();
+            let file = std::fs::OpenOptions::new().write(true).open(&base).unwrap();
+            file.set_len(len - 100).unwrap();
+        }
+        match manager.latest() {
+            Err(CheckpointError::NoneOpens { skipped, .. }) => assert_eq!(skipped[0].step, 1),
+            other => panic!("{damage}: expected NoneOpens, got {other:?}"),
+        }
+        for step in 2..=3 {
+            let next = model.with_new_adapter(&device);
+            let saved = manager
+                .save(TrainingState::new(&next, Progress::new(0, step)))
+                .unwrap_or_else(|e| panic!("{damage}: save {step}: {e}"));
+            if step == 2 {
+                assert_eq!(saved.tensors_written, 3, "{damage}: {saved:?}");
+            } else {
+                assert_eq!(saved.tensors_referred, 2, "{damage}: {saved:?}");
+            }
+            let latest = manager.latest().unwrap().unwrap();
+            assert_eq!(latest.progress().step, step);
+            assert_eq!(
+                values(&latest.load_model(M::new(&device, 16)).unwrap()),
+                values(&next)
+            );
+        }
+        all_open(&manager, &device);
+    }
+}
+
+/// Rewrites the manifest at `path` with every reference line passed through `line`.
+fn rewrite_references(path: &Path, line: impl Fn(&str) -> String) {
+    let reader = Reader::open(path).unwrap();
+    let metadata = reader.layout().metadata().clone();
+    let scalars = reader.layout().scalars().clone();
+    drop(reader);
+    let mut writer = Writer::new(Vec::new());
+    for (k, v) in &metadata {
+        let v = if k == REFS_KEY {
+            v.lines().map(|l| line(l) + "\n").collect()
+        } else {
+            v.clone()
+        };
+        writer = writer.with_metadata(k.as_str(), v);
+    }
+    for (k, v) in scalars {
+        writer = writer.with_scalar(k, v);
+    }
+    writer.write_to_file(path).unwrap();
+}
+
+/// A manifest of the first layout (seven fields: no data file checksum) beside a data file
+/// swapped for another run's: a later save writes the tensors anew rather than record the
+/// swapped file's checksums as its own.
+#[test]
+fn a_first_layout_manifest_does_not_launder_a_swapped_data_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = Device::flex();
+    let model = M::new(&device, 16);
+    let manager = CheckpointManager::new(dir.path())
+        .unwrap()
+        .keep_last(5)
+        .incremental(true);
+    for step in 1..=2 {
+        manager
+            .save(TrainingState::new(&model, Progress::new(0, step)))
+            .unwrap();
+    }
+    rewrite_references(&manager.path_for(2), |l| {
+        l.rsplit_once('\t').unwrap().0.to_string()
+    });
+    assert!(
+        Checkpoint::open(manager.path_for(2)).is_ok(),
+        "seven fields open"
+    );
+    let other = tempfile::tempdir().unwrap();
+    CheckpointManager::new(other.path())
+        .unwrap()
+        .incremental(true)
+        .save(TrainingState::new(
+            &M::new(&device, 16),
+            Progress::new(0, 1),
+        ))
+        .unwrap();
+    std::fs::copy(
+        other.path().join(&data_files(other.path())[0]),
+        dir.path().join(&data_files(dir.path())[0]),
+    )
+    .unwrap();
+    let saved = CheckpointManager::new(dir.path())
+        .unwrap()
+        .keep_last(5)
+        .incremental(true)
+        .save(TrainingState::new(&model, Progress::new(0, 3)))
+        .unwrap();
+    assert_eq!(saved.tensors_written, 3, "{saved:?}");
+    let latest = manager.latest().unwrap().unwrap();
+    assert_eq!(latest.progress().step, 3);
+    assert_eq!(
+        values(&latest.load_model(M::new(&device, 16)).unwrap()),
+        values(&model)
+    );
+    latest.verify().unwrap();
+}
+
+/// A run resumed at step 5 below a step 10 that does not open saves step 7: the data files of
+/// step 10 are not offered to it (a reference to a later step is refused when opened).
+#[test]
+fn a_save_below_a_newer_checkpoint_refers_to_nothing_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = Device::flex();
+    let (a, b) = (M::new(&device, 16), M::new(&device, 16));
+    let manager = CheckpointManager::new(dir.path())
+        .unwrap()
+        .keep_last(5)
+        .incremental(true);
+    manager
+        .save(TrainingState::new(&a, Progress::new(0, 5)))
+        .unwrap();
+    let ten = manager
+        .save(TrainingState::new(&b, Progress::new(0, 10)))
+        .unwrap();
+    // Step 10 also names a tensor in a data file that is not there: it does not open, while
+    // its own data file (b's tensors) is still listed.
+    rewrite_references(&ten.location, |l| {
+        let mut fields: Vec<&str> = l.split('\t').collect();
+        if fields[0] != "model.base.weight" {
+            return l.to_string();
+        }
+        fields[0] = "model.ghost";
+        fields[1] = "data-00000000000000000010-00000000deadbeef.bpk";
+        format!("{l}\n{}", fields.join("\t"))
+    });
+    let latest = manager.latest().unwrap().unwrap();
+    assert_eq!(latest.progress().step, 5);
+    assert_eq!(latest.skipped()[0].step, 10);
+    let resumed = M {
+        base: b.base.clone(),
+        adapter: latest.load_model(M::new(&device, 16)).unwrap().adapter,
+    };
+    let saved = manager
+        .save(TrainingState::new(&resumed, Progress::new(0, 7)))
+        .unwrap();
+    assert_eq!(
+        saved.tensors_written, 2,
+        "b's base written again: {saved:?}"
+    );
+    let seven = manager.checkpoint(7).unwrap();
+    assert_eq!(
+        values(&seven.load_model(M::new(&device, 16)).unwrap()),
+        values(&resumed)
+    );
+}
+
+/// A step saved twice: the second save writes no data file, and its report says so.
+#[test]
+fn the_report_of_a_step_saved_twice_is_what_it_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = Device::flex();
+    let model = M::new(&device, 16);
+    let manager = CheckpointManager::new(dir.path())
+        .unwrap()
+        .incremental(true);
+    let first = manager
+        .save(TrainingState::new(&model, Progress::new(0, 5)))
+        .unwrap();
+    assert_eq!(first.data_files_written, data_files(dir.path()));
+    let again = manager
+        .save(TrainingState::new(&model, Progress::new(0, 5)))
+        .unwrap();
+    assert!(again.data_files_written.is_empty(), "{again:?}");
+    assert_eq!((again.tensors_written, again.tensors_referred), (0, 3));
+    assert_eq!(
+        again.bytes_written,
+        std::fs::metadata(&again.location).unwrap().len()
+    );
+}
