@@ -294,4 +294,49 @@ mod bpk {
         assert!(err.contains("'b'") && err.contains("F8_E4M3"), "{err}");
         assert!(!out_path.exists());
     }
+
+    /// `diff` compares FP8 tensors too: by their bytes as stored where both files hold one
+    /// of the same dtype and shape, by dtype against a tensor of another one.
+    #[test]
+    fn diff_compares_fp8_tensors_as_stored() {
+        use safetensors::Dtype;
+        use safetensors::tensor::TensorView;
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, b: &[u8], dtype: Dtype| {
+            let path = dir.path().join(name);
+            let a = [0u8; 8];
+            let views = [
+                ("a", TensorView::new(Dtype::F32, vec![2], &a).unwrap()),
+                ("b", TensorView::new(dtype, vec![2, 2], b).unwrap()),
+            ];
+            safetensors::serialize_to_file(views, None, &path).unwrap();
+            path.to_str().unwrap().to_string()
+        };
+        let one = write("one.safetensors", &[0x38, 0x40, 0x44, 0x48], Dtype::F8_E4M3);
+        let same = write(
+            "same.safetensors",
+            &[0x38, 0x40, 0x44, 0x48],
+            Dtype::F8_E4M3,
+        );
+        let other = write(
+            "other.safetensors",
+            &[0x38, 0x40, 0x44, 0x49],
+            Dtype::F8_E4M3,
+        );
+        let e5m2 = write(
+            "e5m2.safetensors",
+            &[0x38, 0x40, 0x44, 0x48],
+            Dtype::F8_E5M2,
+        );
+        let (code, out, err) = run(&["diff", &one, &same]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("2 tensors with identical values"), "{out}");
+        let (code, out, err) = run(&["diff", &one, &other]);
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(out.contains("b: bytes differ"), "{out}");
+        let (code, out, err) = run(&["diff", &one, &e5m2]);
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(out.contains("F8_E4M3") && out.contains("F8_E5M2"), "{out}");
+        assert!(out.contains("1 in dtype or shape"), "{out}");
+    }
 }

@@ -244,11 +244,13 @@ pub trait DescribedSource: TensorSource + AsTensorSource + Send + Sync {
 /// ```
 ///
 /// # Errors
-/// A prefetch failed; a metadata key could not be carried (its prefixed form is taken).
+/// The source withholds a tensor (FP8 in safetensors: the conversion would drop it), named;
+/// a prefetch failed; a metadata key could not be carried (its prefixed form is taken).
 /// A tensor that cannot be read fails the write, naming it.
 pub fn streaming_writer(
     source: &std::sync::Arc<dyn DescribedSource>,
 ) -> Result<crate::Writer, super::ReadError> {
+    super::withheld::refuse_withheld(source.as_tensor_source())?;
     if let Some(pack) = source.as_pack() {
         let layout = pack.layout();
         let wanted: Vec<TensorInfo> = layout.tensors_by_position().cloned().collect();

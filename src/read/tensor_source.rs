@@ -78,6 +78,31 @@ pub trait TensorSource {
         &[]
     }
 
+    /// The bytes of the withheld tensor `name` exactly as the file stores them (no dtype of
+    /// Burn's describes them): what a tool compares byte for byte where it cannot compare
+    /// values. [`ReadError::NotFound`] for a name [`withheld`](Self::withheld) does not list,
+    /// and by default.
+    ///
+    /// ```
+    /// use burn::tensor::{Bytes, DType};
+    /// use burnpack::read::{ReadError, Reader, TensorSource};
+    /// use burnpack::{Entry, Writer};
+    /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1]))])
+    ///     .into_bytes()
+    ///     .unwrap();
+    /// let reader = Reader::from_bytes(pack).unwrap();
+    /// assert!(matches!(reader.read_withheld("w"), Err(ReadError::NotFound { .. })));
+    /// ```
+    ///
+    /// # Errors
+    /// The name is not withheld, or its bytes cannot be read.
+    fn read_withheld(&self, name: &str) -> Result<Bytes, ReadError> {
+        Err(ReadError::NotFound {
+            file: self.file().to_string(),
+            tensor: name.to_string(),
+        })
+    }
+
     /// The name prefix under which module parameters live (see
     /// [`NAMESPACE_KEY`](crate::format::NAMESPACE_KEY)); `None` when every tensor is one.
     fn namespace(&self) -> Option<&str> {

@@ -71,6 +71,8 @@ pub struct SafetensorsSource {
     /// The tensors of a dtype Burn has no equivalent of (FP8), sorted by name: listed, not
     /// loadable ([`TensorSource::withheld`]).
     withheld: Vec<Withheld>,
+    /// Where each of `withheld` is (same order): its shard, and its bytes' absolute range.
+    withheld_at: Vec<(usize, u64, u64)>,
     /// The read-ahead of the last [`TensorSource::prefetch`].
     hints: ReadHints,
 }
@@ -81,8 +83,8 @@ struct Shard {
     source: Source,
     /// The file's own `__metadata__`.
     metadata: BTreeMap<String, String>,
-    /// Its tensors of a dtype Burn has no equivalent of.
-    withheld: Vec<Withheld>,
+    /// Its tensors of a dtype Burn has no equivalent of, with their bytes' absolute range.
+    withheld: Vec<(Withheld, u64, u64)>,
 }
 
 impl std::fmt::Debug for SafetensorsSource {
@@ -160,7 +162,7 @@ impl SafetensorsSource {
         let open = |shard: &Path, limits: &Limits| {
             let (opened, rows) = open_shard(shard, limits, verify)?;
             let held = rows.iter().map(|(info, ())| info.name());
-            let held = held.chain(opened.withheld.iter().map(|w| w.name.as_str()));
+            let held = held.chain(opened.withheld.iter().map(|(w, _, _)| w.name.as_str()));
             index
                 .check_shard(next, held)
                 .map_err(SourceError::invalid(path))?;
@@ -225,18 +227,25 @@ impl SafetensorsSource {
         // The shards' own `__metadata__`, then the index's (which wins).
         let mut merged = BTreeMap::new();
         let mut withheld = Vec::new();
-        for shard in &shards {
+        for (i, shard) in shards.iter().enumerate() {
             merged.extend(shard.metadata.clone());
-            withheld.extend(shard.withheld.iter().cloned());
+            withheld.extend(
+                shard
+                    .withheld
+                    .iter()
+                    .map(|(w, start, len)| (w.clone(), (i, *start, *len))),
+            );
         }
         merged.append(&mut metadata);
-        withheld.sort_by(|a, b| a.name.cmp(&b.name));
+        withheld.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        let (withheld, withheld_at) = withheld.into_iter().unzip();
         Self {
             file: path.display().to_string(),
             shards,
             table: sharded.table,
             metadata: merged,
             withheld,
+            withheld_at,
             hints: ReadHints::default(),
         }
     }
@@ -374,16 +383,20 @@ fn shard(
     let mut withheld = Vec::new();
     for (name, info) in metadata.tensors() {
         // Listed, not loadable: the rest of the file is.
+        let (start, end) = info.data_offsets;
         let Some(dtype) = to_burn(info.dtype) else {
-            withheld.push(Withheld::new(
-                name,
-                format!("{:?}", info.dtype),
-                info.shape.clone(),
-                withheld_reason(info.dtype),
+            withheld.push((
+                Withheld::new(
+                    name,
+                    format!("{:?}", info.dtype),
+                    info.shape.clone(),
+                    withheld_reason(info.dtype),
+                ),
+                data_start + start as u64,
+                (end - start) as u64,
             ));
             continue;
         };
-        let (start, end) = info.data_offsets;
         rows.push((
             TensorInfo::external(
                 name,
@@ -423,6 +436,22 @@ impl TensorSource for SafetensorsSource {
 
     fn withheld(&self) -> &[Withheld] {
         &self.withheld
+    }
+
+    fn read_withheld(&self, name: &str) -> Result<Bytes, ReadError> {
+        let i = self
+            .withheld
+            .binary_search_by(|w| w.name.as_str().cmp(name))
+            .map_err(|_| ReadError::NotFound {
+                file: self.file.clone(),
+                tensor: name.to_string(),
+            })?;
+        let (shard, start, len) = self.withheld_at[i];
+        let shard = &self.shards[shard];
+        shard
+            .source
+            .read(start, len, 1)
+            .map_err(|source| ReadError::reading(shard.path.display().to_string(), name, &source))
     }
 
     /// A mapped file is read ahead in its own order while the load goes on: writers sort
