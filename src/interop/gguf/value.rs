@@ -232,41 +232,25 @@ impl Array {
             }
         }
         // Writing into a `String` cannot fail.
+        fn shown<T: std::fmt::Display>(o: &mut String, x: &T) {
+            let _ = write!(o, "{x}");
+        }
+        fn float<T: std::fmt::Debug>(o: &mut String, x: &T) {
+            let _ = write!(o, "{x:?}");
+        }
         out.push('[');
         match self {
-            Self::U8(v) => each(out, v, |o, x| {
-                let _ = write!(o, "{x}");
-            }),
-            Self::I8(v) => each(out, v, |o, x| {
-                let _ = write!(o, "{x}");
-            }),
-            Self::U16(v) => each(out, v, |o, x| {
-                let _ = write!(o, "{x}");
-            }),
-            Self::I16(v) => each(out, v, |o, x| {
-                let _ = write!(o, "{x}");
-            }),
-            Self::U32(v) => each(out, v, |o, x| {
-                let _ = write!(o, "{x}");
-            }),
-            Self::I32(v) => each(out, v, |o, x| {
-                let _ = write!(o, "{x}");
-            }),
-            Self::U64(v) => each(out, v, |o, x| {
-                let _ = write!(o, "{x}");
-            }),
-            Self::I64(v) => each(out, v, |o, x| {
-                let _ = write!(o, "{x}");
-            }),
-            Self::F32(v) => each(out, v, |o, x| {
-                let _ = write!(o, "{x:?}");
-            }),
-            Self::F64(v) => each(out, v, |o, x| {
-                let _ = write!(o, "{x:?}");
-            }),
-            Self::Bool(v) => each(out, v, |o, x| {
-                let _ = write!(o, "{x}");
-            }),
+            Self::U8(v) => each(out, v, shown),
+            Self::I8(v) => each(out, v, shown),
+            Self::U16(v) => each(out, v, shown),
+            Self::I16(v) => each(out, v, shown),
+            Self::U32(v) => each(out, v, shown),
+            Self::I32(v) => each(out, v, shown),
+            Self::U64(v) => each(out, v, shown),
+            Self::I64(v) => each(out, v, shown),
+            Self::F32(v) => each(out, v, float),
+            Self::F64(v) => each(out, v, float),
+            Self::Bool(v) => each(out, v, shown),
             Self::String(v) => each(out, v, |o, x| push_quoted(o, x)),
             Self::Array(v) => each(out, v, |o, x| x.write_full(o)),
         }
