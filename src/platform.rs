@@ -236,8 +236,8 @@ pub(crate) fn physical_memory() -> Option<u64> {
 }
 
 /// How many files this process may hold open at once (the soft limit), where the platform
-/// has one (Unix `getrlimit`).
-#[cfg(unix)]
+/// has one (Unix `getrlimit`). (Used by incremental checkpoints, feature `optim`.)
+#[cfg(all(unix, feature = "optim"))]
 pub(crate) fn open_files_limit() -> Option<u64> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -250,7 +250,7 @@ pub(crate) fn open_files_limit() -> Option<u64> {
     u64::try_from(limit.rlim_cur).ok()
 }
 
-#[cfg(not(unix))]
+#[cfg(all(not(unix), feature = "optim"))]
 pub(crate) fn open_files_limit() -> Option<u64> {
     None
 }
