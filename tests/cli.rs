@@ -1671,7 +1671,16 @@ fn the_contract_holds_where_formats_used_to_diverge() {
                 err.starts_with("bpk: ") && err.contains(s(file)) && err.lines().count() == 1,
                 "{args:?}: {err}"
             );
-            assert!(out.is_empty(), "{args:?}: {out}");
+            if args.contains(&"--json") {
+                // The verdict as JSON on stdout too.
+                let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+                assert_eq!(
+                    (json["ok"].as_bool(), json["exit_code"].as_u64()),
+                    (Some(false), Some(3))
+                );
+            } else {
+                assert!(out.is_empty(), "{args:?}: {out}");
+            }
         }
     }
 

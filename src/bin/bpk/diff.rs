@@ -35,6 +35,22 @@ fn max_diff(
     (y, b): (&TensorInfo, &[u8]),
     rules: &Rules,
 ) -> Option<(f64, f64, bool)> {
+    // Integers of 64 bits do not fit an f64: they are compared exactly.
+    if let (Some(left), Some(right)) = (integers(x, a), integers(y, b)) {
+        return (left.len() == right.len()).then(|| {
+            let (mut abs, mut rel, mut beyond) = (0.0f64, 0.0f64, false);
+            for (&v, &w) in left.iter().zip(&right) {
+                if v == w {
+                    continue;
+                }
+                let d = (v - w).unsigned_abs() as f64;
+                abs = abs.max(d);
+                rel = rel.max(d / (v.unsigned_abs().max(w.unsigned_abs()) as f64));
+                beyond |= !(d <= rules.atol + rules.rtol * w.unsigned_abs() as f64);
+            }
+            (abs, rel, beyond)
+        });
+    }
     let mut left = Vec::new();
     if !for_each_f64(x, a, |v| left.push(v)) {
         return None;
@@ -44,21 +60,49 @@ fn max_diff(
         let v = left.get(i).copied().unwrap_or(f64::NAN);
         i += 1;
         let same = v == w || (v.is_nan() && w.is_nan());
-        let d = if same { 0.0 } else { (v - w).abs() };
+        // A NaN on one side only, or an infinity against another value, is never within a
+        // tolerance (whichever side it is on), and differs by an infinite amount.
+        let special = !same && (!v.is_finite() || !w.is_finite());
+        let d = if same {
+            0.0
+        } else if special {
+            f64::INFINITY
+        } else {
+            (v - w).abs()
+        };
         abs = abs.max(d);
         let scale = v.abs().max(w.abs());
         if d > 0.0 {
-            rel = rel.max(if scale > 0.0 {
+            rel = rel.max(if scale > 0.0 && !special {
                 d / scale
             } else {
                 f64::INFINITY
             });
         }
-        // A NaN on one side only, or an infinity against another value, is never within a
-        // tolerance.
-        beyond |= !same && (d.is_nan() || d > rules.atol + rules.rtol * w.abs());
+        beyond |= special || !same && !(d <= rules.atol + rules.rtol * w.abs());
     });
     (decoded && i == left.len()).then_some((abs, rel, beyond))
+}
+
+/// The values of an integer tensor, exactly (`None` for any other dtype).
+fn integers(info: &TensorInfo, bytes: &[u8]) -> Option<Vec<i128>> {
+    fn each<const N: usize>(bytes: &[u8], f: impl Fn([u8; N]) -> i128) -> Vec<i128> {
+        bytes
+            .chunks_exact(N)
+            .map(|c| f(c.try_into().expect("exact chunk")))
+            .collect()
+    }
+    Some(match info.dtype() {
+        DType::I64 => each(bytes, |b| i128::from(i64::from_le_bytes(b))),
+        DType::U64 => each(bytes, |b| i128::from(u64::from_le_bytes(b))),
+        DType::I32 => each(bytes, |b| i128::from(i32::from_le_bytes(b))),
+        DType::U32 => each(bytes, |b| i128::from(u32::from_le_bytes(b))),
+        DType::I16 => each(bytes, |b| i128::from(i16::from_le_bytes(b))),
+        DType::U16 => each(bytes, |b| i128::from(u16::from_le_bytes(b))),
+        DType::I8 => each(bytes, |b: [u8; 1]| i128::from(b[0] as i8)),
+        DType::U8 => each(bytes, |b: [u8; 1]| i128::from(b[0])),
+        _ => return None,
+    })
 }
 
 /// Whether two tensors of one shape are compared by values across their dtypes: one of them

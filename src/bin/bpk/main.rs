@@ -48,7 +48,7 @@ Exit codes (the same for every format and every command):
   3  cannot read: missing, not a regular file or an I/O error; not a file bpk reads (a Git LFS
      pointer, an HTML page, a bincode record, ...); cut short; a bad magic number or an
      invalid header or structure; an unsupported version, dtype or quantization type; a
-     refused pickle; no tensors in it
+     refused pickle; no tensors in it; standard output cannot be written (a full disk)
 A failure prints one line on stderr naming the file (`bpk: FILE: ...`); results go to stdout.";
 
 #[derive(Parser)]
@@ -234,6 +234,7 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     os::raise_open_files();
+    os::stdout_failures_exit();
     let cli = Cli::parse();
     // The worker threads up front: where they cannot be started (a memory or process limit),
     // that is said and bpk stops, instead of panicking at the first parallel step. (Rayon

@@ -48,25 +48,38 @@ fn write_epochs(
 ) -> Result<u8, Failure> {
     use burnpack::interop::burn_record::import_legacy_burn_train;
     let manager = burnpack::checkpoint::CheckpointManager::new(new).map_err(Failure::file)?;
+    // A checkpoint already there is a user's: never replaced (and so never lost by a
+    // migration that fails later).
+    if let Some(there) = epochs
+        .iter()
+        .map(|&epoch| manager.path_for(epoch))
+        .find(|out| out.exists())
+    {
+        return Err(Failure::usage(format!(
+            "{}: already exists; migrate does not replace checkpoints (remove it, or migrate \
+             into another directory)",
+            there.display()
+        )));
+    }
     let bar = Bar::steps(epochs.len() as u64, "epochs");
+    // Said once every epoch is written: a migration that fails removes what it wrote.
+    let mut done = Vec::with_capacity(epochs.len());
     for &epoch in epochs {
         let out = manager.path_for(epoch);
-        let existed = out.exists();
         let size = import_legacy_burn_train(old, epoch, kind, &out).map_err(|e| Failure::of(&e))?;
-        if !existed {
-            written.push(out.clone());
-        }
-        bar.0.suspend(|| {
-            println!(
-                "{} epoch {epoch} -> {} ({})",
-                old.display(),
-                out.display(),
-                human_bytes(size)
-            );
-        });
+        written.push(out.clone());
+        done.push(format!(
+            "{} epoch {epoch} -> {} ({})",
+            old.display(),
+            out.display(),
+            human_bytes(size)
+        ));
         bar.inc(1);
     }
     bar.finish();
+    for line in done {
+        println!("{line}");
+    }
     Ok(0)
 }
 

@@ -34,3 +34,29 @@ pub(crate) fn raise_open_files() {
 /// Elsewhere there is no soft limit to raise.
 #[cfg(not(unix))]
 pub(crate) fn raise_open_files() {}
+
+/// A failed write to standard output (a full disk, a file closed under it) ends `bpk` with one
+/// line on stderr and exit code 3 (an I/O error), never a panic: Rust's `println!` panics when
+/// it cannot write. (A closed pipe is SIGPIPE's, restored to its default at start.) Other
+/// panics go to the hook in force before.
+pub(crate) fn stdout_failures_exit() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let text = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if let Some(why) = text.strip_prefix("failed printing to stdout") {
+            use std::io::Write as _;
+            let why = why.trim_start_matches(':').trim();
+            let _ = writeln!(
+                std::io::stderr(),
+                "bpk: standard output: cannot write: {why}"
+            );
+            std::process::exit(3);
+        }
+        previous(info);
+    }));
+}

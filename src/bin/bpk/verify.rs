@@ -90,10 +90,24 @@ impl Verdict {
 pub(crate) fn verify(path: &Path, nan: bool, as_json: bool) -> Result<u8, Failure> {
     // A file that cannot be read is exit 3; one that its own checks find damaged as it is
     // opened (a pack's metadata checksum, a .pt pickle's CRC-32) exit 1: both one line.
-    let source = crate::open::open_for_verify(path).map_err(|e| crate::open::failure(&e))?;
+    // With --json, a failure to open is a JSON verdict too (and the same exit code).
+    let refused = |failure: Failure| {
+        if as_json {
+            print_json(&json!({
+                "file": path.display().to_string(),
+                "ok": false,
+                "opened": false,
+                "exit_code": failure.code,
+                "problems": [failure.message.clone()],
+            }));
+        }
+        failure
+    };
+    let source =
+        crate::open::open_for_verify(path).map_err(|e| refused(crate::open::failure(&e)))?;
     // A source that opened but holds nothing to verify (a Burn record without a tensor).
     if let Some(why) = source.unusable() {
-        return Err(Failure::file(why));
+        return Err(refused(Failure::file(why)));
     }
     let tensors = source.as_tensor_source();
     let about = source.describe();
@@ -115,7 +129,7 @@ pub(crate) fn verify(path: &Path, nan: bool, as_json: bool) -> Result<u8, Failur
     // pickle against its CRC-32): read, and found damaged.
     if let Err(e) = tensors.verify_structure() {
         if e.kind().is_unreadable() && e.kind() != burnpack::read::SourceErrorKind::Invalid {
-            return Err(Failure::of(&e));
+            return Err(refused(Failure::of(&e)));
         }
         verdict.problems.push(e.to_string());
         return verdict.report(as_json, nan);
@@ -125,14 +139,16 @@ pub(crate) fn verify(path: &Path, nan: bool, as_json: bool) -> Result<u8, Failur
         notes,
         verified,
         total,
-    } = scan(tensors, path, nan)?;
+    } = scan(tensors, path, nan).map_err(refused)?;
+    let problems_found = problems.len();
     verdict.problems = problems;
     verdict.bytes = total;
     verdict.verified_checksums = verified;
     verdict.checked = match about.checksums {
-        Checksums::PerTensor => {
+        Checksums::PerTensor if problems_found == 0 => {
             format!("header and metadata checksum and all {verified} tensor checksums match")
         }
+        Checksums::PerTensor => format!("{verified} tensor checksums match"),
         Checksums::ZipCrc32 => {
             format!("the pickle and {verified} tensors' storages match their zip CRC-32")
         }

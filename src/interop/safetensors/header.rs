@@ -96,10 +96,55 @@ fn unique_names(path: &Path, json: &str, limits: &Limits) -> Result<(), SourceEr
                         self.0.max_tensor_count
                     )));
                 }
-                map.next_value::<serde::de::IgnoredAny>()?;
+                if name == "__metadata__" {
+                    // Its entries are bounded as a pack's metadata is (each becomes a string
+                    // pair in memory, and an entry of a converted pack).
+                    map.next_value_seed(Entries(self.0.max_tensor_count))?;
+                } else {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
                 if !seen.insert(name.clone()) {
                     return Err(serde::de::Error::custom(format!(
                         "'{name}' is listed twice in the header (one of them would be dropped)"
+                    )));
+                }
+            }
+            Ok(())
+        }
+    }
+    /// `__metadata__` (or `null`), counted: at most the given number of entries.
+    struct Entries(usize);
+    impl<'de> serde::de::DeserializeSeed<'de> for Entries {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_option(self)
+        }
+    }
+    impl<'de> serde::de::Visitor<'de> for Entries {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object of strings")
+        }
+        fn visit_none<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_map(self)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut count = 0usize;
+            while map
+                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                .is_some()
+            {
+                count += 1;
+                if count > self.0 {
+                    return Err(serde::de::Error::custom(format!(
+                        "__metadata__ has more than {} entries, the metadata entry limit",
+                        self.0
                     )));
                 }
             }

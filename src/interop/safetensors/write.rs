@@ -155,7 +155,7 @@ pub(super) fn write_safetensors(
     let total: u64 = outgoing.iter().map(|(_, t)| t.len as u64).sum();
     let limit = max_shard_bytes.filter(|&max| total > max);
     let Some(limit) = limit else {
-        write_one(path, &outgoing, metadata)?;
+        write_one(path, &outgoing, metadata)?.commit(path, true)?;
         return Ok(vec![path.to_path_buf()]);
     };
     // Greedy, in module order.
@@ -178,13 +178,22 @@ pub(super) fn write_safetensors(
     let count = groups.len();
     let mut written = Vec::with_capacity(count + 1);
     let mut weight_map = BTreeMap::new();
+    // Every shard is written into a scratch file first and renamed into place only once all
+    // are: a conversion that fails part-way leaves no shard behind (and replaces none).
+    let mut ready = Vec::with_capacity(count);
     for (k, group) in groups.into_iter().enumerate() {
         let file = format!("{stem}-{:05}-of-{count:05}.safetensors", k + 1);
-        write_one(&dir.join(&file), group, metadata)?;
+        ready.push((
+            write_one(&dir.join(&file), group, metadata)?,
+            dir.join(&file),
+        ));
         for (name, _) in group {
             weight_map.insert(name.clone(), file.clone());
         }
-        written.push(dir.join(file));
+    }
+    for (scratch, shard) in ready {
+        scratch.commit(&shard, true)?;
+        written.push(shard);
     }
     let index_name = format!(
         "{}.index.json",
@@ -256,11 +265,13 @@ fn check_header(
 const METADATA_KEY: &str = "__metadata__";
 
 /// One safetensors file from `tensors`, atomically.
+/// Writes `tensors` into a scratch file for `path`, returned to be committed (renamed over
+/// `path`) by the caller; dropped, it is removed.
 fn write_one(
     path: &Path,
     tensors: &[(String, Outgoing)],
     metadata: Option<&HashMap<String, String>>,
-) -> Result<(), ConvertError> {
+) -> Result<Scratch, ConvertError> {
     let mut scratch = Scratch::create(path)?;
     safetensors::serialize_to_file(
         tensors.iter().map(|(name, t)| (name.as_str(), t)),
@@ -278,6 +289,5 @@ fn write_one(
     }
     // The crate wrote a temp file of its own and renamed it over the scratch path.
     scratch.replaced()?;
-    scratch.commit(path, true)?;
-    Ok(())
+    Ok(scratch)
 }
