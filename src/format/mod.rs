@@ -25,6 +25,7 @@ mod canonical;
 mod dtype;
 mod error;
 mod header;
+mod keys;
 mod layout;
 mod limits;
 mod metadata;
@@ -50,9 +51,8 @@ pub use error::FormatError;
 pub use header::{
     FORMAT_VERSION, HEADER_SIZE, Header, MAGIC, TENSOR_ALIGNMENT, align_up, data_start, looks_like,
 };
-pub use layout::{
-    INCREMENTAL_KEY, Layout, NAMESPACE_KEY, OpenError, PRODUCER, PRODUCER_NAME, is_reserved_key,
-};
+pub use keys::{INCREMENTAL_KEY, NAMESPACE_KEY, PRODUCER, PRODUCER_NAME, is_reserved_key};
+pub use layout::{Layout, OpenError};
 pub use limits::Limits;
 pub use metadata::Extras;
 #[cfg(feature = "std")]
