@@ -146,6 +146,11 @@ fn a_failed_sharded_conversion_leaves_no_shard() {
     let target = out.join("model.safetensors");
     let (code, stdout, err) = run(&["convert", s(&input), s(&target), "--shard-size", "1000"]);
     assert_eq!(code, 1, "{stdout}{err}");
+    // The line names the input, where the damage is, first.
+    assert!(
+        err.starts_with(&format!("bpk: {}: tensor 'b'", input.display())),
+        "{err}"
+    );
     let left: Vec<_> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().file_name())

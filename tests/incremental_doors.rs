@@ -473,3 +473,36 @@ fn bpk_reads_a_manifest_that_holds_nothing_itself() {
         "{out}"
     );
 }
+
+/// A link to a manifest (a `latest.bpk` kept elsewhere) opens with the data files beside the
+/// manifest it points to, through the library and `bpk`.
+#[cfg(unix)]
+#[test]
+fn a_link_to_a_manifest_finds_its_data_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = Device::flex();
+    let model = Lora::new(&device);
+    let path = referring_manifest(&dir.path().join("ckpts"), &model);
+    let link = dir.path().join("latest.bpk");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    let ckpt = Checkpoint::open(&link).unwrap();
+    assert_eq!(
+        values(&ckpt.load_model(Lora::new(&device)).unwrap()),
+        values(&model)
+    );
+    let any = burnpack::interop::open_any(&link).unwrap();
+    assert_eq!(any.as_tensor_source().tensors().len(), 3);
+    #[cfg(feature = "cli")]
+    {
+        let verified = std::process::Command::new(env!("CARGO_BIN_EXE_bpk"))
+            .arg("verify")
+            .arg(&link)
+            .output()
+            .unwrap();
+        assert!(
+            verified.status.success(),
+            "{}",
+            String::from_utf8_lossy(&verified.stderr)
+        );
+    }
+}

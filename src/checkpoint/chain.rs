@@ -260,8 +260,7 @@ impl Chain<crate::read::Reader> {
         manifest: crate::read::Reader,
         buffered: bool,
     ) -> Result<Self, crate::read::SourceError> {
-        let dir = path.parent().unwrap_or_else(|| std::path::Path::new("."));
-        let storage = super::Directory::new(dir);
+        let storage = super::Directory::new(data_dir(path));
         // Buffered data files hold a descriptor each: a chain of more data files than the
         // process may hold open (less a margin for the rest) is mapped instead.
         let fits = || {
@@ -294,6 +293,18 @@ impl Chain<crate::read::Reader> {
             },
         })
     }
+}
+
+/// The directory of the data files of the manifest at `path`: the one it is in, or, where
+/// `path` is a symbolic link (a `latest.bpk` pointing into a checkpoint directory), the one
+/// the file it points to is in.
+pub(crate) fn data_dir(path: &std::path::Path) -> std::path::PathBuf {
+    let linked = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    let real = linked.then(|| std::fs::canonicalize(path).ok()).flatten();
+    real.as_deref().unwrap_or(path).parent().map_or_else(
+        || std::path::PathBuf::from("."),
+        std::path::Path::to_path_buf,
+    )
 }
 
 /// The data file `name` of `storage`, checked to be one (the error says why it is not).

@@ -50,7 +50,7 @@ impl Checkpoint {
     /// does not hold a tensor it should.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, CheckpointError> {
         let path = path.as_ref();
-        let dir = path.parent().unwrap_or_else(|| Path::new("."));
+        let dir = super::chain::data_dir(path);
         Self::from_storage(&super::Directory::new(dir), Reader::open(path)?)
     }
 

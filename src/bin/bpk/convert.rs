@@ -125,6 +125,14 @@ fn naming(input: &Path, output: &Path, e: impl Into<ConvertError>) -> Failure {
     };
     // The exit code by the contract (1 where a read found the input damaged, 3 otherwise).
     let failure = Failure::of(&e);
+    // A tensor that could not be read: the reader's error, which starts with the input's
+    // name, rather than the writer's wrapping of it ("tensor 'w': provider failed: ...").
+    if let ConvertError::Write(WriteError::Provider { source, .. }) = &e {
+        return Failure {
+            code: failure.code,
+            message: source.to_string(),
+        };
+    }
     if names_a_file {
         failure
     } else {
