@@ -618,7 +618,10 @@ fn urls_in_every_command() {
     // Damage the object's own checksum finds as it arrives: exit 1, as for a file.
     let (code, out, err) = run(&["diff", &url, &bad_url]);
     assert_eq!(code, 1, "{out}{err}");
-    assert!(err.contains("layer2.w") && err.contains("checksum"), "{err}");
+    assert!(
+        err.contains("layer2.w") && err.contains("checksum"),
+        "{err}"
+    );
 
     // Safetensors up as a pack, a pack down as safetensors.
     let st = dir.path().join("m.safetensors");

@@ -79,7 +79,7 @@ impl<S: PackSource> Chain<S> {
         let list = checked_references(&manifest, &file)?;
         let layout = manifest.layout();
         let limits = crate::format::Limits::default();
-        let step = super::manager::step_of(file.rsplit(['/', '\\']).next().unwrap_or(&file));
+        let step = refs::step_of(file.rsplit(['/', '\\']).next().unwrap_or(&file));
         // What the checkpoint amounts to, whole: bounded as a file would be (a manifest that
         // names one tensor a million times is not a terabyte to read).
         let mut total: u64 = 0;

@@ -95,7 +95,7 @@ pub enum CheckpointError {
         /// The managed storage, as its user named it.
         storage: String,
         /// Every checkpoint listed, with why it does not open.
-        skipped: Vec<super::manager::Skipped>,
+        skipped: Vec<Skipped>,
     },
     /// The background save thread panicked.
     #[error("the background checkpoint save panicked: {0}")]
@@ -103,7 +103,7 @@ pub enum CheckpointError {
 }
 
 /// The first few checkpoints passed over, for a message of bounded length.
-fn list_skipped(skipped: &[super::manager::Skipped]) -> String {
+fn list_skipped(skipped: &[Skipped]) -> String {
     const MOST: usize = 4;
     let mut text: Vec<String> = skipped.iter().take(MOST).map(ToString::to_string).collect();
     if skipped.len() > MOST {
@@ -119,5 +119,24 @@ impl CheckpointError {
             context: context.to_string(),
             message: e.to_string(),
         }
+    }
+}
+
+/// A checkpoint that [`Manager::latest`](super::Manager::latest) passed over: newer than the one it returned (or
+/// than none), but it does not open.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Skipped {
+    /// Its step.
+    pub step: u64,
+    /// Where it is, as its user would name it (a path, a URL).
+    pub location: String,
+    /// Why it does not open.
+    pub error: CheckpointError,
+}
+
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "step {} ({}): {}", self.step, self.location, self.error)
     }
 }

@@ -29,7 +29,7 @@ pub struct Checkpoint<S: PackSource = Reader> {
     body: Body<S>,
     /// Newer checkpoints [`Manager::latest`](super::Manager::latest) passed over to reach this
     /// one.
-    skipped: Vec<super::manager::Skipped>,
+    skipped: Vec<super::error::Skipped>,
 }
 
 /// A checkpoint's file alone, or an incremental checkpoint's manifest with its data files.
@@ -112,7 +112,7 @@ impl<S: PackSource> Checkpoint<S> {
     }
 
     /// This checkpoint, returned by `latest` after passing over `skipped`.
-    pub(crate) fn with_skipped(self, skipped: Vec<super::manager::Skipped>) -> Self {
+    pub(crate) fn with_skipped(self, skipped: Vec<super::error::Skipped>) -> Self {
         Self { skipped, ..self }
     }
 
@@ -120,7 +120,7 @@ impl<S: PackSource> Checkpoint<S> {
     /// return this one, newest first, each with why it does not open (empty when this is the
     /// newest listed, or when it was opened otherwise). See `latest`'s example.
     #[must_use]
-    pub fn skipped(&self) -> &[super::manager::Skipped] {
+    pub fn skipped(&self) -> &[super::error::Skipped] {
         &self.skipped
     }
 

@@ -89,7 +89,7 @@ impl Index {
         let listed: HashSet<&str> = names.iter().map(String::as_str).collect();
         let mut manifests: Vec<(u64, &String)> = names
             .iter()
-            .filter_map(|n| Some((super::manager::step_of(n)?, n)))
+            .filter_map(|n| Some((refs::step_of(n)?, n)))
             .collect();
         manifests.sort_unstable();
         let mut index = Self::default();
@@ -574,13 +574,9 @@ pub(crate) fn garbage<S: Storage>(storage: &S) -> Result<Vec<S::Location>, Check
     }
     let manifests: Vec<&String> = names
         .iter()
-        .filter(|n| super::manager::step_of(n).is_some())
+        .filter(|n| refs::step_of(n).is_some())
         .collect();
-    let Some(newest) = manifests
-        .iter()
-        .filter_map(|n| super::manager::step_of(n))
-        .max()
-    else {
+    let Some(newest) = manifests.iter().filter_map(|n| refs::step_of(n)).max() else {
         return Ok(Vec::new());
     };
     let mut in_use: HashSet<String> = HashSet::new();

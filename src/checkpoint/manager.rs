@@ -6,17 +6,14 @@ use std::sync::Arc;
 
 use burn::module::Module;
 
-use super::error::CheckpointError;
+use super::error::{CheckpointError, Skipped};
 use super::file::Checkpoint;
 use super::in_flight::{InFlight, InFlightGuard};
 use super::incremental::{self, Index, Parsed, Sightings};
-use super::refs;
+use super::refs::{self, checkpoint_name, step_of};
 use super::state::{PreparedState, TrainingState};
 use super::storage::Storage;
 use crate::read::{PackSource, TensorSource};
-
-const PREFIX: &str = "ckpt-";
-const SUFFIX: &str = ".bpk";
 
 /// Keeps checkpoints in a [`Storage`] as `ckpt-00000000000000000007.bpk` for step 7 (the step
 /// zero-padded to 20 digits, so that names sort in step order): saves refuse to land behind a
@@ -454,38 +451,6 @@ pub struct SaveReport<L> {
     /// The data files this incremental save wrote, by name (none for a full checkpoint, or
     /// an incremental one where nothing changed).
     pub data_files_written: Vec<String>,
-}
-
-/// A checkpoint that [`Manager::latest`] passed over: newer than the one it returned (or
-/// than none), but it does not open.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct Skipped {
-    /// Its step.
-    pub step: u64,
-    /// Where it is, as its user would name it (a path, a URL).
-    pub location: String,
-    /// Why it does not open.
-    pub error: CheckpointError,
-}
-
-impl std::fmt::Display for Skipped {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "step {} ({}): {}", self.step, self.location, self.error)
-    }
-}
-
-/// The object or file name of the checkpoint of `step` (zero-padded, so names sort by step).
-pub(crate) fn checkpoint_name(step: u64) -> String {
-    format!("{PREFIX}{step:020}{SUFFIX}")
-}
-
-/// The step of a checkpoint name, `None` for other names.
-pub(crate) fn step_of(name: &str) -> Option<u64> {
-    name.strip_prefix(PREFIX)?
-        .strip_suffix(SUFFIX)?
-        .parse()
-        .ok()
 }
 
 /// Which checkpoints a manager keeps: the last `keep_last`, the newest valid one, and

@@ -93,10 +93,11 @@ mod error;
 mod file;
 mod in_flight;
 mod incremental;
-pub(crate) mod manager;
+mod local;
+mod manager;
 mod namespace;
 mod progress;
-mod refs;
+pub(crate) mod refs;
 mod state;
 mod storage;
 
@@ -104,10 +105,11 @@ pub use async_save::{AsyncSaver, CheckpointTarget, WhenBusy};
 pub use burn_train::import_burn_train;
 pub(crate) use burn_train::import_parts;
 pub use chain::Chain;
-pub use directory::{CheckpointEntry, CheckpointManager, Directory};
-pub use error::CheckpointError;
+pub use directory::{CheckpointEntry, Directory};
+pub use error::{CheckpointError, Skipped};
 pub use file::Checkpoint;
-pub use manager::{Manager, SaveReport, Skipped};
+pub use local::CheckpointManager;
+pub use manager::{Manager, SaveReport};
 pub use namespace::{KIND, KIND_KEY, MODEL_PREFIX, PARTS_KEY};
 #[cfg(feature = "train")]
 pub(crate) use namespace::{

@@ -1,7 +1,8 @@
-//! What an incremental checkpoint says of its tensors: for each, the data file that holds its
-//! bytes, its name there, its parameter id and its 128-bit content hash. Pure text, no I/O:
-//! the manifest's `burnpack.refs` metadata value, one line a tensor, and the names of data
-//! files.
+//! The names a checkpoint storage holds (`ckpt-00000000000000000007.bpk` for step 7,
+//! `data-<step>-<nonce>.bpk`), and what an incremental checkpoint says of its tensors: for
+//! each, the data file that holds its bytes, its name there, its parameter id, its 128-bit
+//! content hash and the data file's checksum. Pure text, no I/O: the manifest's
+//! `burnpack.refs` metadata value, one line a tensor.
 
 use std::fmt::Write as _;
 
@@ -11,6 +12,8 @@ pub use crate::format::INCREMENTAL_KEY;
 /// Metadata value of [`super::KIND_KEY`] in a data file of incremental checkpoints.
 pub const DATA_KIND: &str = "checkpoint-data";
 
+const CHECKPOINT_PREFIX: &str = "ckpt-";
+const CHECKPOINT_SUFFIX: &str = ".bpk";
 const DATA_PREFIX: &str = "data-";
 const DATA_SUFFIX: &str = ".bpk";
 
@@ -50,6 +53,19 @@ pub(crate) struct Ref {
     /// a data file swapped for another of the same name (another run's) is refused without
     /// reading a byte of it. `None` in manifests written before it was recorded.
     pub(crate) checksum: Option<u64>,
+}
+
+/// The object or file name of the checkpoint of `step` (zero-padded, so names sort by step).
+pub(crate) fn checkpoint_name(step: u64) -> String {
+    format!("{CHECKPOINT_PREFIX}{step:020}{CHECKPOINT_SUFFIX}")
+}
+
+/// The step of a checkpoint name, `None` for other names.
+pub(crate) fn step_of(name: &str) -> Option<u64> {
+    name.strip_prefix(CHECKPOINT_PREFIX)?
+        .strip_suffix(CHECKPOINT_SUFFIX)?
+        .parse()
+        .ok()
 }
 
 /// The name of a data file written by the save of `step`; `nonce` makes it unique (a step

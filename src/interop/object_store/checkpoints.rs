@@ -6,7 +6,7 @@ use std::sync::Arc;
 use ::object_store::path::Path as ObjectPath;
 
 use super::{Bucket, ObjectLocation, ObjectSource, RemoteError, UploadOptions, block_on, upload};
-use crate::checkpoint::manager::checkpoint_name;
+use crate::checkpoint::refs::checkpoint_name;
 use crate::checkpoint::{CheckpointError, Manager, Storage};
 use crate::write::Writer;
 
