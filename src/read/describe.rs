@@ -250,7 +250,7 @@ pub trait DescribedSource: TensorSource + AsTensorSource + Send + Sync {
 pub fn streaming_writer(
     source: &std::sync::Arc<dyn DescribedSource>,
 ) -> Result<crate::Writer, super::ReadError> {
-    super::withheld::refuse_withheld(source.as_tensor_source())?;
+    super::refuse_withheld(source.as_tensor_source())?;
     if let Some(pack) = source.as_pack() {
         let layout = pack.layout();
         let wanted: Vec<TensorInfo> = layout.tensors_by_position().cloned().collect();

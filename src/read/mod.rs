@@ -30,9 +30,9 @@ pub use reader::{ReadMode, ReadOptions, Reader};
 pub use shards::{InShard, Routing, Sharded, assemble_shards};
 pub use source::bytes_from_vec;
 pub use table::{SourceTable, TableBuilder};
+pub(crate) use tensor_source::refuse_withheld;
 pub use tensor_source::{CopyReason, PackSource, TensorSource};
 pub use withheld::Withheld;
-pub(crate) use withheld::refuse_withheld;
 
 /// Opens `path` for reading when it is a regular file (symbolic links followed), and refuses
 /// anything else (a named pipe, a device, a directory, a socket) *before* opening it, with an

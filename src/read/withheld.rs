@@ -78,14 +78,3 @@ impl std::fmt::Display for Withheld {
         )
     }
 }
-
-/// Refuses a source that withholds a tensor, naming the first: for whoever would take every
-/// tensor (a conversion), where leaving one out would write a partial file with `Ok`.
-pub(crate) fn refuse_withheld<S: super::TensorSource + ?Sized>(
-    source: &S,
-) -> Result<(), ReadError> {
-    match source.withheld().first() {
-        Some(w) => Err(w.error(source.file())),
-        None => Ok(()),
-    }
-}

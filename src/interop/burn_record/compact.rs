@@ -1,7 +1,7 @@
 //! Where a record's tensor bytes go: moved down to 8-byte boundaries in a decompressed
 //! file, or appended, aligned, to one buffer of decoded tensors.
 
-use super::walk::{Found, Payload};
+use super::node::{Found, Payload};
 
 /// Decoded JSON tensors are laid out at offsets that are multiples of this (every element
 /// type's alignment), so each is a window of one buffer.

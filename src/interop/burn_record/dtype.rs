@@ -3,7 +3,7 @@
 
 use burn::tensor::{BoolStore, DType};
 
-use super::walk::{self, Node};
+use super::node::{self, Node};
 use crate::format::{bool_store_from_name, dtype_from_name};
 
 /// A tensor's dtype as Burn 0.14-0.21 wrote it, quantized ones included (checked against the
@@ -138,7 +138,7 @@ fn quantized(
 fn block_size(fields: &[(String, Node)]) -> Option<Vec<u8>> {
     let field = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v);
     let storage: Vec<u8> = match field("storage")? {
-        Node::Bytes(walk::Payload::Owned(v), _) => v.clone(),
+        Node::Bytes(node::Payload::Owned(v), _) => v.clone(),
         _ => return None,
     };
     let Node::UInt(len) = field("len")? else {

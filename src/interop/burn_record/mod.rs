@@ -23,6 +23,7 @@ mod dtype;
 #[cfg(all(test, target_os = "linux"))]
 mod mapped_tests;
 mod msgpack_end;
+mod node;
 mod source;
 mod tensor_data;
 mod train;
@@ -36,7 +37,7 @@ pub use train::{check_burn_train_schedulers, import_legacy_burn_train};
 
 use std::path::Path;
 
-use walk::Node;
+use node::Node;
 
 /// An error opening a Burn 0.14-0.21 record: the error of every source
 /// ([`SourceError`](crate::read::SourceError)), under its former name.

@@ -10,7 +10,8 @@ use burn::tensor::{AllocationProperty, Bytes};
 
 use super::compact::{append_aligned, compact};
 use super::dtype::tensor_dtype;
-use super::walk::{self, Found, Payload, Walk};
+use super::node::{self, Found, Payload};
+use super::walk::Walk;
 use super::{METADATA_PREFIX, RecordFormat, RecordMetadata, param_id, record_metadata};
 use crate::format::{Limits, TensorInfo, element_align};
 use crate::read::source::Source;
@@ -60,7 +61,7 @@ pub struct LegacySource {
     /// Every tensor, sorted by name.
     pub(super) table: SourceTable<()>,
     /// Numbers of the record by path (an optimizer's step count, a scheduler's state).
-    pub(super) leaves: Vec<(String, walk::Leaf)>,
+    pub(super) leaves: Vec<(String, node::Leaf)>,
     /// Whether the tensors were decoded into memory of their own (JSON, or `MessagePack`
     /// arrays of numbers) rather than read in place.
     pub(super) decoded: bool,

@@ -1,7 +1,7 @@
 //! A record's `TensorData` maps (`bytes`, `shape`, `dtype`) told apart from everything else
 //! the walk meets, and what a value that should have been one is, in words.
 
-use super::walk::{Node, Payload, RawTensor};
+use super::node::{Node, Payload, RawTensor};
 
 /// What a parameter's value is when it is not a tensor, in words (Burn 0.13's
 /// `DataSerialize`, `value` and `shape`, named as such).

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::LegacySource;
+use super::node::Leaf;
 use super::param_id;
-use super::walk::Leaf;
 use crate::format::Scalar;
 use crate::read::SourceError;
 use crate::read::TensorSource;
