@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::error::WriteError;
+use super::options::{WriteMode, WriteOptions};
 
 /// Suffix of scratch files (`.<file name>.<pid>-<n>-<nanos>.bpk-tmp`).
 pub(crate) const SCRATCH_SUFFIX: &str = ".bpk-tmp";
@@ -252,4 +253,66 @@ fn sync_dir(dir: &Path) -> Result<(), WriteError> {
 #[allow(clippy::unnecessary_wraps)]
 fn sync_dir(_dir: &Path) -> Result<(), WriteError> {
     Ok(())
+}
+
+/// The file a pack is written to: a scratch sibling committed at the end (atomic mode) or
+/// the destination itself (in place).
+pub(crate) enum Target {
+    Scratch(Scratch),
+    InPlace(File, std::path::PathBuf),
+}
+
+impl Target {
+    /// Opens the file for a write to `path` under `options` (refusing an existing `path`
+    /// without `overwrite`).
+    pub(crate) fn open(path: &Path, options: &WriteOptions) -> Result<Self, WriteError> {
+        let overwrite = options.overwrite;
+        if !overwrite && path.symlink_metadata().is_ok() {
+            return Err(WriteError::AlreadyExists {
+                path: path.to_path_buf(),
+            });
+        }
+        match options.mode {
+            WriteMode::Atomic => Ok(Self::Scratch(Scratch::create(path)?)),
+            WriteMode::InPlace => {
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .truncate(true)
+                    .create(overwrite)
+                    .create_new(!overwrite)
+                    .open(path)
+                    .map_err(|e| match e.kind() {
+                        std::io::ErrorKind::AlreadyExists => WriteError::AlreadyExists {
+                            path: path.to_path_buf(),
+                        },
+                        _ => WriteError::io("open", path, e),
+                    })?;
+                Ok(Self::InPlace(file, path.to_path_buf()))
+            }
+        }
+    }
+
+    pub(crate) fn file(&self) -> &File {
+        match self {
+            Self::Scratch(scratch) => scratch.file(),
+            Self::InPlace(file, _) => file,
+        }
+    }
+
+    /// The file's own path (the scratch file's, in atomic mode), for errors.
+    pub(crate) fn path(&self) -> &Path {
+        match self {
+            Self::Scratch(scratch) => scratch.path(),
+            Self::InPlace(_, path) => path,
+        }
+    }
+
+    /// Publishes the written file at `dest` (atomic mode: fsync, rename, directory fsync).
+    pub(crate) fn finish(self, dest: &Path, overwrite: bool) -> Result<(), WriteError> {
+        match self {
+            Self::Scratch(scratch) => scratch.commit(dest, overwrite),
+            Self::InPlace(..) => Ok(()),
+        }
+    }
 }

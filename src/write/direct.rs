@@ -28,7 +28,7 @@ use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use super::slots::{Checksums, Chunk, PIECE, ZEROS};
+use super::chunk::{Checksums, Chunk, PIECE, ZEROS};
 
 /// Alignment of direct writes: offsets, lengths and addresses (the page size, a multiple of
 /// every logical block size Linux filesystems use on 4 KiB-page machines).

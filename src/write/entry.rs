@@ -4,8 +4,7 @@ use burn::tensor::{Bytes, DType};
 
 use crate::format::TensorInfo;
 
-/// The error a deferred provider returns.
-pub type ProviderError = Box<dyn std::error::Error + Send + Sync + 'static>;
+use super::error::{ProviderError, WriteError};
 
 type Provider = Box<dyn FnOnce() -> Result<Bytes, ProviderError> + Send + 'static>;
 
@@ -225,7 +224,7 @@ impl Entry {
 impl Entry {
     /// The entry with its bytes in hand: a deferred one's provider called (its failure an
     /// error naming the entry); resident and lent ones as they are.
-    pub(crate) fn materialized(self) -> Result<Self, super::WriteError> {
+    pub(crate) fn materialized(self) -> Result<Self, WriteError> {
         if !self.is_deferred() {
             return Ok(self);
         }
@@ -235,7 +234,7 @@ impl Entry {
             self.shape.clone(),
             self.param_id,
         );
-        let source = match super::slots::materialize(self)? {
+        let source = match materialize(self)? {
             Data::Bytes(bytes) => Source::Resident(bytes),
             Data::Lent(lent) => Source::Lent(lent),
         };
@@ -279,5 +278,34 @@ impl std::fmt::Debug for Entry {
             .field("len", &self.len())
             .field("deferred", &self.is_deferred())
             .finish_non_exhaustive()
+    }
+}
+
+/// Produces an entry's bytes, turning a failing, panicking or lying provider into an error
+/// that names the entry.
+pub(crate) fn materialize(entry: Entry) -> Result<Data, WriteError> {
+    let Entry { name, source, .. } = entry;
+    match source {
+        Source::Resident(bytes) => Ok(Data::Bytes(bytes)),
+        Source::Lent(lent) => Ok(Data::Lent(lent)),
+        Source::Deferred { len, provider } => match crate::panic::catch_quiet(provider) {
+            Ok(Ok(bytes)) if bytes.len() as u64 == len => Ok(Data::Bytes(bytes)),
+            Ok(Ok(bytes)) => Err(WriteError::ProviderLength {
+                tensor: name,
+                declared: len,
+                produced: bytes.len() as u64,
+            }),
+            Ok(Err(source)) => Err(WriteError::Provider {
+                tensor: name,
+                source,
+            }),
+            Err(message) => Err(WriteError::ProviderPanicked {
+                tensor: name,
+                message,
+            }),
+        },
+        Source::Written(_) => Err(WriteError::Pipeline(format!(
+            "tensor '{name}' is already written"
+        ))),
     }
 }

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use burn::tensor::DType;
 
-use super::entry::ProviderError;
+/// The error a deferred provider returns.
+pub type ProviderError = Box<dyn std::error::Error + Send + Sync + 'static>;
 use crate::format::FormatError;
 
 /// Why a write failed. Each variant names the file and/or the tensor concerned.

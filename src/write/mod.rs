@@ -12,8 +12,9 @@
 //! model of owning a resource until it is published.
 
 // The rooms above (safetensors writing, checkpoint directories) take what they need of these
-// by path (`write::commit::Scratch`, `write::entry::Data`, `write::slots::materialize`), so
+// by path (`write::commit::Scratch`, `write::entry::Data`, `write::entry::materialize`), so
 // no re-export here depends on their features.
+mod chunk;
 pub(crate) mod commit;
 // Large saves past the page cache (Linux `O_DIRECT`).
 #[cfg(target_os = "linux")]
@@ -28,9 +29,9 @@ pub(crate) mod slots;
 pub(crate) mod staged;
 mod writer;
 
+pub use entry::Entry;
 pub(crate) use entry::Lent;
-pub use entry::{Entry, ProviderError};
-pub use error::WriteError;
+pub use error::{ProviderError, WriteError};
 pub use options::{WriteMode, WriteOptions};
 pub(crate) use options::{metadata_knobs, write_knobs};
 /// The planned layout, for tests and benchmarks (feature `internals`).

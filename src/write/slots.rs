@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Mutex, PoisonError};
 
-use super::entry::{Data, Entry, Source};
+use super::chunk::{Checksums, Chunk, Part};
+use super::entry::{Entry, materialize};
 use super::error::WriteError;
-use super::plan::{Plan, Slot};
-use crate::format::TENSOR_ALIGNMENT;
+use super::plan::Slot;
 
 /// Runs every job with `run`, on at most `workers` rayon tasks at once, in the given order.
 ///
@@ -53,35 +53,6 @@ where
     match failure.into_inner().unwrap_or_else(PoisonError::into_inner) {
         Some(e) => Err(e),
         None => Ok(()),
-    }
-}
-
-/// Produces an entry's bytes, turning a failing, panicking or lying provider into an error
-/// that names the entry.
-pub(crate) fn materialize(entry: Entry) -> Result<Data, WriteError> {
-    let Entry { name, source, .. } = entry;
-    match source {
-        Source::Resident(bytes) => Ok(Data::Bytes(bytes)),
-        Source::Lent(lent) => Ok(Data::Lent(lent)),
-        Source::Deferred { len, provider } => match crate::panic::catch_quiet(provider) {
-            Ok(Ok(bytes)) if bytes.len() as u64 == len => Ok(Data::Bytes(bytes)),
-            Ok(Ok(bytes)) => Err(WriteError::ProviderLength {
-                tensor: name,
-                declared: len,
-                produced: bytes.len() as u64,
-            }),
-            Ok(Err(source)) => Err(WriteError::Provider {
-                tensor: name,
-                source,
-            }),
-            Err(message) => Err(WriteError::ProviderPanicked {
-                tensor: name,
-                message,
-            }),
-        },
-        Source::Written(_) => Err(WriteError::Pipeline(format!(
-            "tensor '{name}' is already written"
-        ))),
     }
 }
 
@@ -145,102 +116,6 @@ pub(super) fn pipeline(
 
 /// Total size under which a pack of in-hand entries is written by the calling thread alone.
 pub(super) const PIPELINE_BYTES: u64 = 64 << 20;
-
-/// Bytes ready to be written at `offset`: one or more neighbouring entries' own bytes (not
-/// copied), each followed by the zeros up to the next slot. `tensor` names the (first)
-/// entry, for errors.
-pub(super) struct Chunk {
-    pub(super) offset: u64,
-    pub(super) parts: Vec<Part>,
-    pub(super) tensor: String,
-    /// Whether the parts' checksums are recorded already (else [`Chunk::write_at`] computes
-    /// them as it writes).
-    hashed: bool,
-}
-
-/// One entry's bytes in a [`Chunk`], the zeros that follow it, and its place among the
-/// checksums.
-pub(super) struct Part {
-    pub(super) bytes: Data,
-    pub(super) pad: usize,
-    pub(super) rank: usize,
-}
-
-/// Zeros for the gaps between slots (always shorter than the alignment).
-pub(super) static ZEROS: [u8; TENSOR_ALIGNMENT as usize] = [0; TENSOR_ALIGNMENT as usize];
-
-/// Bytes of a large entry checksummed, then written, at a time (see [`Chunk::write_at`]).
-pub(super) const PIECE: usize = 256 << 10;
-
-impl Chunk {
-    pub(super) fn len(&self) -> u64 {
-        self.parts
-            .iter()
-            .map(|p| (p.bytes.len() + p.pad) as u64)
-            .sum()
-    }
-
-    /// Writes the chunk at its offset with positional (vectored) writes, from where the
-    /// entries' bytes are (a parameter's storage, a read-back buffer) to the kernel, never
-    /// through an assembly buffer; any thread may write its own chunk at once.
-    ///
-    /// Checksums not yet recorded are computed here, a large entry [`PIECE`] by piece right
-    /// before the piece is written: the piece is then in this core's cache when the kernel
-    /// copies it, one pass over the tensor's memory instead of two.
-    ///
-    /// Each write holds `turn`: the kernel serializes writes to one file on its inode lock
-    /// anyway, and a writer that waits for it there spins on the other's CPU time, where a
-    /// writer waiting here sleeps (the checksums still run beside the other's write).
-    pub(super) fn write_at(
-        &self,
-        file: &File,
-        sums: &Checksums,
-        turn: &Mutex<()>,
-    ) -> std::io::Result<()> {
-        use std::io::IoSlice;
-        let locked = || turn.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(self.parts.len() * 2);
-        let mut at = self.offset;
-        let mut queued = 0u64;
-        for part in &self.parts {
-            let bytes: &[u8] = &part.bytes;
-            let streamed = !self.hashed && sums.enabled && bytes.len() > PIECE;
-            if streamed {
-                let guard = locked();
-                crate::platform::write_vectored_all_at(file, &mut slices, at)?;
-                drop(guard);
-                at += queued;
-                slices.clear();
-                queued = 0;
-                let mut hasher = twox_hash::XxHash3_64::new();
-                for piece in bytes.chunks(PIECE) {
-                    std::hash::Hasher::write(&mut hasher, piece);
-                    let guard = locked();
-                    crate::platform::write_all_at(file, piece, at)?;
-                    drop(guard);
-                    at += piece.len() as u64;
-                }
-                sums.set(part.rank, std::hash::Hasher::finish(&hasher));
-            } else {
-                if !self.hashed {
-                    sums.record(part.rank, bytes);
-                }
-                // A zero-length tensor has nothing to write (an empty slice would make the
-                // kernel answer 0 bytes written, which is taken for a full disk).
-                if !bytes.is_empty() {
-                    slices.push(IoSlice::new(bytes));
-                    queued += bytes.len() as u64;
-                }
-            }
-            if part.pad > 0 {
-                slices.push(IoSlice::new(&ZEROS[..part.pad]));
-                queued += part.pad as u64;
-            }
-        }
-        let _guard = locked();
-        crate::platform::write_vectored_all_at(file, &mut slices, at)
-    }
-}
 
 /// Materializes a job's entries; records their checksums when `hash` (else the chunk's
 /// [`Chunk::write_at`] does, as it writes them).
@@ -337,45 +212,6 @@ impl<'a> Writeback<'a> {
     }
 }
 
-/// Checksums computed in the data pass, by position in the tensors map.
-pub(super) struct Checksums {
-    sums: Vec<AtomicU64>,
-    pub(super) enabled: bool,
-}
-
-impl Checksums {
-    pub(super) fn new(plan: &Plan) -> Self {
-        Self::sized(plan.slots().len(), plan.has_checksums())
-    }
-
-    /// Room for `n` checksums, computed only when `enabled`.
-    pub(super) fn sized(n: usize, enabled: bool) -> Self {
-        let n = if enabled { n } else { 0 };
-        Self {
-            sums: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            enabled,
-        }
-    }
-
-    pub(super) fn record(&self, rank: usize, bytes: &[u8]) {
-        if self.enabled {
-            self.sums[rank].store(crate::format::checksum(bytes), Ordering::Relaxed);
-        }
-    }
-
-    /// Records a checksum computed elsewhere (by pieces, in [`Chunk::write_at`]).
-    pub(super) fn set(&self, rank: usize, sum: u64) {
-        self.sums[rank].store(sum, Ordering::Relaxed);
-    }
-
-    pub(super) fn values(&self) -> Vec<u64> {
-        self.sums
-            .iter()
-            .map(|s| s.load(Ordering::Relaxed))
-            .collect()
-    }
-}
-
 /// Bytes up to which neighbouring small entries are written with one positional write.
 const BATCH_BYTES: u64 = 1 << 20;
 
@@ -449,7 +285,7 @@ pub(super) fn run<R: Send>(
 pub(super) fn write_slots(
     jobs: Vec<Vec<(Entry, Slot, usize)>>,
     total: u64,
-    target: &super::writer::Target,
+    target: &super::commit::Target,
     threads: Option<usize>,
     sums: &Checksums,
     progress: Option<&(dyn Fn(u64) + Send + Sync)>,

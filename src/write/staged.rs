@@ -12,13 +12,15 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::chunk::Checksums;
+use super::commit::Target;
 use super::entry::Entry;
 use super::error::WriteError;
 use super::options::WriteOptions;
 use super::plan::{Plan, Slot, lay_out};
+use super::slots::batches;
 use super::slots::write_slots;
-use super::slots::{Checksums, batches};
-use super::writer::{Target, stamped};
+use super::writer::stamped;
 use crate::format::{HEADER_SIZE, Scalar, align_up};
 use crate::platform::{read_exact_at, write_all_at};
 

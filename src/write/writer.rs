@@ -1,17 +1,17 @@
 //! The writer: plans a pack and writes it to a file or to memory.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
 use std::path::Path;
 
 use burn::tensor::Bytes;
 
-use super::commit::Scratch;
-use super::entry::Entry;
+use super::chunk::{Checksums, Chunk};
+use super::commit::Target;
+use super::entry::{Entry, materialize};
 use super::error::WriteError;
-use super::options::{WriteMode, WriteOptions};
+use super::options::WriteOptions;
 use super::plan::Plan;
-use super::slots::{Checksums, Chunk, batches, fill, materialize, pipeline, run, write_slots};
+use super::slots::{batches, fill, pipeline, run, write_slots};
 use crate::format::{PRODUCER, Scalar};
 use crate::platform::write_all_at;
 
@@ -392,8 +392,8 @@ impl Writer {
         let mut waiting: BTreeMap<u64, Chunk> = BTreeMap::new();
         let zeros = |mut n: u64, data: &mut dyn FnMut(&[u8]) -> Result<(), WriteError>| {
             while n > 0 {
-                let step = n.min(super::slots::ZEROS.len() as u64);
-                data(&super::slots::ZEROS[..step as usize])?;
+                let step = n.min(super::chunk::ZEROS.len() as u64);
+                data(&super::chunk::ZEROS[..step as usize])?;
                 n -= step;
             }
             Ok::<(), WriteError>(())
@@ -405,7 +405,7 @@ impl Writer {
                 for part in &chunk.parts {
                     data(&part.bytes)?;
                     if part.pad > 0 {
-                        data(&super::slots::ZEROS[..part.pad])?;
+                        data(&super::chunk::ZEROS[..part.pad])?;
                     }
                 }
                 next = chunk.offset + chunk.len();
@@ -471,68 +471,6 @@ pub(crate) fn stamped(
         std::borrow::Cow::Owned(with_producer)
     } else {
         std::borrow::Cow::Borrowed(metadata)
-    }
-}
-
-/// The file a pack is written to: a scratch sibling committed at the end (atomic mode) or
-/// the destination itself (in place).
-pub(crate) enum Target {
-    Scratch(Scratch),
-    InPlace(File, std::path::PathBuf),
-}
-
-impl Target {
-    /// Opens the file for a write to `path` under `options` (refusing an existing `path`
-    /// without `overwrite`).
-    pub(crate) fn open(path: &Path, options: &WriteOptions) -> Result<Self, WriteError> {
-        let overwrite = options.overwrite;
-        if !overwrite && path.symlink_metadata().is_ok() {
-            return Err(WriteError::AlreadyExists {
-                path: path.to_path_buf(),
-            });
-        }
-        match options.mode {
-            WriteMode::Atomic => Ok(Self::Scratch(Scratch::create(path)?)),
-            WriteMode::InPlace => {
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .truncate(true)
-                    .create(overwrite)
-                    .create_new(!overwrite)
-                    .open(path)
-                    .map_err(|e| match e.kind() {
-                        std::io::ErrorKind::AlreadyExists => WriteError::AlreadyExists {
-                            path: path.to_path_buf(),
-                        },
-                        _ => WriteError::io("open", path, e),
-                    })?;
-                Ok(Self::InPlace(file, path.to_path_buf()))
-            }
-        }
-    }
-
-    pub(crate) fn file(&self) -> &File {
-        match self {
-            Self::Scratch(scratch) => scratch.file(),
-            Self::InPlace(file, _) => file,
-        }
-    }
-
-    /// The file's own path (the scratch file's, in atomic mode), for errors.
-    pub(crate) fn path(&self) -> &Path {
-        match self {
-            Self::Scratch(scratch) => scratch.path(),
-            Self::InPlace(_, path) => path,
-        }
-    }
-
-    /// Publishes the written file at `dest` (atomic mode: fsync, rename, directory fsync).
-    pub(crate) fn finish(self, dest: &Path, overwrite: bool) -> Result<(), WriteError> {
-        match self {
-            Self::Scratch(scratch) => scratch.commit(dest, overwrite),
-            Self::InPlace(..) => Ok(()),
-        }
     }
 }
 

@@ -13,7 +13,7 @@ use super::{ConvertError, to_safetensors};
 use crate::module::PackModule;
 use crate::write::commit::Scratch;
 use crate::write::entry::Data;
-use crate::write::slots::materialize;
+use crate::write::entry::materialize;
 use crate::write::{Entry, WriteError};
 
 /// One tensor on its way out: bytes in hand (a parameter's own storage on flex and ndarray),
