@@ -239,7 +239,7 @@ fn main() -> ExitCode {
     // The worker threads up front: where they cannot be started (a memory or process limit),
     // that is said and bpk stops, instead of panicking at the first parallel step. (Rayon
     // sets its global pool once: a failed start cannot be retried with fewer threads.)
-    if let Err(e) = rayon::ThreadPoolBuilder::new().build_global() {
+    if let Err(e) = os::start_worker_threads() {
         eprintln!("bpk: cannot start worker threads: {e}");
         return ExitCode::from(3);
     }
