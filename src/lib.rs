@@ -190,6 +190,8 @@ mod panic;
 mod platform;
 #[cfg(feature = "std")]
 pub mod read;
+#[cfg(feature = "std")]
+pub mod source;
 #[cfg(feature = "store")]
 pub mod store;
 #[cfg(feature = "train")]

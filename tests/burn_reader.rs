@@ -6,7 +6,8 @@ mod common;
 
 use burn::tensor::{Bytes, DType};
 use burnpack::format::{FormatError, Header, data_start};
-use burnpack::read::{ReadError, Reader};
+use burnpack::read::Reader;
+use burnpack::source::ReadError;
 use common::{Spec, burns, ours_checked, with_metadata_edited};
 
 fn specs() -> Vec<Spec> {

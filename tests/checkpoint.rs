@@ -684,7 +684,7 @@ mod remote {
 
     use burnpack::checkpoint::CheckpointError;
     use burnpack::interop::object_store::{Bucket, RemoteCheckpointManager, UploadOptions};
-    use burnpack::read::TensorSource;
+    use burnpack::source::TensorSource;
 
     use super::*;
 

@@ -1213,7 +1213,7 @@ fn gguf_files_through_every_command() {
 #[test]
 fn gguf_q8_0_converts_kept_quantized() {
     use burn::tensor::{DType, Device, Tensor, TensorData};
-    use burnpack::read::TensorSource;
+    use burnpack::source::TensorSource;
     let dir = tempfile::tempdir().unwrap();
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/gguf/q8_0.gguf");
     let pack = dir.path().join("kept.bpk");
@@ -1490,7 +1490,7 @@ fn every_format(dir: &Path) -> Vec<(&'static str, std::path::PathBuf, std::path:
     let mpk = dir.join("m.mpk");
     std::fs::copy(data.join("zoo.mpk"), &mpk).unwrap();
     let record = burnpack::interop::burn_record::LegacySource::open(&mpk).unwrap();
-    let info = burnpack::read::TensorSource::tensors(&record)
+    let info = burnpack::source::TensorSource::tensors(&record)
         .iter()
         .find(|t| t.len() >= 16)
         .unwrap();
@@ -1728,7 +1728,7 @@ fn the_contract_holds_where_formats_used_to_diverge() {
     common::cut(&pack, cut);
     let err = burnpack::interop::open_any(&pack).unwrap_err();
     assert_eq!(err.tensor(), Some("z"), "{err}");
-    assert_eq!(err.kind(), burnpack::read::SourceErrorKind::Truncated);
+    assert_eq!(err.kind(), burnpack::source::SourceErrorKind::Truncated);
     for command in ["inspect", "verify"] {
         let (code, _, err) = run(&[command, s(&pack)]);
         assert_eq!(code, 3);

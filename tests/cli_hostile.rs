@@ -11,7 +11,8 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
 use burn::tensor::{Bytes, DType};
-use burnpack::read::{Reader, TensorSource};
+use burnpack::read::Reader;
+use burnpack::source::TensorSource;
 use burnpack::{Entry, Writer};
 use common::gguf::{file, key, string};
 

@@ -11,10 +11,9 @@ use burn::nn::{BatchNorm, BatchNormConfig, LayerNorm, LayerNormConfig, Linear, L
 use burn::tensor::{Bytes, DType, Device, Tensor};
 use burnpack::format::{Limits, TensorInfo};
 use burnpack::interop::safetensors::{SafetensorsSource, save_safetensors};
-use burnpack::module::{
-    Convention, DimOrder, LoadOptions, ModuleError, PackModule, ParamPlace, PytorchConvention,
-};
+use burnpack::module::{LoadOptions, ModuleError, PackModule};
 use burnpack::read::Reader;
+use burnpack::source::{Convention, DimOrder, ParamPlace, PytorchConvention};
 use burnpack::{Entry, Writer};
 use common::model::{Perturb, snapshot};
 
@@ -76,8 +75,8 @@ fn a_user_written_convention_loads_from_safetensors_and_packs() {
     let pack = Reader::from_bytes(wrapped.to_pack_bytes().unwrap()).unwrap();
 
     for source in [
-        &safetensors as &dyn burnpack::read::TensorSource,
-        &pack as &dyn burnpack::read::TensorSource,
+        &safetensors as &dyn burnpack::source::TensorSource,
+        &pack as &dyn burnpack::source::TensorSource,
     ] {
         // Without the convention: nothing matches.
         let err = Inner::new(&device)

@@ -5,7 +5,8 @@ mod common;
 
 use burn::tensor::{Bytes, DType};
 use burnpack::format::{Descriptor, FormatError, Header, Limits, Metadata, data_start};
-use burnpack::read::{ReadError, ReadMode, ReadOptions, Reader};
+use burnpack::read::{ReadMode, ReadOptions, Reader};
+use burnpack::source::ReadError;
 use common::{Spec, every_dtype, ours, pattern};
 
 /// A file from raw metadata with `data_len` bytes of data section.

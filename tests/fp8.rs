@@ -10,7 +10,7 @@ use burn::module::{Module, Param};
 use burn::tensor::{Device, Tensor};
 use burnpack::interop::safetensors::{SafetensorsSource, safetensors_to_burnpack};
 use burnpack::module::{LoadOptions, ModuleError, PackModule};
-use burnpack::read::TensorSource;
+use burnpack::source::TensorSource;
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 

@@ -15,7 +15,7 @@ use std::process::Command;
 use burn::tensor::{Bytes, DType};
 use burnpack::interop::gguf::{Array, GgmlType, GgufSource, Value};
 use burnpack::interop::{OpenOptions, open_any};
-use burnpack::read::{SourceErrorKind, TensorSource, assert_source_contract};
+use burnpack::source::{SourceErrorKind, TensorSource, assert_source_contract};
 
 /// Runs `script` with `python3` and the `gguf` package; `None` (and a "skipped" line) when
 /// they are not there.
@@ -175,7 +175,7 @@ fn every_type_reads_as_llama_cpps_reference_computes_it() {
     // From bytes, the same.
     let bytes = Bytes::from_bytes_vec(std::fs::read(&path).unwrap());
     let from_bytes =
-        GgufSource::from_bytes(bytes, &burnpack::interop::OpenOptions::default()).unwrap();
+        GgufSource::from_bytes(bytes, &burnpack::source::OpenOptions::default()).unwrap();
     assert_source_contract(&from_bytes);
     assert_eq!(from_bytes.tensors(), source.tensors());
 }

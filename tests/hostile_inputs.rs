@@ -19,7 +19,8 @@ use std::time::Duration;
 use burnpack::interop::burn_record::LegacySource;
 use burnpack::interop::pytorch::{PytorchError, PytorchOptions, PytorchSource};
 use burnpack::interop::safetensors::SafetensorsSource;
-use burnpack::read::{Reader, TensorSource};
+use burnpack::read::Reader;
+use burnpack::source::TensorSource;
 use common::torch::{
     Pickler, StorageSpec, View, ZipOptions, legacy_file, ordered_dict_of_pairs, save, write_zip,
 };

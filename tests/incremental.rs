@@ -19,7 +19,8 @@ use burnpack::checkpoint::{
     AsyncSaver, Checkpoint, CheckpointError, CheckpointManager, INCREMENTAL_KEY, KIND, KIND_KEY,
     Progress, REFS_KEY, TrainingState, WhenBusy,
 };
-use burnpack::read::{Reader, TensorSource};
+use burnpack::read::Reader;
+use burnpack::source::TensorSource;
 use burnpack::{Entry, Writer};
 
 #[derive(Module, Debug)]
@@ -673,7 +674,7 @@ fn hostile_manifests_are_refused_with_the_file_and_the_reason() {
         .write_to_file(&path)
         .unwrap();
     let ckpt = Checkpoint::open(&path).unwrap();
-    assert!(!burnpack::read::PackSource::layout(ckpt.chain().unwrap()).has_checksums());
+    assert!(!burnpack::source::PackSource::layout(ckpt.chain().unwrap()).has_checksums());
 }
 
 #[test]

@@ -11,7 +11,8 @@ use burn::nn::{Linear, LinearConfig};
 use burn::tensor::Device;
 use burnpack::checkpoint::{Checkpoint, CheckpointManager, Manager, Progress, TrainingState};
 use burnpack::module::{LoadOptions, ModuleError, PackModule};
-use burnpack::read::{ReadError, Reader};
+use burnpack::read::Reader;
+use burnpack::source::ReadError;
 
 #[derive(Module, Debug)]
 struct Lora {
@@ -126,7 +127,7 @@ fn a_rebuilt_model_saves_checkpoints_that_open() {
     assert!(latest.skipped().is_empty());
     let chain = latest.chain().unwrap();
     let id = |name: &str| {
-        burnpack::read::TensorSource::tensor(chain, name)
+        burnpack::source::TensorSource::tensor(chain, name)
             .unwrap()
             .param_id()
     };

@@ -8,7 +8,8 @@ use std::process::Command;
 use burn::tensor::{Bytes, DType, Device};
 use burnpack::format::{FormatError, Metadata};
 use burnpack::module::{LoadOptions, ModuleError, PackModule};
-use burnpack::read::{ReadError, Reader};
+use burnpack::read::Reader;
+use burnpack::source::ReadError;
 use burnpack::{Entry, Writer};
 use common::{Spec, burns, every_dtype, ours_checked};
 

@@ -9,7 +9,8 @@ use burn::module::{Module, Param, ParamId, Quantizer};
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::quantization::{Calibration, QuantValue};
 use burn::tensor::{Bool, Bytes, DType, Device, Int, Tensor};
-use burnpack::module::{DTypePolicy, LoadOptions, ModuleError, PackModule, TensorKind};
+use burnpack::module::{DTypePolicy, LoadOptions, ModuleError, PackModule};
+use burnpack::source::TensorKind;
 use burnpack::{Entry, Writer};
 
 #[derive(Module, Debug)]

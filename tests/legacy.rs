@@ -22,7 +22,7 @@ use burn::nn::{
 use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorData};
 use burnpack::format::Limits;
 use burnpack::interop::burn_record::{LegacyError, LegacySource, RecordFormat};
-use burnpack::read::{CopyReason, TensorSource};
+use burnpack::source::{CopyReason, TensorSource};
 use burnpack::{LoadOptions, ModuleError, PackModule};
 
 #[derive(Module, Debug)]

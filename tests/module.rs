@@ -7,7 +7,8 @@ mod common;
 use burn::module::{Module, Param, ParamId};
 use burn::tensor::{DType, Device, Tensor};
 use burnpack::module::{DTypePolicy, LoadOptions, ModuleError, PackModule, SaveOptions};
-use burnpack::read::{CopyReason, Reader};
+use burnpack::read::Reader;
+use burnpack::source::CopyReason;
 use common::model::{Net, Snapshot, snapshot, trained, trained_with};
 
 #[allow(deprecated)] // burn-ndarray is deprecated in Burn 0.22, still supported and tested

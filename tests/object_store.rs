@@ -17,7 +17,7 @@ use burnpack::interop::object_store::{
     upload,
 };
 use burnpack::module::{LoadOptions, ModuleError, PackModule, SaveOptions};
-use burnpack::read::{ReadError, TensorSource};
+use burnpack::source::{ReadError, TensorSource};
 use burnpack::{Entry, Writer};
 use common::model::{Net, snapshot, trained};
 use common::s3_bucket;

@@ -17,7 +17,7 @@ use common::torch::{Pickler, StorageSpec, View, ZipOptions, save, write_zip};
 use burn::tensor::DType;
 use burn_store::pytorch_reader::PytorchReader;
 use burnpack::interop::pytorch::{PytorchError, PytorchFormat, PytorchOptions, PytorchSource};
-use burnpack::read::{CopyReason, TensorSource};
+use burnpack::source::{CopyReason, TensorSource};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

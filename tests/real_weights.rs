@@ -20,7 +20,8 @@ use burn::tensor::Device;
 use burn_store::{ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
 use burnpack::interop::safetensors::{SafetensorsSource, safetensors_to_burnpack};
 use burnpack::module::{LoadOptions, PackModule};
-use burnpack::read::{Reader, TensorSource};
+use burnpack::read::Reader;
+use burnpack::source::TensorSource;
 use common::model::snapshot;
 
 const HIDDEN: usize = 384;

@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 
 use burnpack::interop::open_any;
-use burnpack::read::{SourceErrorKind, assert_source_contract};
+use burnpack::source::{SourceErrorKind, assert_source_contract};
 use common::ours;
 use serde_json::json;
 
@@ -223,7 +223,7 @@ fn every_shard_of_an_index_is_told_by_its_content() {
 #[test]
 fn opened_for_a_verification_files_are_read_not_mapped_and_a_cut_one_is_an_error() {
     use burnpack::interop::{OpenOptions, open_any_with};
-    use burnpack::read::CopyReason;
+    use burnpack::source::CopyReason;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // Two tensors of 1 MiB each, so the second lies well past where the file is cut.
@@ -331,7 +331,7 @@ fn lfs_pointers_html_pages_and_bincode_records_are_told_by_their_content() {
 /// every other kind `is_unreadable`.
 #[test]
 fn damage_a_file_finds_itself_is_one_kind_for_every_format() {
-    use burnpack::read::ReadError;
+    use burnpack::source::ReadError;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // A pack with a flipped bit in a parameter id (9, one byte): its metadata checksum.
@@ -358,7 +358,7 @@ fn damage_a_file_finds_itself_is_one_kind_for_every_format() {
     let err = tensors.check(info, &bytes).unwrap_err();
     assert!(matches!(err, ReadError::Checksum { .. }));
     assert_eq!(err.kind(), SourceErrorKind::Damaged);
-    let err = burnpack::read::SourceError::from(err);
+    let err = burnpack::source::SourceError::from(err);
     assert_eq!(err.kind(), SourceErrorKind::Damaged);
     assert_eq!(err.tensor(), Some(info.name()));
     // A torch.save archive whose pickle does not match its CRC-32.

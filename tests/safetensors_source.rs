@@ -11,7 +11,7 @@ use burn::tensor::{DType, Device, Tensor};
 use burn_store::{ModuleSnapshot, SafetensorsStore};
 use burnpack::interop::safetensors::{SafetensorsSource, save_safetensors};
 use burnpack::module::{DTypePolicy, LoadOptions, ModuleError, PackModule};
-use burnpack::read::{CopyReason, TensorSource};
+use burnpack::source::{CopyReason, TensorSource};
 use common::model::{Net, snapshot, trained_with};
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;

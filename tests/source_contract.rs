@@ -1,4 +1,4 @@
-//! Every source of every format keeps one contract (`burnpack::read::assert_source_contract`):
+//! Every source of every format keeps one contract (`burnpack::source::assert_source_contract`):
 //! sorted unique names, every tensor readable with its declared length, "not mine" answered
 //! as an error, `copy_reason` honest, checksums checked where the format has them. Run here
 //! over files each format's own writer wrote (Burn's `burn-pack`, this crate, the
@@ -16,7 +16,8 @@ use burnpack::interop::burn_record::LegacySource;
 use burnpack::interop::pytorch::{PytorchOptions, PytorchSource};
 use burnpack::interop::safetensors::SafetensorsSource;
 use burnpack::interop::{OpenOptions, open_any, open_bytes_any};
-use burnpack::read::{Reader, SourceErrorKind, TensorSource, assert_source_contract};
+use burnpack::read::Reader;
+use burnpack::source::{SourceErrorKind, TensorSource, assert_source_contract};
 use common::{every_dtype, ours, ours_checked};
 
 fn data(dir: &str) -> PathBuf {
@@ -161,7 +162,7 @@ fn every_source_answers_a_tensor_of_another_source_as_not_mine() {
     burnpack::interop::safetensors::burnpack_to_safetensors(&plain_pack, &st).unwrap();
     let record = data("legacy").join("zoo.mpk");
     let torch = data("pytorch").join("linear__linear.pt");
-    let sources: Vec<Box<dyn burnpack::read::DescribedSource>> = [&pack, &st, &record, &torch]
+    let sources: Vec<Box<dyn burnpack::source::DescribedSource>> = [&pack, &st, &record, &torch]
         .into_iter()
         .map(|p| open_any(p).unwrap())
         .collect();

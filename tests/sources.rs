@@ -5,7 +5,8 @@ use burn::module::{Module, Param};
 use burn::tensor::{Bytes, Device, Tensor};
 use burnpack::format::{NAMESPACE_KEY, TensorInfo};
 use burnpack::module::{LoadOptions, PackModule, SaveOptions};
-use burnpack::read::{ReadError, Reader, TensorSource};
+use burnpack::read::Reader;
+use burnpack::source::{ReadError, TensorSource};
 use burnpack::write::WriteOptions;
 use burnpack::{Entry, Writer};
 

@@ -473,7 +473,7 @@ fn pytorch_safetensors_through_a_source_match_safetensors_store() {
         .unwrap();
     let source = SafetensorsSource::open(&path).unwrap();
     assert_eq!(
-        burnpack::read::TensorSource::tensors(&source)
+        burnpack::source::TensorSource::tensors(&source)
             .iter()
             .find(|t| t.name() == "fc.weight")
             .unwrap()

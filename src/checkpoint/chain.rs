@@ -8,7 +8,7 @@ use super::namespace::{KIND, KIND_KEY};
 use super::refs::{self, DATA_KIND, INCREMENTAL_KEY, REFS_KEY, Ref};
 use super::storage::Storage;
 use crate::format::{Layout, TensorInfo};
-use crate::read::{CopyReason, PackSource, ReadError, TensorSource};
+use crate::source::{CopyReason, PackSource, ReadError, TensorSource};
 
 /// The tensors of an incremental checkpoint, each where a data file holds it: a
 /// [`PackSource`] like a whole checkpoint's, for loading, verifying and converting. Opened by
@@ -259,7 +259,7 @@ impl Chain<crate::read::Reader> {
         path: &std::path::Path,
         manifest: crate::read::Reader,
         buffered: bool,
-    ) -> Result<Self, crate::read::SourceError> {
+    ) -> Result<Self, crate::source::SourceError> {
         let storage = super::Directory::new(data_dir(path));
         // Buffered data files hold a descriptor each: a chain of more data files than the
         // process may hold open (less a margin for the rest) is mapped instead.
@@ -283,11 +283,11 @@ impl Chain<crate::read::Reader> {
         };
         Self::open(&storage, manifest).map_err(|e| match e {
             CheckpointError::Read(e) => e.into(),
-            CheckpointError::Invalid { what, .. } => crate::read::SourceError::Invalid {
+            CheckpointError::Invalid { what, .. } => crate::source::SourceError::Invalid {
                 path: path.to_path_buf(),
                 reason: what,
             },
-            e => crate::read::SourceError::Invalid {
+            e => crate::source::SourceError::Invalid {
                 path: path.to_path_buf(),
                 reason: e.to_string(),
             },
@@ -465,8 +465,8 @@ impl<S: PackSource> PackSource for Chain<S> {
     }
 }
 
-impl crate::read::DescribedSource for Chain<crate::read::Reader> {
-    fn describe(&self) -> crate::read::Description {
+impl crate::source::DescribedSource for Chain<crate::read::Reader> {
+    fn describe(&self) -> crate::source::Description {
         let mut description = crate::read::describe_pack(&self.layout);
         let held = self.held().count();
         let referred = self.referred().count();
@@ -474,7 +474,7 @@ impl crate::read::DescribedSource for Chain<crate::read::Reader> {
         description.summary = format!(
             "burnpack incremental checkpoint: {held} tensors held, {referred} referred to, in {} data files ({})",
             self.data.len(),
-            crate::read::human_bytes(bytes)
+            crate::source::human_bytes(bytes)
         );
         description.lines = vec![format!(
             "tensors in data files beside the manifest; 'bpk convert' writes them into one self-contained pack"

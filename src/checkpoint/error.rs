@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::module::ModuleError;
-use crate::read::ReadError;
+use crate::source::ReadError;
 use crate::write::WriteError;
 
 /// Why a checkpoint could not be saved, listed or restored.

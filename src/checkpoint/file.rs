@@ -16,7 +16,8 @@ use super::progress::Progress;
 use super::refs::INCREMENTAL_KEY;
 use super::storage::Storage;
 use crate::module::{LoadOptions, PackModule};
-use crate::read::{PackSource, Reader};
+use crate::read::Reader;
+use crate::source::PackSource;
 use crate::write::Writer;
 
 /// An open checkpoint: progress, and the parts to restore.

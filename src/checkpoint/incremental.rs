@@ -16,7 +16,7 @@ use super::namespace::{KIND_KEY, head};
 use super::refs::{self, DATA_KIND, INCREMENTAL_KEY, REFS_KEY, Ref};
 use super::state::PreparedState;
 use super::storage::Storage;
-use crate::read::{PackSource, TensorSource};
+use crate::source::{PackSource, TensorSource};
 use crate::write::staged::STAGED_BYTES;
 use crate::write::{Entry, Writer};
 

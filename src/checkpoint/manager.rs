@@ -13,7 +13,7 @@ use super::incremental::{self, Index, Parsed, Sightings};
 use super::refs::{self, checkpoint_name, step_of};
 use super::state::{PreparedState, TrainingState};
 use super::storage::Storage;
-use crate::read::{PackSource, TensorSource};
+use crate::source::{PackSource, TensorSource};
 
 /// Keeps checkpoints in a [`Storage`] as `ckpt-00000000000000000007.bpk` for step 7 (the step
 /// zero-padded to 20 digits, so that names sort in step order): saves refuse to land behind a

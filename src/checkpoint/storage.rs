@@ -4,7 +4,7 @@ use std::fmt;
 
 use super::error::CheckpointError;
 use super::state::PreparedState;
-use crate::read::PackSource;
+use crate::source::PackSource;
 use crate::write::Writer;
 
 /// A place that holds checkpoint files by name: a directory

@@ -1,6 +1,6 @@
 //! Tables of tensors kept in name order: the one sort, duplicate check and lookup every table
 //! of this crate uses (a pack's [`Layout`](super::Layout) and every source's
-//! [`SourceTable`](crate::read::SourceTable)).
+//! [`SourceTable`](crate::source::SourceTable)).
 
 #[allow(unused_imports)]
 use super::prelude::*;

@@ -7,7 +7,7 @@ use burn::tensor::DType;
 
 /// What is wrong with a burnpack file's bytes. Each variant that concerns one tensor names it.
 ///
-/// The reader wraps these with the file they came from ([`crate::read::ReadError::Invalid`]),
+/// The reader wraps these with the file they came from ([`crate::source::ReadError::Invalid`]),
 /// so a message always says which file, which tensor and what was wrong.
 ///
 /// ```

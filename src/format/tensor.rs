@@ -120,7 +120,7 @@ impl TensorInfo {
     }
 
     /// A tensor of another container (safetensors, and the sources to come), for a
-    /// [`TensorSource`](crate::read::TensorSource) of that container: its ranges must have
+    /// [`TensorSource`](crate::source::TensorSource) of that container: its ranges must have
     /// been validated against the file by that container's own rules. No parameter id, no
     /// checksum. `start` is the absolute offset of its bytes in the file.
     ///

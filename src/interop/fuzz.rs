@@ -7,7 +7,8 @@
 use burn::tensor::Bytes;
 
 use crate::format::Limits;
-use crate::read::{Reader, assert_source_contract};
+use crate::read::Reader;
+use crate::source::assert_source_contract;
 
 fn bytes(data: &[u8]) -> Bytes {
     Bytes::from_bytes_vec(data.to_vec())
@@ -26,7 +27,7 @@ pub fn reader(data: &[u8]) {
     if let (Ok(reader), Ok(slice)) = (reader, slice) {
         assert_source_contract(&reader);
         for info in slice.tensors() {
-            let read = crate::read::TensorSource::read(&reader, info);
+            let read = crate::source::TensorSource::read(&reader, info);
             assert_eq!(
                 slice.data(info).ok(),
                 read.as_deref().ok(),
@@ -69,7 +70,7 @@ pub fn pytorch(data: &[u8]) {
     let options = super::pytorch::PytorchOptions::new();
     if let Ok(source) = super::pytorch::PytorchSource::from_bytes(bytes(data), &options) {
         assert_source_contract(&source);
-        let _ = crate::read::TensorSource::verify_structure(&source);
+        let _ = crate::source::TensorSource::verify_structure(&source);
     }
 }
 
@@ -90,7 +91,7 @@ pub fn gguf(data: &[u8]) {
         let options = super::OpenOptions::new().keep_quantized(keep);
         if let Ok(source) = super::gguf::GgufSource::from_bytes(bytes(data), &options) {
             assert_source_contract(&source);
-            let _ = crate::read::DescribedSource::describe(&source);
+            let _ = crate::source::DescribedSource::describe(&source);
         }
     }
 }
@@ -111,7 +112,7 @@ pub fn object_source(data: &[u8]) {
     use std::sync::Arc;
 
     use super::object_store::{Bucket, ObjectLocation, ObjectSource};
-    use crate::read::TensorSource;
+    use crate::source::TensorSource;
     let store = Arc::new(::object_store::memory::InMemory::new());
     let location = ObjectLocation::new(store as Arc<dyn Bucket>, "fuzz.bpk");
     if location.put_all(data.to_vec()).is_err() {

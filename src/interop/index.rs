@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use crate::read::{Routing, SourceError};
+use crate::source::{Routing, SourceError};
 
 /// Index files larger than this are refused before they are read (a real one lists tensor
 /// names: a few MiB at most).

@@ -1,7 +1,7 @@
 //! Other containers of tensors, beside burnpack: each is an adapter over [`read`](mod@crate::read)
 //! and [`write`](mod@crate::write), like [`module`](crate::module) is for Burn modules.
 //!
-//! A container that tensors are *read* from becomes a [`TensorSource`](crate::read::TensorSource):
+//! A container that tensors are *read* from becomes a [`TensorSource`](crate::source::TensorSource):
 //! it builds the table of [`TensorInfo`](crate::format::TensorInfo)s (validated as strictly as a
 //! pack's) and hands out each tensor's bytes, zero-copy where it can. The module loader, `bpk`
 //! and the conversions consume that table and never ask which container it came from, so a new
@@ -41,9 +41,10 @@ mod registry;
 pub mod safetensors;
 mod unknown;
 
-pub use registry::{
-    Container, HEAD, OpenOptions, containers, open_any, open_any_with, open_bytes_any,
-};
+/// Moved to [`crate::source`] (the source core); this path stays one release.
+#[doc(hidden)]
+pub use crate::source::OpenOptions;
+pub use registry::{Container, HEAD, containers, open_any, open_any_with, open_bytes_any};
 
 /// Whether `location` names an object on object storage (`s3://bucket/key`, `s3a://...`)
 /// rather than a local path. Answered with or without the `object-store` feature, so that a

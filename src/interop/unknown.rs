@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::read::SourceError;
+use crate::source::SourceError;
 
 /// The error for `path`, of no format this build reads, whose first bytes are `head`.
 pub(super) fn unknown(path: &Path, head: &[u8]) -> SourceError {
@@ -50,7 +50,7 @@ fn what_it_is(head: &[u8]) -> Option<String> {
             .split(|&b| b == b'\n')
             .find_map(|line| line.strip_prefix(b"size "))
             .and_then(|size| std::str::from_utf8(size).ok()?.trim().parse::<u64>().ok())
-            .map(|size| format!(" ({} in the repository)", crate::read::human_bytes(size)))
+            .map(|size| format!(" ({} in the repository)", crate::source::human_bytes(size)))
             .unwrap_or_default();
         return Some(format!(
             "a Git LFS pointer, not the file{size}: run `git lfs pull`"

@@ -6,14 +6,14 @@ use burn::module::{ModuleMapper, Param, ParamId, Parameter};
 use burn::tensor::quantization::quantizable;
 use burn::tensor::{Bool, BoolStore, DType, Float, Int, Tensor, kind::Basic};
 
-use super::convention::{DimOrder, ParamPlace};
-use super::error::{KindMismatch, Mismatch, ShapeMismatch, TensorKind};
+use super::error::{KindMismatch, Mismatch, ShapeMismatch};
 use super::lookup::Pending;
 use super::options::{DTypePolicy, LoadOptions};
 use super::report::LoadReport;
 use crate::format::TensorInfo;
 use crate::panic::catch_quiet;
-use crate::read::{CopyReason, ReadError, TensorSource};
+use crate::source::{CopyReason, ReadError, TensorSource};
+use crate::source::{DimOrder, ParamPlace, TensorKind};
 
 /// Replaces each parameter found in the reader with a tensor built from its bytes on the
 /// parameter's own device, and records everything that did not match.

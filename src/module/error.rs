@@ -1,6 +1,7 @@
 //! Errors of saving and loading modules.
 
-use crate::read::ReadError;
+use crate::source::ReadError;
+use crate::source::TensorKind;
 use crate::write::WriteError;
 
 /// A parameter whose shape differs from the file's tensor.
@@ -12,60 +13,6 @@ pub struct ShapeMismatch {
     pub expected: Vec<usize>,
     /// The file's shape.
     pub found: Vec<usize>,
-}
-
-/// The kind of a tensor: what a parameter holds, or what a file's dtype is.
-///
-/// ```
-/// use burn::tensor::DType;
-/// use burnpack::module::TensorKind;
-/// assert_eq!(TensorKind::of(DType::BF16), TensorKind::Float);
-/// assert_eq!(TensorKind::of(DType::U8), TensorKind::Int);
-/// assert_eq!(TensorKind::Float.to_string(), "float");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TensorKind {
-    /// Floating point, quantized included (`Param<Tensor<D>>`).
-    Float,
-    /// Signed or unsigned integers (`Param<Tensor<D, Int>>`).
-    Int,
-    /// Booleans, in any store (`Param<Tensor<D, Bool>>`).
-    Bool,
-}
-
-impl TensorKind {
-    /// The kind of tensor a dtype belongs to.
-    #[must_use]
-    pub fn of(dtype: burn::tensor::DType) -> Self {
-        use burn::tensor::DType;
-        match dtype {
-            DType::F64
-            | DType::F32
-            | DType::Flex32
-            | DType::F16
-            | DType::BF16
-            | DType::QFloat(_) => Self::Float,
-            DType::Bool(_) => Self::Bool,
-            DType::I64
-            | DType::I32
-            | DType::I16
-            | DType::I8
-            | DType::U64
-            | DType::U32
-            | DType::U16
-            | DType::U8 => Self::Int,
-        }
-    }
-}
-
-impl std::fmt::Display for TensorKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Float => "float",
-            Self::Int => "int",
-            Self::Bool => "bool",
-        })
-    }
 }
 
 /// A parameter whose file tensor is of another kind (an integer tensor for a float
@@ -92,7 +39,7 @@ pub struct Mismatch {
     /// Parameters with no tensor in the file.
     pub missing: Vec<String>,
     /// Parameters whose tensor the file lists but this crate cannot load (an FP8 tensor of a
-    /// safetensors file: see [`TensorSource::withheld`](crate::read::TensorSource::withheld)),
+    /// safetensors file: see [`TensorSource::withheld`](crate::source::TensorSource::withheld)),
     /// with the error naming the file, the tensor and its dtype. Like missing ones, they are
     /// left as they are under [`allow_partial`](super::LoadOptions::allow_partial).
     pub unloadable: Vec<(String, String)>,

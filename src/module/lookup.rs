@@ -7,7 +7,7 @@ use std::collections::hash_map::Entry;
 use super::error::Mismatch;
 use super::options::LoadOptions;
 use crate::format::TensorInfo;
-use crate::read::{TensorSource, Withheld};
+use crate::source::{TensorSource, Withheld};
 
 /// The file's tensors that a walk may take, by (renamed) path, in file order.
 ///

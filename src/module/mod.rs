@@ -30,7 +30,6 @@
 
 mod apply;
 mod collect;
-mod convention;
 mod error;
 mod host;
 mod lookup;
@@ -45,12 +44,14 @@ use std::path::Path;
 use burn::module::Module;
 use burn::tensor::Bytes;
 
-pub use convention::{Convention, DimOrder, ParamPlace, PytorchConvention};
-pub use error::{KindMismatch, Mismatch, ModuleError, ShapeMismatch, TensorKind};
+/// Moved to [`crate::source`] (the source core); these paths stay one release.
+#[doc(hidden)]
+pub use crate::source::{Convention, DimOrder, ParamPlace, PytorchConvention, TensorKind};
+pub use error::{KindMismatch, Mismatch, ModuleError, ShapeMismatch};
 pub use options::{DTypePolicy, LoadOptions, SaveOptions};
 pub use report::{Copied, LoadReport};
 
-use crate::read::TensorSource;
+use crate::source::TensorSource;
 use crate::write::{Entry, Writer};
 
 pub use crate::format::PRODUCER;
@@ -125,7 +126,7 @@ pub trait PackModule: Module + Sized {
     ///
     /// # Errors
     /// [`ModuleError::Read`] for an unreadable or invalid file, or an incremental checkpoint's
-    /// manifest ([`ReadError::IncrementalManifest`](crate::read::ReadError::IncrementalManifest):
+    /// manifest ([`ReadError::IncrementalManifest`](crate::source::ReadError::IncrementalManifest):
     /// its tensors are in data files beside it; load it through `Checkpoint::open` instead),
     /// [`ModuleError::Mismatch`] listing every missing, unused, mis-shaped or unloadable
     /// parameter at once.

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use burn::tensor::DType;
 use regex::Regex;
 
-use super::convention::{Convention, PytorchConvention};
 use super::error::ModuleError;
 use crate::format::{Limits, Scalar};
 use crate::read::{ReadMode, ReadOptions};
+use crate::source::{Convention, PytorchConvention};
 use crate::write::WriteOptions;
 
 /// How a module is saved: extra metadata and scalars around the [`WriteOptions`] of the
@@ -318,7 +318,8 @@ impl LoadOptions {
     /// use burn::nn::{Linear, LinearConfig};
     /// use burn::tensor::{Bytes, DType, Device};
     /// use burnpack::module::{LoadOptions, PackModule};
-    /// use burnpack::read::{CopyReason, Reader};
+    /// use burnpack::read::Reader;
+    /// use burnpack::source::CopyReason;
     /// use burnpack::{Entry, Writer};
     ///
     /// // PyTorch's nn.Linear(3, 2): weight [out, in] = [2, 3].
@@ -353,7 +354,8 @@ impl LoadOptions {
     ///
     /// ```
     /// use std::borrow::Cow;
-    /// use burnpack::module::{Convention, LoadOptions};
+    /// use burnpack::module::LoadOptions;
+    /// use burnpack::source::Convention;
     ///
     /// /// Tensors named `model.<path>`.
     /// #[derive(Debug)]

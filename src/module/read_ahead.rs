@@ -15,7 +15,7 @@ use std::sync::{Condvar, Mutex, PoisonError};
 use burn::tensor::Bytes;
 
 use crate::format::TensorInfo;
-use crate::read::{CopyReason, ReadError, TensorSource};
+use crate::source::{CopyReason, ReadError, TensorSource};
 
 /// Bytes read ahead of the walk, at most (one larger tensor is read alone).
 const AHEAD_BYTES: u64 = 64 << 20;
@@ -174,7 +174,7 @@ impl TensorSource for ReadAhead<'_> {
         self.source.tensor(name)
     }
 
-    fn withheld(&self) -> &[crate::read::Withheld] {
+    fn withheld(&self) -> &[crate::source::Withheld] {
         self.source.withheld()
     }
 
@@ -227,7 +227,7 @@ impl TensorSource for ReadAhead<'_> {
 mod tests {
     use super::{ReadAhead, TensorSource};
     use crate::format::TensorInfo;
-    use crate::read::ReadError;
+    use crate::source::ReadError;
     use burn::tensor::{Bytes, DType};
     use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -1,6 +1,6 @@
 //! What a load did with each tensor: handed over as a view of the source, or copied and why.
 
-use crate::read::CopyReason;
+use crate::source::CopyReason;
 
 /// How a load reached its parameters: how many were loaded, and which of them were copied
 /// (with the reason) instead of becoming views of the source's memory. Returned by
@@ -13,7 +13,8 @@ use crate::read::CopyReason;
 /// use burn::module::{Module, Param};
 /// use burn::tensor::{DType, Device, Tensor};
 /// use burnpack::module::{DTypePolicy, LoadOptions, PackModule};
-/// use burnpack::read::{CopyReason, Reader};
+/// use burnpack::read::Reader;
+/// use burnpack::source::CopyReason;
 ///
 /// #[derive(Module, Debug)]
 /// struct Tiny { w: Param<Tensor<1>> }

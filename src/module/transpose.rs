@@ -177,7 +177,7 @@ pub(super) fn contiguous(
     if width == 0 || rows.checked_mul(cols)?.checked_mul(width)? != bytes.len() {
         return None;
     }
-    let out = crate::read::source::aligned_bytes(
+    let out = crate::source::data::aligned_bytes(
         bytes.len(),
         |e| e,
         |out| {

@@ -5,34 +5,23 @@
 //! tensor's bytes are asked for, and then (for mapped and in-memory sources) handed out as a
 //! Burn [`Bytes`](burn::tensor::Bytes) window into the source without copying.
 //!
-//! [`TensorSource`] is the one seam every container of tensors goes through (packs here,
-//! safetensors and object storage in `interop`, the sources to come): the module loader,
-//! `PackStore` and `bpk` take any of them. Kept as a model: a new source is one type behind
-//! this trait, never a copy of the load path.
+//! The [`Reader`] is a [`TensorSource`](crate::source::TensorSource), the seam of the source
+//! core ([`crate::source`]) every container of tensors goes through.
 
-mod contract;
 mod describe;
-mod error;
 mod reader;
-mod shards;
-pub(crate) mod source;
-mod table;
-mod tensor_source;
-mod withheld;
 
-pub use contract::assert_source_contract;
 pub(crate) use describe::describe_pack;
-pub use describe::{
-    AsTensorSource, Checksums, DescribedSource, Description, Value, human_bytes, streaming_writer,
-};
-pub use error::{ReadError, SourceError, SourceErrorKind};
 pub use reader::{ReadMode, ReadOptions, Reader};
-pub use shards::{InShard, Routing, Sharded, assemble_shards};
-pub use source::bytes_from_vec;
-pub use table::{SourceTable, TableBuilder};
-pub(crate) use tensor_source::refuse_withheld;
-pub use tensor_source::{CopyReason, PackSource, TensorSource};
-pub use withheld::Withheld;
+
+/// Moved to [`crate::source`] (the source core); these paths stay one release.
+#[doc(hidden)]
+pub use crate::source::{
+    AsTensorSource, Checksums, CopyReason, DescribedSource, Description, InShard, PackSource,
+    ReadError, Routing, Sharded, SourceError, SourceErrorKind, SourceTable, TableBuilder,
+    TensorSource, Value, Withheld, assemble_shards, assert_source_contract, bytes_from_vec,
+    human_bytes,
+};
 
 /// Opens `path` for reading when it is a regular file (symbolic links followed), and refuses
 /// anything else (a named pipe, a device, a directory, a socket) *before* opening it, with an

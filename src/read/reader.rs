@@ -6,11 +6,11 @@ use std::sync::atomic::AtomicU64;
 
 use burn::tensor::{AllocationProperty, Bytes};
 
-use super::error::ReadError;
-use super::source::{Source, map_file};
-use super::tensor_source::{CopyReason, TensorSource};
 use crate::format::{FormatError, Layout, Limits, OpenError, Scalar, TensorInfo, element_align};
 use crate::platform::read_exact_at;
+use crate::source::ReadError;
+use crate::source::data::{Source, map_file};
+use crate::source::{CopyReason, TensorSource};
 
 /// How a file's tensor data is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -138,7 +138,7 @@ impl ReadOptions {
     /// # Errors
     /// [`ReadError::Invalid`] if the bytes are not a valid pack within the limits.
     pub fn from_bytes(&self, bytes: Bytes) -> Result<Reader, ReadError> {
-        self.open_memory(super::source::view_capable(bytes))
+        self.open_memory(crate::source::data::view_capable(bytes))
     }
 
     /// Reads a pack embedded in the program (e.g. with `include_bytes!`), without copying.
@@ -499,7 +499,7 @@ impl super::DescribedSource for Reader {
         super::describe_pack(&self.layout)
     }
 
-    fn as_pack(&self) -> Option<&dyn crate::read::PackSource> {
+    fn as_pack(&self) -> Option<&dyn crate::source::PackSource> {
         Some(self)
     }
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::module::ModuleError;
-use crate::read::ReadError;
+use crate::source::ReadError;
 use crate::write::WriteError;
 
 /// What went wrong in a [`PackStore`] operation. Each variant names the file (or "bytes").
@@ -16,7 +16,7 @@ pub enum StoreError {
     /// An incremental checkpoint's data files could not be opened or do not hold what its
     /// manifest names.
     #[error(transparent)]
-    Source(#[from] crate::read::SourceError),
+    Source(#[from] crate::source::SourceError),
     /// The pack could not be written.
     #[error(transparent)]
     Write(#[from] WriteError),

@@ -51,7 +51,8 @@ use burn::store::{IdentityAdapter, KeyRemapper, ModuleAdapter, ModuleSnapshot, P
 use burn::tensor::Bytes;
 
 use crate::module::{PackModule, SaveOptions};
-use crate::read::{ReadError, Reader, TensorSource};
+use crate::read::Reader;
+use crate::source::{ReadError, TensorSource};
 use crate::write::Entry;
 
 mod error;

@@ -315,11 +315,11 @@ impl Out {
 
 /// A worker's staging buffer: `len` bytes on huge-page boundaries (so aligned for direct
 /// writes).
-struct Stage(crate::read::source::Fresh);
+struct Stage(crate::source::data::Fresh);
 
 impl Stage {
     fn new(len: usize) -> Option<Self> {
-        crate::read::source::Fresh::new(len).map(Self)
+        crate::source::data::Fresh::new(len).map(Self)
     }
 
     fn bytes(&mut self) -> &mut [u8] {

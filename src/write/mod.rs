@@ -16,6 +16,7 @@
 // no re-export here depends on their features.
 mod chunk;
 pub(crate) mod commit;
+mod convert;
 // Large saves past the page cache (Linux `O_DIRECT`).
 #[cfg(target_os = "linux")]
 mod direct;

@@ -107,7 +107,7 @@ impl Writer {
     /// A writer for the part of an open pack under `prefix` (prefix removed; `""` for the
     /// whole pack): its tensors in file order, with their parameter ids, as windows of the
     /// source's memory (fetched first, all at once, from a source that
-    /// [wants it](crate::read::TensorSource::wants_prefetch)), each checked against its
+    /// [wants it](crate::source::TensorSource::wants_prefetch)), each checked against its
     /// checksum; its scalars and metadata under the prefix. Copies a pack elsewhere (another
     /// file, an object store) or takes one part out of a checkpoint.
     ///
@@ -130,10 +130,10 @@ impl Writer {
     ///
     /// # Errors
     /// A tensor could not be read, or failed its checksum.
-    pub fn from_part<S: crate::read::PackSource + ?Sized>(
+    pub fn from_part<S: crate::source::PackSource + ?Sized>(
         source: &S,
         prefix: &str,
-    ) -> Result<Self, crate::read::ReadError> {
+    ) -> Result<Self, crate::source::ReadError> {
         let layout = source.layout();
         let wanted: Vec<&crate::format::TensorInfo> = layout
             .tensors_by_position()
@@ -153,9 +153,9 @@ impl Writer {
         Ok(writer)
     }
 
-    /// A writer of every tensor of any [`TensorSource`](crate::read::TensorSource) (a
+    /// A writer of every tensor of any [`TensorSource`](crate::source::TensorSource) (a
     /// safetensors file, a Burn 0.21 record, a `torch.save` file): in the source's file order,
-    /// fetched first when the source [wants it](crate::read::TensorSource::wants_prefetch),
+    /// fetched first when the source [wants it](crate::source::TensorSource::wants_prefetch),
     /// each checked against its checksum where the source has one, views of the source's
     /// memory where it hands them out. No metadata or scalars: the caller adds the source's.
     ///
@@ -172,12 +172,12 @@ impl Writer {
     ///
     /// # Errors
     /// A tensor could not be read, or failed its checksum, or the source
-    /// [withholds](crate::read::TensorSource::withheld) one (named in the error).
-    pub fn from_source<S: crate::read::TensorSource + ?Sized>(
+    /// [withholds](crate::source::TensorSource::withheld) one (named in the error).
+    pub fn from_source<S: crate::source::TensorSource + ?Sized>(
         source: &S,
-    ) -> Result<Self, crate::read::ReadError> {
+    ) -> Result<Self, crate::source::ReadError> {
         // A tensor the source cannot hand out would be missing from the copy.
-        crate::read::refuse_withheld(source)?;
+        crate::source::refuse_withheld(source)?;
         let mut wanted: Vec<&crate::format::TensorInfo> = source.tensors().iter().collect();
         wanted.sort_by_key(|t| t.offset());
         Ok(Self::new(read_entries(source, &wanted, 0)?))
@@ -477,11 +477,11 @@ pub(crate) fn stamped(
 /// `wanted` (tensors of `source`, in the order to write them) as entries: fetched first when
 /// the source wants it, each read and checked against its checksum, its name without its
 /// first `strip` bytes (a prefix already matched).
-fn read_entries<S: crate::read::TensorSource + ?Sized>(
+fn read_entries<S: crate::source::TensorSource + ?Sized>(
     source: &S,
     wanted: &[&crate::format::TensorInfo],
     strip: usize,
-) -> Result<Vec<Entry>, crate::read::ReadError> {
+) -> Result<Vec<Entry>, crate::source::ReadError> {
     if source.wants_prefetch() {
         source.prefetch(wanted)?;
     }

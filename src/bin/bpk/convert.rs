@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use burnpack::WriteError;
+use burnpack::Writer;
 use burnpack::interop::safetensors::{ConvertError, writer_to_safetensors};
-use burnpack::read::{DescribedSource, human_bytes, streaming_writer};
+use burnpack::source::{DescribedSource, human_bytes};
 
 use crate::open::{is_url, open};
 use crate::progress::Bar;
@@ -81,9 +82,9 @@ pub(crate) fn convert(
         .sum();
     let bar = Bar::new(total, &format!("-> {}", output.display()));
     // Tensors are read as the writer reaches them (deferred entries), so that a conversion
-    // holds a tensor per writer thread, never the model (`streaming_writer`).
+    // holds a tensor per writer thread, never the model (`Writer::streaming`).
     let source: Arc<dyn DescribedSource> = Arc::from(source);
-    let writer = streaming_writer(&source).map_err(Failure::file)?;
+    let writer = Writer::streaming(&source).map_err(Failure::file)?;
     if to == Format::Safetensors {
         bar.working();
         let written = writer_to_safetensors(writer, source.file(), output, shard_size)

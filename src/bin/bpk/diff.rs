@@ -4,7 +4,7 @@
 
 use burn::tensor::DType;
 use burnpack::format::TensorInfo;
-use burnpack::read::{TensorSource, Withheld};
+use burnpack::source::{TensorSource, Withheld};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,7 +1,7 @@
 //! `bpk inspect`: what a file is (in its format's own words), totals, metadata, scalars and
 //! its tensors, for every format the registry reads.
 
-use burnpack::read::{DescribedSource, Value, human_bytes};
+use burnpack::source::{DescribedSource, Value, human_bytes};
 use regex::Regex;
 use serde_json::json;
 use std::path::Path;

@@ -187,7 +187,7 @@ impl Failure {
     /// (anywhere in the chain of causes), 3 otherwise.
     fn of(e: &(dyn std::error::Error + 'static)) -> Self {
         use burnpack::interop::safetensors::ConvertError;
-        use burnpack::read::{ReadError, SourceError, SourceErrorKind};
+        use burnpack::source::{ReadError, SourceError, SourceErrorKind};
         let mut next = Some(e);
         while let Some(cause) = next {
             // (A conversion's error wraps a read error transparently: its chain of causes
@@ -251,7 +251,7 @@ fn main() -> ExitCode {
                 ..
             }
         );
-        let options = burnpack::interop::OpenOptions::new().keep_quantized(keep);
+        let options = burnpack::source::OpenOptions::new().keep_quantized(keep);
         match &cli.key {
             Some(key) => options.key(key.clone()),
             None => options,

@@ -3,7 +3,7 @@
 //! as `--scheduler` says), and a migration that fails on the way removes what it wrote.
 
 use burnpack::interop::burn_record::{SchedulerKind, check_burn_train_schedulers};
-use burnpack::read::human_bytes;
+use burnpack::source::human_bytes;
 use std::path::{Path, PathBuf};
 
 use crate::Failure;

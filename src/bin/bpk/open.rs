@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use burnpack::interop::OpenOptions;
-use burnpack::read::{DescribedSource, SourceError, SourceErrorKind};
+use burnpack::source::OpenOptions;
+use burnpack::source::{DescribedSource, SourceError, SourceErrorKind};
 
 use crate::Failure;
 

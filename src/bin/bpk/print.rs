@@ -3,7 +3,7 @@
 
 use burn::tensor::DType;
 use burnpack::format::TensorInfo;
-use burnpack::read::human_bytes;
+use burnpack::source::human_bytes;
 use regex::Regex;
 use serde_json::{Value, json};
 

@@ -3,7 +3,7 @@
 
 use burn::tensor::{BoolStore, DType, bf16, f16};
 use burnpack::format::TensorInfo;
-use burnpack::read::TensorSource;
+use burnpack::source::TensorSource;
 use rayon::prelude::*;
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! read, optionally a NaN/Inf scan; the same for every format, and the same exit codes (see
 //! `bpk --help`): 0 sound, 1 read and found damaged, 3 cannot be read.
 
-use burnpack::read::{Checksums, human_bytes};
+use burnpack::source::{Checksums, human_bytes};
 use serde_json::json;
 use std::path::Path;
 
@@ -128,7 +128,7 @@ pub(crate) fn verify(path: &Path, nan: bool, as_json: bool) -> Result<u8, Failur
     // The structure beyond what opening checks (a damaged metadata key, non-zero padding, a
     // pickle against its CRC-32): read, and found damaged.
     if let Err(e) = tensors.verify_structure() {
-        if e.kind().is_unreadable() && e.kind() != burnpack::read::SourceErrorKind::Invalid {
+        if e.kind().is_unreadable() && e.kind() != burnpack::source::SourceErrorKind::Invalid {
             return Err(refused(Failure::of(&e)));
         }
         verdict.problems.push(e.to_string());

@@ -46,8 +46,8 @@ pub(crate) fn fits_record(head: &[u8]) -> bool {
 /// no record format: a bincode record (`.bin`, `.bin.gz`) when its bytes fit one (a `.bin.gz`:
 /// when it is a gzip stream, whose contents are told when opened by content), otherwise that
 /// the name says nothing.
-pub(super) fn not_by_name(path: &std::path::Path) -> crate::read::SourceError {
-    use crate::read::SourceError;
+pub(super) fn not_by_name(path: &std::path::Path) -> crate::source::SourceError {
+    use crate::source::SourceError;
     let name = path.to_string_lossy().to_ascii_lowercase();
     let mut head = [0u8; 256];
     let read = crate::platform::open_regular(path)

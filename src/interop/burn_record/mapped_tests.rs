@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::LegacySource;
 use crate::platform::ColdFile;
-use crate::read::TensorSource;
+use crate::source::TensorSource;
 
 /// Bytes serialized as `MessagePack` `bin` (what `serde_bytes` does).
 struct Bin(Vec<u8>);

@@ -1,4 +1,4 @@
-//! Records of Burn 0.14 to 0.21 (which Burn 0.22 can no longer read) as a [`TensorSource`](crate::read::TensorSource):
+//! Records of Burn 0.14 to 0.21 (which Burn 0.22 can no longer read) as a [`TensorSource`](crate::source::TensorSource):
 //! the files of `NamedMpkFileRecorder` (`.mpk`, Burn's default), `NamedMpkGzFileRecorder`
 //! (`.mpk.gz`), `PrettyJsonFileRecorder` (`.json`) and `JsonGzFileRecorder` (`.json.gz`).
 //!
@@ -14,7 +14,7 @@
 //! the mapping where aligned for their element type, copied otherwise (the load report says
 //! which). A `.gz` file is decompressed into memory once, and its tensors are windows of that
 //! buffer. JSON stores bytes as numbers: they are decoded when the file is opened
-//! ([`CopyReason::Decoded`](crate::read::CopyReason::Decoded)). Bincode records (`.bin`, `.bin.gz`) do not describe themselves
+//! ([`CopyReason::Decoded`](crate::source::CopyReason::Decoded)). Bincode records (`.bin`, `.bin.gz`) do not describe themselves
 //! (no field names, no lengths) and are refused with an explanation.
 
 mod bincode;
@@ -40,12 +40,12 @@ use std::path::Path;
 use node::Node;
 
 /// An error opening a Burn 0.14-0.21 record: the error of every source
-/// ([`SourceError`](crate::read::SourceError)), under its former name.
+/// ([`SourceError`](crate::source::SourceError)), under its former name.
 #[deprecated(
     since = "0.1.0",
-    note = "use burnpack::read::SourceError, the error of every source"
+    note = "use burnpack::source::SourceError, the error of every source"
 )]
-pub type LegacyError = crate::read::SourceError;
+pub type LegacyError = crate::source::SourceError;
 
 /// The record formats of Burn 0.14-0.21 that describe themselves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,8 +14,8 @@ use super::node::{self, Found, Payload};
 use super::walk::Walk;
 use super::{METADATA_PREFIX, RecordFormat, RecordMetadata, param_id, record_metadata};
 use crate::format::{Limits, TensorInfo, element_align};
-use crate::read::source::Source;
-use crate::read::{
+use crate::source::data::Source;
+use crate::source::{
     CopyReason, Description, ReadError, SourceError, SourceTable, TableBuilder, TensorSource,
 };
 use crate::write::Writer;
@@ -149,7 +149,7 @@ impl LegacySource {
         let input = if gzip {
             Input::Owned(inflate(path, &bytes[..], bytes.len() as u64, limits)?)
         } else {
-            Input::Mapped(crate::read::source::view_capable(bytes), None)
+            Input::Mapped(crate::source::data::view_capable(bytes), None)
         };
         let format = RecordFormat::of_content(gzip, input.bytes());
         Self::from_input(path, input, format, limits)
@@ -175,7 +175,7 @@ impl LegacySource {
             )?));
         }
         // As for packs, the file must not be truncated or rewritten while it is mapped.
-        let mapping = crate::read::source::map_file(&file).map_err(io("map"))?;
+        let mapping = crate::source::data::map_file(&file).map_err(io("map"))?;
         // The walk touches only the record's structure: no readahead of the tensor bytes
         // around each of its pages (which would read the whole file before the load starts,
         // one fault at a time); the load reads them, ahead, on every core.
@@ -547,7 +547,7 @@ fn inflate(
     Ok(out)
 }
 
-impl crate::read::DescribedSource for LegacySource {
+impl crate::source::DescribedSource for LegacySource {
     fn describe(&self) -> Description {
         let meta = &self.metadata;
         let recorder = self.format.recorder();

@@ -17,8 +17,8 @@ use super::LegacySource;
 use super::node::Leaf;
 use super::param_id;
 use crate::format::Scalar;
-use crate::read::SourceError;
-use crate::read::TensorSource;
+use crate::source::SourceError;
+use crate::source::TensorSource;
 use crate::write::{Entry, Writer};
 
 /// The LR scheduler a Burn 0.14-0.21 scheduler record belongs to (its record is a bare

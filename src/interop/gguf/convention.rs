@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use regex::Regex;
 
 use crate::format::TensorInfo;
-use crate::module::{Convention, DimOrder, ParamPlace};
+use crate::source::{Convention, DimOrder, ParamPlace};
 
 /// llama.cpp's tensor names (`token_embd.weight`, `blk.N.attn_q.weight`, ...) and layout, as
 /// a [`Convention`] for [`LoadOptions::convention`](crate::LoadOptions::convention).
@@ -22,7 +22,7 @@ use crate::module::{Convention, DimOrder, ParamPlace};
 ///
 /// ```
 /// use burnpack::interop::gguf::LlamaCppConvention;
-/// use burnpack::module::Convention;
+/// use burnpack::source::Convention;
 /// let llama = LlamaCppConvention::llama();
 /// assert_eq!(llama.source_name("blk.3.attn_q.weight"), "layers.3.attention.wq.weight");
 /// assert_eq!(llama.source_name("output_norm.weight"), "norm.gamma");

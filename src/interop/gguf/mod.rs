@@ -1,4 +1,4 @@
-//! llama.cpp's GGUF files as a [`TensorSource`](crate::read::TensorSource) (feature `gguf`):
+//! llama.cpp's GGUF files as a [`TensorSource`](crate::source::TensorSource) (feature `gguf`):
 //! versions 2 and 3, little-endian (a big-endian file is recognised and refused by name), one
 //! file or a split set (`model-00001-of-00003.gguf` and its parts, through the shared shard
 //! assembly).
@@ -21,19 +21,19 @@
 //! (`Q1_0`, a type ggml does not have yet) does not spoil the file: it is listed, and reading
 //! it is an error naming the tensor and the type.
 //!
-//! With [`OpenOptions::keep_quantized`](crate::interop::OpenOptions::keep_quantized), `Q8_0`
+//! With [`OpenOptions::keep_quantized`](crate::source::OpenOptions::keep_quantized), `Q8_0`
 //! tensors stay quantized: they are Burn `QFloat` tensors (symmetric 8-bit values, per-block
 //! `[32]` `f16` scales), whose dequantization by Burn gives the reference's values exactly.
 //!
 //! ```no_run
 //! use burnpack::interop::gguf::GgufSource;
-//! use burnpack::read::TensorSource;
+//! use burnpack::source::TensorSource;
 //! let source = GgufSource::open("qwen2-0.5b-q8_0.gguf")?;
 //! println!("{:?}", source.get("general.architecture"));
 //! for info in source.tensors() {
 //!     println!("{} {:?} {:?}", info.name(), source.ggml_type(info), info.shape());
 //! }
-//! # Ok::<(), burnpack::read::SourceError>(())
+//! # Ok::<(), burnpack::source::SourceError>(())
 //! ```
 
 mod convention;

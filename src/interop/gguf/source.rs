@@ -14,8 +14,8 @@ use super::split::{check_part, split_count, split_parts};
 use super::types::GgmlType;
 use super::value::Value;
 use crate::format::{TensorInfo, element_align};
-use crate::read::source::{Source, aligned_words, zeroed_words};
-use crate::read::{
+use crate::source::data::{Source, aligned_words, zeroed_words};
+use crate::source::{
     Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable,
     TensorSource, assemble_shards, human_bytes,
 };
@@ -85,7 +85,7 @@ impl GgufSource {
     /// ```no_run
     /// use burnpack::interop::{OpenOptions, gguf::GgufSource};
     /// let source = GgufSource::open_with("model-q8_0.gguf", &OpenOptions::new().keep_quantized(true))?;
-    /// # Ok::<(), burnpack::read::SourceError>(())
+    /// # Ok::<(), burnpack::source::SourceError>(())
     /// ```
     ///
     /// # Errors
@@ -104,7 +104,7 @@ impl GgufSource {
         let sharded = assemble_shards(path, &shards, None, &options.limits, |part, limits| {
             let opened = match first.take() {
                 Some(opened) => opened,
-                None => open_file(part, &options.with_limits(*limits))?,
+                None => open_file(part, &options.clone().limits(*limits))?,
             };
             check_part(part, &opened.0.metadata, no, count)?;
             no += 1;
@@ -133,7 +133,7 @@ impl GgufSource {
     pub fn from_bytes(bytes: Bytes, options: &OpenOptions) -> Result<Self, SourceError> {
         let path = Path::new("<memory>");
         let limits = &options.limits;
-        let bytes = crate::read::source::view_capable(bytes);
+        let bytes = crate::source::data::view_capable(bytes);
         let len = bytes.len() as u64;
         let header = header::read(std::io::Cursor::new(&bytes[..]), len, limits)
             .map_err(|e| header_error(path, e))?;
@@ -235,7 +235,7 @@ fn open_file(path: &Path, options: &OpenOptions) -> Result<Opened, SourceError> 
         .map_err(|e| header_error(path, e))?;
     // As for `Reader::open`, the file must not be truncated while it is mapped (read, not
     // mapped, for a verification).
-    let data = crate::read::source::file_data(&file, options.verify)
+    let data = crate::source::data::file_data(&file, options.verify)
         .map_err(|(action, e)| SourceError::io(path, action)(e))?;
     shard(path, header, len, data, keep)
 }
@@ -465,7 +465,7 @@ impl TensorSource for GgufSource {
     }
 }
 
-impl crate::read::DescribedSource for GgufSource {
+impl crate::source::DescribedSource for GgufSource {
     fn describe(&self) -> Description {
         let get = |key: &str| self.get(key);
         let arch = get("general.architecture")

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::value::Value;
-use crate::read::SourceError;
+use crate::source::SourceError;
 
 /// The `split.count` of a file's metadata (1 without one; a `split.no` without it is refused).
 pub(super) fn split_count(metadata: &[(String, Value)], path: &Path) -> Result<u64, SourceError> {

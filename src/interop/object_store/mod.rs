@@ -6,7 +6,7 @@
 //! - [`ObjectLocation`]: where an object is: parsed from `s3://bucket/key` with the usual
 //!   `AWS_*` environment variables (`AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, credentials, region), or
 //!   any store value the caller built.
-//! - [`ObjectSource`]: a [`TensorSource`](crate::read::TensorSource) over an object: header and
+//! - [`ObjectSource`]: a [`TensorSource`](crate::source::TensorSource) over an object: header and
 //!   metadata with two ranged GETs (never the whole object), validated exactly as for files;
 //!   the module loader then hands it the list of tensors it will read, which it fetches in
 //!   parallel, neighbouring ones coalesced into one request, each checked against its
@@ -49,7 +49,7 @@ use ::object_store::path::Path as ObjectPath;
 use ::object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::format::FormatError;
-use crate::read::ReadError;
+use crate::source::ReadError;
 use crate::write::WriteError;
 
 #[cfg(feature = "optim")]
@@ -320,10 +320,10 @@ fn block_on<F: Future>(future: F) -> Result<F::Output, RemoteError> {
     Ok(runtime()?.block_on(future))
 }
 
-impl From<RemoteError> for crate::read::SourceError {
+impl From<RemoteError> for crate::source::SourceError {
     /// An object that could not be opened, as the error of every source: a bad URL is a
-    /// [`Location`](crate::read::SourceError::Location) error, an invalid pack a
-    /// [`Format`](crate::read::SourceError::Format) one, a failed request an `Io` one.
+    /// [`Location`](crate::source::SourceError::Location) error, an invalid pack a
+    /// [`Format`](crate::source::SourceError::Format) one, a failed request an `Io` one.
     fn from(e: RemoteError) -> Self {
         match e {
             RemoteError::Url { url, message } => Self::Location {

@@ -12,8 +12,8 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::{ObjectLocation, RemoteError, block_on};
 use crate::format::{Layout, Limits, OpenError, TensorInfo};
-use crate::read::source::aligned_words;
-use crate::read::{PackSource, ReadError, TensorSource};
+use crate::source::data::aligned_words;
+use crate::source::{PackSource, ReadError, TensorSource};
 
 /// Neighbouring tensors whose gap is at most this many bytes are fetched with one request
 /// (the gap is fetched too: cheaper than a request's round trip).
@@ -35,7 +35,7 @@ const CONCURRENCY: usize = 8;
 /// use std::sync::Arc;
 /// use burn::tensor::{Bytes, DType};
 /// use burnpack::interop::object_store::{ObjectLocation, ObjectSource, UploadOptions, upload};
-/// use burnpack::read::TensorSource;
+/// use burnpack::source::TensorSource;
 /// use burnpack::{Entry, Writer};
 ///
 /// let location = ObjectLocation::new(Arc::new(object_store::memory::InMemory::new()), "m.bpk");
@@ -415,9 +415,9 @@ impl std::fmt::Debug for ObjectSource {
     }
 }
 
-impl crate::read::DescribedSource for ObjectSource {
+impl crate::source::DescribedSource for ObjectSource {
     /// A pack's description, and what opening it cost (header and metadata, no tensor).
-    fn describe(&self) -> crate::read::Description {
+    fn describe(&self) -> crate::source::Description {
         let mut about = crate::read::describe_pack(&self.layout);
         let (bytes, requests) = (self.fetched_bytes(), self.requests());
         about.lines.push(format!(
@@ -428,7 +428,7 @@ impl crate::read::DescribedSource for ObjectSource {
         about
     }
 
-    fn as_pack(&self) -> Option<&dyn crate::read::PackSource> {
+    fn as_pack(&self) -> Option<&dyn crate::source::PackSource> {
         Some(self)
     }
 }

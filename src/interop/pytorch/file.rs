@@ -11,8 +11,8 @@ use super::state_dict::{Walker, check_storage_types, state_dict, top_keys, unrea
 use super::views::{Placed, place};
 use super::{Fault, PytorchFormat, PytorchOptions, StorageEntry, Storages, legacy, zip};
 use crate::format::TensorInfo;
-use crate::read::SourceError;
-use crate::read::source::Source;
+use crate::source::SourceError;
+use crate::source::data::Source;
 
 /// One file of a source: its bytes, its container, and what its pickle said.
 pub(super) struct Shard {
@@ -61,7 +61,7 @@ pub(super) fn open_file(path: &Path, options: &PytorchOptions) -> Result<Opened,
         // As for `Reader::open`, the file must not be truncated while mapped (documented on
         // `PytorchSource`); a verification reads every byte with ordinary reads instead, so
         // that a file cut meanwhile is an error to report, not a fault.
-        let source = crate::read::source::file_data(&file, options.verify)
+        let source = crate::source::data::file_data(&file, options.verify)
             .map_err(|(action, e)| io(action)(e))?;
         let parts = Parts {
             format: PytorchFormat::Zip,
@@ -74,7 +74,7 @@ pub(super) fn open_file(path: &Path, options: &PytorchOptions) -> Result<Opened,
     if !is_pickle(&head[..n]) {
         return Err(neither(path));
     }
-    let all = crate::read::source::map_file(&file).map_err(io("map"))?;
+    let all = crate::source::data::map_file(&file).map_err(io("map"))?;
     let (pickle, storages) = legacy::legacy_parts(&all, options).map_err(fault)?;
     let parts = Parts {
         format: PytorchFormat::Legacy,
@@ -263,7 +263,7 @@ fn fault(path: &Path, e: Fault) -> SourceError {
 /// small shards must not each add the slack). `path` is the index (or the one file).
 pub(super) fn check_gathered(
     path: &Path,
-    sharded: &crate::read::Sharded<Shard, Placed>,
+    sharded: &crate::source::Sharded<Shard, Placed>,
 ) -> Result<(), SourceError> {
     let sizes = sharded.shards.iter().map(|(_, s)| s.size);
     let max_gathered = sizes

@@ -1,4 +1,4 @@
-//! `PyTorch` `torch.save` files (`.pt`, `.pth`, `.bin`) as a [`TensorSource`](crate::read::TensorSource), read without
+//! `PyTorch` `torch.save` files (`.pt`, `.pth`, `.bin`) as a [`TensorSource`](crate::source::TensorSource), read without
 //! running anything in them: a restricted unpickler reads the state dict's object graph and
 //! refuses every global a state dict does not need, by name.
 //!
@@ -14,7 +14,7 @@
 //! A contiguous view is a window; a non-contiguous one (a transposed weight saved as is, a
 //! buffer expanded with stride 0) is gathered into memory of its own, once, in parallel across
 //! tensors when the module loader asks for them together, and the load report says why
-//! ([`CopyReason::Strided`](crate::read::CopyReason::Strided)). What the gathered views of a file add up to is bounded by the
+//! ([`CopyReason::Strided`](crate::source::CopyReason::Strided)). What the gathered views of a file add up to is bounded by the
 //! file's own size plus 16 MiB, checked when it is opened: a few bytes expanded to gigabytes
 //! are an error naming the tensor, not an allocation.
 //!
@@ -55,21 +55,21 @@ use std::collections::HashMap;
 pub use source::PytorchSource;
 
 /// Why a `torch.save` file could not be opened: the error of every source
-/// ([`SourceError`](crate::read::SourceError)), under its former name.
+/// ([`SourceError`](crate::source::SourceError)), under its former name.
 #[deprecated(
     since = "0.1.0",
-    note = "use burnpack::read::SourceError, the error of every source"
+    note = "use burnpack::source::SourceError, the error of every source"
 )]
-pub type PytorchError = crate::read::SourceError;
+pub type PytorchError = crate::source::SourceError;
 
 /// How to open a `torch.save` file: the options of opening any source
-/// ([`OpenOptions`](crate::interop::OpenOptions)): the key of the state dict, the limits.
+/// ([`OpenOptions`](crate::source::OpenOptions)): the key of the state dict, the limits.
 ///
 /// ```
 /// use burnpack::interop::pytorch::PytorchOptions;
 /// let options = PytorchOptions::new().key("ema_state_dict");
 /// ```
-pub type PytorchOptions = crate::interop::OpenOptions;
+pub type PytorchOptions = crate::source::OpenOptions;
 
 /// The two containers `torch.save` writes.
 ///

@@ -13,8 +13,8 @@ use super::views::{Placed, Strided, element_size, gather_into};
 use super::{PytorchFormat, PytorchOptions, StorageEntry};
 use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::index::ShardIndex;
-use crate::read::source::{Hinted, Source, aligned_bytes};
-use crate::read::{
+use crate::source::data::{Hinted, Source, aligned_bytes};
+use crate::source::{
     Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable,
     TensorSource, assemble_shards,
 };
@@ -29,7 +29,7 @@ use crate::read::{
 /// loaded from it without a copy) lives, as for [`Reader::open`](crate::read::Reader::open).
 /// Opening a zip archive (`PyTorch` 1.6 and later) reads its central directory and pickle
 /// with ordinary reads before the file is mapped, so a damaged or truncated file is an error,
-/// never a fault. Opened for a verification ([`OpenOptions::verify`](crate::interop::OpenOptions::verify),
+/// never a fault. Opened for a verification ([`OpenOptions::verify`](crate::source::OpenOptions::verify),
 /// what `bpk verify` does), a zip archive is not mapped: its tensors are read with ordinary
 /// reads, so a file cut or rewritten meanwhile is an error to report. A legacy file (pickles
 /// and storages in a row, no directory) is parsed through its mapping: if another process
@@ -59,7 +59,7 @@ pub struct PytorchSource {
     checked: Mutex<HashMap<(usize, u64), u32>>,
     /// The read-ahead hints of the last [`TensorSource::prefetch`] (see `Hinted`: those on a
     /// mapping go on after the source is dropped, for its tensors' sake).
-    hints: crate::read::source::ReadHints,
+    hints: crate::source::data::ReadHints,
 }
 
 impl std::fmt::Debug for PytorchSource {
@@ -102,7 +102,8 @@ impl PytorchSource {
         options: &PytorchOptions,
     ) -> Result<Self, SourceError> {
         let path = path.as_ref();
-        let open = |shard: &Path, limits: &Limits| open_file(shard, &options.with_limits(*limits));
+        let open =
+            |shard: &Path, limits: &Limits| open_file(shard, &options.clone().limits(*limits));
         let sharded = assemble_shards(path, &[path.to_path_buf()], None, &options.limits, open)?;
         Self::assemble(path, sharded)
     }
@@ -117,7 +118,8 @@ impl PytorchSource {
     ) -> Result<Self, SourceError> {
         let path = path.as_ref();
         let index = ShardIndex::read(path, "PyTorch shard", options.limits.max_tensor_count)?;
-        let open = |shard: &Path, limits: &Limits| open_file(shard, &options.with_limits(*limits));
+        let open =
+            |shard: &Path, limits: &Limits| open_file(shard, &options.clone().limits(*limits));
         let sharded = assemble_shards(path, &index.shards, Some(&index), &options.limits, open)?;
         Self::assemble(path, sharded)
     }
@@ -136,14 +138,14 @@ impl PytorchSource {
     /// As [`open`](Self::open), naming `"<memory>"`.
     pub fn from_bytes(bytes: Bytes, options: &PytorchOptions) -> Result<Self, SourceError> {
         let path = Path::new("<memory>");
-        let mut bytes = Some(crate::read::source::view_capable(bytes));
+        let mut bytes = Some(crate::source::data::view_capable(bytes));
         let sharded = assemble_shards(
             path,
             &[path.to_path_buf()],
             None,
             &options.limits,
             |path, limits| {
-                let options = options.with_limits(*limits);
+                let options = options.clone().limits(*limits);
                 let bytes = bytes
                     .take()
                     .unwrap_or_else(|| Bytes::from_bytes_vec(Vec::new()));
@@ -183,7 +185,7 @@ impl PytorchSource {
             unread,
             gathered: Mutex::new(HashMap::new()),
             checked: Mutex::new(HashMap::new()),
-            hints: crate::read::source::ReadHints::default(),
+            hints: crate::source::data::ReadHints::default(),
         })
     }
 
@@ -515,7 +517,7 @@ impl TensorSource for PytorchSource {
     }
 }
 
-impl crate::read::DescribedSource for PytorchSource {
+impl crate::source::DescribedSource for PytorchSource {
     fn describe(&self) -> Description {
         let format = self.format();
         let shards = match self.shards.len() {

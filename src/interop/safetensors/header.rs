@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::format::Limits;
-use crate::read::SourceError;
+use crate::source::SourceError;
 
 /// Validates a safetensors header with the `safetensors` crate's own rules: `head` holds the
 /// 8-byte prefix and the header (or all of a file in memory), `total` is the file's length.

@@ -47,7 +47,7 @@ pub use write::save_safetensors;
 pub enum ConvertError {
     /// The burnpack source could not be read.
     #[error(transparent)]
-    Read(#[from] crate::read::ReadError),
+    Read(#[from] crate::source::ReadError),
     /// The burnpack destination could not be written.
     #[error(transparent)]
     Write(#[from] WriteError),
@@ -56,7 +56,7 @@ pub enum ConvertError {
     Module(#[from] crate::module::ModuleError),
     /// The input could not be opened (any format: the error names the file and says why).
     #[error(transparent)]
-    Source(#[from] crate::read::SourceError),
+    Source(#[from] crate::source::SourceError),
     /// A file operation failed.
     #[error("{}: cannot {action}: {source}", path.display())]
     Io {
@@ -240,9 +240,10 @@ pub fn safetensors_to_burnpack(
 pub fn safetensors_to_writer(input: impl AsRef<Path>) -> Result<Writer, ConvertError> {
     let source = SafetensorsSource::open(input)?;
     // An FP8 tensor would be missing from the pack: refused by name.
-    crate::read::refuse_withheld(&source)?;
-    let mut infos: Vec<&crate::format::TensorInfo> =
-        crate::read::TensorSource::tensors(&source).iter().collect();
+    crate::source::refuse_withheld(&source)?;
+    let mut infos: Vec<&crate::format::TensorInfo> = crate::source::TensorSource::tensors(&source)
+        .iter()
+        .collect();
     infos.sort_by_key(|t| (source.shard_of(t).to_path_buf(), t.offset()));
     let mut entries = Vec::with_capacity(infos.len());
     for info in infos {
@@ -308,7 +309,7 @@ pub fn burnpack_to_safetensors_sharded(
     pack_to_safetensors(&Reader::open(input.as_ref())?, output, max_shard_bytes)
 }
 
-/// Any [`TensorSource`](crate::read::TensorSource) (a `torch.save` file, a Burn 0.21 record)
+/// Any [`TensorSource`](crate::source::TensorSource) (a `torch.save` file, a Burn 0.21 record)
 /// written as safetensors: one file, or shards and their index past `max_shard_bytes`. Returns
 /// the paths written, the index last.
 ///
@@ -325,7 +326,7 @@ pub fn burnpack_to_safetensors_sharded(
 ///
 /// # Errors
 /// A tensor could not be read, has no safetensors dtype, or the output could not be written.
-pub fn source_to_safetensors<S: crate::read::TensorSource + ?Sized>(
+pub fn source_to_safetensors<S: crate::source::TensorSource + ?Sized>(
     source: &S,
     output: impl AsRef<Path>,
     max_shard_bytes: Option<u64>,
@@ -337,7 +338,7 @@ pub fn source_to_safetensors<S: crate::read::TensorSource + ?Sized>(
 
 /// A [`Writer`]'s tensors and string metadata (the writer's `producer` aside) as safetensors,
 /// sharded at `max_shard_bytes`: what a source's
-/// [`to_writer`](crate::read::DescribedSource::to_writer) holds (a GGUF file's metadata,
+/// [`to_writer`](crate::source::DescribedSource::to_writer) holds (a GGUF file's metadata,
 /// say), kept. `file` names the input in errors. Returns the paths written, the index last.
 ///
 /// ```
@@ -397,7 +398,7 @@ const PRODUCER_KEY: &str = "producer";
 ///
 /// # Errors
 /// As for [`burnpack_to_safetensors`], and a tensor failing its checksum.
-pub fn pack_to_safetensors<S: crate::read::PackSource + ?Sized>(
+pub fn pack_to_safetensors<S: crate::source::PackSource + ?Sized>(
     source: &S,
     output: impl AsRef<Path>,
     max_shard_bytes: Option<u64>,

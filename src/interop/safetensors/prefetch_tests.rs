@@ -3,7 +3,7 @@
 
 use super::SafetensorsSource;
 use crate::platform::ColdFile;
-use crate::read::TensorSource;
+use crate::source::TensorSource;
 
 #[test]
 fn wanted_tensors_are_read_ahead_through_the_mapping() {

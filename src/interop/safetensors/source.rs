@@ -12,8 +12,8 @@ use super::header::{header_len, validate};
 use super::{to_burn, withheld_reason};
 use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::index::ShardIndex;
-use crate::read::source::{Hinted, ReadHints, Source};
-use crate::read::{
+use crate::source::data::{Hinted, ReadHints, Source};
+use crate::source::{
     CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable, TensorSource,
     Withheld, assemble_shards, human_bytes,
 };
@@ -129,7 +129,7 @@ impl SafetensorsSource {
     }
 
     /// [`open_file`](Self::open_file), read with ordinary reads instead of mapped where
-    /// `verify` ([`OpenOptions::verify`](crate::interop::OpenOptions::verify)).
+    /// `verify` ([`OpenOptions::verify`](crate::source::OpenOptions::verify)).
     pub(crate) fn open_file_for(
         path: &Path,
         limits: &Limits,
@@ -178,7 +178,7 @@ impl SafetensorsSource {
     ///
     /// ```
     /// use burnpack::interop::safetensors::SafetensorsSource;
-    /// use burnpack::read::TensorSource;
+    /// use burnpack::source::TensorSource;
     /// let data: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
     /// let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &data).unwrap();
     /// let bytes = safetensors::serialize([("w", view)], None).unwrap();
@@ -198,7 +198,7 @@ impl SafetensorsSource {
     /// As [`from_bytes`](Self::from_bytes).
     pub fn from_bytes_with(bytes: Bytes, limits: &Limits) -> Result<Self, SourceError> {
         let path = Path::new(MEMORY);
-        let mut bytes = Some(crate::read::source::view_capable(bytes));
+        let mut bytes = Some(crate::source::data::view_capable(bytes));
         let sharded =
             assemble_shards(path, &[path.to_path_buf()], None, limits, |path, limits| {
                 let bytes = bytes
@@ -364,7 +364,7 @@ fn open_shard(
     drop(head);
     // As for `Reader::open`, the file must not be truncated while it is mapped (documented
     // on `SafetensorsSource`); read, not mapped, for a verification.
-    let data = crate::read::source::file_data(&file, verify)
+    let data = crate::source::data::file_data(&file, verify)
         .map_err(|(action, e)| SourceError::io(path, action)(e))?;
     let mut rows = Vec::new();
     let shard = shard(path, data, header_len, &metadata, &mut rows);
@@ -482,7 +482,7 @@ impl TensorSource for SafetensorsSource {
     }
 }
 
-impl crate::read::DescribedSource for SafetensorsSource {
+impl crate::source::DescribedSource for SafetensorsSource {
     fn describe(&self) -> Description {
         let tensors = self.table.tensors();
         let mut by_shard = vec![(0usize, 0u64); self.shards.len()];

@@ -9,7 +9,6 @@
 
 use std::borrow::Cow;
 
-use super::error::TensorKind;
 use crate::format::TensorInfo;
 
 /// Where a parameter is in the module being loaded, as a [`Convention`] sees it: its path,
@@ -21,7 +20,8 @@ use crate::format::TensorInfo;
 /// use burn::module::Module;
 /// use burn::nn::{LayerNorm, LayerNormConfig};
 /// use burn::tensor::Device;
-/// use burnpack::module::{Convention, LoadOptions, PackModule, ParamPlace};
+/// use burnpack::module::{LoadOptions, PackModule};
+/// use burnpack::source::{Convention, ParamPlace};
 /// use burnpack::read::Reader;
 ///
 /// /// Reads a norm's `gamma` from `scale` (a made-up format), and records what it saw.
@@ -150,7 +150,7 @@ impl<'a> ParamPlace<'a> {
 /// How a stored tensor's dimensions relate to its parameter's.
 ///
 /// ```
-/// use burnpack::module::DimOrder;
+/// use burnpack::source::DimOrder;
 /// assert_eq!(DimOrder::default(), DimOrder::AsStored);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -187,7 +187,8 @@ pub enum DimOrder {
 /// use std::borrow::Cow;
 /// use burn::module::{Module, Param};
 /// use burn::tensor::{Bytes, DType, Device, Tensor};
-/// use burnpack::module::{Convention, LoadOptions, PackModule};
+/// use burnpack::module::{LoadOptions, PackModule};
+/// use burnpack::source::Convention;
 /// use burnpack::read::Reader;
 /// use burnpack::{Entry, Writer};
 ///
@@ -222,7 +223,7 @@ pub trait Convention: Send + Sync + std::fmt::Debug {
     ///
     /// ```
     /// use std::borrow::Cow;
-    /// use burnpack::module::Convention;
+    /// use burnpack::source::Convention;
     ///
     /// /// llama.cpp's block names (a part of them) as a Burn model's.
     /// #[derive(Debug)]
@@ -248,7 +249,7 @@ pub trait Convention: Send + Sync + std::fmt::Debug {
     ///
     /// ```
     /// use std::borrow::Cow;
-    /// use burnpack::module::{Convention, ParamPlace};
+    /// use burnpack::source::{Convention, ParamPlace};
     ///
     /// /// Looks for every parameter under its own path, then under `model.`.
     /// #[derive(Debug)]
@@ -270,7 +271,7 @@ pub trait Convention: Send + Sync + std::fmt::Debug {
     ///
     /// ```
     /// use burnpack::format::TensorInfo;
-    /// use burnpack::module::{Convention, DimOrder, ParamPlace};
+    /// use burnpack::source::{Convention, DimOrder, ParamPlace};
     ///
     /// /// Every matrix stored transposed.
     /// #[derive(Debug)]
@@ -292,7 +293,7 @@ pub trait Convention: Send + Sync + std::fmt::Debug {
     /// reported as unused when it is left over. None by default.
     ///
     /// ```
-    /// use burnpack::module::{Convention, PytorchConvention};
+    /// use burnpack::source::{Convention, PytorchConvention};
     /// assert!(PytorchConvention.ignores("bn.num_batches_tracked"));
     /// assert!(!PytorchConvention.ignores("bn.running_mean"));
     /// ```
@@ -317,7 +318,8 @@ pub trait Convention: Send + Sync + std::fmt::Debug {
 /// [`LoadOptions::pytorch`](super::LoadOptions::pytorch)`(true)` sets.
 ///
 /// ```
-/// use burnpack::module::{LoadOptions, PytorchConvention};
+/// use burnpack::module::LoadOptions;
+/// use burnpack::source::PytorchConvention;
 /// let options = LoadOptions::new().convention(PytorchConvention);
 /// # let _ = options;
 /// ```
@@ -354,5 +356,59 @@ impl Convention for PytorchConvention {
     fn ignores(&self, name: &str) -> bool {
         // PyTorch's BatchNorm counts its batches in a buffer Burn's has no counterpart of.
         name.ends_with("num_batches_tracked")
+    }
+}
+
+/// The kind of a tensor: what a parameter holds, or what a file's dtype is.
+///
+/// ```
+/// use burn::tensor::DType;
+/// use burnpack::source::TensorKind;
+/// assert_eq!(TensorKind::of(DType::BF16), TensorKind::Float);
+/// assert_eq!(TensorKind::of(DType::U8), TensorKind::Int);
+/// assert_eq!(TensorKind::Float.to_string(), "float");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorKind {
+    /// Floating point, quantized included (`Param<Tensor<D>>`).
+    Float,
+    /// Signed or unsigned integers (`Param<Tensor<D, Int>>`).
+    Int,
+    /// Booleans, in any store (`Param<Tensor<D, Bool>>`).
+    Bool,
+}
+
+impl TensorKind {
+    /// The kind of tensor a dtype belongs to.
+    #[must_use]
+    pub fn of(dtype: burn::tensor::DType) -> Self {
+        use burn::tensor::DType;
+        match dtype {
+            DType::F64
+            | DType::F32
+            | DType::Flex32
+            | DType::F16
+            | DType::BF16
+            | DType::QFloat(_) => Self::Float,
+            DType::Bool(_) => Self::Bool,
+            DType::I64
+            | DType::I32
+            | DType::I16
+            | DType::I8
+            | DType::U64
+            | DType::U32
+            | DType::U16
+            | DType::U8 => Self::Int,
+        }
+    }
+}
+
+impl std::fmt::Display for TensorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Float => "float",
+            Self::Int => "int",
+            Self::Bool => "bool",
+        })
     }
 }

@@ -17,7 +17,7 @@ use crate::format::{Limits, TensorInfo};
 /// ```
 /// use burn::tensor::DType;
 /// use burnpack::format::{Limits, TensorInfo};
-/// use burnpack::read::TableBuilder;
+/// use burnpack::source::TableBuilder;
 ///
 /// let mut rows = TableBuilder::new("weights.bin", &Limits::default());
 /// rows.push(TensorInfo::external("b".into(), DType::F32, vec![2], 8, 8), "second")?;
@@ -42,7 +42,7 @@ impl<P> SourceTable<P> {
     /// Every tensor, sorted by name.
     ///
     /// ```
-    /// # use burnpack::read::TableBuilder;
+    /// # use burnpack::source::TableBuilder;
     /// let table = TableBuilder::<()>::new("empty", &Default::default()).finish(|()| String::new()).unwrap();
     /// assert!(table.tensors().is_empty());
     /// ```
@@ -54,7 +54,7 @@ impl<P> SourceTable<P> {
     /// The tensor called `name`.
     ///
     /// ```
-    /// # use burnpack::read::TableBuilder;
+    /// # use burnpack::source::TableBuilder;
     /// let table = TableBuilder::<()>::new("empty", &Default::default()).finish(|()| String::new()).unwrap();
     /// assert!(table.get("w").is_none());
     /// ```
@@ -101,7 +101,7 @@ impl<P> SourceTable<P> {
     /// The `Debug` of a source built on this table: its `kind`, file, shards and tensors.
     ///
     /// ```
-    /// use burnpack::read::{SourceTable, TableBuilder};
+    /// use burnpack::source::{SourceTable, TableBuilder};
     /// struct Mine(SourceTable<()>);
     /// impl std::fmt::Debug for Mine {
     ///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -183,7 +183,7 @@ impl<P> TableBuilder<P> {
     /// ```
     /// use burn::tensor::DType;
     /// use burnpack::format::{Limits, TensorInfo};
-    /// use burnpack::read::TableBuilder;
+    /// use burnpack::source::TableBuilder;
     /// let mut rows = TableBuilder::new("m.bin", &Limits::default());
     /// let wrong = TensorInfo::external("w".into(), DType::F32, vec![3], 0, 8);
     /// let err = rows.push(wrong, ()).unwrap_err();

@@ -49,7 +49,7 @@ pub struct Sharded<S, P> {
 /// ```
 /// use burn::tensor::DType;
 /// use burnpack::format::{Limits, TensorInfo};
-/// use burnpack::read::assemble_shards;
+/// use burnpack::source::assemble_shards;
 ///
 /// let dir = std::path::Path::new("weights");
 /// let shards = [dir.join("a.bin"), dir.join("b.bin")];
@@ -59,7 +59,7 @@ pub struct Sharded<S, P> {
 /// })?;
 /// assert_eq!(sharded.table.tensors().len(), 2);
 /// assert_eq!(sharded.table.places()[1].shard, 1);
-/// # Ok::<(), burnpack::read::SourceError>(())
+/// # Ok::<(), burnpack::source::SourceError>(())
 /// ```
 ///
 /// # Errors

@@ -10,7 +10,7 @@ use crate::format::TensorInfo;
 /// the bytes are) and each tensor's bytes as a Burn [`Bytes`], zero-copy where the source
 /// allows.
 ///
-/// A pack file, pack bytes in memory or an embedded pack ([`Reader`](super::Reader)) is one;
+/// A pack file, pack bytes in memory or an embedded pack ([`Reader`](crate::read::Reader)) is one;
 /// another container (a safetensors file, a sharded index, an object in a bucket) becomes one
 /// by building its [`TensorInfo`] table and reading bytes: the module loader
 /// ([`PackModule::load_from_source`](crate::module::PackModule::load_from_source)) never asks
@@ -18,7 +18,8 @@ use crate::format::TensorInfo;
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::read::{Reader, TensorSource};
+/// use burnpack::read::Reader;
+/// use burnpack::source::TensorSource;
 /// use burnpack::{Entry, Writer};
 /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![2], Bytes::from_bytes_vec(vec![1, 2]))])
 ///     .into_bytes()
@@ -40,7 +41,8 @@ pub trait TensorSource {
     ///
     /// ```
     /// use burn::tensor::{Bytes, DType};
-    /// use burnpack::read::{Reader, TensorSource};
+    /// use burnpack::read::Reader;
+    /// use burnpack::source::TensorSource;
     /// use burnpack::{Entry, Writer};
     /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1]))])
     ///     .into_bytes()
@@ -67,7 +69,8 @@ pub trait TensorSource {
     ///
     /// ```
     /// use burn::tensor::{Bytes, DType};
-    /// use burnpack::read::{Reader, TensorSource};
+    /// use burnpack::read::Reader;
+    /// use burnpack::source::TensorSource;
     /// use burnpack::{Entry, Writer};
     /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1]))])
     ///     .into_bytes()
@@ -85,7 +88,8 @@ pub trait TensorSource {
     ///
     /// ```
     /// use burn::tensor::{Bytes, DType};
-    /// use burnpack::read::{ReadError, Reader, TensorSource};
+    /// use burnpack::read::Reader;
+    /// use burnpack::source::{ReadError, TensorSource};
     /// use burnpack::{Entry, Writer};
     /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1]))])
     ///     .into_bytes()
@@ -114,7 +118,8 @@ pub trait TensorSource {
     ///
     /// ```
     /// use burn::tensor::{Bytes, DType};
-    /// use burnpack::read::{Reader, TensorSource};
+    /// use burnpack::read::Reader;
+    /// use burnpack::source::TensorSource;
     /// use burnpack::{Entry, Writer};
     /// let pack = Writer::new(vec![Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32]))])
     ///     .into_bytes()
@@ -154,7 +159,8 @@ pub trait TensorSource {
     /// ([`copy_reason`](Self::copy_reason)). `None` (the default): one read at a time.
     ///
     /// ```
-    /// use burnpack::read::{Reader, TensorSource};
+    /// use burnpack::read::Reader;
+    /// use burnpack::source::TensorSource;
     /// let reader = Reader::from_bytes(burnpack::Writer::new(vec![]).into_bytes().unwrap()).unwrap();
     /// assert!(reader.shared().is_some());
     /// ```
@@ -184,7 +190,7 @@ pub trait TensorSource {
     }
 
     /// Checks of the whole source made before a verified load (see
-    /// [`Reader::verify_structure`](super::Reader::verify_structure)); none by default.
+    /// [`Reader::verify_structure`](crate::read::Reader::verify_structure)); none by default.
     ///
     /// # Errors
     /// What the source finds wrong.
@@ -195,13 +201,14 @@ pub trait TensorSource {
 
 /// A [`TensorSource`] that is a whole burnpack: besides its tensors it has a validated
 /// [`Layout`](crate::format::Layout) with the pack's scalars and metadata. A pack file or
-/// buffer ([`Reader`](super::Reader)) is one, and so is a pack on object storage
+/// buffer ([`Reader`](crate::read::Reader)) is one, and so is a pack on object storage
 /// (`ObjectSource`, feature `object-store`); a [`Checkpoint`](crate::checkpoint::Checkpoint)
 /// reads from either.
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::read::{PackSource, Reader};
+/// use burnpack::read::Reader;
+/// use burnpack::source::PackSource;
 /// use burnpack::{Entry, Writer};
 /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7]))])
 ///     .scalar("step", 3u64)
@@ -222,7 +229,7 @@ pub trait PackSource: TensorSource {
 ///
 /// ```
 /// use burn::tensor::DType;
-/// use burnpack::read::CopyReason;
+/// use burnpack::source::CopyReason;
 /// let why = CopyReason::Cast { from: DType::F16, to: DType::F32 };
 /// assert_eq!(why.to_string(), "cast from F16 to F32");
 /// ```
@@ -237,7 +244,7 @@ pub enum CopyReason {
         /// The alignment the element type needs.
         align: usize,
     },
-    /// The source reads on demand ([`ReadMode::Buffered`](super::ReadMode)), so every tensor
+    /// The source reads on demand ([`ReadMode::Buffered`](crate::read::ReadMode)), so every tensor
     /// is read into memory of its own.
     Buffered,
     /// The load converts the stored dtype to another one (the [`DTypePolicy`](crate::module::DTypePolicy)
@@ -250,8 +257,8 @@ pub enum CopyReason {
     },
     /// A `PyTorch` `[out, in]` weight turned into Burn's `[in, out]`
     /// ([`LoadOptions::pytorch`](crate::module::LoadOptions::pytorch)), or any tensor a
-    /// [`Convention`](crate::module::Convention) stores with its dimensions
-    /// [reversed](crate::module::DimOrder::Reversed), on a backend that lays a transposed
+    /// [`Convention`](crate::source::Convention) stores with its dimensions
+    /// [reversed](crate::source::DimOrder::Reversed), on a backend that lays a transposed
     /// borrowed tensor out anew (ndarray); flex and GPU backends transpose by strides.
     Transposed,
     /// The container stores the bytes in another form (text numbers in a JSON record of Burn

@@ -9,7 +9,7 @@ use super::error::ReadError;
 /// the container's own words, and why it cannot be read.
 ///
 /// ```
-/// use burnpack::read::Withheld;
+/// use burnpack::source::Withheld;
 /// let fp8 = Withheld::new("w", "F8_E4M3", vec![2, 2], "FP8 is not loadable yet");
 /// assert_eq!(fp8.to_string(), "w F8_E4M3 [2, 2] (FP8 is not loadable yet)");
 /// assert!(fp8.error("m.safetensors").to_string().contains("m.safetensors: tensor 'w': F8_E4M3"));
@@ -31,7 +31,7 @@ impl Withheld {
     /// A withheld tensor.
     ///
     /// ```
-    /// let w = burnpack::read::Withheld::new("w", "F8_E5M2", vec![4], "FP8 is not loadable yet");
+    /// let w = burnpack::source::Withheld::new("w", "F8_E5M2", vec![4], "FP8 is not loadable yet");
     /// assert_eq!(w.dtype, "F8_E5M2");
     /// ```
     #[must_use]
@@ -53,7 +53,7 @@ impl Withheld {
     /// and the reason.
     ///
     /// ```
-    /// let w = burnpack::read::Withheld::new("w", "F8_E4M3", vec![4], "FP8 is not loadable yet");
+    /// let w = burnpack::source::Withheld::new("w", "F8_E4M3", vec![4], "FP8 is not loadable yet");
     /// assert_eq!(
     ///     w.error("m.safetensors").to_string(),
     ///     "m.safetensors: tensor 'w': F8_E4M3 [4]: FP8 is not loadable yet"

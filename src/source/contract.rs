@@ -20,7 +20,8 @@ use crate::format::TensorInfo;
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::read::{Reader, assert_source_contract};
+/// use burnpack::read::Reader;
+/// use burnpack::source::assert_source_contract;
 /// use burnpack::{Entry, Writer};
 /// let pack = Writer::new(vec![
 ///     Entry::resident("b", DType::F32, vec![2], Bytes::from_elems(vec![1.0f32, 2.0])),

@@ -125,14 +125,14 @@ pub(crate) fn aligned_words(words: Vec<u64>, len: usize, property: AllocationPro
 
 /// A vector's bytes as Burn [`Bytes`] without copying them: pack bytes a program received (a
 /// web page's fetch, a socket) handed to [`PackModule::load_pack_bytes`](crate::PackModule::load_pack_bytes)
-/// or [`ReadOptions::from_bytes`](super::ReadOptions::from_bytes) stay where they are, and
+/// or [`ReadOptions::from_bytes`](crate::read::ReadOptions::from_bytes) stay where they are, and
 /// every tensor is a window of them. (Burn's `Bytes::from_bytes_vec` copies the vector into
 /// an allocation of its own.)
 ///
 /// ```
 /// let vec: Vec<u8> = burnpack::Writer::new(vec![]).into_bytes().unwrap().to_vec();
 /// let at = vec.as_ptr();
-/// let bytes = burnpack::read::bytes_from_vec(vec);
+/// let bytes = burnpack::source::bytes_from_vec(vec);
 /// assert_eq!(bytes.as_ptr(), at);
 /// ```
 #[must_use]
@@ -156,7 +156,7 @@ pub(crate) fn view_capable(bytes: Bytes) -> Bytes {
 /// of it reach flex and ndarray without a copy). The one place this crate maps files.
 ///
 /// The mapping is only sound while nobody truncates or rewrites the file in place (see
-/// [`ReadOptions::open`](super::ReadOptions::open)); callers document that contract.
+/// [`ReadOptions::open`](crate::read::ReadOptions::open)); callers document that contract.
 ///
 /// Where the platform has no memory maps (WASI), the file is read into memory of its own
 /// instead, aligned, with ordinary reads: the same bytes, one copy.

@@ -11,7 +11,8 @@ const MANIFEST: &str = "an incremental checkpoint (a manifest whose tensors are 
 /// Why reading failed. Every variant names the file (`"<memory>"` for in-memory sources).
 ///
 /// ```
-/// use burnpack::read::{ReadError, Reader};
+/// use burnpack::read::Reader;
+/// use burnpack::source::ReadError;
 /// let err = Reader::open("/no/such/file.bpk").unwrap_err();
 /// assert!(matches!(err, ReadError::Io { .. }));
 /// assert!(err.to_string().contains("/no/such/file.bpk"));
@@ -117,7 +118,7 @@ impl ReadError {
     /// [`SourceErrorKind::Truncated`].
     ///
     /// ```
-    /// use burnpack::read::{ReadError, SourceErrorKind};
+    /// use burnpack::source::{ReadError, SourceErrorKind};
     /// let err = ReadError::Checksum { file: "m.bpk".into(), tensor: "w".into(), expected: 1, actual: 2 };
     /// assert_eq!(err.kind(), SourceErrorKind::Damaged);
     /// ```
@@ -154,7 +155,7 @@ impl ReadError {
 /// What kind of failure a [`SourceError`] is, for a program to match on whatever the format.
 ///
 /// ```
-/// use burnpack::read::SourceErrorKind;
+/// use burnpack::source::SourceErrorKind;
 /// assert!(SourceErrorKind::Truncated.is_unreadable());
 /// assert!(SourceErrorKind::Invalid.is_unreadable());
 /// assert!(!SourceErrorKind::Damaged.is_unreadable());
@@ -198,7 +199,7 @@ impl SourceErrorKind {
     /// whatever the format and the command.
     ///
     /// ```
-    /// use burnpack::read::SourceErrorKind;
+    /// use burnpack::source::SourceErrorKind;
     /// assert!(SourceErrorKind::Io.is_unreadable());
     /// assert!(!SourceErrorKind::Damaged.is_unreadable());
     /// ```
@@ -214,7 +215,7 @@ impl SourceErrorKind {
 /// [`kind`](Self::kind) a program can match.
 ///
 /// ```
-/// use burnpack::read::{SourceError, SourceErrorKind};
+/// use burnpack::source::{SourceError, SourceErrorKind};
 /// let err = burnpack::interop::open_any("/no/such/model.safetensors").unwrap_err();
 /// assert_eq!(err.kind(), SourceErrorKind::Io);
 /// assert_eq!(err.path(), std::path::Path::new("/no/such/model.safetensors"));
@@ -341,7 +342,7 @@ impl SourceError {
     /// What kind of failure this is.
     ///
     /// ```
-    /// use burnpack::read::{SourceError, SourceErrorKind};
+    /// use burnpack::source::{SourceError, SourceErrorKind};
     /// let err = SourceError::Invalid { path: "m.pt".into(), reason: "bad".into() };
     /// assert_eq!(err.kind(), SourceErrorKind::Invalid);
     /// ```
@@ -373,7 +374,7 @@ impl SourceError {
     /// The file or URL.
     ///
     /// ```
-    /// let err = burnpack::read::SourceError::Bincode { path: "model.bin".into() };
+    /// let err = burnpack::source::SourceError::Bincode { path: "model.bin".into() };
     /// assert_eq!(err.path(), std::path::Path::new("model.bin"));
     /// ```
     #[must_use]
@@ -396,7 +397,7 @@ impl SourceError {
     /// The tensor the error is about, where there is one.
     ///
     /// ```
-    /// let err = burnpack::read::SourceError::Tensor {
+    /// let err = burnpack::source::SourceError::Tensor {
     ///     path: "m.safetensors".into(),
     ///     tensor: "w".into(),
     ///     reason: "dtype F8_E4M3 has no Burn equivalent".into(),
