@@ -80,7 +80,7 @@
 //! | burn-store `BurnpackStore::from_file(path)` with `save_into` / `load_from` | `store::PackStore::from_file(path)`, same calls (feature `store`) |
 //! | burn-store `SafetensorsStore::from_file(path)` with `load_from` | `interop::safetensors::SafetensorsSource::open(path)?`, then [`load_from_source`](PackModule::load_from_source)`(&source, &LoadOptions::new())`; [`LoadOptions::pytorch`]`(true)` where `PyTorchToBurnAdapter` was given |
 //! | `SafetensorsStore` with `save_into` | `interop::safetensors::save_safetensors(&model, path, None)` |
-//! | burn-store `PytorchStore::from_file(path)` (`with_top_level_key(k)`) | `interop::pytorch::PytorchSource::open(path)?` (`open_with(path, &PytorchOptions::new().key(k))`), then `load_from_source(&source, &LoadOptions::new().pytorch(true))` |
+//! | burn-store `PytorchStore::from_file(path)` (`with_top_level_key(k)`) | `interop::pytorch::PytorchSource::open(path)?` (`open_with(path, &OpenOptions::new().key(k))`), then `load_from_source(&source, &LoadOptions::new().pytorch(true))` |
 //! | `NamedMpkFileRecorder`, `NamedMpkGzFileRecorder`, `PrettyJsonFileRecorder`, `JsonGzFileRecorder` (Burn 0.14-0.21; gone in 0.22) | `interop::burn_record::LegacySource::open(path)?`, then `load_from_source(&source, &LoadOptions::new())`; or `bpk convert model.mpk model.bpk` once |
 //! | burn-train's `FileCheckpointer`s (three files an epoch) | `train::PackCheckpointer`, one file an epoch (feature `train`); runs of Burn 0.14-0.21: `interop::burn_record::import_legacy_burn_train` or `bpk migrate` |
 //!

@@ -659,15 +659,20 @@ fn errors_a_newcomer_meets_say_what_to_do() {
     safetensors::serialize_to_file([("w", view)], None, &st).unwrap();
     let err = model().load_pack(&st).unwrap_err().to_string();
     assert!(err.contains(st.to_str().unwrap()), "{err}");
-    assert!(err.contains("looks like a safetensors file"), "{err}");
+    // The pack reader knows no other format: it says what to do with one (its name is the
+    // registry's, `interop::near_miss`).
+    assert!(err.contains("bpk inspect"), "{err}");
     assert!(err.contains("bpk convert"), "{err}");
+    let head = std::fs::read(&st).unwrap();
+    let hint = burnpack::interop::near_miss(&head[..64]).unwrap();
+    assert!(hint.contains("looks like a safetensors file"), "{hint}");
 
     // A PyTorch zip archive and a JSON index.
     for (name, bytes, hint) in [
         (
             "model.pt",
-            b"PK\x03\x04\x14\x00\x00\x00".to_vec(),
-            "PyTorch",
+            b"PK\x03\x04\x14\x00\x00\x00\x08\x00\x00\x00".to_vec(),
+            "open_any",
         ),
         ("index.json", br#"{"weight_map": {}}"#.to_vec(), "JSON"),
     ] {

@@ -17,7 +17,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use burnpack::interop::burn_record::LegacySource;
-use burnpack::interop::pytorch::{PytorchError, PytorchOptions, PytorchSource};
+use burnpack::interop::pytorch::{PytorchError, PytorchSource};
+use burnpack::source::OpenOptions;
 use burnpack::interop::safetensors::SafetensorsSource;
 use burnpack::read::Reader;
 use burnpack::source::TensorSource;
@@ -232,7 +233,7 @@ fn a_file_without_tensors_or_with_unnameable_ones_is_an_error() {
     let path = write("ema.pt", p.finish());
     let nested = PytorchSource::open(&path).unwrap();
     assert_eq!(read_f32(&nested, "ema.w"), [1., 2.]);
-    let source = PytorchSource::open_with(&path, &PytorchOptions::new().key("ema")).unwrap();
+    let source = PytorchSource::open_with(&path, &OpenOptions::new().key("ema")).unwrap();
     assert_eq!(read_f32(&source, "w"), [1., 2.]);
     // A tensor under a dict key that is a tuple, or inside a set: no name to give it.
     let mut p = Pickler::new();

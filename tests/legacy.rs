@@ -22,7 +22,7 @@ use burn::nn::{
 use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorData};
 use burnpack::format::Limits;
 use burnpack::interop::burn_record::{LegacyError, LegacySource, RecordFormat};
-use burnpack::source::{CopyReason, TensorSource};
+use burnpack::source::{CopyReason, OpenOptions, TensorSource};
 use burnpack::{LoadOptions, ModuleError, PackModule};
 
 #[derive(Module, Debug)]
@@ -368,7 +368,7 @@ fn bincode_records_are_refused_with_what_to_do() {
     let noise = write(dir.path(), "noise.bin", &[0x42; 64]);
     let err = LegacySource::open(&noise).unwrap_err();
     assert!(!matches!(err, LegacyError::Bincode { .. }), "{err}");
-    assert!(err.to_string().contains("no bincode record"), "{err}");
+    assert!(err.to_string().contains("not a valid Burn record"), "{err}");
     let record = std::fs::read(data("zoo.bin")).unwrap();
     let gz = write(dir.path(), "zoo.bin.gz", &gzip(&record));
     for err in [
@@ -453,8 +453,7 @@ fn damaged_and_foreign_files_are_clear_errors() {
     let bomb = write(dir.path(), "bomb.mpk.gz", &gzip(&vec![0u8; 8 << 20]));
     let err = LegacySource::open_with(
         &bomb,
-        RecordFormat::NamedMpkGz,
-        &Limits::default().with_max_file_size(1 << 20),
+        &OpenOptions::new().limits(Limits::default().with_max_file_size(1 << 20)),
     )
     .unwrap_err();
     assert!(err.to_string().contains("file-size limit"), "{err}");
@@ -480,17 +479,18 @@ fn damaged_and_foreign_files_are_clear_errors() {
             "{text}"
         );
     }
-    // An unknown ending says how to name the format.
-    let other = write(dir.path(), "model.weights", &mpk);
-    assert!(
-        LegacySource::open(&other)
-            .unwrap_err()
-            .to_string()
-            .contains("open_with")
-    );
-    let source =
-        LegacySource::open_with(&other, RecordFormat::NamedMpk, &Limits::default()).unwrap();
-    assert_eq!(source.tensors().len(), expected("zoo.expected.json").len());
+    // The format is told by the content, whatever the name: as the registry tells it.
+    for (name, bytes) in [
+        ("model.weights", mpk.clone()),
+        ("model.bin", gzip(&mpk)),
+        ("model.mpk", json.as_bytes().to_vec()),
+    ] {
+        let other = write(dir.path(), name, &bytes);
+        let source = LegacySource::open(&other).unwrap();
+        assert_eq!(source.tensors().len(), expected("zoo.expected.json").len());
+        let by_registry = burnpack::interop::open_any(&other).unwrap();
+        assert_eq!(by_registry.tensors().len(), source.tensors().len());
+    }
 }
 
 #[test]

@@ -16,7 +16,8 @@ use common::torch::{Pickler, StorageSpec, View, ZipOptions, save, write_zip};
 
 use burn::tensor::DType;
 use burn_store::pytorch_reader::PytorchReader;
-use burnpack::interop::pytorch::{PytorchError, PytorchFormat, PytorchOptions, PytorchSource};
+use burnpack::interop::pytorch::{PytorchError, PytorchFormat, PytorchSource};
+use burnpack::source::OpenOptions;
 use burnpack::source::{CopyReason, TensorSource};
 
 fn data(name: &str) -> PathBuf {
@@ -142,7 +143,7 @@ fn opened_for_a_verification_a_zip_is_read_not_mapped_and_a_cut_file_is_an_error
             View::whole("b", 1, &[1 << 18]),
         ],
     );
-    let options = PytorchOptions::new().verify(true);
+    let options = OpenOptions::new().verify(true);
     let source = PytorchSource::open_file(&path, &options).unwrap();
     let (first, second) = (&source.tensors()[0], &source.tensors()[1]);
     assert_eq!(source.copy_reason(first), Some(CopyReason::Buffered));
@@ -429,10 +430,10 @@ fn the_state_dict_is_found_under_a_key_or_the_named_one() {
     // A key of the user's.
     let path = data("top_level_key__top_level_key.pt");
     let source =
-        PytorchSource::open_with(&path, &PytorchOptions::new().key("my_state_dict")).unwrap();
+        PytorchSource::open_with(&path, &OpenOptions::new().key("my_state_dict")).unwrap();
     assert_eq!(source.key(), Some("my_state_dict"));
     assert!(source.tensor("conv1.weight").is_some());
-    let err = PytorchSource::open_with(&path, &PytorchOptions::new().key("nope")).unwrap_err();
+    let err = PytorchSource::open_with(&path, &OpenOptions::new().key("nope")).unwrap_err();
     assert!(matches!(err, PytorchError::Invalid { .. }), "{err}");
     assert!(
         err.to_string().contains("no key 'nope'") && err.to_string().contains("my_state_dict"),

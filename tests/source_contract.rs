@@ -11,9 +11,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{Bytes, DType};
-use burnpack::format::Limits;
 use burnpack::interop::burn_record::LegacySource;
-use burnpack::interop::pytorch::{PytorchOptions, PytorchSource};
+use burnpack::interop::pytorch::PytorchSource;
 use burnpack::interop::safetensors::SafetensorsSource;
 use burnpack::interop::{OpenOptions, open_any, open_bytes_any};
 use burnpack::read::Reader;
@@ -118,7 +117,7 @@ fn torch_save_files_keep_the_contract() {
         };
         holds(&path, &source);
         let bytes = Bytes::from_bytes_vec(std::fs::read(&path).unwrap());
-        let from_bytes = PytorchSource::from_bytes(bytes, &PytorchOptions::new()).unwrap();
+        let from_bytes = PytorchSource::from_bytes(bytes, &OpenOptions::new()).unwrap();
         assert_source_contract(&from_bytes);
         assert_eq!(from_bytes.tensors(), source.tensors());
         checked += 1;
@@ -140,7 +139,7 @@ fn burn_records_keep_the_contract() {
         let source = LegacySource::open(&path).unwrap();
         holds(&path, &source);
         let bytes = Bytes::from_bytes_vec(std::fs::read(&path).unwrap());
-        let from_bytes = LegacySource::from_bytes(bytes, &Limits::default()).unwrap();
+        let from_bytes = LegacySource::from_bytes(bytes, &OpenOptions::new()).unwrap();
         assert_eq!(from_bytes.tensors(), source.tensors(), "{name}");
         assert_eq!(
             from_bytes.format(),

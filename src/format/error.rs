@@ -30,8 +30,8 @@ pub enum FormatError {
         available: u64,
     },
     /// The first four bytes are not `NRUB`. `looks_like` says what the bytes resemble when
-    /// they are recognisable (a `safetensors` file, a `PyTorch` archive, a file of zeros...) and
-    /// what to do instead.
+    /// this layer recognises them (a file of zeros, JSON text), or what to do with a file of
+    /// another format.
     #[error(
         "bad magic number {found:#010x}: not a burnpack file (expected 0x4255524e){}",
         looks_like.map(|hint| format!("; {hint}")).unwrap_or_default()

@@ -110,7 +110,7 @@ impl Header {
         if magic != MAGIC {
             return Err(FormatError::BadMagic {
                 found: magic,
-                looks_like: looks_like(bytes),
+                looks_like: looks_like(bytes).or(Some(ANOTHER_FORMAT)),
             });
         }
         let version = u16::from_le_bytes([raw[4], raw[5]]);
@@ -131,56 +131,17 @@ impl Header {
     }
 }
 
-/// What a file that is not a burnpack resembles, with what to do instead; `None` when the
-/// first bytes are not recognisable. Used in [`FormatError::BadMagic`].
+/// What a file that is not a burnpack resembles, as far as this layer tells (it knows no other
+/// format: each format's own hint is its container's, `burnpack::interop::near_miss`); `None`
+/// when the first bytes say nothing it knows. Used in [`FormatError::BadMagic`].
 ///
 /// ```
-/// let mut st = 2u64.to_le_bytes().to_vec();
-/// st.extend_from_slice(b"{}");
-/// assert!(burnpack::format::looks_like(&st).unwrap().contains("safetensors"));
-/// assert!(burnpack::format::looks_like(b"PK\x03\x04rest").unwrap().contains("PyTorch"));
+/// assert!(burnpack::format::looks_like(&[0; 16]).unwrap().contains("zero bytes"));
+/// assert!(burnpack::format::looks_like(br#"{"weight_map": {}}"#).unwrap().contains("JSON"));
 /// assert_eq!(burnpack::format::looks_like(b"\x01\x02\x03\x04\x05\x06"), None);
 /// ```
 #[must_use]
 pub fn looks_like(bytes: &[u8]) -> Option<&'static str> {
-    // safetensors: an 8-byte little-endian header length, then a JSON object (white space
-    // may come first).
-    let json = bytes
-        .get(8..)
-        .and_then(|rest| rest.iter().find(|b| !b.is_ascii_whitespace()));
-    if let (Some(len), Some(b'{')) = (bytes.get(..8), json) {
-        let len = u64::from_le_bytes(len.try_into().unwrap_or([0; 8]));
-        if (2..1 << 32).contains(&len) {
-            return Some(
-                "this looks like a safetensors file: convert it with `bpk convert IN.safetensors OUT.bpk` \
-                 or `burnpack::interop::safetensors::safetensors_to_burnpack`",
-            );
-        }
-    }
-    let starts = |prefix: &[u8]| bytes.starts_with(prefix);
-    if starts(b"PK\x03\x04") {
-        return Some(
-            "this looks like a zip archive (a PyTorch .pt/.pth checkpoint?): load it with \
-             `burnpack::interop::pytorch::PytorchSource`, or convert it with \
-             `bpk convert IN.pt OUT.bpk`",
-        );
-    }
-    if starts(&[0x80]) && bytes.get(1).is_some_and(|v| (2..=5).contains(v)) {
-        return Some(
-            "this looks like a Python pickle (a PyTorch checkpoint in the legacy format?): load it \
-             with `burnpack::interop::pytorch::PytorchSource`, or convert it with \
-             `bpk convert IN.pt OUT.bpk`",
-        );
-    }
-    if starts(b"GGUF") {
-        return Some(
-            "this looks like a GGUF file (llama.cpp): burnpack reads it with its `gguf` feature \
-             (`interop::gguf::GgufSource`, or `bpk inspect`)",
-        );
-    }
-    if starts(b"\x89HDF") {
-        return Some("this looks like an HDF5 (Keras) file, which burnpack does not read");
-    }
     if bytes.len() >= HEADER_SIZE && bytes[..HEADER_SIZE].iter().all(|&b| b == 0) {
         return Some(
             "the file starts with zero bytes: an unfinished or failed write (an in-place save \
@@ -190,8 +151,14 @@ pub fn looks_like(bytes: &[u8]) -> Option<&'static str> {
     let text = bytes.iter().take(64);
     if bytes.first().is_some_and(|b| matches!(b, b'{' | b'[')) && text.clone().all(u8::is_ascii) {
         return Some(
-            "this looks like a JSON file (a sharded safetensors index?), not a burnpack file",
+            "this looks like a JSON file (an index of shards?), not a burnpack file: \
+             `bpk inspect` says what it is, `burnpack::interop::open_any` opens what it names",
         );
     }
     None
 }
+
+/// The hint of [`FormatError::BadMagic`] for bytes [`looks_like`] says nothing of: what to do
+/// with a file of another format.
+pub(crate) const ANOTHER_FORMAT: &str = "another format's? `bpk inspect` names the format of any \
+    file bpk reads, `burnpack::interop::open_any` opens it, `bpk convert IN OUT.bpk` converts it";

@@ -22,7 +22,7 @@ mod prelude {
 
 mod by_name;
 mod canonical;
-mod dtype;
+pub(crate) mod dtype;
 mod error;
 mod header;
 mod keys;
@@ -42,10 +42,9 @@ pub(crate) use by_name::owned;
 pub(crate) use by_name::{position, sort_unique};
 #[cfg(any(test, feature = "internals"))]
 pub use dtype::PLAIN_DTYPES;
+pub(crate) use dtype::byte_len_of;
 #[cfg(feature = "std")]
 pub(crate) use dtype::tensor_description;
-#[cfg_attr(not(feature = "legacy"), allow(unused_imports))]
-pub(crate) use dtype::{bool_store_from_name, byte_len_of, dtype_from_name};
 pub use dtype::{byte_len, checksum, element_align, metadata_checksum};
 pub use error::FormatError;
 pub use header::{

@@ -59,7 +59,10 @@ pub fn index(data: &[u8]) {
 /// Bytes as a safetensors file.
 #[cfg(feature = "safetensors")]
 pub fn safetensors(data: &[u8]) {
-    if let Ok(source) = super::safetensors::SafetensorsSource::from_bytes(bytes(data)) {
+    if let Ok(source) = super::safetensors::SafetensorsSource::from_bytes(
+        bytes(data),
+        &crate::source::OpenOptions::new(),
+    ) {
         assert_source_contract(&source);
     }
 }
@@ -67,7 +70,7 @@ pub fn safetensors(data: &[u8]) {
 /// Bytes as a `torch.save` file (zip or legacy).
 #[cfg(feature = "pytorch")]
 pub fn pytorch(data: &[u8]) {
-    let options = super::pytorch::PytorchOptions::new();
+    let options = crate::source::OpenOptions::new();
     if let Ok(source) = super::pytorch::PytorchSource::from_bytes(bytes(data), &options) {
         assert_source_contract(&source);
         let _ = crate::source::TensorSource::verify_structure(&source);
@@ -77,8 +80,10 @@ pub fn pytorch(data: &[u8]) {
 /// Bytes as a record of Burn 0.14-0.21 (format told by the content).
 #[cfg(feature = "legacy")]
 pub fn burn_record(data: &[u8]) {
-    let limits = Limits::default();
-    if let Ok(source) = super::burn_record::LegacySource::from_bytes(bytes(data), &limits) {
+    if let Ok(source) = super::burn_record::LegacySource::from_bytes(
+        bytes(data),
+        &crate::source::OpenOptions::new(),
+    ) {
         assert_source_contract(&source);
     }
 }

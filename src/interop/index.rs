@@ -177,3 +177,13 @@ impl Routing for ShardIndex {
         ShardIndex::check_shard(self, shard, held)
     }
 }
+
+/// The shards an index names, in name order: what the registry reads of an index to tell its
+/// shards' format ([`Container::index_shards`](super::Container::index_shards)).
+pub(crate) fn shards(
+    path: &Path,
+    options: &crate::source::OpenOptions,
+) -> Result<Vec<PathBuf>, SourceError> {
+    let index = ShardIndex::read(path, "shard", options.limits.max_tensor_count)?;
+    Ok(index.shards)
+}

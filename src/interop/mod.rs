@@ -26,6 +26,7 @@
 
 #[cfg(feature = "legacy")]
 pub mod burn_record;
+mod container;
 #[doc(hidden)]
 pub mod fuzz;
 #[cfg(feature = "gguf")]
@@ -34,6 +35,7 @@ pub mod gguf;
 mod index;
 #[cfg(feature = "object-store")]
 pub mod object_store;
+mod pack;
 #[cfg(feature = "pytorch")]
 pub mod pytorch;
 mod registry;
@@ -44,7 +46,32 @@ mod unknown;
 /// Moved to [`crate::source`] (the source core); this path stays one release.
 #[doc(hidden)]
 pub use crate::source::OpenOptions;
-pub use registry::{Container, HEAD, containers, open_any, open_any_with, open_bytes_any};
+pub use container::{Container, HEAD, OpenBytes, OpenFile, OpenPath};
+pub use registry::{containers, near_miss, open_any, open_any_with, open_bytes_any};
+
+/// Every source's `open_with` and `from_bytes` take `&OpenOptions`; a `&Limits` alone (the
+/// old form of the safetensors, Burn-record and object-storage sources) is still taken for one
+/// release, as `OpenOptions::new().limits(limits)`: deprecated, pass the options.
+///
+/// ```
+/// use burnpack::source::OpenOptions;
+/// let limits = burnpack::Limits::default().with_max_file_size(1 << 20);
+/// let options: OpenOptions = (&limits).into();
+/// assert_eq!(options.key_name(), None);
+/// ```
+impl From<&crate::format::Limits> for crate::source::OpenOptions {
+    fn from(limits: &crate::format::Limits) -> Self {
+        Self::new().limits(*limits)
+    }
+}
+
+/// A borrowed [`OpenOptions`](crate::source::OpenOptions), as every source's `open_with` and
+/// `from_bytes` take it.
+impl From<&crate::source::OpenOptions> for crate::source::OpenOptions {
+    fn from(options: &crate::source::OpenOptions) -> Self {
+        options.clone()
+    }
+}
 
 /// Whether `location` names an object on object storage (`s3://bucket/key`, `s3a://...`)
 /// rather than a local path. Answered with or without the `object-store` feature, so that a

@@ -2,49 +2,15 @@
 //! into one [`DescribedSource`]. `bpk` and any program that takes "a file of weights" go
 //! through [`open_any`]; a new format is one [`Container`] here (its folder, its feature).
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::Bytes;
 
+use super::container::{Container, HEAD, first_text_byte};
+use super::unknown::unknown;
 use crate::read::Reader;
 use crate::source::{DescribedSource, OpenOptions, SourceError};
-
-use super::unknown::unknown;
-
-/// Opens a local file of a format.
-type OpenFile = fn(&Path, &OpenOptions) -> Result<Box<dyn DescribedSource>, SourceError>;
-/// Opens bytes of a format.
-type OpenBytes = fn(Bytes, &OpenOptions) -> Result<Box<dyn DescribedSource>, SourceError>;
-
-/// One format the registry reads: how to recognise it and how to open it.
-///
-/// ```
-/// let names: Vec<&str> = burnpack::interop::containers().iter().map(|c| c.name).collect();
-/// assert!(names.contains(&"burnpack"));
-/// ```
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub struct Container {
-    /// The format's short name (as [`Description::format`](crate::source::Description) says it).
-    pub name: &'static str,
-    /// Whether a file's first bytes (up to [`HEAD`]) are this format's, given its length.
-    pub sniff: fn(&[u8], u64) -> bool,
-    /// Opens a file of this format.
-    pub open: OpenFile,
-    /// Opens an index JSON whose first shard is of this format (formats with shards).
-    pub open_index: Option<OpenFile>,
-    /// Opens bytes of this format.
-    pub from_bytes: OpenBytes,
-}
-
-/// How many bytes of a file [`Container::sniff`] is shown.
-pub const HEAD: usize = 64;
-
-fn boxed<S: DescribedSource + 'static>(
-    source: Result<S, SourceError>,
-) -> Result<Box<dyn DescribedSource>, SourceError> {
-    source.map(|s| Box::new(s) as Box<dyn DescribedSource>)
-}
 
 /// Every format this build reads, in the order they are tried.
 ///
@@ -58,128 +24,32 @@ pub fn containers() -> &'static [Container] {
     CONTAINERS
 }
 
+/// The formats of this build: each format's folder exports its container; a format's feature
+/// gate is here and on its folder's declaration, nowhere else.
 static CONTAINERS: &[Container] = &[
-    Container {
-        name: "burnpack",
-        sniff: |head, _| head.starts_with(&crate::format::MAGIC.to_le_bytes()),
-        open: |path, options| {
-            let read = crate::read::ReadOptions::new().limits(options.limits);
-            let read = if options.verify {
-                read.mode(crate::read::ReadMode::Buffered)
-            } else {
-                read
-            };
-            let reader = read.open(path).map_err(SourceError::from)?;
-            // An incremental checkpoint: its tensors are in the data files beside it.
-            #[cfg(feature = "optim")]
-            if reader
-                .layout()
-                .metadata()
-                .contains_key(crate::checkpoint::INCREMENTAL_KEY)
-            {
-                return boxed(crate::checkpoint::Chain::open_file(
-                    path,
-                    reader,
-                    options.verify,
-                ));
-            }
-            boxed(Ok(reader))
-        },
-        open_index: None,
-        from_bytes: |bytes, options| {
-            let read = crate::read::ReadOptions::new().limits(options.limits);
-            boxed(read.from_bytes(bytes).map_err(SourceError::from))
-        },
-    },
+    super::pack::CONTAINER,
     #[cfg(feature = "safetensors")]
-    Container {
-        name: "safetensors",
-        // An 8-byte little-endian header length, then a JSON object (JSON allows white space
-        // before it, and the `safetensors` crate reads such headers). The length's four high
-        // bytes are zero in any safetensors file (headers are at most 100 MB), and never in
-        // text (a JSON Burn record that starts `{"item":{`): a cut file is still told apart,
-        // and its parser says it is cut.
-        sniff: |head, _| {
-            head.len() > 8
-                && head[4..8] == [0; 4]
-                && head[..4] != [0; 4]
-                && first_text_byte(&head[8..]) == Some(b'{')
-        },
-        open: |path, options| {
-            boxed(super::safetensors::SafetensorsSource::open_file_for(
-                path,
-                &options.limits,
-                options.verify,
-            ))
-        },
-        open_index: Some(|path, options| {
-            boxed(super::safetensors::SafetensorsSource::open_index_for(
-                path,
-                &options.limits,
-                options.verify,
-            ))
-        }),
-        from_bytes: |bytes, options| {
-            boxed(super::safetensors::SafetensorsSource::from_bytes_with(
-                bytes,
-                &options.limits,
-            ))
-        },
-    },
+    super::safetensors::CONTAINER,
     #[cfg(feature = "pytorch")]
-    Container {
-        name: "pytorch",
-        sniff: |head, _| {
-            head.starts_with(b"PK\x03\x04")
-                || head.len() > 1 && head[0] == 0x80 && (2..=5).contains(&head[1])
-        },
-        open: |path, options| boxed(super::pytorch::PytorchSource::open_file(path, options)),
-        open_index: Some(|path, options| {
-            boxed(super::pytorch::PytorchSource::open_index(path, options))
-        }),
-        from_bytes: |bytes, options| {
-            boxed(super::pytorch::PytorchSource::from_bytes(bytes, options))
-        },
-    },
+    super::pytorch::CONTAINER,
     #[cfg(feature = "gguf")]
-    Container {
-        name: "gguf",
-        sniff: |head, _| head.starts_with(b"GGUF"),
-        open: |path, options| boxed(super::gguf::GgufSource::open_with(path, options)),
-        open_index: None,
-        from_bytes: |bytes, options| boxed(super::gguf::GgufSource::from_bytes(bytes, options)),
-    },
+    super::gguf::CONTAINER,
     #[cfg(feature = "legacy")]
-    Container {
-        name: "burn-record",
-        // Gzip (`.mpk.gz`, `.json.gz`), a JSON object, or a small MessagePack map whose first
-        // key is a short string (`metadata`): what Burn 0.14-0.21's recorders write.
-        sniff: |head, _| {
-            head.starts_with(&[0x1f, 0x8b])
-                || first_text_byte(head) == Some(b'{')
-                || head.len() > 1
-                    && (0x81..=0x8f).contains(&head[0])
-                    && (0xa0..=0xbf).contains(&head[1])
-        },
-        open: |path, options| {
-            boxed(super::burn_record::LegacySource::open_detect(
-                path,
-                &options.limits,
-            ))
-        },
-        open_index: None,
-        from_bytes: |bytes, options| {
-            boxed(super::burn_record::LegacySource::from_bytes(
-                bytes,
-                &options.limits,
-            ))
-        },
-    },
+    super::burn_record::CONTAINER,
 ];
 
-/// The first byte that is not ASCII white space.
-fn first_text_byte(head: &[u8]) -> Option<u8> {
-    head.iter().copied().find(|b| !b.is_ascii_whitespace())
+/// What a file whose first bytes are `head` is, when it is given where another format is
+/// wanted (a near miss): the [`hint`](Container::hint) of the format of this build that takes
+/// those bytes, or `None` when none does.
+///
+/// ```
+/// let hint = burnpack::interop::near_miss(b"NRUB\x01\x00\x00\x00\x00\x00").unwrap();
+/// assert!(hint.contains("burnpack"));
+/// assert_eq!(burnpack::interop::near_miss(b"hello"), None);
+/// ```
+#[must_use]
+pub fn near_miss(head: &[u8]) -> Option<&'static str> {
+    sniffed(head, head.len() as u64).map(|c| c.hint)
 }
 
 /// Opens whatever `location` names, with the default [`OpenOptions`]: a local file of any
@@ -217,11 +87,18 @@ pub fn open_any_with(
         return open_url(location, options);
     }
     let (file, head, len) = head_of(location, INDEX_HEAD)?;
-    if first_text_byte(&head) == Some(b'{') && is_index(file) {
+    if first_text_byte(&head) == Some(b'{') && is_index(&file) {
         return open_index(location, options);
     }
     match sniffed(&head, len) {
-        Some(container) => (container.open)(location, options),
+        // The file opened here is the one the format reads: opened once. Its cursor back at
+        // the start (reading the head moved it on Windows and WASI, scanning an index
+        // everywhere), for a format that reads it through `Read`.
+        Some(container) => {
+            let mut file = file;
+            std::io::Seek::rewind(&mut file).map_err(SourceError::io(location, "seek"))?;
+            (container.open_file)(location, file, options)
+        }
         None => Err(unknown(location, &head)),
     }
 }
@@ -236,7 +113,7 @@ fn open_index(
     let mut format: Option<(&'static Container, &Path)> = None;
     for shard in &shards {
         let (file, head, len) = head_of(shard, HEAD)?;
-        if first_text_byte(&head) == Some(b'{') && is_index(file) {
+        if first_text_byte(&head) == Some(b'{') && is_index(&file) {
             return Err(SourceError::Invalid {
                 path: location.to_path_buf(),
                 reason: format!(
@@ -309,77 +186,94 @@ const INDEX_HEAD: usize = 64 << 10;
 
 /// Whether the JSON object `file` starts with is an index of shards: told by its first key
 /// that decides (`weight_map`: an index; `item`: a Burn record), reading no further than that
-/// (other keys' values, such as an index's or a record's `metadata`, are skipped).
-#[cfg(not(any(feature = "safetensors", feature = "pytorch", feature = "legacy")))]
-fn is_index(_: std::fs::File) -> bool {
-    // No format of this build reads JSON.
-    false
-}
-
-/// Whether the JSON object `file` starts with is an index of shards (see above).
-#[cfg(any(feature = "safetensors", feature = "pytorch", feature = "legacy"))]
-fn is_index(file: std::fs::File) -> bool {
-    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
-    struct Keys<'a>(&'a std::cell::Cell<Option<bool>>);
-    impl<'de> Visitor<'de> for Keys<'_> {
-        type Value = ();
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a JSON object")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-            while let Some(key) = map.next_key::<String>()? {
-                match key.as_str() {
-                    "weight_map" => {
-                        self.0.set(Some(true));
-                        return Ok(());
-                    }
-                    "item" => {
-                        self.0.set(Some(false));
-                        return Ok(());
-                    }
-                    _ => {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                }
-            }
-            Ok(())
-        }
-    }
-    let decided = std::cell::Cell::new(None);
+/// (other keys' values, such as an index's or a record's `metadata`, are skipped), and never
+/// past [`INDEX_SCAN`] bytes.
+fn is_index(file: &File) -> bool {
     let reader = std::io::BufReader::new(std::io::Read::take(file, INDEX_SCAN));
-    let mut de = serde_json::Deserializer::from_reader(reader);
-    // The deserializer complains of the keys left unread once the visitor has decided.
-    let _ = (&mut de).deserialize_map(Keys(&decided));
-    decided.get() == Some(true)
+    let mut bytes = std::io::Read::bytes(reader).map_while(Result::ok);
+    first_deciding_key(&mut bytes) == Some(true)
 }
 
 /// How far into a JSON file [`is_index`] reads for its deciding key (an index's `metadata`
 /// comes first and is small).
-#[cfg(any(feature = "safetensors", feature = "pytorch", feature = "legacy"))]
 const INDEX_SCAN: u64 = 64 << 20;
 
-/// The shards an index names, in name order.
-fn index_shards(path: &Path, options: &OpenOptions) -> Result<Vec<PathBuf>, SourceError> {
-    #[cfg(any(feature = "safetensors", feature = "pytorch"))]
-    {
-        let index = super::index::ShardIndex::read(path, "shard", options.limits.max_tensor_count)?;
-        Ok(index.shards)
+/// The keys of the JSON object `bytes` start with, in order, until one decides: `Some(true)`
+/// for `weight_map`, `Some(false)` for `item`; `None` when none does or the JSON is cut or
+/// invalid. Values of other keys are skipped (strings, numbers, nested arrays and objects).
+fn first_deciding_key(bytes: &mut impl Iterator<Item = u8>) -> Option<bool> {
+    fn next(bytes: &mut impl Iterator<Item = u8>) -> Option<u8> {
+        bytes.find(|b| !b.is_ascii_whitespace())
     }
-    #[cfg(not(any(feature = "safetensors", feature = "pytorch")))]
-    {
-        let _ = options;
-        Err(SourceError::Location {
+    if next(bytes)? != b'{' {
+        return None;
+    }
+    loop {
+        match next(bytes)? {
+            b'"' => {}
+            _ => return None,
+        }
+        let key = json_string(bytes)?;
+        match key.as_slice() {
+            b"weight_map" => return Some(true),
+            b"item" => return Some(false),
+            _ => {}
+        }
+        if next(bytes)? != b':' {
+            return None;
+        }
+        // The value, to the comma (or the end of the object) at this depth.
+        let mut depth = 0usize;
+        loop {
+            match bytes.next()? {
+                b'"' => {
+                    json_string(bytes)?;
+                }
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' if depth == 0 => return None,
+                b'}' | b']' => depth -= 1,
+                b',' if depth == 0 => break,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The rest of a JSON string whose opening quote was read, up to its closing quote (escapes
+/// kept as written; keys compared here have none). At most 4 KiB is kept.
+fn json_string(bytes: &mut impl Iterator<Item = u8>) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        match bytes.next()? {
+            b'"' => return Some(out),
+            b'\\' => {
+                let escaped = bytes.next()?;
+                if out.len() < 4096 {
+                    out.extend([b'\\', escaped]);
+                }
+            }
+            b if out.len() < 4096 => out.push(b),
+            _ => {}
+        }
+    }
+}
+
+/// The shards an index names, in name order, read by a format of this build with shards.
+fn index_shards(path: &Path, options: &OpenOptions) -> Result<Vec<PathBuf>, SourceError> {
+    match CONTAINERS.iter().find_map(|c| c.index_shards) {
+        Some(shards) => shards(path, options),
+        None => Err(SourceError::Location {
             path: path.to_path_buf(),
-            reason: "an index of shards: this build reads neither safetensors nor PyTorch \
-                     shards (features `safetensors`, `pytorch`)"
+            reason: "an index of shards: this build reads no format with shards (features \
+                     `safetensors`, `pytorch`)"
                 .into(),
-        })
+        }),
     }
 }
 
 /// Opens the regular file `path` and reads its first `most` bytes (fewer when it is shorter):
 /// the file, those bytes and its length.
-fn head_of(path: &Path, most: usize) -> Result<(std::fs::File, Vec<u8>, u64), SourceError> {
+fn head_of(path: &Path, most: usize) -> Result<(File, Vec<u8>, u64), SourceError> {
     let file = crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?;
     let len = file
         .metadata()

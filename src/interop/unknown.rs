@@ -9,11 +9,12 @@ use crate::source::SourceError;
 
 /// The error for `path`, of no format this build reads, whose first bytes are `head`.
 pub(super) fn unknown(path: &Path, head: &[u8]) -> SourceError {
-    #[cfg(feature = "legacy")]
-    if super::burn_record::fits_bincode_record(head) {
-        return SourceError::Bincode {
-            path: path.to_path_buf(),
-        };
+    // A file of a format's family that the format recognises but does not read.
+    if let Some(refused) = super::containers()
+        .iter()
+        .find_map(|c| c.refuse.and_then(|refuse| refuse(path, head)))
+    {
+        return refused;
     }
     let shown = &head[..head.len().min(16)];
     let start = if head.is_empty() {
@@ -22,18 +23,7 @@ pub(super) fn unknown(path: &Path, head: &[u8]) -> SourceError {
         format!("\"{}\"", shown.escape_ascii())
     };
     let hint = what_it_is(head)
-        .or_else(|| {
-            crate::format::looks_like(head)
-                .filter(|_| !cfg!(all(feature = "safetensors", feature = "pytorch")))
-                .or_else(|| {
-                    (head.starts_with(b"GGUF")
-                        || head.starts_with(b"\x89HDF")
-                        || head.iter().all(|&b| b == 0))
-                    .then(|| crate::format::looks_like(head))
-                    .flatten()
-                })
-                .map(str::to_string)
-        })
+        .or_else(|| crate::format::looks_like(head).map(str::to_string))
         .map_or_else(String::new, |hint| format!(": {hint}"));
     SourceError::UnknownFormat {
         path: path.to_path_buf(),
@@ -64,5 +54,9 @@ fn what_it_is(head: &[u8]) -> Option<String> {
     let html = [&b"<!doctype html"[..], b"<html", b"<head", b"<body"]
         .iter()
         .any(|tag| lower.starts_with(tag));
-    html.then(|| "an HTML page, not weights: the download failed?".to_string())
+    if html {
+        return Some("an HTML page, not weights: the download failed?".to_string());
+    }
+    head.starts_with(b"\x89HDF")
+        .then(|| "an HDF5 (Keras) file, which burnpack does not read".to_string())
 }

@@ -84,6 +84,17 @@ impl ReadOptions {
     /// not a valid pack within the limits.
     pub fn open(&self, path: impl AsRef<Path>) -> Result<Reader, ReadError> {
         let path = path.as_ref();
+        let file = crate::platform::open_regular(path).map_err(|source| ReadError::Io {
+            file: path.display().to_string(),
+            action: "open",
+            source,
+        })?;
+        self.open_file(path, file)
+    }
+
+    /// [`open`](Self::open) of a file already opened (`path` names it in errors): the
+    /// registry opens each file once, reads its first bytes, and hands it on.
+    pub(crate) fn open_file(&self, path: &Path, file: std::fs::File) -> Result<Reader, ReadError> {
         let name = path.display().to_string();
         let io = |action: &'static str| {
             let file = name.clone();
@@ -97,7 +108,6 @@ impl ReadOptions {
             file: name.clone(),
             source,
         };
-        let file = crate::platform::open_regular(path).map_err(io("open"))?;
         let stat = file.metadata().map_err(io("stat"))?;
         if stat.is_dir() {
             return Err(io("open")(std::io::Error::new(

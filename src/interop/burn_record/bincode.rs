@@ -42,41 +42,6 @@ pub(crate) fn fits_record(head: &[u8]) -> bool {
     float && int && recorder
 }
 
-/// The error of [`LegacySource::open`](super::LegacySource::open) for a file whose name says
-/// no record format: a bincode record (`.bin`, `.bin.gz`) when its bytes fit one (a `.bin.gz`:
-/// when it is a gzip stream, whose contents are told when opened by content), otherwise that
-/// the name says nothing.
-pub(super) fn not_by_name(path: &std::path::Path) -> crate::source::SourceError {
-    use crate::source::SourceError;
-    let name = path.to_string_lossy().to_ascii_lowercase();
-    let mut head = [0u8; 256];
-    let read = crate::platform::open_regular(path)
-        .and_then(|file| {
-            let len = file.metadata()?.len().min(head.len() as u64) as usize;
-            crate::platform::read_exact_at(&file, &mut head[..len], 0).map(|()| len)
-        })
-        .map(|len| &head[..len]);
-    let named = |end: &str| name.ends_with(end);
-    let fits = match read {
-        Ok(bytes) if named(".bin") => fits_record(bytes),
-        Ok(bytes) if named(".bin.gz") => bytes.starts_with(&[0x1f, 0x8b]),
-        Ok(_) => false,
-        Err(e) => return SourceError::io(path, "read")(e),
-    };
-    if fits {
-        return SourceError::Bincode {
-            path: path.to_path_buf(),
-        };
-    }
-    SourceError::Invalid {
-        path: path.to_path_buf(),
-        reason: "not a valid Burn record: the file name does not end in .mpk, .mpk.gz, .json or \
-                 .json.gz, and it is no bincode record (name the format with \
-                 LegacySource::open_with, or open it with LegacySource::open_detect)"
-            .into(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::fits_record;

@@ -4,7 +4,7 @@
 use burn::tensor::{BoolStore, DType};
 
 use super::node::{self, Node};
-use crate::format::{bool_store_from_name, dtype_from_name};
+use crate::format::dtype::{bool_store_from_name, dtype_from_name};
 
 /// A tensor's dtype as Burn 0.14-0.21 wrote it, quantized ones included (checked against the
 /// tensor's `len` bytes: a quantized tensor's length follows from its scheme and shape).

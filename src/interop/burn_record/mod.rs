@@ -19,6 +19,7 @@
 
 mod bincode;
 mod compact;
+mod container;
 mod dtype;
 #[cfg(all(test, target_os = "linux"))]
 mod mapped_tests;
@@ -29,7 +30,7 @@ mod tensor_data;
 mod train;
 mod walk;
 
-pub(crate) use bincode::fits_record as fits_bincode_record;
+pub(crate) use container::CONTAINER;
 pub use source::LegacySource;
 pub use train::{SchedulerKind, burn_train_epochs};
 #[cfg(feature = "optim")]

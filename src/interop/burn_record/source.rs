@@ -16,7 +16,8 @@ use super::{METADATA_PREFIX, RecordFormat, RecordMetadata, param_id, record_meta
 use crate::format::{Limits, TensorInfo, element_align};
 use crate::source::data::Source;
 use crate::source::{
-    CopyReason, Description, ReadError, SourceError, SourceTable, TableBuilder, TensorSource,
+    CopyReason, Description, OpenOptions, ReadError, SourceError, SourceTable, TableBuilder,
+    TensorSource,
 };
 use crate::write::Writer;
 
@@ -74,76 +75,86 @@ impl std::fmt::Debug for LegacySource {
 }
 
 impl LegacySource {
-    /// Opens a record, its format told by the file name (`.mpk`, `.mpk.gz`, `.json`,
-    /// `.json.gz`), with the default [`Limits`].
+    /// Opens a record with the default [`OpenOptions`], its format told by its content, not
+    /// its name (as the registry tells it): gzip or not, then JSON (a `{`) or named
+    /// `MessagePack`; a bincode record (which does not describe itself) is said to be one.
     ///
     /// # Errors
     /// See [`open_with`](Self::open_with).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, SourceError> {
-        let path = path.as_ref();
-        let format =
-            RecordFormat::from_path(path).ok_or_else(|| super::bincode::not_by_name(path))?;
-        Self::open_with(path, format, &Limits::default())
+        Self::open_with(path, &OpenOptions::new())
     }
 
-    /// Opens a record of `format`. Nesting deeper than `limits.max_cbor_depth`, more tensors
-    /// than `limits.max_tensor_count`, a tensor over `limits.max_tensor_size` and a
-    /// decompressed size over `limits.max_file_size` are refused.
-    ///
-    /// # Errors
-    /// [`SourceError::Io`] when the file cannot be read, [`SourceError::Invalid`] when it is
-    /// not a record of `format`, [`SourceError::Tensor`] naming a tensor whose bytes, shape
-    /// or dtype do not agree, or whose dtype Burn 0.22 does not have.
-    pub fn open_with(
-        path: impl AsRef<Path>,
-        format: RecordFormat,
-        limits: &Limits,
-    ) -> Result<Self, SourceError> {
-        let path = path.as_ref();
-        let input = Self::read_file(path, format.is_gzip(), limits)?;
-        Self::from_input(path, input, format, limits)
-    }
-
-    /// Opens a record whose format is told by its content, not its name: gzip or not, then
-    /// JSON (a `{`) or `MessagePack`.
+    /// [`open`](Self::open) with options: nesting deeper than `limits.max_cbor_depth`, more
+    /// tensors than `limits.max_tensor_count`, a tensor over `limits.max_tensor_size` and a
+    /// decompressed size over `limits.max_file_size` are refused. A `&Limits` is still taken
+    /// for one release (deprecated: pass `&OpenOptions::new().limits(limits)`).
     ///
     /// ```
-    /// use burnpack::format::Limits;
     /// use burnpack::interop::burn_record::LegacySource;
+    /// use burnpack::source::OpenOptions;
     /// let dir = tempfile::tempdir().unwrap();
     /// let path = dir.path().join("weights");
     /// std::fs::write(&path, br#"{"a": 1}"#).unwrap();
-    /// let err = LegacySource::open_detect(&path, &Limits::default()).unwrap_err();
+    /// let err = LegacySource::open_with(&path, &OpenOptions::new()).unwrap_err();
     /// assert!(err.to_string().contains("no BurnRecord metadata"));
     /// ```
     ///
     /// # Errors
-    /// As [`open_with`](Self::open_with).
-    pub fn open_detect(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
+    /// [`SourceError::Io`] when the file cannot be read, [`SourceError::Bincode`] for a bincode
+    /// record, [`SourceError::Invalid`] when it is no record, [`SourceError::Tensor`] naming a
+    /// tensor whose bytes, shape or dtype do not agree, or whose dtype Burn 0.22 does not have.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: impl Into<OpenOptions>,
+    ) -> Result<Self, SourceError> {
         let path = path.as_ref();
         let file = crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?;
+        Self::open_file(path, file, &options.into())
+    }
+
+    /// A record from its file, already opened (by the registry, which then opens nothing
+    /// again), its format told by its content.
+    pub(crate) fn open_file(
+        path: &Path,
+        file: std::fs::File,
+        options: &OpenOptions,
+    ) -> Result<Self, SourceError> {
         let mut head = [0u8; 2];
         let gzip = crate::platform::read_exact_at(&file, &mut head, 0).is_ok() && head == GZIP;
-        drop(file);
-        let input = Self::read_file(path, gzip, limits)?;
+        let input = Self::read_file(path, file, gzip, &options.limits)?;
         let format = RecordFormat::of_content(gzip, input.bytes());
-        Self::from_input(path, input, format, limits)
+        Self::from_input(path, input, format, &options.limits)
+    }
+
+    /// Opens a record whose format is told by its content, not its name.
+    ///
+    /// # Errors
+    /// As [`open_with`](Self::open_with).
+    #[deprecated(
+        since = "0.1.0",
+        note = "use LegacySource::open_with(path, &OpenOptions)"
+    )]
+    pub fn open_detect(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
+        Self::open_with(path, limits)
     }
 
     /// A record in memory (a `.mpk`, `.mpk.gz`, `.json` or `.json.gz` file's bytes), its
-    /// format told by its content.
+    /// format told by its content. A `&Limits` is still taken for one release (deprecated).
     ///
     /// ```
-    /// use burnpack::format::Limits;
     /// use burnpack::interop::burn_record::LegacySource;
+    /// use burnpack::source::OpenOptions;
     /// let bytes = burn::tensor::Bytes::from_bytes_vec(b"hello".to_vec());
-    /// let err = LegacySource::from_bytes(bytes, &Limits::default()).unwrap_err();
+    /// let err = LegacySource::from_bytes(bytes, &OpenOptions::new()).unwrap_err();
     /// assert!(err.to_string().starts_with("<memory>: not a valid Burn record"));
     /// ```
     ///
     /// # Errors
     /// As [`open_with`](Self::open_with), naming `"<memory>"`.
-    pub fn from_bytes(bytes: Bytes, limits: &Limits) -> Result<Self, SourceError> {
+    pub fn from_bytes(bytes: Bytes, options: impl Into<OpenOptions>) -> Result<Self, SourceError> {
+        let options = options.into();
+        let limits = &options.limits;
         let path = Path::new("<memory>");
         let gzip = bytes.starts_with(&GZIP);
         let input = if gzip {
@@ -156,9 +167,13 @@ impl LegacySource {
     }
 
     /// The file's bytes: decompressed (bounded) or mapped.
-    fn read_file(path: &Path, gzip: bool, limits: &Limits) -> Result<Input, SourceError> {
+    fn read_file(
+        path: &Path,
+        file: std::fs::File,
+        gzip: bool,
+        limits: &Limits,
+    ) -> Result<Input, SourceError> {
         let io = |action| SourceError::io(path, action);
-        let file = crate::platform::open_regular(path).map_err(io("open"))?;
         let len = file.metadata().map_err(io("stat"))?.len();
         if len > limits.max_file_size {
             return Err(invalid(path)(format!(
@@ -198,7 +213,7 @@ impl LegacySource {
         // else (a compressed safetensors file) is said to be so, not parsed as a record.
         let map = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
             || matches!(bytes[0], 0x80..=0x8f | 0xde | 0xdf);
-        if format.is_gzip() && super::bincode::fits_record(bytes) {
+        if super::bincode::fits_record(bytes) {
             return Err(SourceError::Bincode { path: path.into() });
         }
         if format.is_gzip() && !map {
@@ -481,7 +496,7 @@ impl TensorSource for LegacySource {
 }
 
 /// The first bytes of a gzip stream.
-const GZIP: [u8; 2] = [0x1f, 0x8b];
+pub(super) const GZIP: [u8; 2] = [0x1f, 0x8b];
 
 /// `reason` that `path` is not a valid record, as an error.
 fn invalid(path: &Path) -> impl Fn(String) -> SourceError {

@@ -36,6 +36,7 @@
 //! # Ok::<(), burnpack::source::SourceError>(())
 //! ```
 
+mod container;
 mod convention;
 mod dequant;
 mod grid;
@@ -46,6 +47,7 @@ mod split;
 mod types;
 mod value;
 
+pub(crate) use container::CONTAINER;
 pub use convention::LlamaCppConvention;
 pub use source::GgufSource;
 pub use types::GgmlType;

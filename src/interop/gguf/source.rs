@@ -91,8 +91,17 @@ impl GgufSource {
     /// # Errors
     /// As [`open`](Self::open).
     pub fn open_with(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Self, SourceError> {
-        let path = path.as_ref();
-        let first = open_file(path, options)?;
+        Self::open_opened(path.as_ref(), None, options)
+    }
+
+    /// [`open_with`](Self::open_with), its first file already opened (by the registry, which
+    /// then opens nothing again) when `file` is given.
+    pub(crate) fn open_opened(
+        path: &Path,
+        file: Option<std::fs::File>,
+        options: &OpenOptions,
+    ) -> Result<Self, SourceError> {
+        let first = open_file(path, file, options)?;
         let count = split_count(&first.0.metadata, path)?;
         let shards = if count > 1 {
             split_parts(path, count)?
@@ -104,7 +113,7 @@ impl GgufSource {
         let sharded = assemble_shards(path, &shards, None, &options.limits, |part, limits| {
             let opened = match first.take() {
                 Some(opened) => opened,
-                None => open_file(part, &options.clone().limits(*limits))?,
+                None => open_file(part, None, &options.clone().limits(*limits))?,
             };
             check_part(part, &opened.0.metadata, no, count)?;
             no += 1;
@@ -218,9 +227,16 @@ fn header_error(path: &Path, e: HeaderError) -> SourceError {
 }
 
 /// One file: its header read with ordinary reads and validated, then the file mapped.
-fn open_file(path: &Path, options: &OpenOptions) -> Result<Opened, SourceError> {
+fn open_file(
+    path: &Path,
+    file: Option<std::fs::File>,
+    options: &OpenOptions,
+) -> Result<Opened, SourceError> {
     let (limits, keep) = (&options.limits, options.keep_quantized);
-    let file = crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?;
+    let file = match file {
+        Some(file) => file,
+        None => crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?,
+    };
     let len = file
         .metadata()
         .map_err(SourceError::io(path, "stat"))?

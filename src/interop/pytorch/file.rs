@@ -9,8 +9,9 @@ use burn::tensor::Bytes;
 use super::pickle::{Node, Pickle, PickleError};
 use super::state_dict::{Walker, check_storage_types, state_dict, top_keys, unread_keys};
 use super::views::{Placed, place};
-use super::{Fault, PytorchFormat, PytorchOptions, StorageEntry, Storages, legacy, zip};
+use super::{Fault, PytorchFormat, StorageEntry, Storages, legacy, zip};
 use crate::format::TensorInfo;
+use crate::source::OpenOptions;
 use crate::source::SourceError;
 use crate::source::data::Source;
 
@@ -36,19 +37,27 @@ pub(super) struct Shard {
 pub(super) type Opened = (Shard, Vec<(TensorInfo, Placed)>);
 
 /// The first bytes of a zip archive.
-const ZIP_MAGIC: &[u8] = b"PK\x03\x04";
+pub(super) const ZIP_MAGIC: &[u8] = b"PK\x03\x04";
 
 /// Whether `head` starts a pickle of protocol 2 to 5 (the legacy format's first bytes).
-fn is_pickle(head: &[u8]) -> bool {
+pub(super) fn is_pickle(head: &[u8]) -> bool {
     head.len() > 1 && head[0] == 0x80 && (2..=5).contains(&head[1])
 }
 
 /// Opens the file at `path`: a zip archive's central directory and pickle are read with
 /// ordinary reads before the file is mapped; a legacy file is mapped and parsed through the
 /// mapping (see [`PytorchSource`](super::PytorchSource) on what the caller guarantees).
-pub(super) fn open_file(path: &Path, options: &PytorchOptions) -> Result<Opened, SourceError> {
+/// `file`: the file already opened (by the registry), or `None` to open `path`.
+pub(super) fn open_file(
+    path: &Path,
+    file: Option<File>,
+    options: &OpenOptions,
+) -> Result<Opened, SourceError> {
     let io = |action| SourceError::io(path, action);
-    let file = crate::platform::open_regular(path).map_err(io("open"))?;
+    let file = match file {
+        Some(file) => file,
+        None => crate::platform::open_regular(path).map_err(io("open"))?,
+    };
     let size = file.metadata().map_err(io("stat"))?.len();
     check_size(path, size, options)?;
     let mut head = [0u8; 4];
@@ -89,7 +98,7 @@ pub(super) fn open_file(path: &Path, options: &PytorchOptions) -> Result<Opened,
 pub(super) fn open_bytes(
     path: &Path,
     all: Bytes,
-    options: &PytorchOptions,
+    options: &OpenOptions,
 ) -> Result<Opened, SourceError> {
     let size = all.len() as u64;
     check_size(path, size, options)?;
@@ -117,7 +126,7 @@ pub(super) fn open_bytes(
     read(path, options, size, parts, None, Source::Memory(all))
 }
 
-fn check_size(path: &Path, size: u64, options: &PytorchOptions) -> Result<(), SourceError> {
+fn check_size(path: &Path, size: u64, options: &OpenOptions) -> Result<(), SourceError> {
     if size > options.limits.max_file_size {
         return Err(SourceError::invalid(path)(format!(
             "{size} bytes, over the file-size limit of {}",
@@ -146,7 +155,7 @@ struct Parts {
 /// The state dict of a container found, walked and placed.
 fn read(
     path: &Path,
-    options: &PytorchOptions,
+    options: &OpenOptions,
     size: u64,
     parts: Parts,
     file: Option<File>,
@@ -175,7 +184,7 @@ fn read(
     if found.is_empty() {
         return Err(invalid(format!(
             "no tensors found: the state dict may be under a key (top-level keys: {:?}); \
-                 name it with PytorchOptions::key, or bpk's --key",
+                 name it with OpenOptions::key, or bpk's --key",
             top_keys(&pickle, pickle.root)
         )));
     }

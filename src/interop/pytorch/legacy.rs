@@ -4,17 +4,15 @@
 use std::collections::HashMap;
 
 use super::pickle::{self, Node, Pickle};
-use super::{Fault, PytorchOptions, StorageEntry, Storages};
+use super::{Fault, StorageEntry, Storages};
+use crate::source::OpenOptions;
 
 /// The magic number of the legacy format, as its pickle writes it (LONG1, little-endian).
 const LEGACY_MAGIC: [u8; 10] = [0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19];
 
 /// The legacy format: magic, protocol, system info, the object, the storage keys, then each
 /// storage as its element count (8 bytes) and its bytes.
-pub(super) fn legacy_parts(
-    all: &[u8],
-    options: &PytorchOptions,
-) -> Result<(Pickle, Storages), Fault> {
+pub(super) fn legacy_parts(all: &[u8], options: &OpenOptions) -> Result<(Pickle, Storages), Fault> {
     let other = |s: &str| Fault::Other(s.to_string());
     let mut at = 0usize;
     let next = |at: &mut usize| -> Result<Pickle, Fault> {

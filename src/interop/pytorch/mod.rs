@@ -42,6 +42,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod container;
 mod file;
 mod legacy;
 mod pickle;
@@ -52,6 +53,7 @@ mod zip;
 
 use std::collections::HashMap;
 
+pub(crate) use container::CONTAINER;
 pub use source::PytorchSource;
 
 /// Why a `torch.save` file could not be opened: the error of every source
@@ -63,12 +65,11 @@ pub use source::PytorchSource;
 pub type PytorchError = crate::source::SourceError;
 
 /// How to open a `torch.save` file: the options of opening any source
-/// ([`OpenOptions`](crate::source::OpenOptions)): the key of the state dict, the limits.
-///
-/// ```
-/// use burnpack::interop::pytorch::PytorchOptions;
-/// let options = PytorchOptions::new().key("ema_state_dict");
-/// ```
+/// ([`OpenOptions`](crate::source::OpenOptions)), under its former name.
+#[deprecated(
+    since = "0.1.0",
+    note = "use burnpack::source::OpenOptions, the options of every source"
+)]
 pub type PytorchOptions = crate::source::OpenOptions;
 
 /// The two containers `torch.save` writes.

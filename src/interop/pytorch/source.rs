@@ -10,9 +10,10 @@ use rayon::prelude::*;
 
 use super::file::{Shard, open_bytes, open_file};
 use super::views::{Placed, Strided, element_size, gather_into};
-use super::{PytorchFormat, PytorchOptions, StorageEntry};
+use super::{PytorchFormat, StorageEntry};
 use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::index::ShardIndex;
+use crate::source::OpenOptions;
 use crate::source::data::{Hinted, Source, aligned_bytes};
 use crate::source::{
     Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable,
@@ -70,22 +71,19 @@ impl std::fmt::Debug for PytorchSource {
 
 impl PytorchSource {
     /// Opens a `torch.save` file, or an index JSON (a path ending in `.json`) and the shards it
-    /// names, with the default [`PytorchOptions`].
+    /// names, with the default [`OpenOptions`].
     ///
     /// # Errors
     /// [`SourceError`] naming the file (and the tensor, or the refused global).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, SourceError> {
-        Self::open_with(path, &PytorchOptions::new())
+        Self::open_with(path, &OpenOptions::new())
     }
 
     /// [`open`](Self::open) with options.
     ///
     /// # Errors
     /// As [`open`](Self::open).
-    pub fn open_with(
-        path: impl AsRef<Path>,
-        options: &PytorchOptions,
-    ) -> Result<Self, SourceError> {
+    pub fn open_with(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Self, SourceError> {
         let path = path.as_ref();
         if path.extension().is_some_and(|e| e == "json") {
             return Self::open_index(path, options);
@@ -97,13 +95,21 @@ impl PytorchSource {
     ///
     /// # Errors
     /// As [`open`](Self::open).
-    pub fn open_file(
-        path: impl AsRef<Path>,
-        options: &PytorchOptions,
+    pub fn open_file(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Self, SourceError> {
+        Self::open_opened(path.as_ref(), None, options)
+    }
+
+    /// One file, whatever its name; `file`: the file already opened (by the registry, which
+    /// then opens nothing again).
+    pub(crate) fn open_opened(
+        path: &Path,
+        file: Option<std::fs::File>,
+        options: &OpenOptions,
     ) -> Result<Self, SourceError> {
-        let path = path.as_ref();
-        let open =
-            |shard: &Path, limits: &Limits| open_file(shard, &options.clone().limits(*limits));
+        let mut file = file;
+        let open = |shard: &Path, limits: &Limits| {
+            open_file(shard, file.take(), &options.clone().limits(*limits))
+        };
         let sharded = assemble_shards(path, &[path.to_path_buf()], None, &options.limits, open)?;
         Self::assemble(path, sharded)
     }
@@ -112,14 +118,12 @@ impl PytorchSource {
     ///
     /// # Errors
     /// As [`open`](Self::open).
-    pub fn open_index(
-        path: impl AsRef<Path>,
-        options: &PytorchOptions,
-    ) -> Result<Self, SourceError> {
+    pub fn open_index(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Self, SourceError> {
         let path = path.as_ref();
         let index = ShardIndex::read(path, "PyTorch shard", options.limits.max_tensor_count)?;
-        let open =
-            |shard: &Path, limits: &Limits| open_file(shard, &options.clone().limits(*limits));
+        let open = |shard: &Path, limits: &Limits| {
+            open_file(shard, None, &options.clone().limits(*limits))
+        };
         let sharded = assemble_shards(path, &index.shards, Some(&index), &options.limits, open)?;
         Self::assemble(path, sharded)
     }
@@ -128,15 +132,16 @@ impl PytorchSource {
     /// file's, tensors handed out as windows of `bytes` where aligned and contiguous.
     ///
     /// ```
-    /// use burnpack::interop::pytorch::{PytorchOptions, PytorchSource};
-    /// let err = PytorchSource::from_bytes(burn::tensor::Bytes::from_bytes_vec(b"hello".to_vec()), &PytorchOptions::new())
+    /// use burnpack::interop::pytorch::PytorchSource;
+    /// use burnpack::source::OpenOptions;
+    /// let err = PytorchSource::from_bytes(burn::tensor::Bytes::from_bytes_vec(b"hello".to_vec()), &OpenOptions::new())
     ///     .unwrap_err();
     /// assert!(err.to_string().contains("<memory>"));
     /// ```
     ///
     /// # Errors
     /// As [`open`](Self::open), naming `"<memory>"`.
-    pub fn from_bytes(bytes: Bytes, options: &PytorchOptions) -> Result<Self, SourceError> {
+    pub fn from_bytes(bytes: Bytes, options: &OpenOptions) -> Result<Self, SourceError> {
         let path = Path::new("<memory>");
         let mut bytes = Some(crate::source::data::view_capable(bytes));
         let sharded = assemble_shards(
@@ -228,7 +233,7 @@ impl PytorchSource {
 
     /// The other top-level keys that hold tensors, when the state dict was found under a
     /// well-known key ([`key`](Self::key)) rather than named: a checkpoint's optimizer state
-    /// or EMA weights, not read (name one with [`PytorchOptions::key`] to read it instead).
+    /// or EMA weights, not read (name one with [`OpenOptions::key`] to read it instead).
     ///
     /// ```no_run
     /// let source = burnpack::interop::pytorch::PytorchSource::open("lightning.ckpt").unwrap();

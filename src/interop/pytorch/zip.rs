@@ -5,7 +5,8 @@ use std::borrow::Cow;
 use std::io::{Cursor, Read, Seek};
 
 use super::pickle::{self, Pickle};
-use super::{Fault, PytorchOptions, StorageEntry, Storages};
+use super::{Fault, StorageEntry, Storages};
+use crate::source::OpenOptions;
 
 /// The bytes of a `torch.save` file, as the zip reader reads them: a file with ordinary
 /// reads (its central directory and pickle are never read through a mapping, so opening a
@@ -47,7 +48,7 @@ impl Input<'_> {
 /// bytes, they kept the kernel from reading those into large folios when the load maps them.
 pub(super) fn zip_parts(
     input: &Input<'_>,
-    options: &PytorchOptions,
+    options: &OpenOptions,
 ) -> Result<(Pickle, Storages, StorageEntry), Fault> {
     #[cfg(target_os = "linux")]
     if let Input::File(file, _) = input {
@@ -67,7 +68,7 @@ pub(super) fn zip_parts(
 /// [`zip_parts`]' reads.
 fn read_parts(
     input: &Input<'_>,
-    options: &PytorchOptions,
+    options: &OpenOptions,
 ) -> Result<(Pickle, Storages, StorageEntry), Fault> {
     let (entry, storages) = match input {
         Input::File(file, _) => {
@@ -153,7 +154,7 @@ fn consistent_archive<R: Read + Seek>(
 fn zip_layout<R: Read + Seek>(
     mut archive: zip::ZipArchive<R>,
     input: &Input<'_>,
-    options: &PytorchOptions,
+    options: &OpenOptions,
 ) -> Result<(StorageEntry, Storages), String> {
     let mut entries = Vec::with_capacity(archive.len());
     for i in 0..archive.len() {

@@ -29,6 +29,7 @@ use safetensors::Dtype;
 use crate::read::Reader;
 use crate::write::{Entry, WriteError, Writer};
 
+mod container;
 mod header;
 #[cfg(all(
     test,
@@ -38,6 +39,7 @@ mod header;
 mod prefetch_tests;
 mod source;
 mod write;
+pub(crate) use container::CONTAINER;
 pub use source::SafetensorsSource;
 pub use write::save_safetensors;
 

@@ -14,8 +14,8 @@ use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::index::ShardIndex;
 use crate::source::data::{Hinted, ReadHints, Source};
 use crate::source::{
-    CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable, TensorSource,
-    Withheld, assemble_shards, human_bytes,
+    CopyReason, Description, InShard, OpenOptions, ReadError, Sharded, SourceError, SourceTable,
+    TensorSource, Withheld, assemble_shards, human_bytes,
 };
 
 /// Hugging Face / `PyTorch` safetensors weights as a [`TensorSource`]: one `.safetensors` file,
@@ -96,27 +96,45 @@ impl std::fmt::Debug for SafetensorsSource {
 
 impl SafetensorsSource {
     /// Opens a `.safetensors` file, or an index JSON (a path ending in `.json`) and the shards
-    /// it names (file names in the index's directory). Each header is read with ordinary reads
-    /// and validated before the file is mapped, so opening never faults on a damaged file.
+    /// it names (file names in the index's directory), with the default [`OpenOptions`]. Each
+    /// header is read with ordinary reads and validated before the file is mapped, so opening
+    /// never faults on a damaged file.
     ///
     /// # Errors
     /// [`SourceError`] naming the file: `Io` when a file cannot be opened or mapped, `Invalid`
     /// when a header or the index is invalid. (A tensor whose dtype has no Burn equivalent is
     /// no error here: see [`withheld`](TensorSource::withheld).)
     pub fn open(path: impl AsRef<Path>) -> Result<Self, SourceError> {
-        Self::open_with(path, &Limits::default())
+        Self::open_with(path, &OpenOptions::new())
     }
 
-    /// [`open`](Self::open) with the limits on tensor count and size.
+    /// [`open`](Self::open) with options: the limits on tensor count and size, and
+    /// [`verify`](OpenOptions::verify) (read with ordinary reads instead of mapped). A
+    /// `&Limits` is still taken for one release (deprecated: pass
+    /// `&OpenOptions::new().limits(limits)`).
+    ///
+    /// ```
+    /// use burnpack::interop::safetensors::SafetensorsSource;
+    /// use burnpack::source::{OpenOptions, TensorSource};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("model.safetensors");
+    /// let view = safetensors::tensor::TensorView::new(safetensors::Dtype::U8, vec![2], &[1, 2]).unwrap();
+    /// safetensors::serialize_to_file([("w", view)], None, &path).unwrap();
+    /// let source = SafetensorsSource::open_with(&path, &OpenOptions::new().verify(true)).unwrap();
+    /// assert_eq!(source.tensors().len(), 1);
+    /// ```
     ///
     /// # Errors
     /// As [`open`](Self::open).
-    pub fn open_with(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
-        let path = path.as_ref();
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: impl Into<OpenOptions>,
+    ) -> Result<Self, SourceError> {
+        let (path, options) = (path.as_ref(), options.into());
         if path.extension().is_some_and(|e| e == "json") {
-            Self::open_index(path, limits)
+            Self::open_index_for(path, &options.limits, options.verify)
         } else {
-            Self::open_file(path, limits)
+            Self::open_file_for(path, None, &options.limits, options.verify)
         }
     }
 
@@ -124,18 +142,24 @@ impl SafetensorsSource {
     ///
     /// # Errors
     /// As [`open`](Self::open).
+    #[deprecated(
+        since = "0.1.0",
+        note = "use burnpack::interop::open_any_with (told by content) or SafetensorsSource::open_with"
+    )]
     pub fn open_file(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
-        Self::open_file_for(path.as_ref(), limits, false)
+        Self::open_file_for(path.as_ref(), None, limits, false)
     }
 
-    /// [`open_file`](Self::open_file), read with ordinary reads instead of mapped where
-    /// `verify` ([`OpenOptions::verify`](crate::source::OpenOptions::verify)).
+    /// One file, whatever its name, read with ordinary reads instead of mapped where `verify`;
+    /// `file`: the file already opened (by the registry, which then opens nothing again).
     pub(crate) fn open_file_for(
         path: &Path,
+        file: Option<std::fs::File>,
         limits: &Limits,
         verify: bool,
     ) -> Result<Self, SourceError> {
-        let open = |shard: &Path, limits: &Limits| open_shard(shard, limits, verify);
+        let mut file = file;
+        let open = |shard: &Path, limits: &Limits| open_shard(shard, file.take(), limits, verify);
         let sharded = assemble_shards(path, &[path.to_path_buf()], None, limits, open)?;
         Ok(Self::assemble(path, sharded, BTreeMap::new()))
     }
@@ -144,12 +168,16 @@ impl SafetensorsSource {
     ///
     /// # Errors
     /// As [`open`](Self::open).
+    #[deprecated(
+        since = "0.1.0",
+        note = "use burnpack::interop::open_any_with (told by content) or SafetensorsSource::open_with"
+    )]
     pub fn open_index(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
         Self::open_index_for(path.as_ref(), limits, false)
     }
 
-    /// [`open_index`](Self::open_index), the shards read with ordinary reads instead of mapped
-    /// where `verify`.
+    /// An index JSON and its shards, read with ordinary reads instead of mapped where
+    /// `verify`.
     pub(crate) fn open_index_for(
         path: &Path,
         limits: &Limits,
@@ -160,7 +188,7 @@ impl SafetensorsSource {
         // index routes the withheld tensors too.
         let mut next = 0;
         let open = |shard: &Path, limits: &Limits| {
-            let (opened, rows) = open_shard(shard, limits, verify)?;
+            let (opened, rows) = open_shard(shard, None, limits, verify)?;
             let held = rows.iter().map(|(info, ())| info.name());
             let held = held.chain(opened.withheld.iter().map(|(w, _, _)| w.name.as_str()));
             index
@@ -178,25 +206,20 @@ impl SafetensorsSource {
     ///
     /// ```
     /// use burnpack::interop::safetensors::SafetensorsSource;
-    /// use burnpack::source::TensorSource;
+    /// use burnpack::source::{OpenOptions, TensorSource};
     /// let data: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
     /// let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &data).unwrap();
     /// let bytes = safetensors::serialize([("w", view)], None).unwrap();
-    /// let source = SafetensorsSource::from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes)).unwrap();
+    /// let bytes = burn::tensor::Bytes::from_bytes_vec(bytes);
+    /// let source = SafetensorsSource::from_bytes(bytes, &OpenOptions::new()).unwrap();
     /// assert_eq!(source.read(source.tensor("w").unwrap()).unwrap().len(), 8);
     /// ```
     ///
     /// # Errors
     /// As [`open`](Self::open), naming `"<memory>"`.
-    pub fn from_bytes(bytes: Bytes) -> Result<Self, SourceError> {
-        Self::from_bytes_with(bytes, &Limits::default())
-    }
-
-    /// [`from_bytes`](Self::from_bytes) with the limits on tensor count and size.
-    ///
-    /// # Errors
-    /// As [`from_bytes`](Self::from_bytes).
-    pub fn from_bytes_with(bytes: Bytes, limits: &Limits) -> Result<Self, SourceError> {
+    pub fn from_bytes(bytes: Bytes, options: impl Into<OpenOptions>) -> Result<Self, SourceError> {
+        let options = options.into();
+        let limits = &options.limits;
         let path = Path::new(MEMORY);
         let mut bytes = Some(crate::source::data::view_capable(bytes));
         let sharded =
@@ -216,6 +239,18 @@ impl SafetensorsSource {
                 Ok((shard, rows))
             })?;
         Ok(Self::assemble(path, sharded, BTreeMap::new()))
+    }
+
+    /// [`from_bytes`](Self::from_bytes) with the limits on tensor count and size.
+    ///
+    /// # Errors
+    /// As [`from_bytes`](Self::from_bytes).
+    #[deprecated(
+        since = "0.1.0",
+        note = "use SafetensorsSource::from_bytes(bytes, &OpenOptions::new().limits(limits))"
+    )]
+    pub fn from_bytes_with(bytes: Bytes, limits: &Limits) -> Result<Self, SourceError> {
+        Self::from_bytes(bytes, limits)
     }
 
     fn assemble(
@@ -345,10 +380,14 @@ const MEMORY: &str = "<memory>";
 /// the length prefix) and validated, then the file mapped; returns the shard and its rows.
 fn open_shard(
     path: &Path,
+    file: Option<std::fs::File>,
     limits: &Limits,
     verify: bool,
 ) -> Result<(Shard, Vec<(TensorInfo, ())>), SourceError> {
-    let file = crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?;
+    let file = match file {
+        Some(file) => file,
+        None => crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?,
+    };
     let total = file
         .metadata()
         .map_err(SourceError::io(path, "stat"))?
