@@ -199,12 +199,11 @@ fn safetensors_bytes_load_into_a_module() {
         ),
     ];
     let bytes = safetensors::serialize(views, None).unwrap();
-    let source =
-        burnpack::interop::safetensors::SafetensorsSource::from_bytes(
-            Bytes::from_bytes_vec(bytes),
-            &burnpack::source::OpenOptions::new(),
-        )
-            .unwrap();
+    let source = burnpack::interop::safetensors::SafetensorsSource::from_bytes(
+        Bytes::from_bytes_vec(bytes),
+        &burnpack::source::OpenOptions::new(),
+    )
+    .unwrap();
     let model = Tiny::new(&device)
         .load_from_source(&source, &LoadOptions::new())
         .unwrap();
