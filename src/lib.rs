@@ -159,22 +159,6 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeSnippets;
 
-// The guide's Rust snippets too, under the features of its test command (`cargo test
-// --features cli,store,train,object-store --doc`): every section's code compiles and runs.
-#[cfg(all(
-    doctest,
-    feature = "optim",
-    feature = "store",
-    feature = "train",
-    feature = "object-store",
-    feature = "gguf",
-    feature = "pytorch",
-    feature = "legacy",
-    feature = "safetensors"
-))]
-#[doc = include_str!("../docs/guide.md")]
-struct GuideSnippets;
-
 extern crate alloc;
 
 #[cfg(feature = "optim")]
@@ -199,7 +183,6 @@ pub mod train;
 #[cfg(feature = "std")]
 pub mod write;
 
-#[cfg(feature = "safetensors")]
 #[deprecated(since = "0.1.0", note = "use burnpack::interop::safetensors")]
 pub mod convert;
 

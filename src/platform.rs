@@ -255,38 +255,6 @@ pub(crate) fn open_files_limit() -> Option<u64> {
     None
 }
 
-/// Tells the kernel how a mapped file's `bytes` will be read: `random` (fetch only the pages
-/// touched, no readahead: a walk over a file's structure that skips its tensor bytes) or back
-/// to normal. A hint (Unix `madvise`): errors are ignored, and elsewhere it does nothing.
-#[cfg(all(unix, feature = "legacy"))]
-pub(crate) fn advise_random(bytes: &[u8], random: bool) {
-    if bytes.is_empty() {
-        return;
-    }
-    // SAFETY: `sysconf` reads a constant.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-    let start = bytes.as_ptr() as usize;
-    let aligned = start - start % page.max(1);
-    let advice = if random {
-        libc::MADV_RANDOM
-    } else {
-        libc::MADV_NORMAL
-    };
-    // SAFETY: the range (widened down to its page) lies in memory the caller holds mapped for
-    // the whole call; these two advices change how pages are fetched, never their contents,
-    // and on memory that is not a file mapping the kernel ignores or refuses them.
-    unsafe {
-        libc::madvise(
-            aligned as *mut libc::c_void,
-            start - aligned + bytes.len(),
-            advice,
-        );
-    }
-}
-
-#[cfg(all(not(unix), feature = "legacy"))]
-pub(crate) fn advise_random(_bytes: &[u8], _random: bool) {}
-
 /// Whether `path` still names the open `file` (same device and inode): false once another
 /// process removed or replaced it.
 #[cfg(unix)]

@@ -74,7 +74,8 @@ fn a_file_with_fp8_tensors_opens_and_lists_them_withheld() {
     );
     // The same from bytes in memory.
     let bytes = burn::tensor::Bytes::from_bytes_vec(std::fs::read(&path).unwrap());
-    let memory = SafetensorsSource::from_bytes(bytes, &burnpack::source::OpenOptions::new()).unwrap();
+    let memory =
+        SafetensorsSource::from_bytes(bytes, &burnpack::source::OpenOptions::new()).unwrap();
     assert_eq!(memory.withheld().len(), 2);
 }
 

@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use burnpack::interop::burn_record::LegacySource;
 use burnpack::interop::pytorch::{PytorchError, PytorchSource};
-use burnpack::source::OpenOptions;
 use burnpack::interop::safetensors::SafetensorsSource;
 use burnpack::read::Reader;
+use burnpack::source::OpenOptions;
 use burnpack::source::TensorSource;
 use common::torch::{
     Pickler, StorageSpec, View, ZipOptions, legacy_file, ordered_dict_of_pairs, save, write_zip,

@@ -429,8 +429,7 @@ fn the_state_dict_is_found_under_a_key_or_the_named_one() {
     assert!(source.tensor("fc1.weight").is_some());
     // A key of the user's.
     let path = data("top_level_key__top_level_key.pt");
-    let source =
-        PytorchSource::open_with(&path, &OpenOptions::new().key("my_state_dict")).unwrap();
+    let source = PytorchSource::open_with(&path, &OpenOptions::new().key("my_state_dict")).unwrap();
     assert_eq!(source.key(), Some("my_state_dict"));
     assert!(source.tensor("conv1.weight").is_some());
     let err = PytorchSource::open_with(&path, &OpenOptions::new().key("nope")).unwrap_err();

@@ -42,6 +42,7 @@ pub(crate) use by_name::owned;
 pub(crate) use by_name::{position, sort_unique};
 #[cfg(any(test, feature = "internals"))]
 pub use dtype::PLAIN_DTYPES;
+#[cfg(feature = "std")]
 pub(crate) use dtype::byte_len_of;
 #[cfg(feature = "std")]
 pub(crate) use dtype::tensor_description;

@@ -36,8 +36,12 @@ mod index;
 #[cfg(feature = "object-store")]
 pub mod object_store;
 mod pack;
+#[cfg(any(feature = "legacy", feature = "pytorch", feature = "safetensors"))]
+mod page_cache;
 #[cfg(feature = "pytorch")]
 pub mod pytorch;
+#[cfg(any(feature = "pytorch", feature = "safetensors"))]
+mod read_hints;
 mod registry;
 #[cfg(feature = "safetensors")]
 pub mod safetensors;

@@ -2,14 +2,13 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
 
 use burn::tensor::{AllocationProperty, Bytes};
 
 use crate::format::{FormatError, Layout, Limits, OpenError, Scalar, TensorInfo, element_align};
 use crate::platform::read_exact_at;
 use crate::source::ReadError;
-use crate::source::data::{Source, map_file};
+use crate::source::data::{Source, file_data};
 use crate::source::{CopyReason, TensorSource};
 
 /// How a file's tensor data is read.
@@ -130,12 +129,10 @@ impl ReadOptions {
             OpenError::Read(e) => io("read")(e),
             OpenError::Invalid(e) => invalid(e),
         })?;
-        let source = match self.mode {
-            // The caller's side of the mapping's contract is documented on this function and
-            // on `Reader::open`.
-            ReadMode::Mmap => Source::Memory(map_file(&file).map_err(io("map"))?),
-            ReadMode::Buffered => Source::Buffered(file, AtomicU64::new(0)),
-        };
+        // The caller's side of the mapping's contract is documented on this function and on
+        // `Reader::open`; buffered, the file is read with ordinary reads.
+        let source = file_data(&file, self.mode == ReadMode::Buffered)
+            .map_err(|(action, e)| io(action)(e))?;
         Ok(Reader {
             file: name,
             layout,

@@ -29,7 +29,8 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 /// never by process id.
 pub(crate) struct Scratch {
     path: PathBuf,
-    file: File,
+    /// The file written to: another writer's, once it replaced the scratch file.
+    pub(crate) file: File,
     committed: bool,
 }
 
@@ -123,31 +124,6 @@ impl Scratch {
 
     pub(crate) fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// Takes the file now at the scratch path after another writer replaced it (the
-    /// `safetensors` crate writes through a temp file of its own, renamed over the path it is
-    /// given): that file gets the scratch's permissions (the temp file's are `0600`) and its
-    /// lock, and it is the one [`commit`](Self::commit) makes durable.
-    #[cfg(feature = "safetensors")]
-    pub(crate) fn replaced(&mut self) -> Result<(), WriteError> {
-        let io = |action, e| WriteError::io(action, &self.path, e);
-        let permissions = self
-            .file
-            .metadata()
-            .map_err(|e| io("read the permissions of", e))?
-            .permissions();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&self.path)
-            .map_err(|e| io("reopen", e))?;
-        // Best effort, as in `create`: a filesystem without locks relies on the age limit.
-        let _ = file.try_lock();
-        fs::set_permissions(&self.path, permissions)
-            .map_err(|e| io("set the permissions of", e))?;
-        self.file = file;
-        Ok(())
     }
 
     /// Makes the scratch file durable and publishes it at `dest`: fsync, copy the permissions

@@ -13,8 +13,9 @@ use super::views::{Placed, Strided, element_size, gather_into};
 use super::{PytorchFormat, StorageEntry};
 use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::index::ShardIndex;
+use crate::interop::read_hints::Hinted;
 use crate::source::OpenOptions;
-use crate::source::data::{Hinted, Source, aligned_bytes};
+use crate::source::data::{Source, aligned_bytes};
 use crate::source::{
     Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable,
     TensorSource, assemble_shards,
@@ -60,7 +61,7 @@ pub struct PytorchSource {
     checked: Mutex<HashMap<(usize, u64), u32>>,
     /// The read-ahead hints of the last [`TensorSource::prefetch`] (see `Hinted`: those on a
     /// mapping go on after the source is dropped, for its tensors' sake).
-    hints: crate::source::data::ReadHints,
+    hints: crate::interop::read_hints::ReadHints,
 }
 
 impl std::fmt::Debug for PytorchSource {
@@ -190,7 +191,7 @@ impl PytorchSource {
             unread,
             gathered: Mutex::new(HashMap::new()),
             checked: Mutex::new(HashMap::new()),
-            hints: crate::source::data::ReadHints::default(),
+            hints: crate::interop::read_hints::ReadHints::default(),
         })
     }
 

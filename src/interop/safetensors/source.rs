@@ -12,7 +12,8 @@ use super::header::{header_len, validate};
 use super::{to_burn, withheld_reason};
 use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::index::ShardIndex;
-use crate::source::data::{Hinted, ReadHints, Source};
+use crate::interop::read_hints::{Hinted, ReadHints};
+use crate::source::data::Source;
 use crate::source::{
     CopyReason, Description, InShard, OpenOptions, ReadError, Sharded, SourceError, SourceTable,
     TensorSource, Withheld, assemble_shards, human_bytes,

@@ -288,6 +288,30 @@ fn write_one(
         }
     }
     // The crate wrote a temp file of its own and renamed it over the scratch path.
-    scratch.replaced()?;
+    replaced(&mut scratch)?;
     Ok(scratch)
+}
+
+/// Takes the file now at the scratch path after another writer replaced it (the
+/// `safetensors` crate writes through a temp file of its own, renamed over the path it is
+/// given): that file gets the scratch's permissions (the temp file's are `0600`) and its
+/// lock, and it is the one `Scratch::commit` makes durable.
+fn replaced(scratch: &mut Scratch) -> Result<(), crate::write::WriteError> {
+    let path = scratch.path().to_path_buf();
+    let io = |action, e| crate::write::WriteError::io(action, &path, e);
+    let permissions = scratch
+        .file
+        .metadata()
+        .map_err(|e| io("read the permissions of", e))?
+        .permissions();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| io("reopen", e))?;
+    // Best effort, as in `create`: a filesystem without locks relies on the age limit.
+    let _ = file.try_lock();
+    std::fs::set_permissions(&path, permissions).map_err(|e| io("set the permissions of", e))?;
+    scratch.file = file;
+    Ok(())
 }
