@@ -86,7 +86,7 @@
 //! manifest opened with its data files).
 
 mod async_save;
-mod burn_train;
+pub(crate) mod burn_train;
 mod chain;
 mod directory;
 mod error;
@@ -103,7 +103,6 @@ mod storage;
 
 pub use async_save::{AsyncSaver, CheckpointTarget, WhenBusy};
 pub use burn_train::import_burn_train;
-pub(crate) use burn_train::import_parts;
 pub use chain::Chain;
 pub use directory::{CheckpointEntry, Directory};
 pub use error::{CheckpointError, Skipped};

@@ -309,7 +309,7 @@ pub fn import_legacy_burn_train(
         .as_ref()
         .map(|s| pack(s.scheduler_writer(scheduler)?, s))
         .transpose()?;
-    crate::checkpoint::import_parts(
+    crate::checkpoint::burn_train::import_parts(
         &model_pack,
         optim_pack.as_ref(),
         sched_pack.as_ref(),

@@ -1,0 +1,255 @@
+//! Every format's container (`interop::containers()`, one a format folder): it takes its own
+//! first bytes, its near-miss hint is what the registry says of them, the file the registry
+//! opened is the one the format reads (opened once: the path may name nothing by then), and
+//! each source's one constructor shape (`open`, `open_with(path, &OpenOptions)`,
+//! `from_bytes(bytes, &OpenOptions)`) agrees with itself and with the registry.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::Bytes;
+use burnpack::interop::burn_record::LegacySource;
+use burnpack::interop::gguf::GgufSource;
+use burnpack::interop::pytorch::PytorchSource;
+use burnpack::interop::safetensors::SafetensorsSource;
+use burnpack::interop::{HEAD, containers, near_miss, open_any, open_bytes_any};
+use burnpack::source::{DescribedSource, OpenOptions};
+use common::{every_dtype, ours};
+
+fn data(dir: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(dir)
+}
+
+/// A small safetensors file.
+fn safetensors_bytes() -> Vec<u8> {
+    let data: Vec<u8> = [1.0f32, 2.0, 3.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![3], &data).unwrap();
+    safetensors::serialize([("w", view)], None).unwrap()
+}
+
+/// A small GGUF file: one F32 tensor of 4 values.
+fn gguf_bytes() -> Vec<u8> {
+    let values: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    common::gguf::file(&[("w", &[4], 0, 0)], &values, &[], 0)
+}
+
+/// One file of each format of this build: (the container's name, the file's name, its bytes).
+fn samples() -> Vec<(&'static str, &'static str, Vec<u8>)> {
+    let pt = data("pytorch").join("buffer__buffer.pt");
+    vec![
+        ("burnpack", "m.bpk", ours(&every_dtype())),
+        ("safetensors", "m.safetensors", safetensors_bytes()),
+        ("pytorch", "m.pt", std::fs::read(pt).unwrap()),
+        ("gguf", "m.gguf", gguf_bytes()),
+        (
+            "burn-record",
+            "m.mpk",
+            std::fs::read(data("legacy").join("zoo.mpk")).unwrap(),
+        ),
+        (
+            "burn-record",
+            "m.json.gz",
+            std::fs::read(data("legacy").join("zoo.json.gz")).unwrap(),
+        ),
+    ]
+}
+
+/// Every tensor of `a` and `b`: the same table, the same bytes.
+fn same(a: &dyn DescribedSource, b: &dyn DescribedSource, what: &str) {
+    assert_eq!(a.tensors(), b.tensors(), "{what}");
+    for info in a.tensors() {
+        assert_eq!(
+            a.read(info).unwrap().to_vec(),
+            b.read(info).unwrap().to_vec(),
+            "{what}: {}",
+            info.name()
+        );
+    }
+}
+
+#[test]
+fn every_format_has_one_container_that_knows_its_first_bytes() {
+    let names: Vec<&str> = containers().iter().map(|c| c.name).collect();
+    for (name, file, bytes) in samples() {
+        let matching: Vec<&str> = containers()
+            .iter()
+            .filter(|c| (c.sniff)(&bytes[..bytes.len().min(HEAD)], bytes.len() as u64))
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(
+            matching,
+            [name],
+            "{file}: taken by {matching:?} of {names:?}"
+        );
+        let container = containers().iter().find(|c| c.name == name).unwrap();
+        assert_eq!(
+            near_miss(&bytes[..bytes.len().min(HEAD)]),
+            Some(container.hint),
+            "{file}"
+        );
+    }
+}
+
+/// The registry opens a file once and hands that file to its format: a container's
+/// `open_file` reads the file it is given, never its path again (here the path names nothing
+/// once the file is open: removed, as Unix allows). What opens that way is what the registry,
+/// the opener by path and the opener of bytes give.
+#[cfg(unix)]
+#[test]
+fn each_container_reads_the_file_the_registry_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = OpenOptions::new();
+    for (name, file, bytes) in samples() {
+        let path = dir.path().join(file);
+        std::fs::write(&path, &bytes).unwrap();
+        let container = containers().iter().find(|c| c.name == name).unwrap();
+        let by_path = (container.open)(&path, &options).unwrap();
+        let by_registry = open_any(&path).unwrap();
+        same(&*by_path, &*by_registry, file);
+
+        let opened = std::fs::File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let once = (container.open_file)(&path, opened, &options)
+            .unwrap_or_else(|e| panic!("{file}: opened again by its path? {e}"));
+        same(&*by_path, &*once, file);
+        // For a verification too (read with ordinary reads).
+        std::fs::write(&path, &bytes).unwrap();
+        let opened = std::fs::File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let verified = (container.open_file)(&path, opened, &options.clone().verify(true))
+            .unwrap_or_else(|e| panic!("{file}: opened again by its path? {e}"));
+        same(&*by_path, &*verified, file);
+
+        let from_bytes =
+            (container.from_bytes)(Bytes::from_bytes_vec(bytes.clone()), &options).unwrap();
+        same(&*by_path, &*from_bytes, file);
+        let any_bytes = open_bytes_any(Bytes::from_bytes_vec(bytes), &options).unwrap();
+        same(&*by_path, &*any_bytes, file);
+    }
+}
+
+/// `open`, `open_with(path, &OpenOptions)` and `from_bytes(bytes, &OpenOptions)` of every
+/// source give the same tensors.
+#[test]
+fn every_source_has_one_constructor_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = OpenOptions::new();
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        (path, Bytes::from_bytes_vec(bytes.to_vec()))
+    };
+
+    let (path, bytes) = write("m.safetensors", &safetensors_bytes());
+    let open = SafetensorsSource::open(&path).unwrap();
+    same(
+        &open,
+        &SafetensorsSource::open_with(&path, &options).unwrap(),
+        "st",
+    );
+    same(
+        &open,
+        &SafetensorsSource::from_bytes(bytes, &options).unwrap(),
+        "st",
+    );
+
+    let pt = std::fs::read(data("pytorch").join("buffer__buffer.pt")).unwrap();
+    let (path, bytes) = write("m.pt", &pt);
+    let open = PytorchSource::open(&path).unwrap();
+    same(
+        &open,
+        &PytorchSource::open_with(&path, &options).unwrap(),
+        "pt",
+    );
+    same(
+        &open,
+        &PytorchSource::from_bytes(bytes, &options).unwrap(),
+        "pt",
+    );
+
+    let (path, bytes) = write("m.gguf", &gguf_bytes());
+    let open = GgufSource::open(&path).unwrap();
+    same(
+        &open,
+        &GgufSource::open_with(&path, &options).unwrap(),
+        "gguf",
+    );
+    same(
+        &open,
+        &GgufSource::from_bytes(bytes, &options).unwrap(),
+        "gguf",
+    );
+
+    // Records are told by their content, never by their name (as the registry tells them).
+    for file in ["zoo.mpk", "zoo.mpk.gz", "zoo.json", "zoo.json.gz"] {
+        let record = std::fs::read(data("legacy").join(file)).unwrap();
+        let (path, bytes) = write("weights", &record);
+        let open = LegacySource::open(&path).unwrap();
+        same(
+            &open,
+            &LegacySource::open_with(&path, &options).unwrap(),
+            file,
+        );
+        let from_bytes = LegacySource::from_bytes(bytes, &options).unwrap();
+        same(&open, &from_bytes, file);
+        assert_eq!(open.format(), from_bytes.format(), "{file}");
+        let expected = burnpack::interop::burn_record::RecordFormat::from_path(file).unwrap();
+        assert_eq!(open.format(), expected, "{file}: told by content");
+    }
+}
+
+/// The old forms stay one release, deprecated, and agree with the new ones.
+#[test]
+#[allow(deprecated)]
+fn the_deprecated_constructors_still_open() {
+    use burnpack::format::Limits;
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits::default();
+    let st = safetensors_bytes();
+    let path = dir.path().join("m.safetensors");
+    std::fs::write(&path, &st).unwrap();
+    let open = SafetensorsSource::open(&path).unwrap();
+    same(
+        &open,
+        &SafetensorsSource::open_with(&path, &limits).unwrap(),
+        "st",
+    );
+    same(
+        &open,
+        &SafetensorsSource::open_file(&path, &limits).unwrap(),
+        "st",
+    );
+    let bytes = Bytes::from_bytes_vec(st);
+    same(
+        &open,
+        &SafetensorsSource::from_bytes_with(bytes, &limits).unwrap(),
+        "st",
+    );
+
+    let record = data("legacy").join("zoo.mpk");
+    let open = LegacySource::open(&record).unwrap();
+    same(
+        &open,
+        &LegacySource::open_detect(&record, &limits).unwrap(),
+        "mpk",
+    );
+    let bytes = Bytes::from_bytes_vec(std::fs::read(&record).unwrap());
+    same(
+        &open,
+        &LegacySource::from_bytes(bytes, &limits).unwrap(),
+        "mpk",
+    );
+
+    let options: burnpack::interop::pytorch::PytorchOptions = OpenOptions::new().key("x");
+    assert_eq!(options.key_name(), Some("x"));
+}
