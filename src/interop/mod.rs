@@ -47,6 +47,23 @@ mod registry;
 pub mod safetensors;
 mod unknown;
 
+// The guide's Rust snippets, compiled and run as doctests under the features of its test
+// command (`cargo test --features cli,store,train,object-store --doc`): every section's code
+// compiles and runs. (Here, where the formats' features are named, not in the crate root.)
+#[cfg(all(
+    doctest,
+    feature = "optim",
+    feature = "store",
+    feature = "train",
+    feature = "object-store",
+    feature = "gguf",
+    feature = "pytorch",
+    feature = "legacy",
+    feature = "safetensors"
+))]
+#[doc = include_str!("../../docs/guide.md")]
+struct GuideSnippets;
+
 /// Moved to [`crate::source`] (the source core); this path stays one release.
 #[doc(hidden)]
 pub use crate::source::OpenOptions;
