@@ -14,6 +14,11 @@ pub type OpenPath = fn(&Path, &OpenOptions) -> Result<Box<dyn DescribedSource>, 
 /// Opens a local file of a format that is already open (`path` names it in errors): the
 /// registry opens each file once, reads its first bytes, and hands it to the format it is.
 pub type OpenFile = fn(&Path, File, &OpenOptions) -> Result<Box<dyn DescribedSource>, SourceError>;
+/// Lists the shards an index JSON names, in name order.
+pub type IndexShards = fn(&Path, &OpenOptions) -> Result<Vec<PathBuf>, SourceError>;
+/// Given a path and its first bytes, the error for a file of a format's family that the
+/// format recognises but does not read, or `None`.
+pub type Refuse = fn(&Path, &[u8]) -> Option<SourceError>;
 /// Opens bytes of a format.
 pub type OpenBytes = fn(Bytes, &OpenOptions) -> Result<Box<dyn DescribedSource>, SourceError>;
 
@@ -43,13 +48,13 @@ pub struct Container {
     pub open_index: Option<OpenPath>,
     /// Lists the shards an index JSON names (formats with shards): how the registry finds the
     /// shards of an index, whose format it then tells by their content.
-    pub index_shards: Option<fn(&Path, &OpenOptions) -> Result<Vec<PathBuf>, SourceError>>,
+    pub index_shards: Option<IndexShards>,
     /// Opens bytes of this format.
     pub from_bytes: OpenBytes,
     /// Files of this format's family that it recognises but does not read (a bincode record
     /// of Burn, which does not describe itself): given the first bytes of a file no container
     /// takes, the error that says so.
-    pub refuse: Option<fn(&Path, &[u8]) -> Option<SourceError>>,
+    pub refuse: Option<Refuse>,
 }
 
 /// How many bytes of a file [`Container::sniff`] is shown.

@@ -67,30 +67,36 @@ struct GuideSnippets;
 /// Moved to [`crate::source`] (the source core); this path stays one release.
 #[doc(hidden)]
 pub use crate::source::OpenOptions;
-pub use container::{Container, HEAD, OpenBytes, OpenFile, OpenPath};
+pub use container::{Container, HEAD, IndexShards, OpenBytes, OpenFile, OpenPath, Refuse};
 pub use registry::{containers, near_miss, open_any, open_any_with, open_bytes_any};
 
-/// Every source's `open_with` and `from_bytes` take `&OpenOptions`; a `&Limits` alone (the
-/// old form of the safetensors, Burn-record and object-storage sources) is still taken for one
-/// release, as `OpenOptions::new().limits(limits)`: deprecated, pass the options.
+/// What the sources' `open_with` and `from_bytes` take: [`OpenOptions`](crate::source::OpenOptions),
+/// or for one release (deprecated: pass the options) a [`Limits`](crate::format::Limits) alone,
+/// the old form of the safetensors and Burn-record sources, read as
+/// `OpenOptions::new().limits(limits)`.
 ///
 /// ```
+/// use burnpack::interop::AsOpenOptions;
 /// use burnpack::source::OpenOptions;
 /// let limits = burnpack::Limits::default().with_max_file_size(1 << 20);
-/// let options: OpenOptions = (&limits).into();
-/// assert_eq!(options.key_name(), None);
+/// assert_eq!(limits.open_options().key_name(), None);
+/// assert_eq!(OpenOptions::new().key("ema").open_options().key_name(), Some("ema"));
 /// ```
-impl From<&crate::format::Limits> for crate::source::OpenOptions {
-    fn from(limits: &crate::format::Limits) -> Self {
-        Self::new().limits(*limits)
+pub trait AsOpenOptions {
+    /// These options as [`OpenOptions`](crate::source::OpenOptions).
+    fn open_options(&self) -> crate::source::OpenOptions;
+}
+
+impl AsOpenOptions for crate::source::OpenOptions {
+    fn open_options(&self) -> crate::source::OpenOptions {
+        self.clone()
     }
 }
 
-/// A borrowed [`OpenOptions`](crate::source::OpenOptions), as every source's `open_with` and
-/// `from_bytes` take it.
-impl From<&crate::source::OpenOptions> for crate::source::OpenOptions {
-    fn from(options: &crate::source::OpenOptions) -> Self {
-        options.clone()
+/// Deprecated: pass `&OpenOptions::new().limits(limits)`.
+impl AsOpenOptions for crate::format::Limits {
+    fn open_options(&self) -> crate::source::OpenOptions {
+        crate::source::OpenOptions::new().limits(*self)
     }
 }
 

@@ -29,7 +29,9 @@ pub(crate) const CONTAINER: Container = Container {
 };
 
 /// A pack from its opened file: read with ordinary reads for a verification; an incremental
-/// checkpoint with the data files beside it.
+/// checkpoint with the data files beside it. (The file by value: the shape of every
+/// container's opener, whose formats keep the file they are given.)
+#[allow(clippy::needless_pass_by_value)]
 fn open_file(
     path: &Path,
     file: File,
@@ -41,7 +43,7 @@ fn open_file(
     } else {
         read
     };
-    let reader: Reader = read.open_file(path, file).map_err(SourceError::from)?;
+    let reader: Reader = read.open_file(path, &file).map_err(SourceError::from)?;
     // An incremental checkpoint: its tensors are in the data files beside it.
     #[cfg(feature = "optim")]
     if reader

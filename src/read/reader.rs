@@ -88,12 +88,12 @@ impl ReadOptions {
             action: "open",
             source,
         })?;
-        self.open_file(path, file)
+        self.open_file(path, &file)
     }
 
     /// [`open`](Self::open) of a file already opened (`path` names it in errors): the
     /// registry opens each file once, reads its first bytes, and hands it on.
-    pub(crate) fn open_file(&self, path: &Path, file: std::fs::File) -> Result<Reader, ReadError> {
+    pub(crate) fn open_file(&self, path: &Path, file: &std::fs::File) -> Result<Reader, ReadError> {
         let name = path.display().to_string();
         let io = |action: &'static str| {
             let file = name.clone();
@@ -122,7 +122,7 @@ impl ReadOptions {
         let read = |range: std::ops::Range<u64>| {
             let end = range.end.min(file_len);
             let mut buf = vec![0u8; usize::try_from(end.saturating_sub(range.start)).unwrap_or(0)];
-            read_exact_at(&file, &mut buf, range.start)?;
+            read_exact_at(file, &mut buf, range.start)?;
             Ok((std::borrow::Cow::Owned(buf), file_len))
         };
         let layout = Layout::read(&self.limits, read).map_err(|e| match e {
@@ -131,7 +131,7 @@ impl ReadOptions {
         })?;
         // The caller's side of the mapping's contract is documented on this function and on
         // `Reader::open`; buffered, the file is read with ordinary reads.
-        let source = file_data(&file, self.mode == ReadMode::Buffered)
+        let source = file_data(file, self.mode == ReadMode::Buffered)
             .map_err(|(action, e)| io(action)(e))?;
         Ok(Reader {
             file: name,

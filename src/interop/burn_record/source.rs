@@ -14,6 +14,7 @@ use super::node::{self, Found, Payload};
 use super::walk::Walk;
 use super::{METADATA_PREFIX, RecordFormat, RecordMetadata, param_id, record_metadata};
 use crate::format::{Limits, TensorInfo, element_align};
+use crate::interop::AsOpenOptions;
 use crate::source::data::Source;
 use crate::source::{
     CopyReason, Description, OpenOptions, ReadError, SourceError, SourceTable, TableBuilder,
@@ -106,11 +107,11 @@ impl LegacySource {
     /// tensor whose bytes, shape or dtype do not agree, or whose dtype Burn 0.22 does not have.
     pub fn open_with(
         path: impl AsRef<Path>,
-        options: impl Into<OpenOptions>,
+        options: &(impl AsOpenOptions + ?Sized),
     ) -> Result<Self, SourceError> {
         let path = path.as_ref();
         let file = crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?;
-        Self::open_file(path, file, &options.into())
+        Self::open_file(path, file, &options.open_options())
     }
 
     /// A record from its file, already opened (by the registry, which then opens nothing
@@ -152,8 +153,11 @@ impl LegacySource {
     ///
     /// # Errors
     /// As [`open_with`](Self::open_with), naming `"<memory>"`.
-    pub fn from_bytes(bytes: Bytes, options: impl Into<OpenOptions>) -> Result<Self, SourceError> {
-        let options = options.into();
+    pub fn from_bytes(
+        bytes: Bytes,
+        options: &(impl AsOpenOptions + ?Sized),
+    ) -> Result<Self, SourceError> {
+        let options = options.open_options();
         let limits = &options.limits;
         let path = Path::new("<memory>");
         let gzip = bytes.starts_with(&GZIP);

@@ -11,6 +11,7 @@ use burn::tensor::{AllocationProperty, Bytes};
 use super::header::{header_len, validate};
 use super::{to_burn, withheld_reason};
 use crate::format::{Limits, TensorInfo, element_align};
+use crate::interop::AsOpenOptions;
 use crate::interop::index::ShardIndex;
 use crate::interop::read_hints::{Hinted, ReadHints};
 use crate::source::data::Source;
@@ -129,9 +130,9 @@ impl SafetensorsSource {
     /// As [`open`](Self::open).
     pub fn open_with(
         path: impl AsRef<Path>,
-        options: impl Into<OpenOptions>,
+        options: &(impl AsOpenOptions + ?Sized),
     ) -> Result<Self, SourceError> {
-        let (path, options) = (path.as_ref(), options.into());
+        let (path, options) = (path.as_ref(), options.open_options());
         if path.extension().is_some_and(|e| e == "json") {
             Self::open_index_for(path, &options.limits, options.verify)
         } else {
@@ -218,8 +219,11 @@ impl SafetensorsSource {
     ///
     /// # Errors
     /// As [`open`](Self::open), naming `"<memory>"`.
-    pub fn from_bytes(bytes: Bytes, options: impl Into<OpenOptions>) -> Result<Self, SourceError> {
-        let options = options.into();
+    pub fn from_bytes(
+        bytes: Bytes,
+        options: &(impl AsOpenOptions + ?Sized),
+    ) -> Result<Self, SourceError> {
+        let options = options.open_options();
         let limits = &options.limits;
         let path = Path::new(MEMORY);
         let mut bytes = Some(crate::source::data::view_capable(bytes));
