@@ -99,7 +99,7 @@ pub fn open_any_with(
             std::io::Seek::rewind(&mut file).map_err(SourceError::io(location, "seek"))?;
             (container.open_file)(location, file, options)
         }
-        None => Err(unknown(location, &head)),
+        None => Err(unknown(location, &head, CONTAINERS)),
     }
 }
 
@@ -122,7 +122,7 @@ fn open_index(
                 ),
             });
         }
-        let container = sniffed(&head, len).ok_or_else(|| unknown(shard, &head))?;
+        let container = sniffed(&head, len).ok_or_else(|| unknown(shard, &head, CONTAINERS))?;
         match format {
             None => format = Some((container, shard)),
             Some((first, first_shard)) if first.name != container.name => {
@@ -176,7 +176,7 @@ pub fn open_bytes_any(
     let head = &bytes[..bytes.len().min(HEAD)];
     match sniffed(head, bytes.len() as u64) {
         Some(container) => (container.from_bytes)(bytes, options),
-        None => Err(unknown(Path::new("<memory>"), head)),
+        None => Err(unknown(Path::new("<memory>"), head, CONTAINERS)),
     }
 }
 
@@ -299,7 +299,7 @@ fn open_url(
     use super::object_store::{ObjectLocation, ObjectSource};
     let url = location.to_string_lossy();
     let object = ObjectLocation::parse(&url)?;
-    let source = ObjectSource::open_with(&object, &options.limits)?;
+    let source = ObjectSource::open_with(&object, options)?;
     if !options.verify {
         return Ok(Box::new(source));
     }

@@ -1,16 +1,21 @@
 //! What a file of no format this build reads is, as far as its first bytes tell: a Git LFS
-//! pointer left where the weights should be, an HTML page saved by a failed download, a
-//! bincode record of Burn 0.14-0.21 (which does not describe itself), or a format whose Cargo
-//! feature is off. The registry's answer for a file no [`Container`](super::Container) takes.
+//! pointer left where the weights should be, an HTML page saved by a failed download, an HDF5
+//! file, a file a container recognises but refuses (a bincode record of Burn 0.14-0.21, which
+//! does not describe itself), zero bytes. The registry's answer for a file no
+//! [`Container`](super::Container) takes; its first bytes are shown (a format this build leaves
+//! out is not named: only its folder knows it, and [`containers`](super::containers) lists what
+//! the build reads).
 
 use std::path::Path;
 
+use super::container::Container;
 use crate::source::SourceError;
 
-/// The error for `path`, of no format this build reads, whose first bytes are `head`.
-pub(super) fn unknown(path: &Path, head: &[u8]) -> SourceError {
+/// The error for `path`, of no format this build reads (none of `containers` takes it), whose
+/// first bytes are `head`.
+pub(super) fn unknown(path: &Path, head: &[u8], containers: &[Container]) -> SourceError {
     // A file of a format's family that the format recognises but does not read.
-    if let Some(refused) = super::containers()
+    if let Some(refused) = containers
         .iter()
         .find_map(|c| c.refuse.and_then(|refuse| refuse(path, head)))
     {

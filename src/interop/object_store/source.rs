@@ -11,9 +11,10 @@ use burn::tensor::{AllocationProperty, Bytes};
 use futures::{StreamExt, TryStreamExt};
 
 use super::{ObjectLocation, RemoteError, block_on};
-use crate::format::{Layout, Limits, OpenError, TensorInfo};
+use crate::format::{Layout, OpenError, TensorInfo};
+use crate::interop::AsOpenOptions;
 use crate::source::data::aligned_words;
-use crate::source::{PackSource, ReadError, TensorSource};
+use crate::source::{OpenOptions, PackSource, ReadError, TensorSource};
 
 /// Neighbouring tensors whose gap is at most this many bytes are fetched with one request
 /// (the gap is fetched too: cheaper than a request's round trip).
@@ -70,15 +71,23 @@ impl ObjectSource {
     /// # Errors
     /// See [`open_with`](Self::open_with).
     pub fn open(location: &ObjectLocation) -> Result<Self, RemoteError> {
-        Self::open_with(location, &Limits::default())
+        Self::open_with(location, &OpenOptions::new())
     }
 
-    /// Opens the pack at `location`: two ranged GETs, never the whole object.
+    /// Opens the pack at `location` with options (their limits): two ranged GETs, never the
+    /// whole object. The shape of every source's `open_with`; a `&Limits` is still taken for
+    /// one release (deprecated: pass `&OpenOptions::new().limits(limits)`). (Bytes of a pack
+    /// fetched whole are [`Reader::from_bytes`](crate::read::Reader::from_bytes)'s.)
     ///
     /// # Errors
     /// [`RemoteError::Store`] when the object cannot be read (missing, no access),
-    /// [`RemoteError::Invalid`] when it is not a valid pack within `limits`.
-    pub fn open_with(location: &ObjectLocation, limits: &Limits) -> Result<Self, RemoteError> {
+    /// [`RemoteError::Invalid`] when it is not a valid pack within the limits.
+    pub fn open_with(
+        location: &ObjectLocation,
+        options: &(impl AsOpenOptions + ?Sized),
+    ) -> Result<Self, RemoteError> {
+        let options = options.open_options();
+        let limits = &options.limits;
         let fetcher = Fetcher {
             location: location.clone(),
             fetched_bytes: AtomicU64::new(0),
