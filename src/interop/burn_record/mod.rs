@@ -20,6 +20,7 @@
 mod bincode;
 mod compact;
 mod container;
+mod deprecated;
 mod dtype;
 #[cfg(all(test, target_os = "linux"))]
 mod mapped_tests;

@@ -128,18 +128,6 @@ impl LegacySource {
         Self::from_input(path, input, format, &options.limits)
     }
 
-    /// Opens a record whose format is told by its content, not its name.
-    ///
-    /// # Errors
-    /// As [`open_with`](Self::open_with).
-    #[deprecated(
-        since = "0.1.0",
-        note = "use LegacySource::open_with(path, &OpenOptions)"
-    )]
-    pub fn open_detect(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
-        Self::open_with(path, limits)
-    }
-
     /// A record in memory (a `.mpk`, `.mpk.gz`, `.json` or `.json.gz` file's bytes), its
     /// format told by its content. A `&Limits` is still taken for one release (deprecated).
     ///

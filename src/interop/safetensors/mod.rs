@@ -30,6 +30,7 @@ use crate::read::Reader;
 use crate::write::{Entry, WriteError, Writer};
 
 mod container;
+mod deprecated;
 mod header;
 #[cfg(all(
     test,

@@ -140,18 +140,6 @@ impl SafetensorsSource {
         }
     }
 
-    /// Opens one `.safetensors` file, whatever its name.
-    ///
-    /// # Errors
-    /// As [`open`](Self::open).
-    #[deprecated(
-        since = "0.1.0",
-        note = "use burnpack::interop::open_any_with (told by content) or SafetensorsSource::open_with"
-    )]
-    pub fn open_file(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
-        Self::open_file_for(path.as_ref(), None, limits, false)
-    }
-
     /// One file, whatever its name, read with ordinary reads instead of mapped where `verify`;
     /// `file`: the file already opened (by the registry, which then opens nothing again).
     pub(crate) fn open_file_for(
@@ -164,18 +152,6 @@ impl SafetensorsSource {
         let open = |shard: &Path, limits: &Limits| open_shard(shard, file.take(), limits, verify);
         let sharded = assemble_shards(path, &[path.to_path_buf()], None, limits, open)?;
         Ok(Self::assemble(path, sharded, BTreeMap::new()))
-    }
-
-    /// Opens an index JSON (whatever its name) and the shards its `weight_map` names.
-    ///
-    /// # Errors
-    /// As [`open`](Self::open).
-    #[deprecated(
-        since = "0.1.0",
-        note = "use burnpack::interop::open_any_with (told by content) or SafetensorsSource::open_with"
-    )]
-    pub fn open_index(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
-        Self::open_index_for(path.as_ref(), limits, false)
     }
 
     /// An index JSON and its shards, read with ordinary reads instead of mapped where
@@ -244,18 +220,6 @@ impl SafetensorsSource {
                 Ok((shard, rows))
             })?;
         Ok(Self::assemble(path, sharded, BTreeMap::new()))
-    }
-
-    /// [`from_bytes`](Self::from_bytes) with the limits on tensor count and size.
-    ///
-    /// # Errors
-    /// As [`from_bytes`](Self::from_bytes).
-    #[deprecated(
-        since = "0.1.0",
-        note = "use SafetensorsSource::from_bytes(bytes, &OpenOptions::new().limits(limits))"
-    )]
-    pub fn from_bytes_with(bytes: Bytes, limits: &Limits) -> Result<Self, SourceError> {
-        Self::from_bytes(bytes, limits)
     }
 
     fn assemble(
