@@ -34,6 +34,7 @@ pub mod gguf;
 mod index;
 #[cfg(feature = "object-store")]
 pub mod object_store;
+mod outputs;
 #[cfg(feature = "pytorch")]
 pub mod pytorch;
 mod registry;
@@ -44,6 +45,10 @@ mod unknown;
 /// Moved to [`crate::source`] (the source core); this path stays one release.
 #[doc(hidden)]
 pub use crate::source::OpenOptions;
+pub use outputs::{
+    Migration, Output, OutputError, OutputOptions, Progress, Written, migration, migrations,
+    output_for, output_formats, outputs,
+};
 pub use registry::{Container, HEAD, containers, open_any, open_any_with, open_bytes_any};
 
 /// Whether `location` names an object on object storage (`s3://bucket/key`, `s3a://...`)
