@@ -23,6 +23,10 @@
 //!   llama.cpp's names and layout as a convention (feature `gguf`, on by default).
 //! - `object_store`: packs on S3 and compatibles: ranged loads of only
 //!   what a module reads, saves as multipart uploads (feature `object-store`).
+//!
+//! The registry's output side ([`outputs`], [`output_for`]) lists what a source is written
+//! to (a pack, safetensors, sharded safetensors), picked by the output's name, and the
+//! [`migrations`] between training layouts.
 
 #[cfg(feature = "legacy")]
 pub mod burn_record;

@@ -36,6 +36,7 @@ type WriteFn = fn(
 /// ```
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
+#[allow(clippy::struct_excessive_bools)] // A row of the table of outputs: what each takes.
 pub struct Output {
     /// The output's short name (`burnpack`, `safetensors`, `safetensors-sharded`).
     pub name: &'static str,
@@ -281,32 +282,27 @@ pub fn output_for(
         path: path.to_path_buf(),
         reason,
     };
-    let format = match format {
-        Some(format) => {
-            if !OUTPUTS.iter().any(|o| o.format == format) {
-                return Err(usage(format!(
-                    "{}: no output format '{format}' (known: {})",
-                    path.display(),
-                    output_formats().join(", ")
-                )));
-            }
-            format
+    let format = if let Some(format) = format {
+        if !OUTPUTS.iter().any(|o| o.format == format) {
+            return Err(usage(format!(
+                "{}: no output format '{format}' (known: {})",
+                path.display(),
+                output_formats().join(", ")
+            )));
         }
-        None => {
-            let extension = path.extension().and_then(|e| e.to_str());
-            match OUTPUTS
-                .iter()
-                .find(|o| extension.is_some_and(|e| o.extensions.contains(&e)))
-            {
-                Some(output) => output.format,
-                None => {
-                    return Err(OutputError::UnknownName {
-                        path: path.to_path_buf(),
-                        known: known_extensions(),
-                    });
-                }
-            }
-        }
+        format
+    } else {
+        let extension = path.extension().and_then(|e| e.to_str());
+        let Some(output) = OUTPUTS
+            .iter()
+            .find(|o| extension.is_some_and(|e| o.extensions.contains(&e)))
+        else {
+            return Err(OutputError::UnknownName {
+                path: path.to_path_buf(),
+                known: known_extensions(),
+            });
+        };
+        output.format
     };
     let of_format = || OUTPUTS.iter().filter(move |o| o.format == format);
     if options.shard_size.is_some() && !of_format().any(|o| o.sharded) {

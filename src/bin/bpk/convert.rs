@@ -1,5 +1,6 @@
-//! `bpk convert`: anything the registry reads into a pack or safetensors (sharded with
-//! `--shard-size`), files and URLs; a pack also copies to or from object storage.
+//! `bpk convert`: anything the registry reads into any output its output side writes (a pack,
+//! safetensors, sharded with `--shard-size`), picked by the output's name or `--to`; a pack
+//! also copies to or from object storage.
 
 use std::path::{Path, PathBuf};
 

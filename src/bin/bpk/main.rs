@@ -7,7 +7,9 @@
 //! One file per command (`inspect`, `verify`, `diff`, `convert`, `migrate`), as ripgrep splits
 //! its binary; no command knows a format by name: `open` opens any argument (a file of any
 //! format, an index of shards, a URL) through the library's container registry, and the
-//! source describes itself. The shared pieces: `print` (rows, metadata, the dtype census),
+//! source describes itself; `convert` writes through the registry's output side
+//! (`burnpack::interop::output_for`: the output picked by its name) and `migrate` runs the
+//! registry's migration (`burnpack::interop::migration`). The shared pieces: `print` (rows, metadata, the dtype census),
 //! `scan` (every tensor read and checked, floats scanned for NaN/Inf) and `progress` (bars on
 //! a terminal, nothing when piped). This file holds the arguments, the exit codes (the table
 //! in `EXIT_CODES`, shown by `bpk --help`) and the dispatch.
