@@ -247,12 +247,8 @@ pub fn outputs() -> &'static [Output] {
 /// ```
 #[must_use]
 pub fn output_formats() -> Vec<&'static str> {
-    let mut formats: Vec<&'static str> = Vec::new();
-    for output in OUTPUTS {
-        if !formats.contains(&output.format) {
-            formats.push(output.format);
-        }
-    }
+    let mut formats: Vec<&'static str> = OUTPUTS.iter().map(|o| o.format).collect();
+    formats.dedup();
     formats
 }
 
@@ -334,29 +330,26 @@ pub fn output_for(
 
 /// The extensions of every output (`.bpk, .safetensors`).
 fn known_extensions() -> String {
-    let mut known: Vec<String> = Vec::new();
-    for output in OUTPUTS {
-        for extension in output.extensions {
-            let extension = format!(".{extension}");
-            if !known.contains(&extension) {
-                known.push(extension);
-            }
-        }
-    }
+    let mut known: Vec<String> = OUTPUTS
+        .iter()
+        .flat_map(|o| o.extensions.iter().map(|e| format!(".{e}")))
+        .collect();
+    known.dedup();
     known.join(", ")
 }
 
 /// The formats of the outputs where `take` holds (`safetensors`, `burnpack or safetensors`).
 fn formats_where(take: impl Fn(&Output) -> bool) -> String {
-    let mut formats: Vec<&str> = Vec::new();
-    for output in OUTPUTS.iter().filter(|o| take(o)) {
-        if !formats.contains(&output.format) {
-            formats.push(output.format);
-        }
-    }
+    let mut formats: Vec<&str> = OUTPUTS
+        .iter()
+        .filter(|o| take(o))
+        .map(|o| o.format)
+        .collect();
+    formats.dedup();
     formats.join(" or ")
 }
 
+// The outputs of one format side by side (the lists of formats and extensions say each once).
 static OUTPUTS: &[Output] = &[
     Output {
         name: "burnpack",
