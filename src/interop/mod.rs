@@ -23,6 +23,10 @@
 //!   llama.cpp's names and layout as a convention (feature `gguf`, on by default).
 //! - `object_store`: packs on S3 and compatibles: ranged loads of only
 //!   what a module reads, saves as multipart uploads (feature `object-store`).
+//!
+//! The registry's output side ([`outputs`], [`output_for`]) lists what a source is written
+//! to (a pack, safetensors, sharded safetensors), picked by the output's name, and the
+//! [`migrations`] between training layouts.
 
 #[cfg(feature = "legacy")]
 pub mod burn_record;
@@ -35,6 +39,7 @@ pub mod gguf;
 mod index;
 #[cfg(feature = "object-store")]
 pub mod object_store;
+mod outputs;
 mod pack;
 #[cfg(any(feature = "legacy", feature = "pytorch", feature = "safetensors"))]
 mod page_cache;
@@ -68,6 +73,10 @@ struct GuideSnippets;
 #[doc(hidden)]
 pub use crate::source::OpenOptions;
 pub use container::{Container, HEAD, IndexShards, OpenBytes, OpenFile, OpenPath, Refuse};
+pub use outputs::{
+    Migration, Output, OutputError, OutputOptions, Progress, Written, migration, migrations,
+    output_for, output_formats, outputs,
+};
 pub use registry::{containers, near_miss, open_any, open_any_with, open_bytes_any};
 
 /// What the sources' `open_with` and `from_bytes` take: [`OpenOptions`](crate::source::OpenOptions),

@@ -7,7 +7,9 @@
 //! One file per command (`inspect`, `verify`, `diff`, `convert`, `migrate`), as ripgrep splits
 //! its binary; no command knows a format by name: `open` opens any argument (a file of any
 //! format, an index of shards, a URL) through the library's container registry, and the
-//! source describes itself. The shared pieces: `print` (rows, metadata, the dtype census),
+//! source describes itself; `convert` writes through the registry's output side
+//! (`burnpack::interop::output_for`: the output picked by its name) and `migrate` runs the
+//! registry's migration (`burnpack::interop::migration`). The shared pieces: `print` (rows, metadata, the dtype census),
 //! `scan` (every tensor read and checked, floats scanned for NaN/Inf) and `progress` (bars on
 //! a terminal, nothing when piped). This file holds the arguments, the exit codes (the table
 //! in `EXIT_CODES`, shown by `bpk --help`) and the dispatch.
@@ -26,7 +28,7 @@ mod verify;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
 /// The exit-code contract of every command, for every format (shown by `bpk --help`; the
 /// same table is in docs/guide.md).
@@ -139,8 +141,8 @@ enum Command {
         /// The directory to write `ckpt-<epoch, 20 digits>.bpk` files into (created).
         new: PathBuf,
         /// The LR scheduler the run used (Burn 0.21's scheduler record does not say).
-        #[arg(long, value_enum, default_value = "constant")]
-        scheduler: burnpack::interop::burn_record::SchedulerKind,
+        #[arg(long, default_value = "constant", value_parser = migrate::schedulers())]
+        scheduler: String,
     },
     /// Convert any file bpk reads (a pack or checkpoint, safetensors, a PyTorch torch.save
     /// file, GGUF, a Burn 0.14-0.21 record) into a pack or safetensors (the output format
@@ -156,8 +158,10 @@ enum Command {
         /// The destination file, or an s3:// URL for a pack.
         output: PathBuf,
         /// The destination format (default: from the output's extension).
-        #[arg(long, value_enum)]
-        to: Option<Format>,
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(
+            burnpack::interop::output_formats()
+        ))]
+        to: Option<String>,
         /// To safetensors: split into shards of at most this many bytes, with the index JSON
         /// (`<output>.index.json`).
         #[arg(long, value_name = "BYTES")]
@@ -167,12 +171,6 @@ enum Command {
         #[arg(long)]
         keep_quantized: bool,
     },
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Format {
-    Burnpack,
-    Safetensors,
 }
 
 /// A failure, with the exit code it maps to.
@@ -186,21 +184,13 @@ impl Failure {
     /// read one): exit 1 where the input was read and its own checks found it damaged
     /// (anywhere in the chain of causes), 3 otherwise.
     fn of(e: &(dyn std::error::Error + 'static)) -> Self {
-        use burnpack::interop::safetensors::ConvertError;
         use burnpack::source::{ReadError, SourceError, SourceErrorKind};
         let mut next = Some(e);
         while let Some(cause) = next {
-            // (A conversion's error wraps a read error transparently: its chain of causes
-            // skips it.)
             let kind = cause
                 .downcast_ref::<SourceError>()
                 .map(SourceError::kind)
-                .or_else(|| cause.downcast_ref::<ReadError>().map(ReadError::kind))
-                .or_else(|| match cause.downcast_ref::<ConvertError>()? {
-                    ConvertError::Read(e) => Some(e.kind()),
-                    ConvertError::Source(e) => Some(e.kind()),
-                    _ => None,
-                });
+                .or_else(|| cause.downcast_ref::<ReadError>().map(ReadError::kind));
             if kind == Some(SourceErrorKind::Damaged) {
                 return Self {
                     code: 1,
@@ -281,14 +271,14 @@ fn main() -> ExitCode {
             old,
             new,
             scheduler,
-        } => migrate::migrate(&old, &new, scheduler),
+        } => migrate::migrate(&old, &new, &scheduler),
         Command::Convert {
             input,
             output,
             to,
             shard_size,
             keep_quantized,
-        } => convert::convert(&input, &output, to, shard_size, keep_quantized),
+        } => convert::convert(&input, &output, to.as_deref(), shard_size, keep_quantized),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -2,18 +2,35 @@
 //! Nothing is created before the inputs are known good (every epoch's scheduler record read
 //! as `--scheduler` says), and a migration that fails on the way removes what it wrote.
 
-use burnpack::interop::burn_record::{SchedulerKind, check_burn_train_schedulers};
+use burnpack::interop::Migration;
 use burnpack::source::human_bytes;
 use std::path::{Path, PathBuf};
 
 use crate::Failure;
 use crate::progress::Bar;
 
+/// The migration `bpk migrate` runs, from the registry's output side.
+const LAYOUT: &str = "burn-train";
+
+/// The LR schedulers `--scheduler` takes: the migration's (none where this build has none).
+pub(crate) fn schedulers() -> clap::builder::PossibleValuesParser {
+    let names = burnpack::interop::migration(LAYOUT).map_or(&[][..], |m| m.schedulers);
+    clap::builder::PossibleValuesParser::new(
+        names
+            .iter()
+            .map(|(name, what)| clap::builder::PossibleValue::new(*name).help(*what)),
+    )
+}
+
 /// `migrate`: every epoch of a burn-train 0.14-0.21 checkpoint directory into one checkpoint
 /// in `new`, named as `PackCheckpointer` names it.
-pub(crate) fn migrate(old: &Path, new: &Path, kind: SchedulerKind) -> Result<u8, Failure> {
-    use burnpack::interop::burn_record::burn_train_epochs;
-    let epochs = burn_train_epochs(old).map_err(|e| Failure::of(&e))?;
+pub(crate) fn migrate(old: &Path, new: &Path, kind: &str) -> Result<u8, Failure> {
+    let Some(migration) = burnpack::interop::migration(LAYOUT) else {
+        return Err(Failure::usage(format!(
+            "this bpk was built without the {LAYOUT} migration"
+        )));
+    };
+    let epochs = (migration.epochs)(old).map_err(|e| Failure::of(&e))?;
     if epochs.is_empty() {
         return Err(Failure::file(format!(
             "{}: no model-<epoch> record (a burn-train checkpoint directory holds model-1.mpk.gz, ...)",
@@ -22,7 +39,7 @@ pub(crate) fn migrate(old: &Path, new: &Path, kind: SchedulerKind) -> Result<u8,
     }
     // The scheduler records are small and are what a wrong --scheduler fails on: all read
     // before anything is created.
-    check_burn_train_schedulers(old, kind).map_err(|e| Failure::of(&e))?;
+    (migration.check)(old, kind).map_err(|e| Failure::of(&e))?;
     // The first directory of `new` that is not there yet: what this migration creates, and
     // removes again if it fails.
     let created = new
@@ -31,7 +48,7 @@ pub(crate) fn migrate(old: &Path, new: &Path, kind: SchedulerKind) -> Result<u8,
         .last()
         .map(Path::to_path_buf);
     let mut written = Vec::new();
-    let result = write_epochs(old, new, kind, &epochs, &mut written);
+    let result = write_epochs(migration, (old, new), kind, &epochs, &mut written);
     if result.is_err() {
         undo(new, created.as_deref(), &written);
     }
@@ -40,13 +57,12 @@ pub(crate) fn migrate(old: &Path, new: &Path, kind: SchedulerKind) -> Result<u8,
 
 /// Writes every epoch, pushing each file written onto `written`.
 fn write_epochs(
-    old: &Path,
-    new: &Path,
-    kind: SchedulerKind,
+    migration: &Migration,
+    (old, new): (&Path, &Path),
+    kind: &str,
     epochs: &[u64],
     written: &mut Vec<PathBuf>,
 ) -> Result<u8, Failure> {
-    use burnpack::interop::burn_record::import_legacy_burn_train;
     let manager = burnpack::checkpoint::CheckpointManager::new(new).map_err(Failure::file)?;
     // A checkpoint already there is a user's: never replaced (and so never lost by a
     // migration that fails later).
@@ -66,7 +82,7 @@ fn write_epochs(
     let mut done = Vec::with_capacity(epochs.len());
     for &epoch in epochs {
         let out = manager.path_for(epoch);
-        let size = import_legacy_burn_train(old, epoch, kind, &out).map_err(|e| Failure::of(&e))?;
+        let size = (migration.epoch)(old, epoch, kind, &out).map_err(|e| Failure::of(&e))?;
         written.push(out.clone());
         done.push(format!(
             "{} epoch {epoch} -> {} ({})",

@@ -33,6 +33,8 @@ mod walk;
 
 pub(crate) use container::CONTAINER;
 pub use source::LegacySource;
+#[cfg(feature = "optim")]
+pub(crate) use train::BURN_TRAIN;
 pub use train::{SchedulerKind, burn_train_epochs};
 #[cfg(feature = "optim")]
 pub use train::{check_burn_train_schedulers, import_legacy_burn_train};

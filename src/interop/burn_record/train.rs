@@ -321,3 +321,68 @@ pub fn import_legacy_burn_train(
         reason: e.to_string(),
     })
 }
+
+/// The schedulers by the names `bpk migrate --scheduler` takes, with what each records, in
+/// the order of [`SCHEDULER_KINDS`].
+#[cfg(feature = "optim")]
+const SCHEDULER_NAMES: &[(&str, &str)] = &[
+    (
+        "constant",
+        "ConstantLr (and a plain learning rate): nothing recorded",
+    ),
+    (
+        "exponential",
+        "ExponentialLrScheduler: the previous learning rate",
+    ),
+    (
+        "cosine",
+        "CosineAnnealingLrScheduler: the current iteration",
+    ),
+    ("linear", "LinearLrScheduler: the remaining iterations"),
+    ("step", "StepLrScheduler: the iteration index"),
+    ("noam", "NoamLrScheduler: the step count"),
+];
+
+/// The scheduler of each of [`SCHEDULER_NAMES`].
+#[cfg(feature = "optim")]
+const SCHEDULER_KINDS: [SchedulerKind; 6] = [
+    SchedulerKind::Constant,
+    SchedulerKind::Exponential,
+    SchedulerKind::Cosine,
+    SchedulerKind::Linear,
+    SchedulerKind::Step,
+    SchedulerKind::Noam,
+];
+
+/// The scheduler named `name` (one of [`SCHEDULER_NAMES`]); an unknown name is `dir`'s error.
+#[cfg(feature = "optim")]
+fn scheduler_named(dir: &Path, name: &str) -> Result<SchedulerKind, SourceError> {
+    SCHEDULER_NAMES
+        .iter()
+        .position(|(n, _)| *n == name)
+        .map(|at| SCHEDULER_KINDS[at])
+        .ok_or_else(|| SourceError::Invalid {
+            path: dir.to_path_buf(),
+            reason: format!(
+                "no LR scheduler '{name}' (known: {})",
+                SCHEDULER_NAMES
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })
+}
+
+/// The migration of a burn-train 0.14-0.21 checkpoint directory into one checkpoint per
+/// epoch, as the registry's output side lists it ([`crate::interop::migrations`]).
+#[cfg(feature = "optim")]
+pub(crate) const BURN_TRAIN: crate::interop::Migration = crate::interop::Migration {
+    name: "burn-train",
+    schedulers: SCHEDULER_NAMES,
+    epochs: |dir| burn_train_epochs(dir),
+    check: |dir, scheduler| check_burn_train_schedulers(dir, scheduler_named(dir, scheduler)?),
+    epoch: |dir, epoch, scheduler, out| {
+        import_legacy_burn_train(dir, epoch, scheduler_named(dir, scheduler)?, out)
+    },
+};
