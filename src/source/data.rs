@@ -124,13 +124,13 @@ pub(crate) fn aligned_words(words: Vec<u64>, len: usize, property: AllocationPro
 }
 
 /// A vector's bytes as Burn [`Bytes`] without copying them: pack bytes a program received (a
-/// web page's fetch, a socket) handed to [`PackModule::load_pack_bytes`](crate::PackModule::load_pack_bytes)
+/// web page's fetch, a socket) handed to [`PackModule::load_pack_bytes`](crate::module::PackModule::load_pack_bytes)
 /// or [`ReadOptions::from_bytes`](crate::read::ReadOptions::from_bytes) stay where they are, and
 /// every tensor is a window of them. (Burn's `Bytes::from_bytes_vec` copies the vector into
 /// an allocation of its own.)
 ///
 /// ```
-/// let vec: Vec<u8> = burnpack::Writer::new(vec![]).into_bytes().unwrap().to_vec();
+/// let vec: Vec<u8> = burnpack::write::Writer::new(vec![]).into_bytes().unwrap().to_vec();
 /// let at = vec.as_ptr();
 /// let bytes = burnpack::source::bytes_from_vec(vec);
 /// assert_eq!(bytes.as_ptr(), at);

@@ -10,7 +10,7 @@
 //!
 //! ```
 //! use burnpack::source::{OpenOptions, TensorSource};
-//! let pack = burnpack::Writer::new(vec![]).into_bytes().unwrap();
+//! let pack = burnpack::write::Writer::new(vec![]).into_bytes().unwrap();
 //! let reader = burnpack::read::Reader::from_bytes(pack).unwrap();
 //! assert!(reader.tensors().is_empty());
 //! assert!(OpenOptions::new().key_name().is_none());

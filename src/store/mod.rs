@@ -162,7 +162,7 @@ impl PackStore {
     /// ```
     /// use burn::store::ModuleStore;
     /// // An empty pack, as `include_bytes!` would give one.
-    /// let pack: &'static [u8] = burnpack::Writer::new(vec![]).into_bytes().unwrap().to_vec().leak();
+    /// let pack: &'static [u8] = burnpack::write::Writer::new(vec![]).into_bytes().unwrap().to_vec().leak();
     /// let mut store = burnpack::store::PackStore::from_static(pack);
     /// assert!(store.keys().unwrap().is_empty());
     /// ```
@@ -424,7 +424,7 @@ impl PackStore {
     /// Overwrite and metadata are the store's own settings.
     ///
     /// ```
-    /// use burnpack::SaveOptions;
+    /// use burnpack::module::SaveOptions;
     /// let store = burnpack::store::PackStore::from_file("m.bpk").save_options(SaveOptions::new().threads(2));
     /// ```
     #[must_use]

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use burnpack::WriteError;
-use burnpack::Writer;
 use burnpack::interop::safetensors::{ConvertError, writer_to_safetensors};
 use burnpack::source::{DescribedSource, human_bytes};
+use burnpack::write::WriteError;
+use burnpack::write::Writer;
 
 use crate::open::{is_url, open};
 use crate::progress::Bar;
@@ -177,7 +177,7 @@ fn refuse_onto_input(
 
 /// A pack streamed to object storage as a multipart upload.
 #[cfg(feature = "object-store")]
-fn upload(writer: burnpack::Writer, output: &Path) -> Result<u64, Failure> {
+fn upload(writer: burnpack::write::Writer, output: &Path) -> Result<u64, Failure> {
     use burnpack::interop::object_store::{ObjectLocation, UploadOptions, upload};
     let location = ObjectLocation::parse(&output.to_string_lossy()).map_err(Failure::usage)?;
     upload(writer, &location, &UploadOptions::new()).map_err(|e| Failure::of(&e))
@@ -185,7 +185,7 @@ fn upload(writer: burnpack::Writer, output: &Path) -> Result<u64, Failure> {
 
 /// Without the `object-store` feature, a URL is a usage error saying how to get it.
 #[cfg(not(feature = "object-store"))]
-fn upload(_: burnpack::Writer, output: &Path) -> Result<u64, Failure> {
+fn upload(_: burnpack::write::Writer, output: &Path) -> Result<u64, Failure> {
     Err(Failure::usage(format!(
         "{}: this bpk was built without object storage; install it with \
          `--features cli,object-store`",

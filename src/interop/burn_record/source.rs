@@ -33,7 +33,7 @@ use crate::write::Writer;
 /// use burn::nn::{Linear, LinearConfig};
 /// use burn::tensor::Device;
 /// use burnpack::interop::burn_record::LegacySource;
-/// use burnpack::{LoadOptions, PackModule};
+/// use burnpack::module::{LoadOptions, PackModule};
 ///
 /// #[derive(Module, Debug)]
 /// struct Model { fc: Linear }

@@ -83,7 +83,7 @@ impl GgufSource {
     /// ([`OpenOptions::keep_quantized`]).
     ///
     /// ```no_run
-    /// use burnpack::interop::{OpenOptions, gguf::GgufSource};
+    /// use burnpack::{interop::gguf::GgufSource, source::OpenOptions};
     /// let source = GgufSource::open_with("model-q8_0.gguf", &OpenOptions::new().keep_quantized(true))?;
     /// # Ok::<(), burnpack::source::SourceError>(())
     /// ```

@@ -22,7 +22,7 @@ use crate::source::{
 /// `torch.save` weights as a [`TensorSource`]: one file (zip or legacy), or a sharded
 /// checkpoint through its index JSON. Load a Burn module from it with
 /// [`PackModule::load_from_source`](crate::module::PackModule::load_from_source) and the same
-/// [`LoadOptions`](crate::LoadOptions) as for packs and safetensors (`pytorch(true)` for
+/// [`LoadOptions`](crate::module::LoadOptions) as for packs and safetensors (`pytorch(true)` for
 /// `PyTorch`'s `[out, in]` linear weights and norm names).
 ///
 /// The file is mapped: it must not be truncated or rewritten while the source (or a tensor
@@ -263,7 +263,7 @@ impl PytorchSource {
         self.table.get(name)
     }
 
-    /// A [`Writer`](crate::Writer) of every tensor (non-contiguous views gathered, the rest
+    /// A [`Writer`](crate::write::Writer) of every tensor (non-contiguous views gathered, the rest
     /// windows of the mapping), with the origin as metadata (`pytorch.format`, and
     /// `pytorch.key` when the state dict was under one): `bpk convert model.pt model.bpk`.
     ///
@@ -274,8 +274,8 @@ impl PytorchSource {
     ///
     /// # Errors
     /// A tensor could not be read.
-    pub fn to_writer(&self) -> Result<crate::Writer, ReadError> {
-        let mut writer = crate::Writer::from_source(self)?.metadata(
+    pub fn to_writer(&self) -> Result<crate::write::Writer, ReadError> {
+        let mut writer = crate::write::Writer::from_source(self)?.metadata(
             "pytorch.format",
             format!("{:?}", self.format()).to_lowercase(),
         );

@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use burn::tensor::{Bytes, DType};
-//! use burnpack::{Entry, Writer, interop::safetensors as convert};
+//! use burnpack::{interop::safetensors as convert, write::{Entry, Writer}};
 //! let dir = tempfile::tempdir().unwrap();
 //! let (bpk, st, back) = (dir.path().join("m.bpk"), dir.path().join("m.safetensors"), dir.path().join("back.bpk"));
 //! Writer::new(vec![Entry::resident("w", DType::F32, vec![2], Bytes::from_elems(vec![1.0f32, 2.0]))])
@@ -16,7 +16,7 @@
 //!     .unwrap();
 //! convert::burnpack_to_safetensors(&bpk, &st).unwrap();
 //! convert::safetensors_to_burnpack(&st, &back).unwrap();
-//! let reader = burnpack::Reader::open(&back).unwrap();
+//! let reader = burnpack::read::Reader::open(&back).unwrap();
 //! assert_eq!(&reader.bytes("w").unwrap()[..], &[1.0f32, 2.0].map(f32::to_le_bytes).concat()[..]);
 //! ```
 
@@ -290,7 +290,7 @@ pub fn burnpack_to_safetensors(
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{Entry, Writer, interop::safetensors as convert};
+/// use burnpack::{interop::safetensors as convert, write::{Entry, Writer}};
 /// let dir = tempfile::tempdir().unwrap();
 /// let bpk = dir.path().join("m.bpk");
 /// let entries = (0..3).map(|i| Entry::resident(format!("w{i}"), DType::F32, vec![4], Bytes::from_elems(vec![i as f32; 4])));
@@ -315,7 +315,7 @@ pub fn burnpack_to_safetensors_sharded(
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{Entry, Writer, read::Reader, interop::safetensors as convert};
+/// use burnpack::{interop::safetensors as convert, read::Reader, write::{Entry, Writer}};
 /// let pack = Writer::new(vec![Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32]))])
 ///     .into_bytes()
 ///     .unwrap();
@@ -343,7 +343,7 @@ pub fn source_to_safetensors<S: crate::source::TensorSource + ?Sized>(
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{Entry, Writer, interop::safetensors::writer_to_safetensors};
+/// use burnpack::{interop::safetensors::writer_to_safetensors, write::{Entry, Writer}};
 /// let writer = Writer::new(vec![Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32]))])
 ///     .metadata("general.architecture", "llama");
 /// let dir = tempfile::tempdir().unwrap();
@@ -386,7 +386,7 @@ const PRODUCER_KEY: &str = "producer";
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{Entry, Writer, read::Reader, interop::safetensors as convert};
+/// use burnpack::{interop::safetensors as convert, read::Reader, write::{Entry, Writer}};
 /// let pack = Writer::new(vec![Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32]))])
 ///     .into_bytes()
 ///     .unwrap();

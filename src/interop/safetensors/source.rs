@@ -22,7 +22,7 @@ use crate::source::{
 /// or an index JSON (`model.safetensors.index.json`) whose `weight_map` routes each tensor to
 /// its shard. Load a Burn module from it with
 /// [`PackModule::load_from_source`](crate::module::PackModule::load_from_source) and the same
-/// [`LoadOptions`](crate::LoadOptions) as for packs (strict by default, partial, unused,
+/// [`LoadOptions`](crate::module::LoadOptions) as for packs (strict by default, partial, unused,
 /// filters, renames, dtype policies).
 ///
 /// Every file is mapped once and validated by the `safetensors` crate before anything is read.
