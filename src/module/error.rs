@@ -149,6 +149,7 @@ impl ModuleError {
     /// one way: a read or a write error goes on as that layer's own `Read` or `Write` (through
     /// its `From`), never wrapped twice; only what is the module's own (a mismatch, a refused
     /// option) is wrapped by `module`. The one place where the adapters' errors are nested.
+    #[cfg(any(feature = "optim", feature = "store"))]
     pub(crate) fn lift<E: From<ReadError> + From<WriteError>>(
         self,
         module: impl FnOnce(Self) -> E,

@@ -436,8 +436,7 @@ impl Reader {
     /// Why [`read`](Self::read) copies `info` (see [`TensorSource::copy_reason`]).
     #[must_use]
     pub fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
-        self.source
-            .copy_reason(info.offset(), element_align(info.dtype()))
+        self.source.tensor_copy_reason(info)
     }
 
     /// Tensors that a mapped or in-memory read must copy because their bytes are not aligned

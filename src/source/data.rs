@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use burn::tensor::{AllocationProperty, Bytes};
 
 use super::CopyReason;
+use crate::format::TensorInfo;
 
 /// A tensor's bytes in an owned allocation aligned for any element type (8 bytes).
 struct Aligned {
@@ -484,6 +485,13 @@ impl Source {
                 )
             }
         }
+    }
+
+    /// Why the tensor `info` (its bytes at [`offset`](TensorInfo::offset), aligned for its
+    /// dtype) is served as a copy, or `None` for a zero-copy window: every source's answer for
+    /// a tensor stored as it is.
+    pub(crate) fn tensor_copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
+        self.copy_reason(info.offset(), crate::format::element_align(info.dtype()))
     }
 
     /// Why `start` (an absolute offset) is served as a copy at alignment `align`, or `None`

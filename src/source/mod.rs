@@ -34,6 +34,7 @@ pub use describe::{AsTensorSource, Checksums, DescribedSource, Description, Valu
 pub use error::{ReadError, SourceError, SourceErrorKind};
 pub use options::OpenOptions;
 pub use shards::{InShard, Routing, Sharded, assemble_shards};
+pub(crate) use table::from_table;
 pub use table::{SourceTable, TableBuilder};
 pub(crate) use tensor_source::refuse_withheld;
 pub use tensor_source::{CopyReason, PackSource, TensorSource};

@@ -15,6 +15,7 @@ use super::walk::Walk;
 use super::{METADATA_PREFIX, RecordFormat, RecordMetadata, param_id, record_metadata};
 use crate::format::{Limits, TensorInfo, element_align};
 use crate::source::data::Source;
+use crate::source::from_table;
 use crate::source::{
     CopyReason, Description, ReadError, SourceError, SourceTable, TableBuilder, TensorSource,
 };
@@ -420,13 +421,7 @@ impl Input {
 }
 
 impl TensorSource for LegacySource {
-    fn file(&self) -> &str {
-        &self.file
-    }
-
-    fn tensors(&self) -> &[TensorInfo] {
-        self.table.tensors()
-    }
+    from_table!(file, table);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         self.table.place(info)?;
@@ -475,8 +470,7 @@ impl TensorSource for LegacySource {
             };
             return Some(CopyReason::Decoded { format });
         }
-        self.data
-            .copy_reason(info.offset(), element_align(info.dtype()))
+        self.data.tensor_copy_reason(info)
     }
 }
 

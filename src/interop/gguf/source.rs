@@ -15,6 +15,7 @@ use super::types::GgmlType;
 use super::value::Value;
 use crate::format::{TensorInfo, element_align};
 use crate::source::data::{Source, aligned_words, zeroed_words};
+use crate::source::from_table;
 use crate::source::{
     Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable,
     TensorSource, assemble_shards, human_bytes,
@@ -393,13 +394,7 @@ fn stored_range(
 }
 
 impl TensorSource for GgufSource {
-    fn file(&self) -> &str {
-        &self.file
-    }
-
-    fn tensors(&self) -> &[TensorInfo] {
-        self.table.tensors()
-    }
+    from_table!(file, table);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         let InShard { shard, place } = self.table.place(info)?;

@@ -14,6 +14,7 @@ use super::{PytorchFormat, PytorchOptions, StorageEntry};
 use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::index::ShardIndex;
 use crate::source::data::{Hinted, Source, aligned_bytes};
+use crate::source::from_table;
 use crate::source::{
     Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable,
     TensorSource, assemble_shards,
@@ -333,13 +334,7 @@ impl PytorchSource {
 }
 
 impl TensorSource for PytorchSource {
-    fn file(&self) -> &str {
-        &self.file
-    }
-
-    fn tensors(&self) -> &[TensorInfo] {
-        self.table.tensors()
-    }
+    from_table!(file, table);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         let (i, InShard { shard, place }) = self.table.owner(info)?;
@@ -367,9 +362,7 @@ impl TensorSource for PytorchSource {
         if place.strided.is_some() {
             return Some(CopyReason::Strided);
         }
-        self.shards[*shard]
-            .source
-            .copy_reason(info.offset(), element_align(info.dtype()))
+        self.shards[*shard].source.tensor_copy_reason(info)
     }
 
     /// The CRC-32 the zip archive keeps of the storage `info` views, against that storage's

@@ -13,6 +13,7 @@ use super::{to_burn, withheld_reason};
 use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::index::ShardIndex;
 use crate::source::data::{Hinted, ReadHints, Source};
+use crate::source::from_table;
 use crate::source::{
     CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable, TensorSource,
     Withheld, assemble_shards, human_bytes,
@@ -422,13 +423,7 @@ fn shard(
 }
 
 impl TensorSource for SafetensorsSource {
-    fn file(&self) -> &str {
-        &self.file
-    }
-
-    fn tensors(&self) -> &[TensorInfo] {
-        self.table.tensors()
-    }
+    from_table!(file, table);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         self.read_aligned(info, element_align(info.dtype()))
@@ -476,9 +471,7 @@ impl TensorSource for SafetensorsSource {
 
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
         let shard = self.table.place(info).ok()?.shard;
-        self.shards[shard]
-            .source
-            .copy_reason(info.offset(), element_align(info.dtype()))
+        self.shards[shard].source.tensor_copy_reason(info)
     }
 }
 
