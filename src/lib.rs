@@ -119,7 +119,8 @@
 //!
 //! ```
 //! use burn::tensor::{Bytes, DType};
-//! use burnpack::{read::Reader, write::{Entry, Writer}};
+//! use burnpack::read::Reader;
+//! use burnpack::write::{Entry, Writer};
 //!
 //! let dir = tempfile::tempdir().unwrap();
 //! let path = dir.path().join("model.bpk");

@@ -175,7 +175,8 @@ impl ReadOptions {
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{read::Reader, write::{Entry, Writer}};
+/// use burnpack::read::Reader;
+/// use burnpack::write::{Entry, Writer};
 /// let pack = Writer::new(vec![
 ///     Entry::resident("b", DType::F32, vec![1], Bytes::from_elems(vec![2.0f32])),
 ///     Entry::resident("a", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32])),
@@ -232,7 +233,8 @@ impl Reader {
     /// into memory from elsewhere (the URL it was downloaded from).
     ///
     /// ```
-    /// use burnpack::{read::Reader, write::Writer};
+    /// use burnpack::read::Reader;
+    /// use burnpack::write::Writer;
     /// let pack = Writer::new(Vec::new()).into_bytes().unwrap();
     /// let reader = Reader::from_bytes(pack).unwrap().with_name("s3://models/m.bpk");
     /// assert_eq!(reader.file(), "s3://models/m.bpk");
@@ -358,7 +360,8 @@ impl Reader {
     ///
     /// ```
     /// use burn::tensor::{Bytes, DType};
-    /// use burnpack::{read::Reader, write::{Entry, Writer}};
+    /// use burnpack::read::Reader;
+    /// use burnpack::write::{Entry, Writer};
     /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![2], Bytes::from_bytes_vec(vec![1, 2]))])
     ///     .into_bytes()
     ///     .unwrap();

@@ -139,7 +139,8 @@ impl Entry {
     ///
     /// ```
     /// use burn::tensor::{Bytes, DType};
-    /// use burnpack::{read::Reader, write::{Entry, Writer}};
+    /// use burnpack::read::Reader;
+    /// use burnpack::write::{Entry, Writer};
     /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7])).with_param_id(3)])
     ///     .into_bytes()
     ///     .unwrap();

@@ -36,7 +36,8 @@ use crate::platform::write_all_at;
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{read::Reader, write::{Entry, Writer}};
+/// use burnpack::read::Reader;
+/// use burnpack::write::{Entry, Writer};
 /// let dir = tempfile::tempdir().unwrap();
 /// let path = dir.path().join("pack.bpk");
 /// let entries = vec![Entry::resident("w", DType::F32, vec![2], Bytes::from_elems(vec![1.0f32, 2.0]))];

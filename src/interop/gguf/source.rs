@@ -84,7 +84,8 @@ impl GgufSource {
     /// ([`OpenOptions::keep_quantized`]).
     ///
     /// ```no_run
-    /// use burnpack::{interop::gguf::GgufSource, source::OpenOptions};
+    /// use burnpack::interop::gguf::GgufSource;
+    /// use burnpack::source::OpenOptions;
     /// let source = GgufSource::open_with("model-q8_0.gguf", &OpenOptions::new().keep_quantized(true))?;
     /// # Ok::<(), burnpack::source::SourceError>(())
     /// ```

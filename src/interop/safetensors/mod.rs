@@ -8,7 +8,8 @@
 //!
 //! ```
 //! use burn::tensor::{Bytes, DType};
-//! use burnpack::{interop::safetensors as convert, write::{Entry, Writer}};
+//! use burnpack::interop::safetensors as convert;
+//! use burnpack::write::{Entry, Writer};
 //! let dir = tempfile::tempdir().unwrap();
 //! let (bpk, st, back) = (dir.path().join("m.bpk"), dir.path().join("m.safetensors"), dir.path().join("back.bpk"));
 //! Writer::new(vec![Entry::resident("w", DType::F32, vec![2], Bytes::from_elems(vec![1.0f32, 2.0]))])
@@ -290,7 +291,8 @@ pub fn burnpack_to_safetensors(
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{interop::safetensors as convert, write::{Entry, Writer}};
+/// use burnpack::interop::safetensors as convert;
+/// use burnpack::write::{Entry, Writer};
 /// let dir = tempfile::tempdir().unwrap();
 /// let bpk = dir.path().join("m.bpk");
 /// let entries = (0..3).map(|i| Entry::resident(format!("w{i}"), DType::F32, vec![4], Bytes::from_elems(vec![i as f32; 4])));
@@ -315,7 +317,9 @@ pub fn burnpack_to_safetensors_sharded(
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{interop::safetensors as convert, read::Reader, write::{Entry, Writer}};
+/// use burnpack::interop::safetensors as convert;
+/// use burnpack::read::Reader;
+/// use burnpack::write::{Entry, Writer};
 /// let pack = Writer::new(vec![Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32]))])
 ///     .into_bytes()
 ///     .unwrap();
@@ -343,7 +347,8 @@ pub fn source_to_safetensors<S: crate::source::TensorSource + ?Sized>(
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{interop::safetensors::writer_to_safetensors, write::{Entry, Writer}};
+/// use burnpack::interop::safetensors::writer_to_safetensors;
+/// use burnpack::write::{Entry, Writer};
 /// let writer = Writer::new(vec![Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32]))])
 ///     .metadata("general.architecture", "llama");
 /// let dir = tempfile::tempdir().unwrap();
@@ -386,7 +391,9 @@ const PRODUCER_KEY: &str = "producer";
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{interop::safetensors as convert, read::Reader, write::{Entry, Writer}};
+/// use burnpack::interop::safetensors as convert;
+/// use burnpack::read::Reader;
+/// use burnpack::write::{Entry, Writer};
 /// let pack = Writer::new(vec![Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32]))])
 ///     .into_bytes()
 ///     .unwrap();
