@@ -6,11 +6,11 @@ use std::sync::atomic::AtomicU64;
 
 use burn::tensor::{AllocationProperty, Bytes};
 
-use crate::format::{FormatError, Layout, Limits, OpenError, Scalar, TensorInfo, element_align};
+use crate::format::{FormatError, Layout, Limits, OpenError, Scalar, TensorInfo};
 use crate::platform::read_exact_at;
 use crate::source::ReadError;
 use crate::source::data::{Source, map_file};
-use crate::source::{CopyReason, TensorSource};
+use crate::source::{CopyReason, TensorSource, from_table};
 
 /// How a file's tensor data is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -323,9 +323,7 @@ impl Reader {
     /// [`ReadError::Io`] if a buffered read fails.
     pub fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         self.owned(info)?;
-        self.source
-            .read(info.offset(), info.len(), element_align(info.dtype()))
-            .map_err(|source| ReadError::reading(&self.file, info.name(), &source))
+        self.source.read_tensor(&self.file, info)
     }
 
     /// `info`, when it is one of this pack's tensors ("not mine" otherwise, as every source
@@ -458,13 +456,7 @@ impl super::PackSource for Reader {
 }
 
 impl TensorSource for Reader {
-    fn file(&self) -> &str {
-        &self.file
-    }
-
-    fn tensors(&self) -> &[TensorInfo] {
-        self.layout.tensors()
-    }
+    from_table!(file, layout);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         Reader::read(self, info)

@@ -487,6 +487,22 @@ impl Source {
         }
     }
 
+    /// The bytes of the tensor `info` (at its [`offset`](TensorInfo::offset), aligned for its
+    /// dtype; see [`read`](Self::read)): every source's read of a tensor stored as it is. An
+    /// I/O error names `file` (told only then) and the tensor.
+    pub(crate) fn read_tensor(
+        &self,
+        file: impl std::fmt::Display,
+        info: &TensorInfo,
+    ) -> Result<Bytes, super::ReadError> {
+        self.read(
+            info.offset(),
+            info.len(),
+            crate::format::element_align(info.dtype()),
+        )
+        .map_err(|source| super::ReadError::reading(file.to_string(), info.name(), &source))
+    }
+
     /// Why the tensor `info` (its bytes at [`offset`](TensorInfo::offset), aligned for its
     /// dtype) is served as a copy, or `None` for a zero-copy window: every source's answer for
     /// a tensor stored as it is.

@@ -138,13 +138,14 @@ impl<P> SourceTable<P> {
     }
 }
 
-/// The part of a [`TensorSource`](super::TensorSource) that every source built on a
-/// [`SourceTable`] states the same way, written once: inside its `impl TensorSource`,
-/// `from_table!(file, table);` (the fields holding the name errors use and the table) gives
-/// [`file`](super::TensorSource::file) and [`tensors`](super::TensorSource::tensors) (the
-/// table's rows); [`tensor`](super::TensorSource::tensor) (a lookup in those rows) and
-/// [`check`](super::TensorSource::check) are the trait's own. The source states only what differs: how a place is read, why it is a
-/// copy, what it withholds or prefetches.
+/// The part of a [`TensorSource`](super::TensorSource) that every source states the same way,
+/// written once: inside its `impl TensorSource`, `from_table!(file, table);` (the fields
+/// holding the name errors use and the sorted rows: a [`SourceTable`], or a pack's
+/// [`Layout`](crate::format::Layout)) gives [`file`](super::TensorSource::file) and
+/// [`tensors`](super::TensorSource::tensors); [`tensor`](super::TensorSource::tensor) (a
+/// lookup in those rows) and [`check`](super::TensorSource::check) are the trait's own. The
+/// source states only what differs: how a tensor is read, why it is a copy, what it withholds
+/// or prefetches.
 macro_rules! from_table {
     ($file:ident, $table:ident) => {
         fn file(&self) -> &str {

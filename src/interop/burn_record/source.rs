@@ -13,7 +13,7 @@ use super::dtype::tensor_dtype;
 use super::node::{self, Found, Payload};
 use super::walk::Walk;
 use super::{METADATA_PREFIX, RecordFormat, RecordMetadata, param_id, record_metadata};
-use crate::format::{Limits, TensorInfo, element_align};
+use crate::format::{Limits, TensorInfo};
 use crate::source::data::Source;
 use crate::source::from_table;
 use crate::source::{
@@ -425,14 +425,11 @@ impl TensorSource for LegacySource {
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         self.table.place(info)?;
-        let align = element_align(info.dtype());
         let (source, window_of_file) = match &self.unaligned {
-            Some(file) if self.data.copy_reason(info.offset(), align).is_some() => (file, false),
+            Some(file) if self.data.tensor_copy_reason(info).is_some() => (file, false),
             unaligned => (&self.data, unaligned.is_some()),
         };
-        let bytes = source
-            .read(info.offset(), info.len(), align)
-            .map_err(|source| ReadError::reading(&self.file, info.name(), &source))?;
+        let bytes = source.read_tensor(&self.file, info)?;
         // A window of a mapped file is read in now, with the kernel's readahead through the
         // mapping (`MADV_POPULATE_READ`): the load's workers read the tensors in its order,
         // windows and copies alike, so a cold load reads the file in one stream and returns

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use super::file::{Shard, open_bytes, open_file};
 use super::views::{Placed, Strided, element_size, gather_into};
 use super::{PytorchFormat, PytorchOptions, StorageEntry};
-use crate::format::{Limits, TensorInfo, element_align};
+use crate::format::{Limits, TensorInfo};
 use crate::interop::index::ShardIndex;
 use crate::source::data::{Hinted, Source, aligned_bytes};
 use crate::source::from_table;
@@ -339,10 +339,10 @@ impl TensorSource for PytorchSource {
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         let (i, InShard { shard, place }) = self.table.owner(info)?;
         match &place.strided {
-            None => self.shards[*shard]
-                .source
-                .read(info.offset(), info.len(), element_align(info.dtype()))
-                .map_err(self.io_error(*shard, info)),
+            None => {
+                let shard = &self.shards[*shard];
+                shard.source.read_tensor(shard.path.display(), info)
+            }
             Some(strided) => {
                 let ready = self
                     .gathered
