@@ -312,11 +312,12 @@ fn phases(
         for (r, prefix) in [(&reader, "optim."), (&sched_reader, "scheduler.")] {
             for info in r.tensors_by_position() {
                 all.push(
-                    burnpack::Entry::from_stored(info, r.read(info).unwrap()).prefixed(prefix),
+                    burnpack::write::Entry::from_stored(info, r.read(info).unwrap())
+                        .prefixed(prefix),
                 );
             }
         }
-        let writer = burnpack::Writer::new(all);
+        let writer = burnpack::write::Writer::new(all);
         marks.push(mark());
         writer
             .write_to_file(dir.join(format!("phases-{run}.bpk")))

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use burn::tensor::{AllocationProperty, Bytes, DType};
 use burnpack::read::{ReadMode, ReadOptions};
-use burnpack::{Entry, Writer};
+use burnpack::write::{Entry, Writer};
 
 const TENSOR_MIB: usize = 16;
 
@@ -226,7 +226,7 @@ fn main() {
                 .fold(0, u64::wrapping_add)
         });
         read("burnpack Reader::open (mmap)", &|| {
-            let reader = burnpack::Reader::open(&path).unwrap();
+            let reader = burnpack::read::Reader::open(&path).unwrap();
             reader
                 .tensors()
                 .iter()
@@ -274,7 +274,7 @@ fn main() {
 /// filled with `Writer::write_into`, flushed and fsynced, then renamed into place as the
 /// atomic writer does. It lives here, not in the library: a mapping turns a full disk or a
 /// truncated file into `SIGBUS`, which is why the library writes with positional writes.
-fn mapped_write(writer: burnpack::Writer, path: &Path) {
+fn mapped_write(writer: burnpack::write::Writer, path: &Path) {
     use std::os::fd::AsRawFd;
     let size = writer.size().unwrap();
     let scratch = path.with_extension("mapped-tmp");

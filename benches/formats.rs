@@ -50,7 +50,7 @@ use burn_store::{BurnpackStore, ModuleSnapshot, PytorchStore, SafetensorsStore};
 use burnpack::interop::burn_record::LegacySource;
 use burnpack::interop::pytorch::PytorchSource;
 use burnpack::interop::safetensors::{SafetensorsSource, save_safetensors};
-use burnpack::{LoadOptions, PackModule};
+use burnpack::module::{LoadOptions, PackModule};
 use common::{Stack, stack};
 
 /// The model's tensors as `torch.save` writes them: `[out, in]` weights; with `views`, a

@@ -25,7 +25,7 @@ use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::Device;
 use burnpack::interop::burn_record::LegacySource;
-use burnpack::{LoadOptions, PackModule};
+use burnpack::module::{LoadOptions, PackModule};
 
 #[derive(Module, Debug)]
 struct Stack {

@@ -40,7 +40,7 @@ use burnpack::interop::safetensors::{
 use burnpack::module::{PackModule, SaveOptions};
 use burnpack::store::PackStore;
 use burnpack::write::WriteOptions;
-use burnpack::{WriteMode, Writer};
+use burnpack::write::{WriteMode, Writer};
 
 #[derive(Module, Debug)]
 struct Stack {
@@ -221,7 +221,7 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                 "burnpack-buffered" => target
                     .load_pack_with(
                         file(dir, size, "burnpack.bpk"),
-                        &burnpack::LoadOptions::new().buffered(true),
+                        &burnpack::module::LoadOptions::new().buffered(true),
                     )
                     .unwrap(),
                 "sequential-read" => {
@@ -252,7 +252,7 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                     };
                     let source = SafetensorsSource::open(file(dir, size, name)).unwrap();
                     target
-                        .load_from_source(&source, &burnpack::LoadOptions::new())
+                        .load_from_source(&source, &burnpack::module::LoadOptions::new())
                         .unwrap()
                 }
                 "safetensors-pytorch" => {
@@ -260,7 +260,10 @@ fn child(op: &str, who: &str, size: &str, dir: &Path) {
                     let source =
                         SafetensorsSource::open(file(dir, size, "pytorch.safetensors")).unwrap();
                     target
-                        .load_from_source(&source, &burnpack::LoadOptions::new().pytorch(true))
+                        .load_from_source(
+                            &source,
+                            &burnpack::module::LoadOptions::new().pytorch(true),
+                        )
                         .unwrap()
                 }
                 "safetensors-store-pytorch" | "pack-store-pytorch" => {

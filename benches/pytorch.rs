@@ -38,7 +38,7 @@ use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use burn_store::{ModuleSnapshot, PytorchStore};
 use burnpack::interop::pytorch::PytorchSource;
-use burnpack::{LoadOptions, PackModule};
+use burnpack::module::{LoadOptions, PackModule};
 use common::stack;
 
 /// `layers` PyTorch `nn.Linear(1024, 1024)` state: `layers.{i}.weight` `[out, in]` and

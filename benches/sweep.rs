@@ -38,7 +38,8 @@ use burn::module::Module;
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::{Bytes, DType, Device};
 use burnpack::interop::safetensors::safetensors_to_burnpack;
-use burnpack::{Entry, PackModule, Writer};
+use burnpack::module::PackModule;
+use burnpack::write::{Entry, Writer};
 
 const WIDTH: usize = 4096;
 const LAYER_BYTES: u64 = (WIDTH * WIDTH * 4) as u64;

@@ -6,7 +6,8 @@
 use std::time::Instant;
 
 use burn::tensor::{Bytes, DType};
-use burnpack::{Entry, Writer, read::Reader};
+use burnpack::read::Reader;
+use burnpack::write::{Entry, Writer};
 
 fn values(layer: usize, n: usize) -> Vec<f32> {
     (0..n)

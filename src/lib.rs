@@ -7,24 +7,24 @@
 //!
 //! # Save and load a module
 //!
-//! [`PackModule`] is implemented for every Burn [`Module`](burn::module::Module).
-//! [`save_pack`](PackModule::save_pack) writes a scratch file, fsyncs it and renames it over
-//! the destination; [`load_pack`](PackModule::load_pack) maps the file and loads it into a
+//! [`PackModule`](module::PackModule) is implemented for every Burn [`Module`](burn::module::Module).
+//! [`save_pack`](module::PackModule::save_pack) writes a scratch file, fsyncs it and renames it over
+//! the destination; [`load_pack`](module::PackModule::load_pack) maps the file and loads it into a
 //! fresh instance, strictly (every missing, unused or mis-shaped parameter is reported at
-//! once). [`save_pack_with`](PackModule::save_pack_with) and
-//! [`load_pack_with`](PackModule::load_pack_with) take [`SaveOptions`] and [`LoadOptions`].
+//! once). [`save_pack_with`](module::PackModule::save_pack_with) and
+//! [`load_pack_with`](module::PackModule::load_pack_with) take [`SaveOptions`](module::SaveOptions) and [`LoadOptions`](module::LoadOptions).
 //!
 //! ```no_run
 //! use burn::module::{Module, Param};
 //! use burn::tensor::{Device, Tensor};
-//! use burnpack::PackModule;
+//! use burnpack::module::PackModule;
 //!
 //! #[derive(Module, Debug)]
 //! struct Net {
 //!     w: Param<Tensor<2>>,
 //! }
 //!
-//! # fn main() -> Result<(), burnpack::ModuleError> {
+//! # fn main() -> Result<(), burnpack::module::ModuleError> {
 //! let device = Device::flex();
 //! let net = Net { w: Param::from_data([[1.0, 2.0], [3.0, 4.0]], &device) };
 //! net.save_pack("net.bpk")?;
@@ -76,9 +76,9 @@
 //!
 //! | you used | here |
 //! |---|---|
-//! | `model.save_file(path)` / `model.load_file(path)` (Burn 0.22) | [`model.save_pack(path)`](PackModule::save_pack) / [`model.load_pack(path)`](PackModule::load_pack); the files are the same format both ways |
+//! | `model.save_file(path)` / `model.load_file(path)` (Burn 0.22) | [`model.save_pack(path)`](module::PackModule::save_pack) / [`model.load_pack(path)`](module::PackModule::load_pack); the files are the same format both ways |
 //! | burn-store `BurnpackStore::from_file(path)` with `save_into` / `load_from` | `store::PackStore::from_file(path)`, same calls (feature `store`) |
-//! | burn-store `SafetensorsStore::from_file(path)` with `load_from` | `interop::safetensors::SafetensorsSource::open(path)?`, then [`load_from_source`](PackModule::load_from_source)`(&source, &LoadOptions::new())`; [`LoadOptions::pytorch`]`(true)` where `PyTorchToBurnAdapter` was given |
+//! | burn-store `SafetensorsStore::from_file(path)` with `load_from` | `interop::safetensors::SafetensorsSource::open(path)?`, then [`load_from_source`](module::PackModule::load_from_source)`(&source, &LoadOptions::new())`; [`LoadOptions::pytorch`](module::LoadOptions::pytorch)`(true)` where `PyTorchToBurnAdapter` was given |
 //! | `SafetensorsStore` with `save_into` | `interop::safetensors::save_safetensors(&model, path, None)` |
 //! | burn-store `PytorchStore::from_file(path)` (`with_top_level_key(k)`) | `interop::pytorch::PytorchSource::open(path)?` (`open_with(path, &OpenOptions::new().key(k))`), then `load_from_source(&source, &LoadOptions::new().pytorch(true))` |
 //! | `NamedMpkFileRecorder`, `NamedMpkGzFileRecorder`, `PrettyJsonFileRecorder`, `JsonGzFileRecorder` (Burn 0.14-0.21; gone in 0.22) | `interop::burn_record::LegacySource::open(path)?`, then `load_from_source(&source, &LoadOptions::new())`; or `bpk convert model.mpk model.bpk` once |
@@ -97,7 +97,7 @@
 //!
 //! # Modules
 //!
-//! - [`module`]: the Burn adapter ([`PackModule`]: save a module, load a pack or any
+//! - [`module`]: the Burn adapter ([`PackModule`](module::PackModule): save a module, load a pack or any
 //!   [`TensorSource`](read::TensorSource) into one); [`checkpoint`]: training checkpoints.
 //! - [`interop`]: other containers, each a `TensorSource`: `safetensors` (one file or shards
 //!   with an index; conversions both ways; feature `safetensors`, default), `pytorch`
@@ -115,11 +115,12 @@
 //! - [`write`](mod@write): plan a layout from lengths, then write resident or deferred entries in
 //!   parallel into their 256-byte aligned slots, atomically or in place.
 //!
-//! Tensors without a module, through the low-level [`Writer`] and [`Reader`]:
+//! Tensors without a module, through the low-level [`write::Writer`] and [`read::Reader`]:
 //!
 //! ```
 //! use burn::tensor::{Bytes, DType};
-//! use burnpack::{Entry, Writer, read::Reader};
+//! use burnpack::read::Reader;
+//! use burnpack::write::{Entry, Writer};
 //!
 //! let dir = tempfile::tempdir().unwrap();
 //! let path = dir.path().join("model.bpk");
@@ -186,26 +187,36 @@ pub mod write;
 #[deprecated(since = "0.1.0", note = "use burnpack::interop::safetensors")]
 pub mod convert;
 
+// One public path per item: the public modules. These root shortcuts are the paths of earlier
+// releases, kept (hidden from the docs) for compatibility; the crate's own code, its docs and
+// examples name the modules (`burnpack::write::Writer`, `burnpack::module::PackModule`).
+#[doc(hidden)]
 pub use format::{Limits, PackSlice, Scalar};
 #[cfg(feature = "std")]
+#[doc(hidden)]
 pub use module::{LoadOptions, ModuleError, PackModule, SaveOptions};
 #[cfg(feature = "std")]
-pub use read::{ReadError, Reader};
+#[doc(hidden)]
+pub use read::Reader;
 #[cfg(feature = "std")]
+#[doc(hidden)]
+pub use source::ReadError;
+#[cfg(feature = "std")]
+#[doc(hidden)]
 pub use write::{Entry, WriteError, WriteMode, Writer};
 
 /// A pack compiled into the program, aligned for zero-copy loading: `include_bytes!` of `path`
 /// (relative to the file that calls the macro, as `include_bytes!` reads it) placed at a
 /// 256-byte boundary, as a `&'static [u8]`. `include_bytes!` alone guarantees no alignment, and
 /// a tensor whose bytes are not aligned for its element type cannot be a view of them; with
-/// this macro, [`PackModule::load_pack_static`] loads every tensor as a view of the program's
+/// this macro, [`PackModule::load_pack_static`](module::PackModule::load_pack_static) loads every tensor as a view of the program's
 /// own memory, on every target (WebAssembly and `no_std` ones included).
 ///
 /// ```
 /// // The path is relative to the file that calls the macro (here, this crate's `src/lib.rs`).
 /// static MODEL: &[u8] = burnpack::include_pack!("../tools/web-tests/tiny.bpk");
 /// assert_eq!(MODEL.as_ptr() as usize % 256, 0);
-/// let pack = burnpack::format::PackSlice::new(MODEL, &burnpack::Limits::default()).unwrap();
+/// let pack = burnpack::format::PackSlice::new(MODEL, &burnpack::format::Limits::default()).unwrap();
 /// assert!(pack.tensor("scale").is_some());
 /// // With `std`: `model.load_pack_static(MODEL, &LoadOptions::new())`, every tensor a view.
 /// ```

@@ -515,3 +515,31 @@ fn pack_store_files_name_the_producer_and_every_flip_is_detected() {
     model.save_into(&mut bytes).unwrap();
     common::assert_written_here("PackStore::from_bytes", &bytes.get_bytes().unwrap());
 }
+
+#[test]
+fn overwrite_is_one_knob_that_save_options_do_not_turn_on() {
+    use burnpack::module::SaveOptions;
+    let device = device();
+    let model = trained(&device);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("once.bpk");
+    model.save_into(&mut PackStore::from_file(&path)).unwrap();
+    // Options that would overwrite do not: the store's knob is off until it is turned on.
+    let err = model
+        .save_into(
+            &mut PackStore::from_file(&path).save_options(SaveOptions::new().overwrite(true)),
+        )
+        .unwrap_err();
+    assert!(matches!(err, StoreError::AlreadyExists(_)), "{err}");
+    // Turned on, before or after the save options, it holds.
+    for mut store in [
+        PackStore::from_file(&path)
+            .overwrite(true)
+            .save_options(SaveOptions::new().threads(1)),
+        PackStore::from_file(&path)
+            .save_options(SaveOptions::new().threads(1))
+            .overwrite(true),
+    ] {
+        model.save_into(&mut store).unwrap();
+    }
+}

@@ -8,7 +8,7 @@ use super::namespace::{KIND, KIND_KEY};
 use super::refs::{self, DATA_KIND, INCREMENTAL_KEY, REFS_KEY, Ref};
 use super::storage::Storage;
 use crate::format::{Layout, TensorInfo};
-use crate::source::{CopyReason, PackSource, ReadError, TensorSource};
+use crate::source::{CopyReason, PackSource, ReadError, TensorSource, from_table};
 
 /// The tensors of an incremental checkpoint, each where a data file holds it: a
 /// [`PackSource`] like a whole checkpoint's, for loading, verifying and converting. Opened by
@@ -382,13 +382,7 @@ fn checked_references<S: PackSource>(
 }
 
 impl<S: PackSource> TensorSource for Chain<S> {
-    fn file(&self) -> &str {
-        &self.file
-    }
-
-    fn tensors(&self) -> &[TensorInfo] {
-        self.layout.tensors()
-    }
+    from_table!(file, layout);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         let target = self.target(info)?;

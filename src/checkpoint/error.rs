@@ -22,9 +22,10 @@ pub enum CheckpointError {
     /// The checkpoint could not be written.
     #[error(transparent)]
     Write(#[from] WriteError),
-    /// The model part does not match the model.
+    /// The model part does not match the model. A read or write error of the model part is
+    /// [`Read`](Self::Read) or [`Write`](Self::Write), never this.
     #[error(transparent)]
-    Module(#[from] ModuleError),
+    Module(ModuleError),
     /// The file is a valid pack but not a checkpoint written by this crate.
     #[error("{file}: not a burnpack checkpoint (metadata 'burnpack.kind' is {found:?})")]
     NotACheckpoint {
@@ -112,6 +113,12 @@ fn list_skipped(skipped: &[Skipped]) -> String {
     text.join("; ")
 }
 
+impl From<ModuleError> for CheckpointError {
+    fn from(e: ModuleError) -> Self {
+        e.lift(Self::Module)
+    }
+}
+
 impl CheckpointError {
     /// A Burn record refused to serialize or restore, in `context`.
     pub(crate) fn record(context: &str, e: &impl std::fmt::Display) -> Self {
@@ -138,5 +145,26 @@ pub struct Skipped {
 impl std::fmt::Display for Skipped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "step {} ({}): {}", self.step, self.location, self.error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_error_of_the_model_part_is_a_read_error_of_the_checkpoint() {
+        let read = ReadError::NotFound {
+            file: "ckpt.bpk".into(),
+            tensor: "model.w".into(),
+        };
+        let err = CheckpointError::from(ModuleError::Read(read));
+        assert!(matches!(err, CheckpointError::Read(_)), "{err:?}");
+        let mismatch = ModuleError::Option {
+            option: "limits",
+            reason: "is not honoured".into(),
+        };
+        let err = CheckpointError::from(mismatch);
+        assert!(matches!(err, CheckpointError::Module(_)), "{err:?}");
     }
 }

@@ -69,7 +69,7 @@ impl Manager<Directory> {
     }
 
     /// Removes scratch files (`.<name>.<pid>-<n>-<nanos>.bpk-tmp`) whose writer is gone:
-    /// nobody holds their lock (see [`Writer::write_to_file`](crate::Writer::write_to_file)).
+    /// nobody holds their lock (see [`Writer::write_to_file`](crate::write::Writer::write_to_file)).
     /// A live writer's file is left alone, whatever process namespace, container or host it
     /// writes from. Returns how many were removed.
     ///

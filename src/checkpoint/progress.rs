@@ -9,7 +9,7 @@ use crate::format::Scalar;
 /// ```
 /// use burnpack::checkpoint::Progress;
 /// let p = Progress::new(2, 500).with("val_loss", 0.31).with("seed", 42u64);
-/// assert_eq!(p.scalars["seed"], burnpack::Scalar::UInt(42));
+/// assert_eq!(p.scalars["seed"], burnpack::format::Scalar::UInt(42));
 /// ```
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Progress {

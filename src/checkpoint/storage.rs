@@ -22,7 +22,7 @@ use crate::write::Writer;
 /// use burn::tensor::{Bytes, Device, Tensor};
 /// use burnpack::checkpoint::{CheckpointError, Manager, Progress, Storage, TrainingState};
 /// use burnpack::read::Reader;
-/// use burnpack::Writer;
+/// use burnpack::write::Writer;
 ///
 /// #[derive(Clone, Default)]
 /// struct Memory(Arc<Mutex<BTreeMap<String, Vec<u8>>>>);

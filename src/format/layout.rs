@@ -74,7 +74,7 @@ pub enum OpenError<E> {
 ///
 /// ```
 /// use burnpack::format::{Layout, Limits};
-/// let bytes = burnpack::Writer::new(vec![]).metadata("k", "v").into_bytes().unwrap();
+/// let bytes = burnpack::write::Writer::new(vec![]).metadata("k", "v").into_bytes().unwrap();
 /// let layout = Layout::from_bytes(&bytes, &Limits::default()).unwrap();
 /// assert_eq!(layout.metadata()["k"], "v");
 /// assert_eq!(layout.tensors().len(), 0);
@@ -162,7 +162,7 @@ impl Layout {
     /// ```
     /// use std::borrow::Cow;
     /// use burnpack::format::{Layout, Limits};
-    /// let file = burnpack::Writer::new(vec![]).metadata("k", "v").into_bytes().unwrap();
+    /// let file = burnpack::write::Writer::new(vec![]).metadata("k", "v").into_bytes().unwrap();
     /// let mut asked = Vec::new();
     /// let layout = Layout::read(&Limits::default(), |range| {
     ///     asked.push(range.clone());
@@ -409,7 +409,7 @@ impl Layout {
     ///
     /// ```
     /// use burnpack::format::{Layout, Limits, NAMESPACE_KEY};
-    /// let bytes = burnpack::Writer::new(vec![]).metadata(NAMESPACE_KEY, "model.").into_bytes().unwrap();
+    /// let bytes = burnpack::write::Writer::new(vec![]).metadata(NAMESPACE_KEY, "model.").into_bytes().unwrap();
     /// assert_eq!(Layout::from_bytes(&bytes, &Limits::default()).unwrap().namespace(), Some("model."));
     /// ```
     #[must_use]
@@ -427,7 +427,7 @@ impl Layout {
     ///
     /// ```
     /// use burnpack::format::{Layout, Limits};
-    /// let bytes = burnpack::Writer::new(vec![]).into_bytes().unwrap();
+    /// let bytes = burnpack::write::Writer::new(vec![]).into_bytes().unwrap();
     /// let layout = Layout::from_bytes(&bytes, &Limits::default()).unwrap();
     /// assert!(layout.extras().unknown_keys.is_empty());
     /// ```
@@ -452,7 +452,7 @@ impl Layout {
     ///
     /// ```
     /// use burnpack::format::{Layout, Limits};
-    /// let bytes = burnpack::Writer::new(vec![]).into_bytes().unwrap();
+    /// let bytes = burnpack::write::Writer::new(vec![]).into_bytes().unwrap();
     /// let layout = Layout::from_bytes(&bytes, &Limits::default()).unwrap();
     /// assert_eq!(layout.check_extras().unwrap(), Vec::<String>::new());
     /// ```
@@ -500,7 +500,7 @@ impl Layout {
     ///
     /// ```
     /// use burnpack::format::{FormatError, Layout, Limits};
-    /// let bytes = burnpack::Writer::new(vec![])
+    /// let bytes = burnpack::write::Writer::new(vec![])
     ///     .metadata("producer", "burnpack 0.1.0")
     ///     .checksums(false)
     ///     .into_bytes()

@@ -17,7 +17,7 @@ use super::{FormatError, Layout, Limits, TensorInfo, checksum};
 ///
 /// ```
 /// use burnpack::format::{Limits, PackSlice};
-/// # let pack = burnpack::Writer::new(vec![burnpack::Entry::resident(
+/// # let pack = burnpack::write::Writer::new(vec![burnpack::write::Entry::resident(
 /// #     "w", burn::tensor::DType::F32, vec![2], burn::tensor::Bytes::from_elems(vec![1.0f32, 2.0]),
 /// # )]).into_bytes().unwrap();
 /// let pack = PackSlice::new(&pack, &Limits::default())?;

@@ -17,7 +17,8 @@ use super::table::{Dims, Name, Names, Row};
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{Entry, Writer, read::Reader};
+/// use burnpack::read::Reader;
+/// use burnpack::write::{Entry, Writer};
 /// let bytes = Writer::new(vec![Entry::resident("w", DType::U8, vec![3], Bytes::from_bytes_vec(vec![1, 2, 3]))])
 ///     .into_bytes()
 ///     .unwrap();

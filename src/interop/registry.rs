@@ -159,7 +159,7 @@ fn open_index(
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{Entry, Writer};
+/// use burnpack::write::{Entry, Writer};
 /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7]))])
 ///     .into_bytes()
 ///     .unwrap();

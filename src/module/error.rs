@@ -144,6 +144,24 @@ impl std::fmt::Display for Mismatch {
     }
 }
 
+impl ModuleError {
+    /// This error as the error of a layer above the module's (a checkpoint's, the store's),
+    /// one way: a read or a write error goes on as that layer's own `Read` or `Write` (through
+    /// its `From`), never wrapped twice; only what is the module's own (a mismatch, a refused
+    /// option) is wrapped by `module`. The one place where the adapters' errors are nested.
+    #[cfg(any(feature = "optim", feature = "store"))]
+    pub(crate) fn lift<E: From<ReadError> + From<WriteError>>(
+        self,
+        module: impl FnOnce(Self) -> E,
+    ) -> E {
+        match self {
+            Self::Read(e) => e.into(),
+            Self::Write(e) => e.into(),
+            e => module(e),
+        }
+    }
+}
+
 /// Why saving or loading a module failed.
 ///
 /// ```

@@ -54,6 +54,8 @@ pub use report::{Copied, LoadReport};
 use crate::source::TensorSource;
 use crate::write::{Entry, Writer};
 
+/// Moved to [`crate::format::PRODUCER`] (its one path); this one stays one release.
+#[doc(hidden)]
 pub use crate::format::PRODUCER;
 
 /// Save and load for every Burn [`Module`]. Names differ from Burn's own `save_file` /

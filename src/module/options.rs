@@ -19,7 +19,7 @@ use crate::write::WriteOptions;
 /// ```
 /// use burnpack::module::SaveOptions;
 /// use burnpack::write::WriteOptions;
-/// use burnpack::WriteMode;
+/// use burnpack::write::WriteMode;
 /// let options = SaveOptions::new()
 ///     .metadata("model", "mlp")
 ///     .scalar("epoch", 3u32)
@@ -272,7 +272,7 @@ impl LoadOptions {
     /// use burn::tensor::{Bytes, DType, Device};
     /// use burnpack::module::{LoadOptions, PackModule};
     /// use burnpack::read::Reader;
-    /// use burnpack::{Entry, Writer};
+    /// use burnpack::write::{Entry, Writer};
     ///
     /// // PyTorch's nn.Linear(3, 2): weight [out, in] = [2, 3].
     /// let weight = Bytes::from_elems(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]);
@@ -320,7 +320,7 @@ impl LoadOptions {
     /// use burnpack::module::{LoadOptions, PackModule};
     /// use burnpack::read::Reader;
     /// use burnpack::source::CopyReason;
-    /// use burnpack::{Entry, Writer};
+    /// use burnpack::write::{Entry, Writer};
     ///
     /// // PyTorch's nn.Linear(3, 2): weight [out, in] = [2, 3].
     /// let weight = Bytes::from_elems(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]);

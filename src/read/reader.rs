@@ -5,11 +5,11 @@ use std::path::Path;
 
 use burn::tensor::{AllocationProperty, Bytes};
 
-use crate::format::{FormatError, Layout, Limits, OpenError, Scalar, TensorInfo, element_align};
+use crate::format::{FormatError, Layout, Limits, OpenError, Scalar, TensorInfo};
 use crate::platform::read_exact_at;
 use crate::source::ReadError;
 use crate::source::data::{Source, file_data};
-use crate::source::{CopyReason, TensorSource};
+use crate::source::{CopyReason, TensorSource, from_table};
 
 /// How a file's tensor data is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -182,7 +182,8 @@ impl ReadOptions {
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{Entry, Writer, read::Reader};
+/// use burnpack::read::Reader;
+/// use burnpack::write::{Entry, Writer};
 /// let pack = Writer::new(vec![
 ///     Entry::resident("b", DType::F32, vec![1], Bytes::from_elems(vec![2.0f32])),
 ///     Entry::resident("a", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32])),
@@ -239,7 +240,8 @@ impl Reader {
     /// into memory from elsewhere (the URL it was downloaded from).
     ///
     /// ```
-    /// use burnpack::{Writer, read::Reader};
+    /// use burnpack::read::Reader;
+    /// use burnpack::write::Writer;
     /// let pack = Writer::new(Vec::new()).into_bytes().unwrap();
     /// let reader = Reader::from_bytes(pack).unwrap().with_name("s3://models/m.bpk");
     /// assert_eq!(reader.file(), "s3://models/m.bpk");
@@ -328,9 +330,7 @@ impl Reader {
     /// [`ReadError::Io`] if a buffered read fails.
     pub fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         self.owned(info)?;
-        self.source
-            .read(info.offset(), info.len(), element_align(info.dtype()))
-            .map_err(|source| ReadError::reading(&self.file, info.name(), &source))
+        self.source.read_tensor(&self.file, info)
     }
 
     /// `info`, when it is one of this pack's tensors ("not mine" otherwise, as every source
@@ -365,7 +365,8 @@ impl Reader {
     ///
     /// ```
     /// use burn::tensor::{Bytes, DType};
-    /// use burnpack::{Entry, Writer, read::Reader};
+    /// use burnpack::read::Reader;
+    /// use burnpack::write::{Entry, Writer};
     /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![2], Bytes::from_bytes_vec(vec![1, 2]))])
     ///     .into_bytes()
     ///     .unwrap();
@@ -443,8 +444,7 @@ impl Reader {
     /// Why [`read`](Self::read) copies `info` (see [`TensorSource::copy_reason`]).
     #[must_use]
     pub fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
-        self.source
-            .copy_reason(info.offset(), element_align(info.dtype()))
+        self.source.tensor_copy_reason(info)
     }
 
     /// Tensors that a mapped or in-memory read must copy because their bytes are not aligned
@@ -463,13 +463,7 @@ impl super::PackSource for Reader {
 }
 
 impl TensorSource for Reader {
-    fn file(&self) -> &str {
-        &self.file
-    }
-
-    fn tensors(&self) -> &[TensorInfo] {
-        self.layout.tensors()
-    }
+    from_table!(file, layout);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         Reader::read(self, info)

@@ -22,7 +22,7 @@ use crate::format::TensorInfo;
 /// use burn::tensor::{Bytes, DType};
 /// use burnpack::read::Reader;
 /// use burnpack::source::assert_source_contract;
-/// use burnpack::{Entry, Writer};
+/// use burnpack::write::{Entry, Writer};
 /// let pack = Writer::new(vec![
 ///     Entry::resident("b", DType::F32, vec![2], Bytes::from_elems(vec![1.0f32, 2.0])),
 ///     Entry::resident("a", DType::U8, vec![3], Bytes::from_bytes_vec(vec![1, 2, 3])),

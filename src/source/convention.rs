@@ -190,7 +190,7 @@ pub enum DimOrder {
 /// use burnpack::module::{LoadOptions, PackModule};
 /// use burnpack::source::Convention;
 /// use burnpack::read::Reader;
-/// use burnpack::{Entry, Writer};
+/// use burnpack::write::{Entry, Writer};
 ///
 /// #[derive(Debug)]
 /// struct Prefixed;

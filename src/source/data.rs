@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use burn::tensor::{AllocationProperty, Bytes};
 
 use super::CopyReason;
+use crate::format::TensorInfo;
 
 /// A tensor's bytes in an owned allocation aligned for any element type (8 bytes).
 struct Aligned {
@@ -124,13 +125,13 @@ pub(crate) fn aligned_words(words: Vec<u64>, len: usize, property: AllocationPro
 }
 
 /// A vector's bytes as Burn [`Bytes`] without copying them: pack bytes a program received (a
-/// web page's fetch, a socket) handed to [`PackModule::load_pack_bytes`](crate::PackModule::load_pack_bytes)
+/// web page's fetch, a socket) handed to [`PackModule::load_pack_bytes`](crate::module::PackModule::load_pack_bytes)
 /// or [`ReadOptions::from_bytes`](crate::read::ReadOptions::from_bytes) stay where they are, and
 /// every tensor is a window of them. (Burn's `Bytes::from_bytes_vec` copies the vector into
 /// an allocation of its own.)
 ///
 /// ```
-/// let vec: Vec<u8> = burnpack::Writer::new(vec![]).into_bytes().unwrap().to_vec();
+/// let vec: Vec<u8> = burnpack::write::Writer::new(vec![]).into_bytes().unwrap().to_vec();
 /// let at = vec.as_ptr();
 /// let bytes = burnpack::source::bytes_from_vec(vec);
 /// assert_eq!(bytes.as_ptr(), at);
@@ -256,6 +257,29 @@ impl Source {
                 )
             }
         }
+    }
+
+    /// The bytes of the tensor `info` (at its [`offset`](TensorInfo::offset), aligned for its
+    /// dtype; see [`read`](Self::read)): every source's read of a tensor stored as it is. An
+    /// I/O error names `file` (told only then) and the tensor.
+    pub(crate) fn read_tensor(
+        &self,
+        file: impl std::fmt::Display,
+        info: &TensorInfo,
+    ) -> Result<Bytes, super::ReadError> {
+        self.read(
+            info.offset(),
+            info.len(),
+            crate::format::element_align(info.dtype()),
+        )
+        .map_err(|source| super::ReadError::reading(file.to_string(), info.name(), &source))
+    }
+
+    /// Why the tensor `info` (its bytes at [`offset`](TensorInfo::offset), aligned for its
+    /// dtype) is served as a copy, or `None` for a zero-copy window: every source's answer for
+    /// a tensor stored as it is.
+    pub(crate) fn tensor_copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
+        self.copy_reason(info.offset(), crate::format::element_align(info.dtype()))
     }
 
     /// Why `start` (an absolute offset) is served as a copy at alignment `align`, or `None`

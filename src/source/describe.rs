@@ -88,7 +88,7 @@ pub enum Checksums {
 /// use burn::tensor::{Bytes, DType};
 /// use burnpack::read::Reader;
 /// use burnpack::source::DescribedSource;
-/// use burnpack::{Entry, Writer};
+/// use burnpack::write::{Entry, Writer};
 /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7]))])
 ///     .into_bytes()
 ///     .unwrap();
@@ -138,7 +138,7 @@ pub struct Description {
 /// use burn::tensor::{Bytes, DType};
 /// use burnpack::read::Reader;
 /// use burnpack::source::DescribedSource;
-/// use burnpack::{Entry, Writer};
+/// use burnpack::write::{Entry, Writer};
 /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7]))])
 ///     .into_bytes()
 ///     .unwrap();
@@ -177,7 +177,7 @@ pub trait DescribedSource: TensorSource + AsTensorSource + Send + Sync {
     /// ```
     /// use burnpack::read::Reader;
     /// use burnpack::source::DescribedSource;
-    /// let pack = burnpack::Writer::new(vec![]).metadata("k", "v").into_bytes().unwrap();
+    /// let pack = burnpack::write::Writer::new(vec![]).metadata("k", "v").into_bytes().unwrap();
     /// let reader = Reader::from_bytes(pack).unwrap();
     /// assert!(reader.carried_metadata().contains(&("k".to_string(), "v".to_string())));
     /// ```

@@ -10,7 +10,7 @@
 //!
 //! ```
 //! use burnpack::source::{OpenOptions, TensorSource};
-//! let pack = burnpack::Writer::new(vec![]).into_bytes().unwrap();
+//! let pack = burnpack::write::Writer::new(vec![]).into_bytes().unwrap();
 //! let reader = burnpack::read::Reader::from_bytes(pack).unwrap();
 //! assert!(reader.tensors().is_empty());
 //! assert!(OpenOptions::new().key_name().is_none());
@@ -34,6 +34,7 @@ pub use describe::{AsTensorSource, Checksums, DescribedSource, Description, Valu
 pub use error::{ReadError, SourceError, SourceErrorKind};
 pub use options::OpenOptions;
 pub use shards::{InShard, Routing, Sharded, assemble_shards};
+pub(crate) use table::from_table;
 pub use table::{SourceTable, TableBuilder};
 pub(crate) use tensor_source::refuse_withheld;
 pub use tensor_source::{CopyReason, PackSource, TensorSource};

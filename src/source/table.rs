@@ -138,6 +138,27 @@ impl<P> SourceTable<P> {
     }
 }
 
+/// The part of a [`TensorSource`](super::TensorSource) that every source states the same way,
+/// written once: inside its `impl TensorSource`, `from_table!(file, table);` (the fields
+/// holding the name errors use and the sorted rows: a [`SourceTable`], or a pack's
+/// [`Layout`](crate::format::Layout)) gives [`file`](super::TensorSource::file) and
+/// [`tensors`](super::TensorSource::tensors); [`tensor`](super::TensorSource::tensor) (a
+/// lookup in those rows) and [`check`](super::TensorSource::check) are the trait's own. The
+/// source states only what differs: how a tensor is read, why it is a copy, what it withholds
+/// or prefetches.
+macro_rules! from_table {
+    ($file:ident, $table:ident) => {
+        fn file(&self) -> &str {
+            &self.$file
+        }
+
+        fn tensors(&self) -> &[$crate::format::TensorInfo] {
+            self.$table.tensors()
+        }
+    };
+}
+pub(crate) use from_table;
+
 /// Collects a source's rows under its [`Limits`]; [`finish`](Self::finish) sorts them and
 /// refuses duplicates. See [`SourceTable`].
 #[derive(Debug)]

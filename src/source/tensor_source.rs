@@ -20,7 +20,7 @@ use crate::format::TensorInfo;
 /// use burn::tensor::{Bytes, DType};
 /// use burnpack::read::Reader;
 /// use burnpack::source::TensorSource;
-/// use burnpack::{Entry, Writer};
+/// use burnpack::write::{Entry, Writer};
 /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![2], Bytes::from_bytes_vec(vec![1, 2]))])
 ///     .into_bytes()
 ///     .unwrap();
@@ -43,7 +43,7 @@ pub trait TensorSource {
     /// use burn::tensor::{Bytes, DType};
     /// use burnpack::read::Reader;
     /// use burnpack::source::TensorSource;
-    /// use burnpack::{Entry, Writer};
+    /// use burnpack::write::{Entry, Writer};
     /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1]))])
     ///     .into_bytes()
     ///     .unwrap();
@@ -71,7 +71,7 @@ pub trait TensorSource {
     /// use burn::tensor::{Bytes, DType};
     /// use burnpack::read::Reader;
     /// use burnpack::source::TensorSource;
-    /// use burnpack::{Entry, Writer};
+    /// use burnpack::write::{Entry, Writer};
     /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1]))])
     ///     .into_bytes()
     ///     .unwrap();
@@ -90,7 +90,7 @@ pub trait TensorSource {
     /// use burn::tensor::{Bytes, DType};
     /// use burnpack::read::Reader;
     /// use burnpack::source::{ReadError, TensorSource};
-    /// use burnpack::{Entry, Writer};
+    /// use burnpack::write::{Entry, Writer};
     /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1]))])
     ///     .into_bytes()
     ///     .unwrap();
@@ -120,7 +120,7 @@ pub trait TensorSource {
     /// use burn::tensor::{Bytes, DType};
     /// use burnpack::read::Reader;
     /// use burnpack::source::TensorSource;
-    /// use burnpack::{Entry, Writer};
+    /// use burnpack::write::{Entry, Writer};
     /// let pack = Writer::new(vec![Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32]))])
     ///     .into_bytes()
     ///     .unwrap();
@@ -161,7 +161,7 @@ pub trait TensorSource {
     /// ```
     /// use burnpack::read::Reader;
     /// use burnpack::source::TensorSource;
-    /// let reader = Reader::from_bytes(burnpack::Writer::new(vec![]).into_bytes().unwrap()).unwrap();
+    /// let reader = Reader::from_bytes(burnpack::write::Writer::new(vec![]).into_bytes().unwrap()).unwrap();
     /// assert!(reader.shared().is_some());
     /// ```
     fn shared(&self) -> Option<&(dyn TensorSource + Sync)> {
@@ -209,7 +209,7 @@ pub trait TensorSource {
 /// use burn::tensor::{Bytes, DType};
 /// use burnpack::read::Reader;
 /// use burnpack::source::PackSource;
-/// use burnpack::{Entry, Writer};
+/// use burnpack::write::{Entry, Writer};
 /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7]))])
 ///     .scalar("step", 3u64)
 ///     .into_bytes()

@@ -20,9 +20,10 @@ pub enum StoreError {
     /// The pack could not be written.
     #[error(transparent)]
     Write(#[from] WriteError),
-    /// A parameter could not be collected from the module.
+    /// A parameter could not be collected from the module. A read or write error on the way
+    /// is [`Read`](Self::Read) or [`Write`](Self::Write), never this.
     #[error(transparent)]
-    Module(#[from] ModuleError),
+    Module(ModuleError),
     /// The file exists and the store was not told to overwrite it.
     #[error("{}: already exists (use .overwrite(true) to replace it)", .0.display())]
     AlreadyExists(PathBuf),
@@ -41,4 +42,24 @@ pub enum StoreError {
         /// burn-store's report.
         message: String,
     },
+}
+
+impl From<ModuleError> for StoreError {
+    fn from(e: ModuleError) -> Self {
+        e.lift(Self::Module)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_error_of_the_module_is_a_write_error_of_the_store() {
+        let write = WriteError::AlreadyExists {
+            path: "m.bpk".into(),
+        };
+        let err = StoreError::from(ModuleError::Write(write));
+        assert!(matches!(err, StoreError::Write(_)), "{err:?}");
+    }
 }

@@ -82,7 +82,6 @@ pub struct PackStore {
     metadata: BTreeMap<String, String>,
     allow_partial: bool,
     validate: bool,
-    overwrite: bool,
     auto_extension: bool,
     remapper: KeyRemapper,
     /// `None`: the identity (which lets a save take the zero-copy route).
@@ -99,7 +98,7 @@ impl std::fmt::Debug for PackStore {
             .field("source", &self.source_name())
             .field("allow_partial", &self.allow_partial)
             .field("validate", &self.validate)
-            .field("overwrite", &self.overwrite)
+            .field("overwrite", &self.overwrites())
             .finish_non_exhaustive()
     }
 }
@@ -112,12 +111,12 @@ impl PackStore {
             metadata: BTreeMap::new(),
             allow_partial: false,
             validate: true,
-            overwrite: false,
             auto_extension,
             remapper: KeyRemapper::new(),
             from_adapter: None,
             to_adapter: None,
-            options: SaveOptions::new(),
+            // No overwrite by default, as `BurnpackStore`.
+            options: SaveOptions::new().overwrite(false),
             verify: false,
             cache: None,
         }
@@ -162,7 +161,7 @@ impl PackStore {
     /// ```
     /// use burn::store::ModuleStore;
     /// // An empty pack, as `include_bytes!` would give one.
-    /// let pack: &'static [u8] = burnpack::Writer::new(vec![]).into_bytes().unwrap().to_vec().leak();
+    /// let pack: &'static [u8] = burnpack::write::Writer::new(vec![]).into_bytes().unwrap().to_vec().leak();
     /// let mut store = burnpack::store::PackStore::from_static(pack);
     /// assert!(store.keys().unwrap().is_empty());
     /// ```
@@ -266,15 +265,23 @@ impl PackStore {
         self
     }
 
-    /// Whether a save may replace an existing file (default: no).
+    /// Whether a save may replace an existing file (default: no, as `BurnpackStore`). The
+    /// same knob as [`SaveOptions::overwrite`] (the store's save options hold it; see
+    /// [`save_options`](Self::save_options)).
     ///
     /// ```
     /// let store = burnpack::store::PackStore::from_file("m.bpk").overwrite(true);
+    /// assert!(format!("{store:?}").contains("overwrite: true"));
     /// ```
     #[must_use]
     pub fn overwrite(mut self, overwrite: bool) -> Self {
-        self.overwrite = overwrite;
+        self.options = self.options.overwrite(overwrite);
         self
+    }
+
+    /// Whether a save may replace an existing file: the one knob, in the save options.
+    fn overwrites(&self) -> bool {
+        self.options.write_options().overwrite
     }
 
     /// Whether `.bpk` is appended to a file path without an extension (default: yes).
@@ -420,16 +427,21 @@ impl PackStore {
         self
     }
 
-    /// This crate's save options (checksums, threads, write mode; see [`SaveOptions`]).
-    /// Overwrite and metadata are the store's own settings.
+    /// This crate's save options (checksums, threads, write mode; see [`SaveOptions`]). Their
+    /// overwrite knob is the store's, whatever `options` say: set it with
+    /// [`overwrite`](Self::overwrite), before or after (a store never replaces a file unless
+    /// told so by name). Metadata is the store's own ([`metadata`](Self::metadata)), added to
+    /// that of `options`.
     ///
     /// ```
-    /// use burnpack::SaveOptions;
+    /// use burnpack::module::SaveOptions;
     /// let store = burnpack::store::PackStore::from_file("m.bpk").save_options(SaveOptions::new().threads(2));
+    /// assert!(format!("{store:?}").contains("overwrite: false"));
     /// ```
     #[must_use]
     pub fn save_options(mut self, options: SaveOptions) -> Self {
-        self.options = options;
+        let overwrite = self.overwrites();
+        self.options = options.overwrite(overwrite);
         self
     }
 

@@ -6,7 +6,7 @@ use burn::store::burn_pack::Tensor as StoreTensor;
 use burn::store::{ApplyResult, IdentityAdapter, ModuleAdapter, ModuleSnapshot, ModuleStore};
 
 use super::{EXTENSION, Mode, PackStore, StoreError};
-use crate::write::Writer;
+use crate::write::{WriteError, Writer};
 
 impl ModuleStore for PackStore {
     type Error = StoreError;
@@ -16,7 +16,7 @@ impl ModuleStore for PackStore {
             return Err(StoreError::ReadOnly(source.file().to_string()));
         }
         self.cache = None;
-        let mut options = self.options.clone().overwrite(self.overwrite);
+        let mut options = self.options.clone();
         for (k, v) in &self.metadata {
             options = options.metadata(k.clone(), v.clone());
         }
@@ -28,10 +28,12 @@ impl ModuleStore for PackStore {
                 } else {
                     path.clone()
                 };
-                if !self.overwrite && path.symlink_metadata().is_ok() {
-                    return Err(StoreError::AlreadyExists(path));
-                }
-                writer.write_to_file(&path)?;
+                // The writer refuses an existing file without overwrite (the one check); the
+                // store says so in its own words, as `BurnpackStore` does.
+                writer.write_to_file(&path).map_err(|e| match e {
+                    WriteError::AlreadyExists { path } => StoreError::AlreadyExists(path),
+                    e => e.into(),
+                })?;
             }
             Mode::Bytes(bytes) => *bytes = Some(writer.into_bytes()?),
             Mode::Source(_) => unreachable!("refused above"),

@@ -237,7 +237,8 @@ impl PackCheckpointer {
     /// Save options for the files (checksums, metadata, durability; see [`SaveOptions`]).
     ///
     /// ```
-    /// use burnpack::{SaveOptions, train::PackCheckpointer};
+    /// use burnpack::module::SaveOptions;
+    /// use burnpack::train::PackCheckpointer;
     /// let dir = tempfile::tempdir().unwrap();
     /// let pack = PackCheckpointer::new(dir.path()).unwrap()
     ///     .with_options(SaveOptions::new().metadata("run", "baseline"));

@@ -19,7 +19,7 @@ impl Writer {
     /// ```
     /// use burn::tensor::{Bytes, DType};
     /// use burnpack::read::Reader;
-    /// use burnpack::{Entry, Writer};
+    /// use burnpack::write::{Entry, Writer};
     /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7]))])
     ///     .scalar("epoch", 2u64)
     ///     .into_bytes()
@@ -62,7 +62,7 @@ impl Writer {
     /// use burn::tensor::{Bytes, DType};
     /// use burnpack::read::Reader;
     /// use burnpack::source::DescribedSource;
-    /// use burnpack::{Entry, Writer};
+    /// use burnpack::write::{Entry, Writer};
     /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7]))])
     ///     .scalar("epoch", 2u64)
     ///     .into_bytes()

@@ -67,7 +67,7 @@ impl std::ops::Deref for Data {
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::Entry;
+/// use burnpack::write::Entry;
 /// let resident = Entry::resident("bias", DType::F32, vec![2], Bytes::from_elems(vec![0.5f32, 1.5]));
 /// let deferred = Entry::deferred("weight", DType::F32, vec![2, 2], 16, || {
 ///     Ok(Bytes::from_elems(vec![1.0f32; 4]))
@@ -139,7 +139,8 @@ impl Entry {
     ///
     /// ```
     /// use burn::tensor::{Bytes, DType};
-    /// use burnpack::{Entry, Writer, read::Reader};
+    /// use burnpack::read::Reader;
+    /// use burnpack::write::{Entry, Writer};
     /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7])).with_param_id(3)])
     ///     .into_bytes()
     ///     .unwrap();
@@ -175,7 +176,7 @@ impl Entry {
     ///
     /// ```
     /// use burn::tensor::{Bytes, DType};
-    /// let e = burnpack::Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1]));
+    /// let e = burnpack::write::Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1]));
     /// assert_eq!(e.prefixed("model.").name(), "model.w");
     /// ```
     #[must_use]

@@ -15,7 +15,7 @@ use crate::format::FormatError;
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{Entry, WriteError, Writer};
+/// use burnpack::write::{Entry, WriteError, Writer};
 /// let bad = Entry::resident("w", DType::F32, vec![3], Bytes::from_bytes_vec(vec![0; 4]));
 /// let err = Writer::new(vec![bad]).into_bytes().unwrap_err();
 /// assert!(matches!(err, WriteError::LengthMismatch { .. }));

@@ -20,7 +20,7 @@ pub enum WriteMode {
 /// [`SaveOptions`](crate::module::SaveOptions), which adds metadata and scalars around it.
 ///
 /// ```
-/// use burnpack::{Writer, write::WriteOptions, WriteMode};
+/// use burnpack::write::{WriteMode, WriteOptions, Writer};
 /// let options = WriteOptions::new().mode(WriteMode::InPlace).threads(2).checksums(false);
 /// assert!(!options.has_checksums());
 /// let writer = Writer::new(vec![]).options(options);

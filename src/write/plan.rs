@@ -29,7 +29,7 @@ pub struct Slot {
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{Entry, Writer};
+/// use burnpack::write::{Entry, Writer};
 /// let entries = vec![
 ///     Entry::resident("b", DType::U8, vec![3], Bytes::from_bytes_vec(vec![1, 2, 3])),
 ///     Entry::resident("a", DType::U8, vec![1], Bytes::from_bytes_vec(vec![9])),

@@ -36,7 +36,8 @@ use crate::platform::write_all_at;
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{Entry, Writer, read::Reader};
+/// use burnpack::read::Reader;
+/// use burnpack::write::{Entry, Writer};
 /// let dir = tempfile::tempdir().unwrap();
 /// let path = dir.path().join("pack.bpk");
 /// let entries = vec![Entry::resident("w", DType::F32, vec![2], Bytes::from_elems(vec![1.0f32, 2.0]))];
@@ -88,7 +89,7 @@ impl Writer {
     /// use std::sync::Arc;
     /// use std::sync::atomic::{AtomicU64, Ordering};
     /// use burn::tensor::{Bytes, DType};
-    /// use burnpack::{Entry, Writer};
+    /// use burnpack::write::{Entry, Writer};
     /// let written = Arc::new(AtomicU64::new(0));
     /// let counter = Arc::clone(&written);
     /// let dir = tempfile::tempdir().unwrap();
@@ -114,7 +115,7 @@ impl Writer {
     /// ```
     /// use burn::tensor::{Bytes, DType};
     /// use burnpack::read::Reader;
-    /// use burnpack::{Entry, Writer};
+    /// use burnpack::write::{Entry, Writer};
     /// let pack = Writer::new(vec![
     ///     Entry::resident("model.w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1])),
     ///     Entry::resident("optim.m", DType::U8, vec![1], Bytes::from_bytes_vec(vec![2])),
@@ -162,7 +163,7 @@ impl Writer {
     /// ```
     /// use burn::tensor::{Bytes, DType};
     /// use burnpack::read::Reader;
-    /// use burnpack::{Entry, Writer};
+    /// use burnpack::write::{Entry, Writer};
     /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![1]))])
     ///     .into_bytes()
     ///     .unwrap();
@@ -188,7 +189,7 @@ impl Writer {
     ///
     /// ```
     /// use burn::tensor::{Bytes, DType};
-    /// use burnpack::{Entry, Writer};
+    /// use burnpack::write::{Entry, Writer};
     /// let writer = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7]))]);
     /// assert_eq!(writer.into_entries()[0].name(), "w");
     /// ```
@@ -202,7 +203,7 @@ impl Writer {
     ///
     /// ```
     /// use burn::tensor::{Bytes, DType};
-    /// use burnpack::{Entry, Writer};
+    /// use burnpack::write::{Entry, Writer};
     /// let writer = Writer::new(vec![Entry::resident("w", DType::U8, vec![1], Bytes::from_bytes_vec(vec![7]))])
     ///     .metadata("arch", "llama");
     /// let (entries, metadata) = writer.into_parts();
@@ -362,7 +363,7 @@ impl Writer {
     ///
     /// ```
     /// use burn::tensor::{Bytes, DType};
-    /// use burnpack::{Entry, Writer};
+    /// use burnpack::write::{Entry, Writer};
     /// let entries = || vec![Entry::resident("w", DType::U8, vec![3], Bytes::from_bytes_vec(vec![1, 2, 3]))];
     /// let mut out = Vec::new();
     /// let (head, total) = Writer::new(entries())

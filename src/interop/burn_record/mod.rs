@@ -8,7 +8,7 @@
 //! tensor comes out under the dotted path Burn 0.22 gives the same module's parameter, with its
 //! `ParamId`, so [`PackModule::load_from_source`](crate::module::PackModule::load_from_source)
 //! loads a Burn 0.21 model into the same model under Burn 0.22 in one call, with every
-//! [`LoadOptions`](crate::LoadOptions).
+//! [`LoadOptions`](crate::module::LoadOptions).
 //!
 //! `MessagePack` is decoded with `rmp-serde` over the mapped file: tensor bytes are windows of
 //! the mapping where aligned for their element type, copied otherwise (the load report says

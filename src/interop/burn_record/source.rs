@@ -13,9 +13,10 @@ use super::dtype::tensor_dtype;
 use super::node::{self, Found, Payload};
 use super::walk::Walk;
 use super::{METADATA_PREFIX, RecordFormat, RecordMetadata, param_id, record_metadata};
-use crate::format::{Limits, TensorInfo, element_align};
+use crate::format::{Limits, TensorInfo};
 use crate::interop::AsOpenOptions;
 use crate::source::data::Source;
+use crate::source::from_table;
 use crate::source::{
     CopyReason, Description, OpenOptions, ReadError, SourceError, SourceTable, TableBuilder,
     TensorSource,
@@ -35,7 +36,7 @@ use crate::write::Writer;
 /// use burn::nn::{Linear, LinearConfig};
 /// use burn::tensor::Device;
 /// use burnpack::interop::burn_record::LegacySource;
-/// use burnpack::{LoadOptions, PackModule};
+/// use burnpack::module::{LoadOptions, PackModule};
 ///
 /// #[derive(Module, Debug)]
 /// struct Model { fc: Linear }
@@ -427,24 +428,15 @@ impl Input {
 }
 
 impl TensorSource for LegacySource {
-    fn file(&self) -> &str {
-        &self.file
-    }
-
-    fn tensors(&self) -> &[TensorInfo] {
-        self.table.tensors()
-    }
+    from_table!(file, table);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         self.table.place(info)?;
-        let align = element_align(info.dtype());
         let (source, window_of_file) = match &self.unaligned {
-            Some(file) if self.data.copy_reason(info.offset(), align).is_some() => (file, false),
+            Some(file) if self.data.tensor_copy_reason(info).is_some() => (file, false),
             unaligned => (&self.data, unaligned.is_some()),
         };
-        let bytes = source
-            .read(info.offset(), info.len(), align)
-            .map_err(|source| ReadError::reading(&self.file, info.name(), &source))?;
+        let bytes = source.read_tensor(&self.file, info)?;
         // A window of a mapped file is read in now, with the kernel's readahead through the
         // mapping (`MADV_POPULATE_READ`): the load's workers read the tensors in its order,
         // windows and copies alike, so a cold load reads the file in one stream and returns
@@ -484,8 +476,7 @@ impl TensorSource for LegacySource {
             };
             return Some(CopyReason::Decoded { format });
         }
-        self.data
-            .copy_reason(info.offset(), element_align(info.dtype()))
+        self.data.tensor_copy_reason(info)
     }
 }
 

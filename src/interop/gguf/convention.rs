@@ -9,7 +9,7 @@ use crate::format::TensorInfo;
 use crate::source::{Convention, DimOrder, ParamPlace};
 
 /// llama.cpp's tensor names (`token_embd.weight`, `blk.N.attn_q.weight`, ...) and layout, as
-/// a [`Convention`] for [`LoadOptions::convention`](crate::LoadOptions::convention).
+/// a [`Convention`] for [`LoadOptions::convention`](crate::module::LoadOptions::convention).
 ///
 /// - **Names**: each rule renames a GGUF name (a regex and its replacement, `$1` for a group);
 ///   [`llama`](Self::llama) holds the rules of the llama architecture into the names of

@@ -15,6 +15,7 @@ use super::types::GgmlType;
 use super::value::Value;
 use crate::format::{TensorInfo, element_align};
 use crate::source::data::{Source, aligned_words, zeroed_words};
+use crate::source::from_table;
 use crate::source::{
     Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable,
     TensorSource, assemble_shards, human_bytes,
@@ -83,7 +84,8 @@ impl GgufSource {
     /// ([`OpenOptions::keep_quantized`]).
     ///
     /// ```no_run
-    /// use burnpack::interop::{OpenOptions, gguf::GgufSource};
+    /// use burnpack::interop::gguf::GgufSource;
+    /// use burnpack::source::OpenOptions;
     /// let source = GgufSource::open_with("model-q8_0.gguf", &OpenOptions::new().keep_quantized(true))?;
     /// # Ok::<(), burnpack::source::SourceError>(())
     /// ```
@@ -409,13 +411,7 @@ fn stored_range(
 }
 
 impl TensorSource for GgufSource {
-    fn file(&self) -> &str {
-        &self.file
-    }
-
-    fn tensors(&self) -> &[TensorInfo] {
-        self.table.tensors()
-    }
+    from_table!(file, table);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         let InShard { shard, place } = self.table.place(info)?;

@@ -11,7 +11,7 @@
 //!   the module loader then hands it the list of tensors it will read, which it fetches in
 //!   parallel, neighbouring ones coalesced into one request, each checked against its
 //!   checksum as it arrives.
-//! - [`upload`]: a [`Writer`](crate::Writer)'s pack as a multipart upload whose parts follow
+//! - [`upload`]: a [`Writer`](crate::write::Writer)'s pack as a multipart upload whose parts follow
 //!   the layout, produced front to back in bounded memory; a failed save aborts the upload and
 //!   leaves no object (and the previous one, if any, untouched).
 //! - [`RemoteCheckpointManager`]: training checkpoints under a bucket prefix (list, latest,

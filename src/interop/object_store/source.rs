@@ -37,7 +37,7 @@ const CONCURRENCY: usize = 8;
 /// use burn::tensor::{Bytes, DType};
 /// use burnpack::interop::object_store::{ObjectLocation, ObjectSource, UploadOptions, upload};
 /// use burnpack::source::TensorSource;
-/// use burnpack::{Entry, Writer};
+/// use burnpack::write::{Entry, Writer};
 ///
 /// let location = ObjectLocation::new(Arc::new(object_store::memory::InMemory::new()), "m.bpk");
 /// let writer = Writer::new(vec![Entry::resident("w", DType::U8, vec![3], Bytes::from_bytes_vec(vec![1, 2, 3]))]);

@@ -83,7 +83,7 @@ impl UploadOptions {
 /// use std::sync::Arc;
 /// use burn::tensor::{Bytes, DType};
 /// use burnpack::interop::object_store::{ObjectLocation, ObjectSource, UploadOptions, upload};
-/// use burnpack::{Entry, Writer};
+/// use burnpack::write::{Entry, Writer};
 ///
 /// let location = ObjectLocation::new(Arc::new(object_store::memory::InMemory::new()), "big.bpk");
 /// let big = Entry::resident("w", DType::U8, vec![12 << 20], Bytes::from_bytes_vec(vec![7; 12 << 20]));

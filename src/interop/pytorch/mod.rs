@@ -31,7 +31,7 @@
 //!
 //! ```no_run
 //! use burnpack::interop::pytorch::PytorchSource;
-//! use burnpack::{LoadOptions, PackModule};
+//! use burnpack::module::{LoadOptions, PackModule};
 //! # use burn::module::Module;
 //! # #[derive(Module, Debug)] struct Net { fc: burn::nn::Linear }
 //! # let device = burn::tensor::Device::flex();

@@ -11,11 +11,12 @@ use rayon::prelude::*;
 use super::file::{Shard, open_bytes, open_file};
 use super::views::{Placed, Strided, element_size, gather_into};
 use super::{PytorchFormat, StorageEntry};
-use crate::format::{Limits, TensorInfo, element_align};
+use crate::format::{Limits, TensorInfo};
 use crate::interop::index::ShardIndex;
 use crate::interop::read_hints::Hinted;
 use crate::source::OpenOptions;
 use crate::source::data::{Source, aligned_bytes};
+use crate::source::from_table;
 use crate::source::{
     Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable,
     TensorSource, assemble_shards,
@@ -24,7 +25,7 @@ use crate::source::{
 /// `torch.save` weights as a [`TensorSource`]: one file (zip or legacy), or a sharded
 /// checkpoint through its index JSON. Load a Burn module from it with
 /// [`PackModule::load_from_source`](crate::module::PackModule::load_from_source) and the same
-/// [`LoadOptions`](crate::LoadOptions) as for packs and safetensors (`pytorch(true)` for
+/// [`LoadOptions`](crate::module::LoadOptions) as for packs and safetensors (`pytorch(true)` for
 /// `PyTorch`'s `[out, in]` linear weights and norm names).
 ///
 /// The file is mapped: it must not be truncated or rewritten while the source (or a tensor
@@ -269,7 +270,7 @@ impl PytorchSource {
         self.table.get(name)
     }
 
-    /// A [`Writer`](crate::Writer) of every tensor (non-contiguous views gathered, the rest
+    /// A [`Writer`](crate::write::Writer) of every tensor (non-contiguous views gathered, the rest
     /// windows of the mapping), with the origin as metadata (`pytorch.format`, and
     /// `pytorch.key` when the state dict was under one): `bpk convert model.pt model.bpk`.
     ///
@@ -280,8 +281,8 @@ impl PytorchSource {
     ///
     /// # Errors
     /// A tensor could not be read.
-    pub fn to_writer(&self) -> Result<crate::Writer, ReadError> {
-        let mut writer = crate::Writer::from_source(self)?.metadata(
+    pub fn to_writer(&self) -> Result<crate::write::Writer, ReadError> {
+        let mut writer = crate::write::Writer::from_source(self)?.metadata(
             "pytorch.format",
             format!("{:?}", self.format()).to_lowercase(),
         );
@@ -339,21 +340,15 @@ impl PytorchSource {
 }
 
 impl TensorSource for PytorchSource {
-    fn file(&self) -> &str {
-        &self.file
-    }
-
-    fn tensors(&self) -> &[TensorInfo] {
-        self.table.tensors()
-    }
+    from_table!(file, table);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         let (i, InShard { shard, place }) = self.table.owner(info)?;
         match &place.strided {
-            None => self.shards[*shard]
-                .source
-                .read(info.offset(), info.len(), element_align(info.dtype()))
-                .map_err(self.io_error(*shard, info)),
+            None => {
+                let shard = &self.shards[*shard];
+                shard.source.read_tensor(shard.path.display(), info)
+            }
             Some(strided) => {
                 let ready = self
                     .gathered
@@ -373,9 +368,7 @@ impl TensorSource for PytorchSource {
         if place.strided.is_some() {
             return Some(CopyReason::Strided);
         }
-        self.shards[*shard]
-            .source
-            .copy_reason(info.offset(), element_align(info.dtype()))
+        self.shards[*shard].source.tensor_copy_reason(info)
     }
 
     /// The CRC-32 the zip archive keeps of the storage `info` views, against that storage's

@@ -8,7 +8,8 @@
 //!
 //! ```
 //! use burn::tensor::{Bytes, DType};
-//! use burnpack::{Entry, Writer, interop::safetensors as convert};
+//! use burnpack::interop::safetensors as convert;
+//! use burnpack::write::{Entry, Writer};
 //! let dir = tempfile::tempdir().unwrap();
 //! let (bpk, st, back) = (dir.path().join("m.bpk"), dir.path().join("m.safetensors"), dir.path().join("back.bpk"));
 //! Writer::new(vec![Entry::resident("w", DType::F32, vec![2], Bytes::from_elems(vec![1.0f32, 2.0]))])
@@ -16,7 +17,7 @@
 //!     .unwrap();
 //! convert::burnpack_to_safetensors(&bpk, &st).unwrap();
 //! convert::safetensors_to_burnpack(&st, &back).unwrap();
-//! let reader = burnpack::Reader::open(&back).unwrap();
+//! let reader = burnpack::read::Reader::open(&back).unwrap();
 //! assert_eq!(&reader.bytes("w").unwrap()[..], &[1.0f32, 2.0].map(f32::to_le_bytes).concat()[..]);
 //! ```
 
@@ -293,7 +294,8 @@ pub fn burnpack_to_safetensors(
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{Entry, Writer, interop::safetensors as convert};
+/// use burnpack::interop::safetensors as convert;
+/// use burnpack::write::{Entry, Writer};
 /// let dir = tempfile::tempdir().unwrap();
 /// let bpk = dir.path().join("m.bpk");
 /// let entries = (0..3).map(|i| Entry::resident(format!("w{i}"), DType::F32, vec![4], Bytes::from_elems(vec![i as f32; 4])));
@@ -318,7 +320,9 @@ pub fn burnpack_to_safetensors_sharded(
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{Entry, Writer, read::Reader, interop::safetensors as convert};
+/// use burnpack::interop::safetensors as convert;
+/// use burnpack::read::Reader;
+/// use burnpack::write::{Entry, Writer};
 /// let pack = Writer::new(vec![Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32]))])
 ///     .into_bytes()
 ///     .unwrap();
@@ -346,7 +350,8 @@ pub fn source_to_safetensors<S: crate::source::TensorSource + ?Sized>(
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{Entry, Writer, interop::safetensors::writer_to_safetensors};
+/// use burnpack::interop::safetensors::writer_to_safetensors;
+/// use burnpack::write::{Entry, Writer};
 /// let writer = Writer::new(vec![Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32]))])
 ///     .metadata("general.architecture", "llama");
 /// let dir = tempfile::tempdir().unwrap();
@@ -389,7 +394,9 @@ const PRODUCER_KEY: &str = "producer";
 ///
 /// ```
 /// use burn::tensor::{Bytes, DType};
-/// use burnpack::{Entry, Writer, read::Reader, interop::safetensors as convert};
+/// use burnpack::interop::safetensors as convert;
+/// use burnpack::read::Reader;
+/// use burnpack::write::{Entry, Writer};
 /// let pack = Writer::new(vec![Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32]))])
 ///     .into_bytes()
 ///     .unwrap();

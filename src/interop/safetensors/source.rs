@@ -15,6 +15,7 @@ use crate::interop::AsOpenOptions;
 use crate::interop::index::ShardIndex;
 use crate::interop::read_hints::{Hinted, ReadHints};
 use crate::source::data::Source;
+use crate::source::from_table;
 use crate::source::{
     CopyReason, Description, InShard, OpenOptions, ReadError, Sharded, SourceError, SourceTable,
     TensorSource, Withheld, assemble_shards, human_bytes,
@@ -24,7 +25,7 @@ use crate::source::{
 /// or an index JSON (`model.safetensors.index.json`) whose `weight_map` routes each tensor to
 /// its shard. Load a Burn module from it with
 /// [`PackModule::load_from_source`](crate::module::PackModule::load_from_source) and the same
-/// [`LoadOptions`](crate::LoadOptions) as for packs (strict by default, partial, unused,
+/// [`LoadOptions`](crate::module::LoadOptions) as for packs (strict by default, partial, unused,
 /// filters, renames, dtype policies).
 ///
 /// Every file is mapped once and validated by the `safetensors` crate before anything is read.
@@ -430,13 +431,7 @@ fn shard(
 }
 
 impl TensorSource for SafetensorsSource {
-    fn file(&self) -> &str {
-        &self.file
-    }
-
-    fn tensors(&self) -> &[TensorInfo] {
-        self.table.tensors()
-    }
+    from_table!(file, table);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         self.read_aligned(info, element_align(info.dtype()))
@@ -484,9 +479,7 @@ impl TensorSource for SafetensorsSource {
 
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
         let shard = self.table.place(info).ok()?.shard;
-        self.shards[shard]
-            .source
-            .copy_reason(info.offset(), element_align(info.dtype()))
+        self.shards[shard].source.tensor_copy_reason(info)
     }
 }
 

@@ -7,7 +7,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Bytes, DType, Device, Tensor, TensorData};
 use burnpack::module::DTypePolicy;
 use burnpack::read::Reader;
-use burnpack::{LoadOptions, PackModule};
+use burnpack::module::{LoadOptions, PackModule};
 
 #[derive(Module, Debug)]
 struct Tiny {
@@ -249,7 +249,7 @@ fn fetched_bytes_load_without_a_second_copy() {
     let range = fetched.as_ptr_range();
     let (start, end) = (range.start as usize, range.end as usize);
     let model = Tiny::new(&device)
-        .load_pack_bytes(burnpack::read::bytes_from_vec(fetched), &LoadOptions::new())
+        .load_pack_bytes(burnpack::source::bytes_from_vec(fetched), &LoadOptions::new())
         .unwrap();
     let data = model.scale.into_value().into_data();
     let at = data.as_bytes().as_ptr() as usize;
