@@ -1,11 +1,8 @@
-//! The page cache: read-ahead hints, which pages a file has cached, dropping what a reader
-//! cached itself, populating a mapping (Linux; elsewhere these do nothing).
+//! The page cache (Linux): read-ahead hints, which pages a file has cached, dropping what a
+//! reader cached itself, populating a mapping. Elsewhere the hints do nothing
+//! (`not_linux.rs`), and the rest is not there: its callers ask it on Linux only.
 
 use std::fs::File;
-#[cfg(all(
-    target_os = "linux",
-    any(feature = "legacy", feature = "pytorch", feature = "safetensors")
-))]
 use std::io;
 
 /// Asks the kernel to start reading `len` bytes of `file` at `offset` into the page cache
@@ -16,7 +13,6 @@ use std::io;
 /// in page-aligned pieces of that size ([`will_need_piece`]). Each returns once its reads are
 /// queued, which waits while the device's queue is full; `stop` is looked at between pieces
 /// (set: the rest is not asked). A hint: errors are ignored, and elsewhere it does nothing.
-#[cfg(all(target_os = "linux", any(feature = "pytorch", feature = "safetensors")))]
 pub(crate) fn will_need(file: &File, offset: u64, len: u64, stop: &std::sync::atomic::AtomicBool) {
     use std::os::fd::AsRawFd;
     let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
@@ -48,10 +44,8 @@ pub(crate) fn will_need(file: &File, offset: u64, len: u64, stop: &std::sync::at
 /// left alone (someone else uses them). Elsewhere it knows nothing and nothing is dropped.
 /// Nor here for a file this process neither owns nor may write: Linux then reports every page
 /// of it as cached (`mincore`'s rule since 5.0), so nothing counts as new.
-#[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
 pub(crate) struct CacheProbe(memmap2::Mmap);
 
-#[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
 impl CacheProbe {
     /// A probe of `file`, or `None` where it cannot be mapped (then nothing is dropped).
     pub(crate) fn new(file: &File) -> Option<Self> {
@@ -113,7 +107,6 @@ impl CacheProbe {
 /// Unmaps the pages holding `offset..offset + len` of `mapped` (a shared, read-only mapping of
 /// a file) from this process (`madvise(MADV_DONTNEED)`), so that the page cache can let them
 /// go: their bytes are the file's, faulted in again on the next read.
-#[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
 fn unmap_pages(mapped: &[u8], offset: u64, len: u64) {
     let page = page_size().unsigned_abs() as usize;
     let (Ok(offset), Ok(len)) = (usize::try_from(offset), usize::try_from(len)) else {
@@ -142,7 +135,6 @@ fn unmap_pages(mapped: &[u8], offset: u64, len: u64) {
 /// `posix_fadvise(POSIX_FADV_DONTNEED)`, whole pages around the range): for pages a reader
 /// cached itself and will not read again (see [`CacheProbe`]). A hint: clean pages only,
 /// errors ignored, elsewhere nothing.
-#[cfg(all(target_os = "linux", any(feature = "legacy", feature = "pytorch")))]
 pub(crate) fn drop_cached(file: &File, offset: u64, len: u64) {
     use std::os::fd::AsRawFd;
     let page = page_size().unsigned_abs();
@@ -164,7 +156,6 @@ pub(crate) fn drop_cached(file: &File, offset: u64, len: u64) {
 /// what each read asks), or no longer (Linux `POSIX_FADV_RANDOM` / `POSIX_FADV_NORMAL`): for
 /// the small reads of a file's structure, whose readahead would cache bytes the load maps
 /// later (see [`CacheProbe`]). A hint: errors ignored, elsewhere nothing.
-#[cfg(all(target_os = "linux", feature = "pytorch"))]
 pub(crate) fn reads_random(file: &File, random: bool) {
     use std::os::fd::AsRawFd;
     let advice = if random {
@@ -183,10 +174,6 @@ pub(crate) fn reads_random(file: &File, random: bool) {
 /// where it can), without reading through the mapping: Linux `madvise(MADV_POPULATE_READ)`
 /// (5.14 and later), whose failure (a file cut meanwhile) is an error returned here, never a
 /// `SIGBUS`. `None` where the kernel does not have it; `Some(Err)` when it failed.
-#[cfg(all(
-    target_os = "linux",
-    any(feature = "legacy", feature = "pytorch", feature = "safetensors")
-))]
 pub(crate) fn populate(mapping: &[u8], range: std::ops::Range<usize>) -> Option<io::Result<()>> {
     let page = page_size().unsigned_abs() as usize;
     let end = range.end.min(mapping.len());
@@ -212,10 +199,6 @@ pub(crate) fn populate(mapping: &[u8], range: std::ops::Range<usize>) -> Option<
 }
 
 /// The size of a page of memory (4 KiB where the system does not say).
-#[cfg(all(
-    target_os = "linux",
-    any(feature = "legacy", feature = "pytorch", feature = "safetensors")
-))]
 fn page_size() -> i64 {
     // SAFETY: a plain query of a constant of the system.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -225,7 +208,6 @@ fn page_size() -> i64 {
 /// The most one `WILLNEED` hint reads of `file` ([`device_cap`]), remembered per device;
 /// 128 KiB (Linux's default readahead window, the least a device has unless told otherwise)
 /// where sysfs does not say (a network, layered or pooled filesystem).
-#[cfg(all(target_os = "linux", any(feature = "pytorch", feature = "safetensors")))]
 fn will_need_piece(file: &File) -> i64 {
     use std::collections::HashMap;
     use std::os::unix::fs::MetadataExt;
@@ -256,7 +238,6 @@ fn will_need_piece(file: &File) -> i64 {
 /// (`queue/read_ahead_kb`, `queue/max_sectors_kb` in sysfs, the disk's for a partition), from
 /// one page to 64 MiB; `None` where sysfs has no such device (major 0: a network, layered or
 /// pooled filesystem).
-#[cfg(all(target_os = "linux", any(feature = "pytorch", feature = "safetensors")))]
 fn device_cap(device: u64) -> Option<i64> {
     let major = libc::major(device);
     if major == 0 {
@@ -280,25 +261,12 @@ fn device_cap(device: u64) -> Option<i64> {
         .map(|cap| (cap - cap % page).clamp(page, 64 << 20))
 }
 
-#[cfg(all(
-    not(target_os = "linux"),
-    any(feature = "pytorch", feature = "safetensors")
-))]
-pub(crate) fn will_need(
-    _file: &File,
-    _offset: u64,
-    _len: u64,
-    _stop: &std::sync::atomic::AtomicBool,
-) {
-}
-
 /// Starts the kernel's readahead of `file` at `offset` with one hint (Linux
 /// `posix_fadvise(POSIX_FADV_WILLNEED)` over `len` bytes, of which it reads at most one
 /// readahead window or largest request of the device), without waiting for more than that
 /// window's reads to be queued: what a reader on the hot path asks before a positional read
 /// far from the last one, the kernel's own readahead carrying on as the reads go. A hint:
 /// errors are ignored, and elsewhere it does nothing.
-#[cfg(target_os = "linux")]
 pub(crate) fn start_reading_ahead(file: &File, offset: u64, len: u64) {
     use std::os::fd::AsRawFd;
     let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
@@ -310,31 +278,16 @@ pub(crate) fn start_reading_ahead(file: &File, offset: u64, len: u64) {
     }
 }
 
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn start_reading_ahead(_file: &File, _offset: u64, _len: u64) {}
-
 /// A test's file made cold (written back, then dropped from the page cache), and which of its
 /// pages are cached since.
-#[cfg(all(
-    test,
-    target_os = "linux",
-    any(feature = "legacy", feature = "pytorch")
-))]
+#[cfg(test)]
 pub(crate) struct ColdFile {
-    #[cfg_attr(
-        not(any(feature = "pytorch", feature = "safetensors")),
-        allow(dead_code)
-    )]
     file: File,
     probe: CacheProbe,
     populates: bool,
 }
 
-#[cfg(all(
-    test,
-    target_os = "linux",
-    any(feature = "legacy", feature = "pytorch")
-))]
+#[cfg(test)]
 impl ColdFile {
     /// `path` made cold. A page mapped anywhere stays cached: open a source after this.
     pub(crate) fn new(path: &std::path::Path) -> Self {
@@ -360,7 +313,6 @@ impl ColdFile {
         self.populates
     }
 
-    #[cfg(feature = "safetensors")]
     /// Whether a page `gap` bytes before a range read through a mapping lies beyond the
     /// kernel's readahead around the range's first fault (half its window before it, the
     /// window at most the device's cap): then only a hint can have read it.
@@ -378,7 +330,6 @@ impl ColdFile {
 
     /// Whether the page holding each offset of `at` is cached within 30 seconds (a read-ahead
     /// thread's pace).
-    #[cfg(any(feature = "pytorch", feature = "safetensors"))]
     pub(crate) fn wait_cached(&self, at: &[u64]) -> bool {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while !at.iter().all(|&at| self.cached(at)) {
@@ -391,25 +342,17 @@ impl ColdFile {
     }
 
     /// The file, open.
-    #[cfg(feature = "pytorch")]
     pub(crate) fn file(&self) -> &File {
         &self.file
     }
 }
 
-#[cfg(all(
-    test,
-    target_os = "linux",
-    any(feature = "legacy", feature = "pytorch")
-))]
+#[cfg(test)]
 mod tests {
-    #[cfg(any(feature = "pytorch", feature = "safetensors"))]
     use std::os::fd::AsRawFd;
-    #[cfg(any(feature = "pytorch", feature = "safetensors"))]
     use std::time::{Duration, Instant};
 
     /// Pages of `map` in the page cache (`mincore`).
-    #[cfg(any(feature = "pytorch", feature = "safetensors"))]
     fn resident(map: &memmap2::Mmap) -> usize {
         let page = page_size();
         let mut present = vec![0u8; map.len().div_ceil(page)];
@@ -426,14 +369,12 @@ mod tests {
         present.iter().filter(|&&p| p & 1 == 1).count()
     }
 
-    #[cfg(any(feature = "pytorch", feature = "safetensors"))]
     fn page_size() -> usize {
         usize::try_from(super::page_size()).unwrap()
     }
 
     /// The probe tells pages nobody cached from cached ones, and what a reader cached itself
     /// is dropped again, leaving the file as cold as it was.
-    #[cfg(any(feature = "legacy", feature = "pytorch"))]
     #[test]
     fn pages_a_reader_cached_are_dropped_again() {
         let dir = tempfile::tempdir().unwrap();
@@ -477,7 +418,6 @@ mod tests {
     /// A hint for more than the kernel reads for one (its readahead window, or the device's
     /// largest request) reads all of it: a cold file of 3 such caps, asked for from inside its
     /// first page to inside its last, ends up in the page cache, every page of it.
-    #[cfg(any(feature = "pytorch", feature = "safetensors"))]
     #[test]
     fn will_need_reads_the_whole_range() {
         use std::os::unix::fs::MetadataExt;
