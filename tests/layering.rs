@@ -124,7 +124,7 @@ fn views(raw: &str) -> Views {
         } else if b[i] == b'\'' {
             // A character literal ('x', '\n', '\u{..}', 'é'), or a lifetime ('a).
             let end = if b.get(i + 1) == Some(&b'\\') {
-                (i + 2..b.len()).find(|&j| b[j] == b'\'')
+                (i + 3..b.len()).find(|&j| b[j] == b'\'')
             } else {
                 let width = raw[i + 1..].chars().next().map_or(1, char::len_utf8);
                 (b.get(i + 1 + width) == Some(&b'\'')).then_some(i + 1 + width)
