@@ -148,7 +148,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs, unsafe_op_in_unsafe_fn)]
-#![deny(clippy::all)]
+#![deny(clippy::all, clippy::undocumented_unsafe_blocks)]
 #![warn(clippy::pedantic)]
 // Slot offsets and lengths are cast to `usize` only after the whole pack was checked to fit in
 // this platform's address space (`Writer::write_into` slices a buffer of that size).

@@ -41,8 +41,6 @@ mod index;
 pub mod object_store;
 mod outputs;
 mod pack;
-#[cfg(any(feature = "legacy", feature = "pytorch", feature = "safetensors"))]
-mod page_cache;
 #[cfg(feature = "pytorch")]
 pub mod pytorch;
 #[cfg(any(feature = "pytorch", feature = "safetensors"))]

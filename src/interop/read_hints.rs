@@ -42,7 +42,7 @@ type Flag = std::sync::Arc<std::sync::atomic::AtomicBool>;
 /// What one file's hints go through, with its byte ranges.
 pub(crate) enum Hinted<'a> {
     /// A file read with ordinary reads: the kernel is asked to read the ranges into the page
-    /// cache ([`crate::interop::page_cache::will_need`]). (Only `.pt` files opened buffered are hinted
+    /// cache ([`crate::platform::will_need`]). (Only `.pt` files opened buffered are hinted
     /// this way.)
     #[cfg_attr(not(feature = "pytorch"), allow(dead_code))]
     File(&'a File),
@@ -115,7 +115,7 @@ impl ReadHints {
                         let len = end.saturating_sub(start);
                         match &owned {
                             Owned::File(file) if !dropped.load(Ordering::Relaxed) => {
-                                crate::interop::page_cache::will_need(file, start, len, &stop);
+                                crate::platform::will_need(file, start, len, &stop);
                             }
                             Owned::File(_) => return,
                             Owned::Mapped(bytes) => touch(bytes, start, len, &stop, &dropped),
@@ -166,7 +166,7 @@ impl ReadHints {
 }
 
 /// Reads `mapping[start..start + len]` (clamped to it) into the page cache and maps it, 2 MiB
-/// at a time, looking at `stop` between pieces: with [`crate::interop::page_cache::populate`] on Linux
+/// at a time, looking at `stop` between pieces: with [`crate::platform::populate`] on Linux
 /// (which never reads through the mapping, and stops at a file changed under it), else as
 /// page faults, one byte read a page, and then only while the source is not `dropped`: the
 /// mapped source's contract (nobody cuts the file) holds while its user holds it, and a read
@@ -193,7 +193,7 @@ fn touch(
         }
         let piece = at..(at + PIECE).min(end);
         #[cfg(target_os = "linux")]
-        match crate::interop::page_cache::populate(mapping, piece.clone()) {
+        match crate::platform::populate(mapping, piece.clone()) {
             Some(Ok(())) => continue,
             Some(Err(_)) => return,
             None => {}
@@ -240,7 +240,7 @@ mod tests {
         let path = dir.path().join("cold");
         let len = 8u64 << 20;
         std::fs::write(&path, vec![7u8; len as usize]).unwrap();
-        let cold = crate::interop::page_cache::ColdFile::new(&path);
+        let cold = crate::platform::ColdFile::new(&path);
         if (0..len).step_by(1 << 20).any(|at| cold.cached(at)) {
             return; // tmpfs: its pages cannot be dropped, nothing to show
         }

@@ -456,7 +456,7 @@ impl Reader {
     }
 }
 
-impl super::PackSource for Reader {
+impl crate::source::PackSource for Reader {
     fn layout(&self) -> &Layout {
         &self.layout
     }
@@ -495,8 +495,8 @@ impl std::fmt::Debug for Reader {
     }
 }
 
-impl super::DescribedSource for Reader {
-    fn describe(&self) -> super::Description {
+impl crate::source::DescribedSource for Reader {
+    fn describe(&self) -> crate::source::Description {
         super::describe_pack(&self.layout)
     }
 

@@ -13,6 +13,7 @@
 //! `scan` (every tensor read and checked, floats scanned for NaN/Inf) and `progress` (bars on
 //! a terminal, nothing when piped). This file holds the arguments, the exit codes (the table
 //! in `EXIT_CODES`, shown by `bpk --help`) and the dispatch.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod convert;
 mod diff;

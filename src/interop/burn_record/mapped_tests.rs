@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::LegacySource;
-use crate::interop::page_cache::ColdFile;
+use crate::platform::ColdFile;
 use crate::source::TensorSource;
 
 /// Bytes serialized as `MessagePack` `bin` (what `serde_bytes` does).

@@ -187,7 +187,7 @@ impl LegacySource {
         // The walk touches only the record's structure: no readahead of the tensor bytes
         // around each of its pages (which would read the whole file before the load starts,
         // one fault at a time); the load reads them, ahead, on every core.
-        crate::interop::page_cache::advise_random(&mapping, true);
+        crate::platform::advise_random(&mapping, true);
         Ok(Input::Mapped(mapping, Some(file)))
     }
 
@@ -217,10 +217,10 @@ impl LegacySource {
         }
         // The walk faults in single pages of the structure between the tensors; those nobody
         // had cached are dropped after it, so that the load's reads find the tensors' bytes
-        // whole (see `interop::page_cache::CacheProbe`).
+        // whole (see `platform::CacheProbe`).
         #[cfg(target_os = "linux")]
         let probe = match &input {
-            Input::Mapped(_, Some(file)) => crate::interop::page_cache::CacheProbe::new(file)
+            Input::Mapped(_, Some(file)) => crate::platform::CacheProbe::new(file)
                 .and_then(|probe| Some((probe.residency()?, probe, file))),
             _ => None,
         };
@@ -252,7 +252,7 @@ impl LegacySource {
                 format.recorder()
             ))
         })?;
-        crate::interop::page_cache::advise_random(bytes, false);
+        crate::platform::advise_random(bytes, false);
         #[cfg(target_os = "linux")]
         if let Some((before, probe, file)) = probe {
             probe.drop_cached_since(file, &before, Some(bytes));
@@ -448,7 +448,7 @@ impl TensorSource for LegacySource {
         let _ = window_of_file;
         #[cfg(target_os = "linux")]
         if window_of_file
-            && let Some(Err(e)) = crate::interop::page_cache::populate(&bytes, 0..bytes.len())
+            && let Some(Err(e)) = crate::platform::populate(&bytes, 0..bytes.len())
         {
             let cut = std::io::Error::new(
                 e.kind(),

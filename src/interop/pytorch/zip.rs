@@ -44,7 +44,7 @@ impl Input<'_> {
 ///
 /// From a file, its structure (central directory, local headers, pickle) is read with no
 /// readahead, and the pages these reads cached that nobody had cached before are dropped again
-/// after (see `interop::page_cache::CacheProbe`): left cached one by one in the middle of the tensors'
+/// after (see `platform::CacheProbe`): left cached one by one in the middle of the tensors'
 /// bytes, they kept the kernel from reading those into large folios when the load maps them.
 pub(super) fn zip_parts(
     input: &Input<'_>,
@@ -52,11 +52,11 @@ pub(super) fn zip_parts(
 ) -> Result<(Pickle, Storages, StorageEntry), Fault> {
     #[cfg(target_os = "linux")]
     if let Input::File(file, _) = input {
-        let probe = crate::interop::page_cache::CacheProbe::new(file)
+        let probe = crate::platform::CacheProbe::new(file)
             .and_then(|probe| Some((probe.residency()?, probe)));
-        crate::interop::page_cache::reads_random(file, true);
+        crate::platform::reads_random(file, true);
         let parts = read_parts(input, options);
-        crate::interop::page_cache::reads_random(file, false);
+        crate::platform::reads_random(file, false);
         if let Some((before, probe)) = probe {
             probe.drop_cached_since(file, &before, None);
         }

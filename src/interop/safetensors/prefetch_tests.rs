@@ -2,7 +2,7 @@
 //! (in the file's order, whatever the load's), and stay readable with the source gone.
 
 use super::SafetensorsSource;
-use crate::interop::page_cache::ColdFile;
+use crate::platform::ColdFile;
 use crate::source::TensorSource;
 
 #[test]
