@@ -93,7 +93,7 @@ pub fn burn_record(data: &[u8]) {
 pub fn gguf(data: &[u8]) {
     // Dequantized, and with the blocks Burn holds exactly kept quantized.
     for keep in [false, true] {
-        let options = super::OpenOptions::new().keep_quantized(keep);
+        let options = crate::source::OpenOptions::new().keep_quantized(keep);
         if let Ok(source) = super::gguf::GgufSource::from_bytes(bytes(data), &options) {
             assert_source_contract(&source);
             let _ = crate::source::DescribedSource::describe(&source);
@@ -103,7 +103,7 @@ pub fn gguf(data: &[u8]) {
 
 /// Bytes of any format, through the container registry.
 pub fn any(data: &[u8]) {
-    let options = super::OpenOptions::new().limits(Limits::default());
+    let options = crate::source::OpenOptions::new().limits(Limits::default());
     if let Ok(source) = super::open_bytes_any(bytes(data), &options) {
         assert_source_contract(source.as_tensor_source());
         let _ = source.describe();

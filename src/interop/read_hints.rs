@@ -44,7 +44,8 @@ pub(crate) enum Hinted<'a> {
     /// A file read with ordinary reads: the kernel is asked to read the ranges into the page
     /// cache ([`crate::platform::will_need`]). (Only `.pt` files opened buffered are hinted
     /// this way.)
-    #[cfg_attr(not(feature = "pytorch"), allow(dead_code))]
+    // Hinted only by the formats that read files buffered (`.pt` today).
+    #[allow(dead_code)]
     File(&'a File),
     /// A file's mapping (a [`Source::Memory`] of `File` property): the ranges are faulted in
     /// through it ([`touch`]), as the load's own page faults would, so the kernel reads them
@@ -231,7 +232,7 @@ mod tests {
     /// Hints on a mapping read its ranges into the page cache from their own thread, the
     /// hints and the mapping dropped right after asking (a load's tensors are windows of the
     /// mapping, read after the source is gone).
-    #[cfg(all(target_os = "linux", feature = "pytorch"))]
+    #[cfg(target_os = "linux")]
     #[test]
     fn hints_on_a_mapping_read_it_and_outlive_the_source() {
         use super::{Hinted, ReadHints};

@@ -447,9 +447,7 @@ impl TensorSource for LegacySource {
         #[cfg(not(target_os = "linux"))]
         let _ = window_of_file;
         #[cfg(target_os = "linux")]
-        if window_of_file
-            && let Some(Err(e)) = crate::platform::populate(&bytes, 0..bytes.len())
-        {
+        if window_of_file && let Some(Err(e)) = crate::platform::populate(&bytes, 0..bytes.len()) {
             let cut = std::io::Error::new(
                 e.kind(),
                 format!(

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{Bytes, DType};
 
-use super::super::OpenOptions;
 use super::dequant::{Dequantize, dequantize, dequantizer};
 use super::header::{self, Header, HeaderError};
 use super::quantized::{burn_dtype, burn_len, split_q8_0};
@@ -14,6 +13,7 @@ use super::split::{check_part, split_count, split_parts};
 use super::types::GgmlType;
 use super::value::Value;
 use crate::format::{TensorInfo, element_align};
+use crate::source::OpenOptions;
 use crate::source::data::{Source, aligned_words, zeroed_words};
 use crate::source::from_table;
 use crate::source::{

@@ -33,11 +33,7 @@ use crate::write::{Entry, WriteError, Writer};
 mod container;
 mod deprecated;
 mod header;
-#[cfg(all(
-    test,
-    target_os = "linux",
-    any(feature = "legacy", feature = "pytorch")
-))]
+#[cfg(all(test, target_os = "linux"))]
 mod prefetch_tests;
 mod source;
 mod write;
