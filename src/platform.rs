@@ -16,6 +16,8 @@ use std::io;
 mod linux;
 #[cfg(not(target_os = "linux"))]
 mod not_linux;
+#[cfg(not(unix))]
+mod not_unix;
 #[cfg(not(any(unix, windows)))]
 mod other;
 // The page-cache hints serve the format readers (whichever are built), and the tests'

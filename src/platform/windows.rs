@@ -43,34 +43,4 @@ pub(crate) fn process_id() -> u32 {
     std::process::id()
 }
 
-/// The machine's physical memory: not asked here.
-pub(crate) fn physical_memory() -> Option<u64> {
-    None
-}
-
-/// How many files this process may hold open at once: no such limit to ask here.
-#[cfg(feature = "optim")]
-pub(crate) fn open_files_limit() -> Option<u64> {
-    None
-}
-
-/// How a mapped file's bytes will be read: a hint that does nothing here.
-#[allow(dead_code)]
-pub(crate) fn advise_random(_bytes: &[u8], _random: bool) {}
-
-/// Whether `path` still names the open `file`. Windows does not remove a file that is open
-/// without delete sharing, so the name still existing is enough there.
-pub(crate) fn names(path: &std::path::Path, _file: &File) -> bool {
-    path.exists()
-}
-
-/// Windows has no FIFOs, sockets or devices among the files a path names here.
-pub(super) fn special_kind(_file_type: std::fs::FileType) -> Option<&'static str> {
-    None
-}
-
-/// Opening a file does not block here.
-pub(super) fn open_without_blocking(_options: &mut std::fs::OpenOptions) {}
-
-/// Reads block already.
-pub(super) fn reads_blocking(_file: &File) {}
+pub(crate) use super::not_unix::*;
