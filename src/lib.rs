@@ -7,12 +7,12 @@
 //!
 //! # Save and load a module
 //!
-//! [`PackModule`](module::PackModule) is implemented for every Burn [`Module`](burn::module::Module).
+//! [`PackModule`] is implemented for every Burn [`Module`](burn::module::Module).
 //! [`save_pack`](module::PackModule::save_pack) writes a scratch file, fsyncs it and renames it over
 //! the destination; [`load_pack`](module::PackModule::load_pack) maps the file and loads it into a
 //! fresh instance, strictly (every missing, unused or mis-shaped parameter is reported at
 //! once). [`save_pack_with`](module::PackModule::save_pack_with) and
-//! [`load_pack_with`](module::PackModule::load_pack_with) take [`SaveOptions`](module::SaveOptions) and [`LoadOptions`](module::LoadOptions).
+//! [`load_pack_with`](module::PackModule::load_pack_with) take [`SaveOptions`] and [`LoadOptions`].
 //!
 //! ```no_run
 //! use burn::module::{Module, Param};
@@ -97,7 +97,7 @@
 //!
 //! # Modules
 //!
-//! - [`module`]: the Burn adapter ([`PackModule`](module::PackModule): save a module, load a pack or any
+//! - [`module`]: the Burn adapter ([`PackModule`]: save a module, load a pack or any
 //!   [`TensorSource`](read::TensorSource) into one); [`checkpoint`]: training checkpoints.
 //! - [`interop`]: other containers, each a `TensorSource`: `safetensors` (one file or shards
 //!   with an index; conversions both ways; feature `safetensors`, default), `pytorch`

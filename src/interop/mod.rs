@@ -85,7 +85,7 @@ pub use registry::{containers, near_miss, open_any, open_any_with, open_bytes_an
 /// ```
 /// use burnpack::interop::AsOpenOptions;
 /// use burnpack::source::OpenOptions;
-/// let limits = burnpack::Limits::default().with_max_file_size(1 << 20);
+/// let limits = burnpack::format::Limits::default().with_max_file_size(1 << 20);
 /// assert_eq!(limits.open_options().key_name(), None);
 /// assert_eq!(OpenOptions::new().key("ema").open_options().key_name(), Some("ema"));
 /// ```

@@ -200,7 +200,9 @@ impl Output {
     /// ```
     /// use std::sync::Arc;
     /// use burn::tensor::{Bytes, DType};
-    /// use burnpack::{Entry, Writer, interop::{OutputOptions, output_for}, source::DescribedSource};
+    /// use burnpack::interop::{OutputOptions, output_for};
+    /// use burnpack::source::DescribedSource;
+    /// use burnpack::write::{Entry, Writer};
     /// let dir = tempfile::tempdir().unwrap();
     /// let (input, output) = (dir.path().join("in.bpk"), dir.path().join("out.bpk"));
     /// Writer::new(vec![Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.0f32]))])

@@ -6,7 +6,7 @@ use crate::module::ModuleError;
 use crate::source::ReadError;
 use crate::write::WriteError;
 
-/// What went wrong in a [`PackStore`] operation. Each variant names the file (or "bytes").
+/// What went wrong in a [`PackStore`](super::PackStore) operation. Each variant names the file (or "bytes").
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -30,7 +30,7 @@ pub enum StoreError {
     /// A bytes store was asked to load before it was given or saved any bytes.
     #[error("bytes store: no bytes to read from")]
     NoBytes,
-    /// A store over another container ([`PackStore::from_source`]) was asked to save.
+    /// A store over another container ([`PackStore::from_source`](super::PackStore::from_source)) was asked to save.
     #[error("{0}: a store over a tensor source is read-only")]
     ReadOnly(String),
     /// The load did not match the module: errors while applying (with `validate`), or
