@@ -1323,6 +1323,40 @@ fn gguf_conversions_keep_what_they_should_and_refuse_what_they_cannot() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("is the input"), "{err}");
     assert_eq!(std::fs::read(&a).unwrap(), before);
+    // Sharded, onto files its shards or index would be named like: refused, the input intact
+    // (a safetensors file named like shard 1 of `m.safetensors`; a sharded set onto itself).
+    let like = dir.path().join("m-00001-of-00002.safetensors");
+    std::fs::copy(&st, &like).unwrap();
+    let before = std::fs::read(&like).unwrap();
+    let m = dir.path().join("m.safetensors");
+    let (code, _, err) = run(&["convert", s(&like), s(&m), "--shard-size", "16"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("is the input") && err.contains("m-00001-of-00002"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&like).unwrap(), before);
+    let set = dir.path().join("set.safetensors");
+    assert_eq!(
+        run(&["convert", s(&st), s(&set), "--shard-size", "16"]).0,
+        0
+    );
+    let index = dir.path().join("set.safetensors.index.json");
+    let first = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().contains("set-00001-of-"))
+        .unwrap();
+    let shard = std::fs::read(&first).unwrap();
+    let (code, _, err) = run(&["convert", s(&index), s(&set), "--shard-size", "16"]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(std::fs::read(&first).unwrap(), shard);
+    // Beside them under another name, the same set converts.
+    let other = dir.path().join("other.safetensors");
+    assert_eq!(
+        run(&["convert", s(&index), s(&other), "--shard-size", "16"]).0,
+        0
+    );
     // Metadata no reader would accept (a huge array as text): refused, naming the key, and
     // nothing written.
     let mut array = 12u32.to_le_bytes().to_vec(); // f64 items: 8 bytes, about 21 as text

@@ -30,7 +30,7 @@ pub(crate) fn convert(
         e => failed(&e),
     })?;
     let source = open(input)?;
-    refuse_onto_input(source.as_ref(), input, output)?;
+    refuse_onto_input(source.as_ref(), input, output, target.sharded)?;
     let description = source.describe();
     // A source spread over several files (shards, an incremental checkpoint's data files)
     // becomes one: not a no-op even in its own format.
@@ -91,25 +91,55 @@ fn refuse_onto_input(
     source: &dyn DescribedSource,
     input: &Path,
     output: &Path,
+    sharded: bool,
 ) -> Result<(), Failure> {
     if is_url(output) {
         return Ok(());
     }
-    let Ok(out) = std::fs::canonicalize(output) else {
-        return Ok(()); // Not there yet: not the input.
-    };
     let mut inputs = source.describe().shards;
     inputs.push(input.to_path_buf());
-    if inputs
+    let inputs: Vec<PathBuf> = inputs
         .iter()
-        .any(|p| std::fs::canonicalize(p).is_ok_and(|p| p == out))
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .collect();
+    if let Ok(out) = std::fs::canonicalize(output)
+        && inputs.contains(&out)
     {
         return Err(Failure::usage(format!(
             "{}: is the input (or one of its parts); converting onto it would destroy it",
             output.display()
         )));
     }
+    // A sharded output also writes `<stem>-NNNNN-of-NNNNN.<ext>` and `<name>.index.json`
+    // beside `output`: none of those may be a part of the input either.
+    if sharded && let Some(part) = shard_named_like(&inputs, output) {
+        return Err(Failure::usage(format!(
+            "{}: the sharded output {} writes files of that name beside it, and it is the input \
+             (or one of its parts); converting onto it would destroy it (choose another output \
+             name)",
+            part.display(),
+            output.display()
+        )));
+    }
     Ok(())
+}
+
+/// The part of the input (canonical paths) that a sharded output at `output` could write over:
+/// one in the same folder named `<output's stem>-...` or `<output's name>....`.
+fn shard_named_like<'a>(inputs: &'a [PathBuf], output: &Path) -> Option<&'a PathBuf> {
+    let folder = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => std::fs::canonicalize(p).ok()?,
+        _ => std::env::current_dir().ok()?,
+    };
+    let name = output.file_name()?.to_string_lossy().into_owned();
+    let stem = output.file_stem()?.to_string_lossy().into_owned();
+    inputs.iter().find(|part| {
+        part.parent() == Some(folder.as_path())
+            && part.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n.starts_with(&format!("{stem}-")) || n.starts_with(&format!("{name}."))
+            })
+    })
 }
 
 /// Says what a conversion wrote: `IN -> OUT (size)`.
