@@ -997,3 +997,24 @@ fn a_parameter_that_is_not_a_tensor_is_refused_never_dropped() {
         );
     }
 }
+
+/// A file that is no record (a safetensors file, a pack, a zip) opened as one says that a
+/// record is a map and what the file starts with, not that a record has bytes left over.
+#[test]
+fn a_file_that_is_no_record_says_what_a_record_is() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in [
+        ("model.safetensors", b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ".to_vec()),
+        ("model.zip", b"PK\x03\x04\x14\x00\x00\x00".to_vec()),
+        ("model.bpk", b"NRUB\x01\x00\x10\x00\x00\x00".to_vec()),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        let err = LegacySource::open(&path).unwrap_err().to_string();
+        assert!(
+            err.contains(name) && err.contains("a record is a JSON object or a MessagePack map"),
+            "{err}"
+        );
+        assert!(!err.contains("after the record"), "{err}");
+    }
+}

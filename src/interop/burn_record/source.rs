@@ -209,11 +209,18 @@ impl LegacySource {
         if super::bincode::fits_record(bytes) {
             return Err(SourceError::Bincode { path: path.into() });
         }
-        if format.is_gzip() && !map {
-            return Err(invalid(format!(
-                "the gzip stream holds no record (a record is a map; it starts with \"{}\")",
-                bytes[..bytes.len().min(16)].escape_ascii()
-            )));
+        if !map {
+            let start = bytes[..bytes.len().min(16)].escape_ascii();
+            return Err(invalid(if format.is_gzip() {
+                format!(
+                    "the gzip stream holds no record (a record is a map; it starts with \"{start}\")"
+                )
+            } else {
+                format!(
+                    "a record is a JSON object or a MessagePack map, and this starts with \
+                     \"{start}\" (`bpk inspect` names the format of any file bpk reads)"
+                )
+            }));
         }
         // The walk faults in single pages of the structure between the tensors; those nobody
         // had cached are dropped after it, so that the load's reads find the tensors' bytes
