@@ -253,3 +253,43 @@ fn the_deprecated_constructors_still_open() {
     let options: burnpack::interop::pytorch::PytorchOptions = OpenOptions::new().key("x");
     assert_eq!(options.key_name(), Some("x"));
 }
+
+/// `Limits::max_file_size` is every source's, from a path and from bytes alike: a file one
+/// byte over it is refused naming the limit, before it is read (it was not applied to
+/// safetensors at all, nor to GGUF and uncompressed records from bytes).
+#[test]
+fn the_file_size_limit_holds_at_every_door() {
+    let dir = tempfile::tempdir().unwrap();
+    for (format, name, bytes) in samples() {
+        // The pack's limit is the pack reader's (its header); a compressed record's is its
+        // inflated size: both are checked elsewhere.
+        if format == "burnpack" || name.ends_with(".gz") {
+            continue;
+        }
+        let path = dir.path().join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        let limits = burnpack::format::Limits::default().with_max_file_size(bytes.len() as u64 - 1);
+        let options = OpenOptions::new().limits(limits);
+        let err = burnpack::interop::open_any_with(&path, &options).unwrap_err();
+        assert!(
+            err.to_string().contains("file-size limit"),
+            "{format}: {err}"
+        );
+        let err = open_bytes_any(Bytes::from_bytes_vec(bytes.clone()), &options).unwrap_err();
+        assert!(
+            err.to_string().contains("file-size limit"),
+            "{format} bytes: {err}"
+        );
+        // At the limit, it opens.
+        let exact = burnpack::format::Limits::default().with_max_file_size(bytes.len() as u64);
+        let options = OpenOptions::new().limits(exact);
+        assert!(
+            burnpack::interop::open_any_with(&path, &options).is_ok(),
+            "{format}"
+        );
+        assert!(
+            open_bytes_any(Bytes::from_bytes_vec(bytes), &options).is_ok(),
+            "{format}"
+        );
+    }
+}

@@ -1004,7 +1004,10 @@ fn a_parameter_that_is_not_a_tensor_is_refused_never_dropped() {
 fn a_file_that_is_no_record_says_what_a_record_is() {
     let dir = tempfile::tempdir().unwrap();
     for (name, bytes) in [
-        ("model.safetensors", b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ".to_vec()),
+        (
+            "model.safetensors",
+            b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ".to_vec(),
+        ),
         ("model.zip", b"PK\x03\x04\x14\x00\x00\x00".to_vec()),
         ("model.bpk", b"NRUB\x01\x00\x10\x00\x00\x00".to_vec()),
     ] {

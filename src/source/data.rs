@@ -174,6 +174,23 @@ pub(crate) fn map_file(file: &File) -> std::io::Result<Bytes> {
     }
 }
 
+/// Refuses a file (or bytes) of `len` bytes over [`Limits::max_file_size`](crate::format::Limits),
+/// naming it: every source checks its input's size here, from a path or from bytes, before
+/// anything is read or allocated for it.
+pub(crate) fn within_file_size(
+    path: &std::path::Path,
+    len: u64,
+    limits: &crate::format::Limits,
+) -> Result<(), crate::source::SourceError> {
+    if len > limits.max_file_size {
+        return Err(crate::source::SourceError::invalid(path)(format!(
+            "{len} bytes, over the file-size limit of {}",
+            limits.max_file_size
+        )));
+    }
+    Ok(())
+}
+
 /// The data of an opened file for a source: its mapping, or, opened for a verification that
 /// reads every byte (`verify`), the file itself read with ordinary reads, so that a file cut
 /// or rewritten meanwhile is an error to report rather than a fault of the mapping

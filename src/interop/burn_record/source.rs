@@ -150,6 +150,7 @@ impl LegacySource {
         let limits = &options.limits;
         let path = Path::new("<memory>");
         let gzip = bytes.starts_with(&GZIP);
+        crate::source::data::within_file_size(path, bytes.len() as u64, limits)?;
         let input = if gzip {
             Input::Owned(inflate(path, &bytes[..], bytes.len() as u64, limits)?)
         } else {
@@ -168,12 +169,7 @@ impl LegacySource {
     ) -> Result<Input, SourceError> {
         let io = |action| SourceError::io(path, action);
         let len = file.metadata().map_err(io("stat"))?.len();
-        if len > limits.max_file_size {
-            return Err(invalid(path)(format!(
-                "{len} bytes is over the file-size limit ({} bytes)",
-                limits.max_file_size
-            )));
-        }
+        crate::source::data::within_file_size(path, len, limits)?;
         if gzip {
             return Ok(Input::Owned(inflate(
                 path,

@@ -146,6 +146,7 @@ impl GgufSource {
         let limits = &options.limits;
         let bytes = crate::source::data::view_capable(bytes);
         let len = bytes.len() as u64;
+        crate::source::data::within_file_size(path, len, limits)?;
         let header = header::read(std::io::Cursor::new(&bytes[..]), len, limits)
             .map_err(|e| header_error(path, e))?;
         let mut opened = Some(shard(
@@ -243,12 +244,7 @@ fn open_file(
         .metadata()
         .map_err(SourceError::io(path, "stat"))?
         .len();
-    if len > limits.max_file_size {
-        return Err(SourceError::invalid(path)(format!(
-            "{len} bytes, over the file-size limit of {}",
-            limits.max_file_size
-        )));
-    }
+    crate::source::data::within_file_size(path, len, limits)?;
     let header = header::read(std::io::BufReader::new(&file), len, limits)
         .map_err(|e| header_error(path, e))?;
     // As for `Reader::open`, the file must not be truncated while it is mapped (read, not

@@ -127,13 +127,7 @@ pub(super) fn open_bytes(
 }
 
 fn check_size(path: &Path, size: u64, options: &OpenOptions) -> Result<(), SourceError> {
-    if size > options.limits.max_file_size {
-        return Err(SourceError::invalid(path)(format!(
-            "{size} bytes, over the file-size limit of {}",
-            options.limits.max_file_size
-        )));
-    }
-    Ok(())
+    crate::source::data::within_file_size(path, size, &options.limits)
 }
 
 fn neither(path: &Path) -> SourceError {

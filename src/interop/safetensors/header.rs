@@ -22,6 +22,7 @@ pub(super) fn validate(
         path: path.to_path_buf(),
         reason: e.to_string(),
     };
+    crate::source::data::within_file_size(path, total, limits)?;
     let n = header_len(path, head, total)?;
     let json = std::str::from_utf8(&head[8..8 + n])
         .map_err(|e| invalid(safetensors::SafeTensorError::InvalidHeader(e)))?;
