@@ -30,6 +30,8 @@ static CONTAINERS: &[Container] = &[
     super::pack::CONTAINER,
     #[cfg(feature = "safetensors")]
     super::safetensors::CONTAINER,
+    #[cfg(feature = "numpy")]
+    super::numpy::CONTAINER,
     #[cfg(feature = "pytorch")]
     super::pytorch::CONTAINER,
     #[cfg(feature = "gguf")]
