@@ -18,8 +18,10 @@
 //! `PyTorch` folder and are not part of the source core, so they are restated here, not
 //! shared). Stored members (`np.savez`) are windows of the mapping where aligned, their CRC-32
 //! checked by verified loads and `bpk verify`; deflated members (`np.savez_compressed`) are
-//! inflated when read, within `max_inflation` (checked from the zip's sizes before anything is
-//! allocated), their CRC-32 checked on every read.
+//! inflated when the file is opened (in parallel), within `max_inflation` and the tensor-size
+//! limit (checked from the zip's sizes before anything is allocated), each into exactly the
+//! bytes its header states, and checked against its CRC-32 there: a damaged member is an error
+//! naming it when the file is opened.
 //!
 //! Little-endian C-order arrays are zero-copy; a big-endian array is swapped and a
 //! Fortran-order array laid out in C order, each into memory of its own, reported by

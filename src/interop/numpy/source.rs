@@ -21,9 +21,9 @@ use crate::source::{
 /// member without its `.npy`) as a [`TensorSource`].
 ///
 /// Little-endian arrays in C order of stored members are zero-copy windows of the mapping
-/// where aligned; big-endian arrays are swapped, Fortran-order arrays laid out in C order,
-/// and deflated members inflated, each into memory of its own and reported by
-/// [`copy_reason`](TensorSource::copy_reason).
+/// where aligned; big-endian arrays are swapped and Fortran-order arrays laid out in C order
+/// when read, and deflated members inflated (and checked) when the file is opened, each into
+/// memory of its own and reported by [`copy_reason`](TensorSource::copy_reason).
 ///
 /// ```
 /// use burnpack::interop::numpy::NumpySource;
@@ -44,6 +44,8 @@ pub struct NumpySource {
     npz: bool,
     source: Source,
     table: SourceTable<Stored>,
+    /// The deflated members' arrays, inflated (and checked) when the file was opened.
+    inflated: Vec<Bytes>,
 }
 
 /// Where an array is and how it is stored.
@@ -54,6 +56,8 @@ struct Stored {
     header: Header,
     /// Absolute start of the array's bytes (stored), or of the member's deflated stream.
     start: u64,
+    /// A deflated member's array: its index in [`NumpySource::inflated`].
+    inflated: Option<usize>,
 }
 
 impl std::fmt::Debug for NumpySource {
@@ -120,9 +124,10 @@ impl NumpySource {
         } else {
             (false, npy_rows(path, &input, options)?)
         };
+        let (rows, inflated) = inflate_all(path, &input, rows)?;
         let source = crate::source::data::file_data(&file, options.verify)
             .map_err(|(action, e)| SourceError::io(path, action)(e))?;
-        Self::assemble(path, npz, source, rows, options)
+        Self::assemble(path, npz, source, rows, inflated, options)
     }
 
     /// `.npy` or `.npz` bytes in memory, named `"<memory>"` in errors (a `.npy` array's tensor
@@ -145,7 +150,8 @@ impl NumpySource {
         } else {
             (false, npy_rows(path, &input, options)?)
         };
-        Self::assemble(path, npz, Source::Memory(bytes), rows, options)
+        let (rows, inflated) = inflate_all(path, &input, rows)?;
+        Self::assemble(path, npz, Source::Memory(bytes), rows, inflated, options)
     }
 
     fn assemble(
@@ -153,6 +159,7 @@ impl NumpySource {
         npz: bool,
         source: Source,
         rows: Vec<(String, Stored)>,
+        inflated: Vec<Bytes>,
         options: &OpenOptions,
     ) -> Result<Self, SourceError> {
         let mut table = TableBuilder::new(path, &options.limits);
@@ -178,6 +185,7 @@ impl NumpySource {
             npz,
             source,
             table,
+            inflated,
         })
     }
 
@@ -203,59 +211,6 @@ impl NumpySource {
         let file = self.file.clone();
         let name = info.name().to_string();
         move |e| ReadError::reading(file.clone(), &name, &e)
-    }
-
-    /// A deflated member's array, inflated (its CRC-32 checked).
-    fn inflate(
-        &self,
-        info: &TensorInfo,
-        stored: &Stored,
-        member: &Member,
-    ) -> Result<Bytes, ReadError> {
-        let io = self.io(info);
-        let damaged =
-            |reason: String| io(std::io::Error::new(std::io::ErrorKind::InvalidData, reason));
-        let raw = self
-            .source
-            .read(stored.start, member.compressed, 1)
-            .map_err(&io)?;
-        let mut decoder = flate2::read::DeflateDecoder::new(&raw[..]);
-        let mut crc = crc32fast::Hasher::new();
-        let mut head = vec![0u8; usize::try_from(stored.header.data_start).unwrap_or(usize::MAX)];
-        decoder
-            .read_exact(&mut head)
-            .map_err(|e| damaged(format!("inflating member '{}': {e}", member.name)))?;
-        crc.update(&head);
-        let len =
-            usize::try_from(stored.header.data_len).map_err(|_| damaged("too large".into()))?;
-        let mut words = zeroed_words(len.div_ceil(8)).ok_or_else(|| {
-            damaged(format!(
-                "cannot allocate {len} bytes to inflate tensor '{}'",
-                info.name()
-            ))
-        })?;
-        let out = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len];
-        decoder
-            .read_exact(out)
-            .map_err(|e| damaged(format!("inflating member '{}': {e}", member.name)))?;
-        crc.update(out);
-        let mut more = [0u8; 1];
-        if decoder.read(&mut more).map_err(&io)? != 0 {
-            return Err(damaged(format!(
-                "member '{}' inflates to more bytes than its array",
-                member.name
-            )));
-        }
-        let actual = crc.finalize();
-        if actual != member.crc {
-            return Err(ReadError::Checksum {
-                file: self.file.clone(),
-                tensor: info.name().to_string(),
-                expected: u64::from(member.crc),
-                actual: u64::from(actual),
-            });
-        }
-        Ok(aligned_words(words, len, AllocationProperty::Native))
     }
 }
 
@@ -356,6 +311,7 @@ fn npy_rows(
             member: None,
             header,
             start,
+            inflated: None,
         },
     )])
 }
@@ -411,6 +367,17 @@ fn npz_rows(
         };
         let name = name.to_string();
         let header = if member.deflated {
+            if member.size > options.limits.max_tensor_size.saturating_add(1 << 20) {
+                return Err(header_error(
+                    path,
+                    Some(&name),
+                    HeaderError::Invalid(format!(
+                        "member '{}' says it inflates to {} bytes, over the tensor-size limit \
+                         of {}",
+                        member.name, member.size, options.limits.max_tensor_size
+                    )),
+                ));
+            }
             let bound = member
                 .compressed
                 .saturating_mul(options.limits.max_inflation)
@@ -430,14 +397,26 @@ fn npz_rows(
                 .read(member.start, member.compressed.min(64 << 10))
                 .map_err(SourceError::io(path, "read"))?;
             let mut decoder = flate2::read::DeflateDecoder::new(&raw[..]);
-            npy_header(
+            let mut failed = None;
+            let header = npy_header(
                 |n| {
                     let mut out = Vec::new();
-                    (&mut decoder).take(n).read_to_end(&mut out)?;
+                    (&mut decoder)
+                        .take(n)
+                        .read_to_end(&mut out)
+                        .inspect_err(|e| failed = Some(e.to_string()))?;
                     Ok(out)
                 },
                 options,
-            )
+            );
+            if let (Err(_), Some(e)) = (&header, failed) {
+                return Err(SourceError::Damaged {
+                    path: path.to_path_buf(),
+                    tensor: Some(name),
+                    reason: format!("member '{}': cannot inflate it: {e}", member.name),
+                });
+            }
+            header
         } else {
             let mut at = member.start;
             let end = member.start + member.size;
@@ -463,10 +442,92 @@ fn npz_rows(
                 member: Some(member),
                 header,
                 start,
+                inflated: None,
             },
         ));
     }
     Ok(rows)
+}
+
+/// Inflates every deflated member (in parallel), each checked against its CRC-32 and its
+/// declared sizes: a damaged member is an error naming it when the file is opened, never a
+/// failed read later. Each inflates into memory sized by its header (within the limits,
+/// checked before) and no further.
+fn inflate_all(
+    path: &Path,
+    input: &Input<'_>,
+    mut rows: Vec<(String, Stored)>,
+) -> Result<(Vec<(String, Stored)>, Vec<Bytes>), SourceError> {
+    use rayon::prelude::*;
+    let deflated: Vec<usize> = (0..rows.len())
+        .filter(|&i| rows[i].1.member.as_ref().is_some_and(|m| m.deflated))
+        .collect();
+    let inflated = deflated
+        .par_iter()
+        .map(|&i| {
+            let (name, stored) = &rows[i];
+            inflate(path, input, name, stored)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for (k, &i) in deflated.iter().enumerate() {
+        rows[i].1.inflated = Some(k);
+    }
+    Ok((rows, inflated))
+}
+
+/// One deflated member's array, inflated and checked.
+fn inflate(
+    path: &Path,
+    input: &Input<'_>,
+    name: &str,
+    stored: &Stored,
+) -> Result<Bytes, SourceError> {
+    let Some(member) = &stored.member else {
+        return Err(SourceError::invalid(path)(format!("'{name}' is no member")));
+    };
+    let damaged = |reason: String| SourceError::Damaged {
+        path: path.to_path_buf(),
+        tensor: Some(name.to_string()),
+        reason: format!("member '{}': {reason}", member.name),
+    };
+    let raw = input
+        .read(stored.start, member.compressed)
+        .map_err(SourceError::io(path, "read"))?;
+    let mut decoder = flate2::read::DeflateDecoder::new(&raw[..]);
+    let mut crc = crc32fast::Hasher::new();
+    let head_len =
+        usize::try_from(stored.header.data_start).map_err(|_| damaged("too large".into()))?;
+    let mut head = vec![0u8; head_len];
+    decoder
+        .read_exact(&mut head)
+        .map_err(|e| damaged(format!("cannot inflate it: {e}")))?;
+    crc.update(&head);
+    let len = usize::try_from(stored.header.data_len).map_err(|_| damaged("too large".into()))?;
+    let mut words = zeroed_words(len.div_ceil(8))
+        .ok_or_else(|| damaged(format!("cannot allocate {len} bytes to inflate it")))?;
+    let out = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len];
+    decoder
+        .read_exact(out)
+        .map_err(|e| damaged(format!("cannot inflate it: {e}")))?;
+    crc.update(out);
+    let mut more = [0u8; 1];
+    match decoder.read(&mut more) {
+        Ok(0) => {}
+        Ok(_) => return Err(damaged("it inflates to more bytes than its array".into())),
+        Err(e) => return Err(damaged(format!("cannot inflate it: {e}"))),
+    }
+    let actual = crc.finalize();
+    if actual != member.crc {
+        return Err(damaged(format!(
+            "its CRC-32 is {actual:08x}, the archive says {:08x}",
+            member.crc
+        )));
+    }
+    Ok(crate::source::data::view_capable(aligned_words(
+        words,
+        len,
+        AllocationProperty::Native,
+    )))
 }
 
 impl TensorSource for NumpySource {
@@ -475,15 +536,19 @@ impl TensorSource for NumpySource {
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         let stored = self.table.place(info)?;
         let h = &stored.header;
-        let bytes = match &stored.member {
-            Some(member) if member.deflated => self.inflate(info, stored, member)?,
-            _ if !h.dtype.big_endian && !h.fortran => {
+        let bytes = match stored.inflated {
+            Some(i) => {
+                let all = &self.inflated[i];
+                all.view(0, all.len())
+                    .unwrap_or_else(|_| crate::source::data::bytes_from_vec(all.to_vec()))
+            }
+            None if !h.dtype.big_endian && !h.fortran => {
                 return self
                     .source
                     .read(stored.start, h.data_len, element_align(info.dtype()))
                     .map_err(self.io(info));
             }
-            _ => self
+            None => self
                 .source
                 .read(stored.start, h.data_len, 1)
                 .map_err(self.io(info))?,
@@ -537,6 +602,7 @@ impl TensorSource for NumpySource {
             return Ok(false);
         };
         if member.deflated {
+            // Checked against its CRC-32 when it was inflated, as the file was opened.
             return Ok(true);
         }
         let h = &stored.header;
