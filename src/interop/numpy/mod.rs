@@ -39,7 +39,9 @@
 
 mod container;
 mod header;
+mod inflate;
 mod layout;
+mod open;
 mod source;
 mod zip;
 
