@@ -128,7 +128,7 @@ fn every_dtype_byte_order_and_layout_reads_as_numpy_reads_it() {
         let source = NumpySource::open(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_source_contract(&source);
         assert!(!source.is_npz());
-        let info = source.tensor(name).unwrap_or_else(|| panic!("{name}"));
+        let info = source.tensor("array").unwrap_or_else(|| panic!("{name}"));
         assert_eq!(info.dtype(), burn_dtype(name), "{name}");
         assert_eq!(&source.read(info).unwrap()[..], &want[..], "{name}");
         let reason = source.copy_reason(info);
@@ -155,7 +155,7 @@ fn every_dtype_byte_order_and_layout_reads_as_numpy_reads_it() {
     for version in 1..=3 {
         let path = dir.path().join(format!("v{version}.npy"));
         let source = NumpySource::open(&path).unwrap();
-        let info = source.tensor(&format!("v{version}")).unwrap();
+        let info = source.tensor("array").unwrap();
         let want = std::fs::read(dir.path().join("f4.ref")).unwrap();
         assert_eq!(&source.read(info).unwrap()[..], &want[..], "v{version}");
         assert!(
@@ -493,4 +493,49 @@ np.savez("long.npz", **{"encoder.layers.0.self_attention.query_projection.weight
     let name = "encoder.layers.0.self_attention.query_projection.weight";
     let info = any.as_tensor_source().tensor(name).unwrap();
     assert_eq!(info.shape(), &[2, 2]);
+}
+
+/// An `.npz` through every door of the registry: the file-size limit from a path and from
+/// bytes, the file the registry opened (never its path again), local headers that disagree
+/// with the central directory, and an encrypted member.
+#[test]
+fn an_npz_at_every_door_of_the_registry() {
+    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/numpy");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["stored.npz", "deflated.npz", "f32.npy"] {
+        let bytes = std::fs::read(corpus.join(name)).unwrap();
+        let path = dir.path().join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        let limits = burnpack::format::Limits::default().with_max_file_size(bytes.len() as u64 - 1);
+        let options = OpenOptions::new().limits(limits);
+        let err = burnpack::interop::open_any_with(&path, &options).unwrap_err();
+        assert!(err.to_string().contains("file-size limit"), "{name}: {err}");
+        let err = open_bytes_any(Bytes::from_bytes_vec(bytes.clone()), &options).unwrap_err();
+        assert!(err.to_string().contains("file-size limit"), "{name}: {err}");
+        let by_path = NumpySource::open(&path).unwrap();
+        let any = open_any(&path).unwrap();
+        assert_eq!(any.as_tensor_source().tensors(), by_path.tensors());
+        for info in by_path.tensors() {
+            assert_eq!(
+                any.as_tensor_source().read(info).unwrap().to_vec(),
+                by_path.read(info).unwrap().to_vec()
+            );
+        }
+    }
+    // The local header of the first member renamed: it disagrees with the central directory.
+    let mut bytes = std::fs::read(corpus.join("stored.npz")).unwrap();
+    assert_eq!(&bytes[..4], b"PK\x03\x04");
+    bytes[30] ^= 0x01;
+    let err =
+        NumpySource::from_bytes(Bytes::from_bytes_vec(bytes), &OpenOptions::new()).unwrap_err();
+    assert_eq!(err.kind(), SourceErrorKind::Invalid, "{err}");
+    // The central directory's entry of a member marked encrypted (general purpose bit 0).
+    let mut bytes = std::fs::read(corpus.join("stored.npz")).unwrap();
+    let central = (0..bytes.len())
+        .find(|&i| bytes[i..].starts_with(b"PK\x01\x02"))
+        .unwrap();
+    bytes[central + 8] |= 1;
+    let err =
+        NumpySource::from_bytes(Bytes::from_bytes_vec(bytes), &OpenOptions::new()).unwrap_err();
+    assert!(err.to_string().contains("encrypt"), "{err}");
 }

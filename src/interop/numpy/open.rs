@@ -90,6 +90,9 @@ fn header_error(path: &Path, tensor: Option<&str>, e: HeaderError) -> SourceErro
     }
 }
 
+/// The name of a `.npy` file's one tensor.
+pub(super) const ARRAY: &str = "array";
+
 /// The one array of a `.npy` file.
 pub(super) fn npy_rows(
     path: &Path,
@@ -107,10 +110,9 @@ pub(super) fn npy_rows(
     )
     .map_err(|e| header_error(path, None, e))?;
     check_length(path, None, &header, input.len())?;
-    let name = path
-        .file_stem()
-        .filter(|_| path != Path::new("<memory>"))
-        .map_or_else(|| "array".to_string(), |s| s.to_string_lossy().into_owned());
+    // One name whatever the door (a path, an opened file, bytes): the table of a file does
+    // not depend on what it is called.
+    let name = ARRAY.to_string();
     let start = header.data_start;
     Ok(vec![(
         name,

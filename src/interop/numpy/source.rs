@@ -16,7 +16,7 @@ use crate::source::{
     TableBuilder, TensorSource, from_table, human_bytes,
 };
 
-/// A NumPy `.npy` array (one tensor, named by the file's stem; `array` in memory) or a `.npz`
+/// A NumPy `.npy` array (one tensor, named `array`, from a path or from bytes alike) or a `.npz`
 /// archive of them (`np.savez`, `np.savez_compressed`: one tensor per member, named by the
 /// member without its `.npy`) as a [`TensorSource`].
 ///
@@ -94,12 +94,7 @@ impl NumpySource {
             .metadata()
             .map_err(SourceError::io(path, "stat"))?
             .len();
-        if len > options.limits.max_file_size {
-            return Err(SourceError::invalid(path)(format!(
-                "{len} bytes, over the file-size limit of {}",
-                options.limits.max_file_size
-            )));
-        }
+        crate::source::data::within_file_size(path, len, &options.limits)?;
         let input = Input::File(&file, len);
         let (npz, rows) = if is_zip(path, &input)? {
             let members = members(
@@ -126,6 +121,7 @@ impl NumpySource {
     pub fn from_bytes(bytes: Bytes, options: &OpenOptions) -> Result<Self, SourceError> {
         let path = Path::new("<memory>");
         let bytes = crate::source::data::view_capable(bytes);
+        crate::source::data::within_file_size(path, bytes.len() as u64, &options.limits)?;
         let input = Input::Memory(&bytes);
         let (npz, rows) = if is_zip(path, &input)? {
             let members = members(
