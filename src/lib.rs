@@ -103,7 +103,8 @@
 //!   with an index; conversions both ways; feature `safetensors`, default), `pytorch`
 //!   (`torch.save` files through an unpickler that runs nothing; feature `pytorch`, default),
 //!   `burn_record` (records of Burn 0.14-0.21; feature `legacy`, default), `gguf` (llama.cpp's
-//!   GGUF files, quantized types dequantized; feature `gguf`, default) and `object_store`
+//!   GGUF files, quantized types dequantized; feature `gguf`, default), `numpy` (NumPy's
+//!   `.npy` arrays and `.npz` archives; feature `numpy`, default) and `object_store`
 //!   (packs and checkpoints on S3 and compatibles; feature `object-store`).
 //! - Burn's plug-in points: `store` (feature `store`), a `ModuleStore` for burn-store's
 //!   `save_into` / `load_from`; `train` (feature `train`), checkpointers for burn-train's

@@ -51,6 +51,15 @@ fn samples() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         ("safetensors", "m.safetensors", safetensors_bytes()),
         ("pytorch", "m.pt", std::fs::read(pt).unwrap()),
         ("gguf", "m.gguf", gguf_bytes()),
+        // Written by NumPy (`np.save`). Its `.npz` archives are zip files, which the
+        // `pytorch` container's sniff takes too: the registry lists `numpy` first
+        // (`tests/numpy.rs`).
+        (
+            "numpy",
+            "m.npy",
+            std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/numpy/f32.npy"))
+                .unwrap(),
+        ),
         (
             "burn-record",
             "m.mpk",

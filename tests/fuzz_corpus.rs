@@ -216,6 +216,8 @@ fn any_format_corpus_and_mutations_never_panic() {
     all.extend(pytorch_seeds());
     #[cfg(feature = "gguf")]
     all.extend(gguf_seeds());
+    #[cfg(feature = "numpy")]
+    all.extend(numpy_seeds());
     replay("any", all, burnpack::interop::fuzz::any, 500);
 }
 
@@ -296,6 +298,30 @@ fn gguf_seeds() -> Vec<(&'static str, Vec<u8>)> {
 #[test]
 fn gguf_corpus_and_mutations_never_panic() {
     replay("gguf", gguf_seeds(), burnpack::interop::fuzz::gguf, 500);
+}
+
+/// Files NumPy wrote (`fuzz/corpus/numpy`): `.npy` versions 1, 2 and 3, big-endian and
+/// Fortran order, `np.savez` and `np.savez_compressed` archives.
+#[cfg(feature = "numpy")]
+fn numpy_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/numpy");
+    [
+        "f32.npy",
+        "big-fortran.npy",
+        "v2.npy",
+        "v3.npy",
+        "stored.npz",
+        "deflated.npz",
+    ]
+    .into_iter()
+    .map(|name| (name, std::fs::read(corpus.join(name)).unwrap()))
+    .collect()
+}
+
+#[cfg(feature = "numpy")]
+#[test]
+fn numpy_corpus_and_mutations_never_panic() {
+    replay("numpy", numpy_seeds(), burnpack::interop::fuzz::numpy, 500);
 }
 
 /// Index JSON of sharded models: what `save_pretrained` writes, and its damaged neighbours.

@@ -8,7 +8,7 @@
 //!   ARCHITECTURE.md's fenced `layering` block allows, and there is no circle between rooms;
 //!   test code (`#[cfg(test)]` items and the files they declare) may reach up, to check a
 //!   room with the rooms above it;
-//! - a format (`safetensors`, `pytorch`, `gguf`, `burn_record` with its feature `legacy`) is
+//! - a format (`safetensors`, `pytorch`, `gguf`, `numpy`, `burn_record` with its feature `legacy`) is
 //!   named only in its folder and in the registry (`interop/registry.rs`, `interop/outputs.rs`,
 //!   `interop/mod.rs`, the fuzz bodies of `interop/fuzz.rs`, the deprecated `src/convert.rs`,
 //!   and `lib.rs`'s module lines and doctest gates); `bpk` names none;
@@ -28,10 +28,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The rooms of `src/` and the folders of the formats, with each format's feature.
-const FORMATS: [(&str, &str); 4] = [
+const FORMATS: [(&str, &str); 5] = [
     ("safetensors", "safetensors"),
     ("pytorch", "pytorch"),
     ("gguf", "gguf"),
+    ("numpy", "numpy"),
     ("burn_record", "legacy"),
 ];
 

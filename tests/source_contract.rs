@@ -268,3 +268,21 @@ fn gguf_files_keep_the_contract() {
     }
     assert!(checked >= 3);
 }
+
+/// `.npy` and `.npz` files NumPy wrote (`fuzz/corpus/numpy`: versions 1-3, big-endian,
+/// Fortran order, `np.savez`, `np.savez_compressed`), mapped and read for a verification.
+#[cfg(feature = "numpy")]
+#[test]
+fn numpy_files_keep_the_contract() {
+    use burnpack::interop::numpy::NumpySource;
+    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/numpy");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(corpus).unwrap() {
+        let path = entry.unwrap().path();
+        holds(&path, &NumpySource::open(&path).unwrap());
+        let verified = NumpySource::open_with(&path, &OpenOptions::new().verify(true)).unwrap();
+        assert_source_contract(&verified);
+        checked += 1;
+    }
+    assert!(checked >= 6);
+}

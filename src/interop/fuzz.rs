@@ -101,6 +101,21 @@ pub fn gguf(data: &[u8]) {
     }
 }
 
+/// Bytes as a NumPy `.npy` array or `.npz` archive.
+#[cfg(feature = "numpy")]
+pub fn numpy(data: &[u8]) {
+    // The default limits, and a small inflation bound (a deflated member of the corpus is
+    // over it).
+    let small = Limits::default().with_max_inflation(1);
+    for limits in [Limits::default(), small] {
+        let options = crate::source::OpenOptions::new().limits(limits);
+        if let Ok(source) = super::numpy::NumpySource::from_bytes(bytes(data), &options) {
+            assert_source_contract(&source);
+            let _ = crate::source::DescribedSource::describe(&source);
+        }
+    }
+}
+
 /// Bytes of any format, through the container registry.
 pub fn any(data: &[u8]) {
     let options = crate::source::OpenOptions::new().limits(Limits::default());

@@ -37,6 +37,8 @@ pub mod fuzz;
 pub mod gguf;
 #[cfg(any(feature = "safetensors", feature = "pytorch"))]
 mod index;
+#[cfg(feature = "numpy")]
+pub mod numpy;
 #[cfg(feature = "object-store")]
 pub mod object_store;
 mod outputs;

@@ -30,6 +30,8 @@ static CONTAINERS: &[Container] = &[
     super::pack::CONTAINER,
     #[cfg(feature = "safetensors")]
     super::safetensors::CONTAINER,
+    #[cfg(feature = "numpy")]
+    super::numpy::CONTAINER,
     #[cfg(feature = "pytorch")]
     super::pytorch::CONTAINER,
     #[cfg(feature = "gguf")]
@@ -173,7 +175,9 @@ pub fn open_bytes_any(
     bytes: Bytes,
     options: &OpenOptions,
 ) -> Result<Box<dyn DescribedSource>, SourceError> {
-    let head = &bytes[..bytes.len().min(HEAD)];
+    // As much of the start as a file's sniff is shown (a zip archive's first member name
+    // tells an `.npz` from a `torch.save` file, and may be long).
+    let head = &bytes[..bytes.len().min(INDEX_HEAD)];
     match sniffed(head, bytes.len() as u64) {
         Some(container) => (container.from_bytes)(bytes, options),
         None => Err(unknown(Path::new("<memory>"), head, CONTAINERS)),
