@@ -393,7 +393,8 @@ fn external_place(
             "location" => location = Some(value.to_string()),
             "offset" => offset = number()?,
             "length" => length = Some(number()?),
-            "checksum" => {}
+            // `basepath` is ignored by onnx's own loader too (the model's folder is the base).
+            "checksum" | "basepath" => {}
             _ => {
                 return Err(format!(
                     "external_data key '{key}', which ONNX does not define"

@@ -1,0 +1,244 @@
+//! ONNX models written by the `onnx` Python package (`onnx.helper`, `onnx.numpy_helper`,
+//! `onnx.save_model(..., save_as_external_data=True)`), read here: every initializer type with
+//! a Burn dtype as `raw_data` and as typed fields, nested graphs, external data, the model's
+//! metadata, a small model's weights into a Burn module, and hostile files made here.
+//!
+//! The Python side needs `onnx` (with `numpy`, `protobuf`, `ml_dtypes`; `.ci/run` installs
+//! them, pinned, into a folder it names in `BURNPACK_PYTHONPATH`); without them these tests
+//! say "skipped" and pass, except in CI.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use burn::tensor::Bytes;
+use burnpack::interop::onnx::OnnxSource;
+use burnpack::interop::{OpenOptions, open_any};
+use burnpack::source::{TensorSource, assert_source_contract};
+
+/// Runs `script` with `python3` and the `onnx` package in `dir`; `None` (and a "skipped"
+/// line) when they are not there.
+fn python(script: &str, dir: &Path) -> Option<()> {
+    let path = std::env::var_os("BURNPACK_PYTHONPATH");
+    let probe = Command::new("python3")
+        .args(["-c", "import onnx, numpy, ml_dtypes"])
+        .envs(path.clone().map(|p| ("PYTHONPATH", p)))
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        common::skip("python3 with the onnx, numpy and ml_dtypes packages (BURNPACK_PYTHONPATH)");
+        return None;
+    }
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .envs(path.map(|p| ("PYTHONPATH", p)))
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(())
+}
+
+/// Writes `model.onnx` (every type as `raw_data` and as typed fields, an `If` whose branches
+/// hold initializers, metadata), `ext.onnx` + `ext.bin` (the same, external), `string.onnx`
+/// and `f8.onnx` (types without a Burn dtype), `names.txt`, and each tensor's values as
+/// `onnx.numpy_helper.to_array` reads them back (`<name>.ref`, little-endian).
+const WRITER: &str = r#"
+import numpy as np, onnx, ml_dtypes
+from onnx import helper, numpy_helper, TensorProto as T
+rng = np.random.default_rng(5)
+inits = []
+def ref(name, arr):
+    arr = np.ascontiguousarray(arr)
+    arr.astype(arr.dtype.newbyteorder("<")).tofile(name + ".ref")
+# raw_data, every type with a Burn dtype
+arrays = {
+    "raw.f32": rng.standard_normal((3, 5)).astype(np.float32),
+    "raw.f64": rng.standard_normal((4,)).astype(np.float64),
+    "raw.f16": rng.standard_normal((2, 3)).astype(np.float16),
+    "raw.bf16": rng.standard_normal((2, 2)).astype(ml_dtypes.bfloat16),
+    "raw.i8": np.arange(-3, 3, dtype=np.int8),
+    "raw.i16": np.arange(-3, 3, dtype=np.int16),
+    "raw.i32": np.arange(-3, 3, dtype=np.int32).reshape(2, 3),
+    "raw.i64": np.arange(-3, 3, dtype=np.int64),
+    "raw.u8": np.arange(250, 256, dtype=np.uint8),
+    "raw.u16": np.arange(6, dtype=np.uint16) * 10000,
+    "raw.u32": np.arange(6, dtype=np.uint32) * 700000000,
+    "raw.u64": np.arange(6, dtype=np.uint64) * (1 << 61),
+    "raw.bool": np.array([True, False, True]),
+    "raw.scalar": np.array(2.5, dtype=np.float32),
+    "raw.empty": np.zeros((0, 3), dtype=np.float32),
+}
+for name, a in arrays.items():
+    inits.append(numpy_helper.from_array(a, name)); ref(name, a)
+# typed fields (helper.make_tensor, raw=False)
+typed = {
+    T.FLOAT: arrays["raw.f32"], T.DOUBLE: arrays["raw.f64"], T.FLOAT16: arrays["raw.f16"],
+    T.BFLOAT16: arrays["raw.bf16"], T.INT8: arrays["raw.i8"], T.INT16: arrays["raw.i16"],
+    T.INT32: arrays["raw.i32"], T.INT64: arrays["raw.i64"], T.UINT8: arrays["raw.u8"],
+    T.UINT16: arrays["raw.u16"], T.UINT32: arrays["raw.u32"], T.UINT64: arrays["raw.u64"],
+    T.BOOL: arrays["raw.bool"],
+}
+for dt, a in typed.items():
+    name = "typed." + T.DataType.Name(dt).lower()
+    t = helper.make_tensor(name, dt, a.shape, a.flatten().tolist() if dt not in (T.FLOAT16, T.BFLOAT16) else a.flatten().astype(np.float32).tolist(), raw=False)
+    inits.append(t)
+    back = numpy_helper.to_array(t)
+    assert back.shape == a.shape, name
+    ref(name, back)
+# A nested graph (If's branches) with initializers of their own.
+then_init = numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "then.w"); ref("then.w", np.array([1.0, 2.0], np.float32))
+else_init = numpy_helper.from_array(np.array([3, 4], np.int64), "else.w"); ref("else.w", np.array([3, 4], np.int64))
+out_t = helper.make_tensor_value_info("then.w", T.FLOAT, [2])
+then_g = helper.make_graph([], "then", [], [helper.make_tensor_value_info("then.w", T.FLOAT, [2])], [then_init])
+else_g = helper.make_graph([helper.make_node("Cast", ["else.w"], ["else.f"], to=T.FLOAT)], "else", [], [helper.make_tensor_value_info("else.f", T.FLOAT, [2])], [else_init])
+cond = numpy_helper.from_array(np.array(True), "cond"); ref("cond", np.array(True))
+inits.append(cond)
+node = helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)
+graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("y", T.FLOAT, [2])], inits)
+model = helper.make_model(graph, producer_name="burnpack-test", producer_version="1.0",
+                          doc_string="a test model " * 40, model_version=7,
+                          opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 2)])
+helper.set_model_props(model, {"author": "tests", "license": "MIT"})
+onnx.save_model(model, "model.onnx")
+onnx.save_model(model, "ext.onnx", save_as_external_data=True, all_tensors_to_one_file=True, location="ext.bin", size_threshold=0)
+m2 = onnx.load("ext.onnx", load_external_data=False)
+n = sum(1 for t in m2.graph.initializer if t.data_location == T.EXTERNAL)
+assert n > 10, n
+with open("names.txt", "w") as f:
+    f.write("\n".join(sorted(t.name for t in inits) + ["then.w", "else.w"]))
+# Types with no Burn dtype.
+bad = helper.make_graph([], "g", [], [], [helper.make_tensor("s", T.STRING, [1], [b"x"]), ])
+onnx.save_model(helper.make_model(bad), "string.onnx")
+f8 = helper.make_graph([], "g", [], [], [helper.make_tensor("f8", T.FLOAT8E4M3FN, [2], [1.0, 2.0])])
+onnx.save_model(helper.make_model(f8), "f8.onnx")
+"#;
+
+fn written(dir: &Path) -> Option<Vec<String>> {
+    python(WRITER, dir)?;
+    let names = std::fs::read_to_string(dir.join("names.txt")).unwrap();
+    Some(names.lines().map(str::to_string).collect())
+}
+
+fn check_values(source: &dyn TensorSource, dir: &Path, names: &[String]) {
+    assert_eq!(source.tensors().len(), names.len());
+    for name in names {
+        let info = source
+            .tensor(name)
+            .unwrap_or_else(|| panic!("{name} listed"));
+        let expected = std::fs::read(dir.join(format!("{name}.ref"))).unwrap();
+        let got = source.read(info).unwrap();
+        assert_eq!(&got[..], &expected[..], "{name}");
+    }
+}
+
+#[test]
+fn initializers_written_by_onnx_read_exactly() {
+    use burn::tensor::DType;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(names) = written(dir.path()) else {
+        return;
+    };
+    let source = OnnxSource::open(dir.path().join("model.onnx")).unwrap();
+    assert_source_contract(&source);
+    check_values(&source, dir.path(), &names);
+    let f32s = source.tensor("raw.f32").unwrap();
+    assert_eq!((f32s.dtype(), f32s.shape()), (DType::F32, &[3usize, 5][..]));
+    assert_eq!(
+        source.tensor("raw.scalar").unwrap().shape(),
+        &[] as &[usize]
+    );
+    assert_eq!(
+        source.tensor("typed.bfloat16").unwrap().dtype(),
+        DType::BF16
+    );
+    // Typed fields are decoded (a copy, said so); the nested graphs' initializers are listed.
+    assert!(
+        source
+            .copy_reason(source.tensor("typed.float").unwrap())
+            .is_some()
+    );
+    assert!(source.tensor("then.w").is_some() && source.tensor("else.w").is_some());
+    let meta: std::collections::HashMap<_, _> = source.metadata().into_iter().collect();
+    assert_eq!(meta["producer_name"], "burnpack-test");
+    assert_eq!(meta["producer_version"], "1.0");
+    assert_eq!(meta["model_version"], "7");
+    assert_eq!(meta["opset_import.ai.onnx"], "17");
+    assert_eq!(meta["opset_import.com.example"], "2");
+    assert_eq!(meta["author"], "tests");
+    assert!(
+        meta["doc_string"].contains("... (520 bytes)"),
+        "{}",
+        meta["doc_string"]
+    );
+    assert_eq!(source.ir_version(), meta["ir_version"].parse().ok());
+    // Through the registry, by content; and from bytes.
+    let any = open_any(dir.path().join("model.onnx")).unwrap();
+    assert_eq!(any.describe().format, "onnx");
+    let bytes = std::fs::read(dir.path().join("model.onnx")).unwrap();
+    let memory = OnnxSource::from_bytes(Bytes::from_bytes_vec(bytes), &OpenOptions::new()).unwrap();
+    check_values(&memory, dir.path(), &names);
+    // Verified (read, not mapped).
+    let verified = OnnxSource::open_with(
+        dir.path().join("model.onnx"),
+        &OpenOptions::new().verify(true),
+    )
+    .unwrap();
+    check_values(&verified, dir.path(), &names);
+}
+
+#[test]
+fn external_data_is_mapped_from_the_models_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(names) = written(dir.path()) else {
+        return;
+    };
+    let source = OnnxSource::open(dir.path().join("ext.onnx")).unwrap();
+    assert_source_contract(&source);
+    check_values(&source, dir.path(), &names);
+    assert_eq!(source.external_files().len(), 1);
+    // The first tensor of ext.bin is at offset 0 of a mapping: a view, no copy.
+    assert_eq!(source.copy_reason(source.tensor("raw.f32").unwrap()), None);
+    let about = open_any(dir.path().join("ext.onnx")).unwrap().describe();
+    assert_eq!(about.shards.len(), 2, "{:?}", about.shards);
+    // From bytes, external data cannot be reached: said so, naming the tensor.
+    let bytes = std::fs::read(dir.path().join("ext.onnx")).unwrap();
+    let err = OnnxSource::from_bytes(Bytes::from_bytes_vec(bytes), &OpenOptions::new())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("external data") && err.contains("'raw."),
+        "{err}"
+    );
+    // The data file gone: an error naming it.
+    std::fs::remove_file(dir.path().join("ext.bin")).unwrap();
+    let err = OnnxSource::open(dir.path().join("ext.onnx"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("ext.bin"), "{err}");
+}
+
+#[test]
+fn types_without_a_burn_dtype_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(_) = written(dir.path()) else {
+        return;
+    };
+    for (file, tensor, ty) in [
+        ("string.onnx", "'s'", "STRING"),
+        ("f8.onnx", "'f8'", "FLOAT8E4M3FN"),
+    ] {
+        let err = OnnxSource::open(dir.path().join(file))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(tensor) && err.contains(ty) && err.contains(file),
+            "{err}"
+        );
+    }
+}
