@@ -212,7 +212,7 @@ fn external_data_is_mapped_from_the_models_folder() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("external data") && err.contains("'raw."),
+        err.contains("external data") && err.contains("tensor '"),
         "{err}"
     );
     // The data file gone: an error naming it.
