@@ -242,3 +242,89 @@ fn types_without_a_burn_dtype_are_refused_by_name() {
         );
     }
 }
+
+/// An MLP (`fc1`: Linear 4→8, LayerNorm `norm`, ReLU, `fc2`: Linear 8→3) as `onnx.helper`
+/// builds it: `Gemm` nodes with `transB = 1` over PyTorch-style initializers (`fc1.weight`
+/// `[out, in]`, `norm.weight`/`norm.bias`), checked by `onnx.checker`; and `reference.ref`:
+/// its forward pass in numpy on a fixed input.
+const MLP: &str = r#"
+import numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto as T
+rng = np.random.default_rng(11)
+w1 = rng.standard_normal((8, 4)).astype(np.float32); b1 = rng.standard_normal(8).astype(np.float32)
+g = rng.standard_normal(8).astype(np.float32); beta = rng.standard_normal(8).astype(np.float32)
+w2 = rng.standard_normal((3, 8)).astype(np.float32); b2 = rng.standard_normal(3).astype(np.float32)
+inits = [numpy_helper.from_array(a, n) for a, n in [(w1, "fc1.weight"), (b1, "fc1.bias"),
+         (g, "norm.weight"), (beta, "norm.bias"), (w2, "fc2.weight"), (b2, "fc2.bias")]]
+nodes = [helper.make_node("Gemm", ["x", "fc1.weight", "fc1.bias"], ["h"], transB=1),
+         helper.make_node("LayerNormalization", ["h", "norm.weight", "norm.bias"], ["n"], axis=-1, epsilon=1e-5),
+         helper.make_node("Relu", ["n"], ["r"]),
+         helper.make_node("Gemm", ["r", "fc2.weight", "fc2.bias"], ["y"], transB=1)]
+graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [2, 3])], inits)
+model = helper.make_model(graph, producer_name="pytorch", opset_imports=[helper.make_opsetid("", 17)])
+onnx.checker.check_model(model)
+onnx.save_model(model, "mlp.onnx", save_as_external_data=True, location="mlp.weights", size_threshold=0)
+x = np.arange(8, dtype=np.float32).reshape(2, 4) / 5 - 0.5
+h = x @ w1.T + b1
+n = (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + 1e-5) * g + beta
+y = np.maximum(n, 0) @ w2.T + b2
+y.astype(np.float32).tofile("reference.ref")
+"#;
+
+mod mlp {
+    use burn::module::Module;
+    use burn::nn::{LayerNorm, LayerNormConfig, Linear, LinearConfig};
+    use burn::tensor::activation::relu;
+    use burn::tensor::{Device, Tensor};
+
+    #[derive(Module, Debug)]
+    pub struct Mlp {
+        pub fc1: Linear,
+        pub norm: LayerNorm,
+        pub fc2: Linear,
+    }
+
+    impl Mlp {
+        pub fn new(device: &Device) -> Self {
+            Self {
+                fc1: LinearConfig::new(4, 8).init(device),
+                norm: LayerNormConfig::new(8).init(device),
+                fc2: LinearConfig::new(8, 3).init(device),
+            }
+        }
+
+        pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+            self.fc2
+                .forward(relu(self.norm.forward(self.fc1.forward(x))))
+        }
+    }
+}
+
+#[test]
+fn an_onnx_models_initializers_load_into_a_burn_module_with_pytorchs_convention() {
+    use burn::tensor::{Device, Tensor};
+    use burnpack::LoadOptions;
+    use burnpack::PackModule;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(()) = python(MLP, dir.path()) else {
+        return;
+    };
+    let source = OnnxSource::open(dir.path().join("mlp.onnx")).unwrap();
+    let reference: Vec<f32> = std::fs::read(dir.path().join("reference.ref"))
+        .unwrap()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    let device = Device::flex();
+    let model = mlp::Mlp::new(&device)
+        .load_from_source(&source, &LoadOptions::new().pytorch(true))
+        .unwrap();
+    let x: Vec<f32> = (0..8).map(|i| i as f32 / 5.0 - 0.5).collect();
+    let x = Tensor::<1>::from_floats(x.as_slice(), &device).reshape([2, 4]);
+    let y = model.forward(x).into_data().try_to_vec::<f32>().unwrap();
+    assert_eq!(y.len(), reference.len());
+    for (i, (a, b)) in y.iter().zip(&reference).enumerate() {
+        assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{i}: {a} vs {b}");
+    }
+}

@@ -276,7 +276,10 @@ fn onnx_files_keep_the_contract() {
     // Written by the `onnx` package: initializers in the model, and in external data (which
     // bytes in memory cannot reach: through the registry by path only).
     let path = corpus.join("model.onnx");
-    holds(&path, &burnpack::interop::onnx::OnnxSource::open(&path).unwrap());
+    holds(
+        &path,
+        &burnpack::interop::onnx::OnnxSource::open(&path).unwrap(),
+    );
     let path = corpus.join("ext.onnx");
     let source = burnpack::interop::onnx::OnnxSource::open(&path).unwrap();
     assert_source_contract(&source);
