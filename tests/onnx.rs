@@ -328,3 +328,229 @@ fn an_onnx_models_initializers_load_into_a_burn_module_with_pytorchs_convention(
         assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{i}: {a} vs {b}");
     }
 }
+
+/// Protobuf by hand, for hostile files.
+mod pb {
+    pub fn varint(mut v: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(b);
+                return out;
+            }
+            out.push(b | 0x80);
+        }
+    }
+    pub fn int(field: u32, v: u64) -> Vec<u8> {
+        [varint(u64::from(field) << 3), varint(v)].concat()
+    }
+    pub fn bytes(field: u32, data: &[u8]) -> Vec<u8> {
+        [
+            varint(u64::from(field) << 3 | 2),
+            varint(data.len() as u64),
+            data.to_vec(),
+        ]
+        .concat()
+    }
+    /// A `TensorProto`.
+    pub fn tensor(name: &str, data_type: u64, dims: &[u64], rest: &[u8]) -> Vec<u8> {
+        let dims: Vec<u8> = dims.iter().flat_map(|&d| int(1, d)).collect();
+        [
+            dims,
+            int(2, data_type),
+            bytes(8, name.as_bytes()),
+            rest.to_vec(),
+        ]
+        .concat()
+    }
+    /// An external-data entry.
+    pub fn entry(key: &str, value: &str) -> Vec<u8> {
+        bytes(
+            13,
+            &[bytes(1, key.as_bytes()), bytes(2, value.as_bytes())].concat(),
+        )
+    }
+    /// A model (IR 9) whose graph holds `tensors` as initializers.
+    pub fn model(tensors: &[Vec<u8>]) -> Vec<u8> {
+        let graph: Vec<u8> = tensors.iter().flat_map(|t| bytes(5, t)).collect();
+        [int(1, 9), bytes(7, &graph)].concat()
+    }
+}
+
+fn open_err(bytes: Vec<u8>) -> String {
+    OnnxSource::from_bytes(Bytes::from_bytes_vec(bytes), &OpenOptions::new())
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn hostile_wire_formats_are_refused_cleanly() {
+    let ok = pb::model(&[pb::tensor("w", 1, &[2], &pb::bytes(9, &[0; 8]))]);
+    assert!(OnnxSource::from_bytes(Bytes::from_bytes_vec(ok.clone()), &OpenOptions::new()).is_ok());
+    // Every cut of a good file is an error, never a panic.
+    for cut in 1..ok.len() {
+        let _ = OnnxSource::from_bytes(
+            Bytes::from_bytes_vec(ok[..cut].to_vec()),
+            &OpenOptions::new(),
+        );
+    }
+    // A length past the end.
+    let mut long = ok.clone();
+    long[3] = 0x7f;
+    assert!(open_err(long).contains("past the end"));
+    // A varint of 11 bytes.
+    let mut varint = vec![0x08];
+    varint.extend([0xff; 10]);
+    varint.push(1);
+    assert!(open_err(varint).contains("varint"));
+    // A group (wire type 3).
+    assert!(open_err([pb::int(1, 9), vec![0x3b]].concat()).contains("group"));
+    // Graphs nested 5000 deep through If nodes' attributes.
+    let mut graph = Vec::new();
+    for _ in 0..5000 {
+        graph = pb::bytes(1, &pb::bytes(5, &pb::bytes(6, &graph)));
+    }
+    let err = open_err([pb::int(1, 9), pb::bytes(7, &graph)].concat());
+    assert!(err.contains("nested more than 128 deep"), "{err}");
+    // Huge dims with a few bytes, negative dims, overflowing dims.
+    let err = open_err(pb::model(&[pb::tensor(
+        "big",
+        1,
+        &[1 << 40, 1 << 20],
+        &pb::bytes(9, &[0; 8]),
+    )]));
+    assert!(err.contains("'big'") && err.contains("limit"), "{err}");
+    let err = open_err(pb::model(&[pb::tensor("neg", 1, &[u64::MAX], &[])]));
+    assert!(err.contains("'neg'") && err.contains("negative"), "{err}");
+    let err = open_err(pb::model(&[pb::tensor(
+        "over",
+        1,
+        &[1 << 40, 1 << 40],
+        &[],
+    )]));
+    assert!(err.contains("'over'") && err.contains("overflow"), "{err}");
+    // raw_data of the wrong length; typed values of the wrong count or type; both kinds.
+    let err = open_err(pb::model(&[pb::tensor(
+        "short",
+        1,
+        &[3],
+        &pb::bytes(9, &[0; 8]),
+    )]));
+    assert!(
+        err.contains("'short'") && err.contains("raw_data holds 8 bytes"),
+        "{err}"
+    );
+    let err = open_err(pb::model(&[pb::tensor("few", 7, &[3], &pb::int(7, 1))]));
+    assert!(err.contains("'few'") && err.contains("1 values"), "{err}");
+    let err = open_err(pb::model(&[pb::tensor("kind", 7, &[1], &pb::int(5, 1))]));
+    assert!(
+        err.contains("'kind'") && err.contains("int32_data"),
+        "{err}"
+    );
+    let both = [pb::bytes(9, &[0; 8]), pb::int(7, 1)].concat();
+    assert!(open_err(pb::model(&[pb::tensor("both", 7, &[1], &both)])).contains("'both'"));
+    // An int32_data value that is no INT8 value: refused when read, naming the tensor.
+    let source = OnnxSource::from_bytes(
+        Bytes::from_bytes_vec(pb::model(&[pb::tensor("i8", 3, &[1], &pb::int(5, 300))])),
+        &OpenOptions::new(),
+    )
+    .unwrap();
+    let err = source
+        .read(source.tensor("i8").unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("'i8'") && err.contains("300"), "{err}");
+    // Two initializers of one name; no graph; a segment; a sparse initializer.
+    let w = pb::tensor("w", 1, &[2], &pb::bytes(9, &[0; 8]));
+    assert!(open_err(pb::model(&[w.clone(), w.clone()])).contains("'w'"));
+    assert!(open_err(pb::int(1, 9)).contains("no graph"));
+    let seg = pb::tensor(
+        "seg",
+        1,
+        &[2],
+        &[pb::bytes(3, &pb::int(1, 0)), pb::bytes(9, &[0; 8])].concat(),
+    );
+    assert!(open_err(pb::model(&[seg])).contains("segment"));
+    let sparse = [
+        pb::int(1, 9),
+        pb::bytes(7, &pb::bytes(15, &pb::bytes(1, &w))),
+    ]
+    .concat();
+    let err = open_err(sparse);
+    assert!(
+        err.contains("sparse initializer") && err.contains("'w'"),
+        "{err}"
+    );
+    // Over the tensor-count limit, before the rows are kept.
+    let limits = burnpack::Limits::default().with_max_tensor_count(2);
+    let three = pb::model(&[
+        w.clone(),
+        pb::tensor("v", 1, &[2], &pb::bytes(9, &[0; 8])),
+        pb::tensor("u", 1, &[2], &pb::bytes(9, &[0; 8])),
+    ]);
+    let err = OnnxSource::from_bytes(
+        Bytes::from_bytes_vec(three),
+        &OpenOptions::new().limits(limits),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("tensor-count limit"), "{err}");
+}
+
+#[test]
+fn external_data_outside_the_folder_or_not_a_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("model");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::write(dir.path().join("secret.bin"), [0u8; 64]).unwrap();
+    std::fs::write(folder.join("w.bin"), [0u8; 64]).unwrap();
+    let external = |location: &str, offset: &str, length: &str| {
+        let rest = [
+            pb::entry("location", location),
+            pb::entry("offset", offset),
+            pb::entry("length", length),
+            pb::int(14, 1),
+        ]
+        .concat();
+        pb::model(&[pb::tensor("w", 1, &[4], &rest)])
+    };
+    let open = |bytes: Vec<u8>| {
+        let path = folder.join("m.onnx");
+        std::fs::write(&path, bytes).unwrap();
+        OnnxSource::open(&path)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    open(external("w.bin", "16", "16")).unwrap();
+    for (location, why) in [
+        ("../secret.bin", "not a plain path"),
+        ("/etc/passwd", "not a plain path"),
+        ("", "not a plain path"),
+    ] {
+        let err = open(external(location, "0", "16")).unwrap_err();
+        assert!(
+            err.contains(why) && err.contains("'w'") && err.contains("m.onnx"),
+            "{err}"
+        );
+    }
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(dir.path().join("secret.bin"), folder.join("link.bin")).unwrap();
+        let err = open(external("link.bin", "0", "16")).unwrap_err();
+        assert!(err.contains("out of the model's folder"), "{err}");
+        let fifo = folder.join("fifo");
+        let made = Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            let err = open(external("fifo", "0", "16")).unwrap_err();
+            assert!(err.contains("fifo"), "{err}");
+        }
+    }
+    let err = open(external("w.bin", "60", "16")).unwrap_err();
+    assert!(err.contains("past its end"), "{err}");
+    let err = open(external("w.bin", "0", "12")).unwrap_err();
+    assert!(err.contains("needs 16"), "{err}");
+    let err = open(external("missing.bin", "0", "16")).unwrap_err();
+    assert!(err.contains("missing.bin"), "{err}");
+}
