@@ -554,3 +554,59 @@ fn external_data_outside_the_folder_or_not_a_file_is_refused() {
     let err = open(external("missing.bin", "0", "16")).unwrap_err();
     assert!(err.contains("missing.bin"), "{err}");
 }
+
+/// `bpk inspect / verify / convert / diff` on ONNX models (the committed corpus, written by
+/// the `onnx` package): through the registry, with no code of bpk's own for ONNX.
+#[cfg(feature = "cli")]
+#[test]
+fn bpk_inspects_verifies_converts_and_diffs_onnx_models() {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/onnx");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = assert_cmd::Command::cargo_bin("bpk")
+            .unwrap()
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let model = corpus.join("model.onnx");
+    let ext = corpus.join("ext.onnx");
+    let (code, out, err) = run(&["inspect".as_ref(), model.as_os_str()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("ONNX model") && out.contains("raw.bf16") && out.contains("BFLOAT16"),
+        "{out}"
+    );
+    assert!(
+        out.contains("burnpack-test") && out.contains("then.w"),
+        "{out}"
+    );
+    for file in [&model, &ext] {
+        let (code, out, err) = run(&["verify".as_ref(), file.as_os_str()]);
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pack = dir.path().join("model.bpk");
+    let (code, out, err) = run(&["convert".as_ref(), ext.as_os_str(), pack.as_os_str()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let converted = burnpack::read::Reader::open(&pack).unwrap();
+    let source = OnnxSource::open(&model).unwrap();
+    for info in source.tensors() {
+        let got = converted.tensor(info.name()).unwrap();
+        assert_eq!(
+            &converted.read(got).unwrap()[..],
+            &source.read(info).unwrap()[..],
+            "{}",
+            info.name()
+        );
+    }
+    // The model and its external-data twin hold the same values; the pack too.
+    for (a, b) in [(&model, &ext), (&model, &pack)] {
+        let (code, out, err) = run(&["diff".as_ref(), a.as_os_str(), b.as_os_str()]);
+        assert_eq!(code, 0, "{out}{err}");
+    }
+}
