@@ -207,11 +207,16 @@ impl OnnxSource {
         self.external.iter().map(|(_, p, _)| p.as_path()).collect()
     }
 
+    /// The stored type of `info`, and the external file holding it (`FLOAT in w.bin`), or
+    /// the typed field decoded (`FLOAT from float_data`).
     fn data_type_of(&self, info: &TensorInfo) -> Option<String> {
-        self.table
-            .place(info)
-            .ok()
-            .map(|s| types::name(s.data_type))
+        let stored = self.table.place(info).ok()?;
+        let ty = types::name(stored.data_type);
+        Some(match stored.place {
+            Place::Raw(Some(i), _) => format!("{ty} in {}", self.external[i].0),
+            Place::Typed { field, .. } => format!("{ty} from {}", types::field_name(field)),
+            _ => ty,
+        })
     }
 }
 
@@ -359,7 +364,8 @@ fn tensor(
     };
     let offset = match place {
         Place::Raw(_, start) => start,
-        _ => 0,
+        Place::Typed { message, .. } => message.0,
+        Place::Empty => 0,
     };
     let info = TensorInfo::external(name.clone(), dtype, shape, offset, bytes);
     Ok((info, Stored { data_type, place }))
