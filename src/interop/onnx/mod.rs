@@ -1,6 +1,6 @@
 //! ONNX models' initializers as a [`TensorSource`](crate::source::TensorSource) (feature
 //! `onnx`): the weights of a `.onnx` file without its graph, for Burn modules whose code
-//! exists (burn-onnx's generated code, or a hand-written model with PyTorch's names).
+//! exists (burn-onnx's generated code, or a hand-written model with `PyTorch`'s names).
 //!
 //! The file is mapped and its protobuf walked with a bounded decoder ([`prost`]'s varints and
 //! derive, the messages written by hand from `onnx.proto`, no `protoc`): the model's metadata
@@ -32,6 +32,7 @@
 //! ```
 
 mod container;
+mod initializer;
 mod model;
 mod proto;
 mod source;

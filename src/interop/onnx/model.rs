@@ -5,6 +5,8 @@
 //! [`Limits::max_cbor_depth`](crate::format::Limits), counts and metadata by the other limits,
 //! each checked before what it counts is kept.
 
+use std::fmt::Write as _;
+
 use prost::Message;
 
 use super::proto::{OperatorSetId, StringStringEntry};
@@ -16,6 +18,7 @@ const DOC_ABRIDGED: usize = 200;
 
 /// The model's metadata and the places of its initializers.
 #[derive(Debug, Default)]
+#[allow(clippy::struct_field_names)] // `model_version`: ONNX's own name
 pub(super) struct Model {
     pub ir_version: Option<i64>,
     pub producer_name: Option<String>,
@@ -74,17 +77,17 @@ pub(super) fn read(data: &[u8], limits: &Limits) -> Result<Model, String> {
     for field in fields(data, 0) {
         let (number, value) = field?;
         match number {
-            1 => model.ir_version = Some(value.varint("ir_version")? as i64),
+            1 => model.ir_version = Some(value.varint("ir_version")?.cast_signed()),
             2 => model.producer_name = Some(walk.string(value, "producer_name")?),
             3 => model.producer_version = Some(walk.string(value, "producer_version")?),
             4 => model.domain = Some(walk.string(value, "domain")?),
-            5 => model.model_version = Some(value.varint("model_version")? as i64),
+            5 => model.model_version = Some(value.varint("model_version")?.cast_signed()),
             6 => {
                 let (doc, _) = value.bytes("doc_string")?;
                 let text = String::from_utf8_lossy(&doc[..doc.len().min(DOC_ABRIDGED * 4)]);
                 let mut short: String = text.chars().take(DOC_ABRIDGED).collect();
                 if short.len() < doc.len() {
-                    short.push_str(&format!("... ({} bytes)", doc.len()));
+                    let _ = write!(short, "... ({} bytes)", doc.len());
                 }
                 walk.keep("doc_string", short.len())?;
                 model.doc_string = Some(short);
@@ -235,7 +238,7 @@ pub(super) fn data_fields(tensor: &[u8], base: u64) -> Result<DataFields, String
             }
             (6, _) => return Err("string_data (a STRING tensor)".into()),
             (4, Wire::Fixed32(_)) | (5 | 7 | 11, Wire::Varint(_)) | (10, Wire::Fixed64(_)) => 1,
-            (4, Wire::Bytes(data, _)) | (10, Wire::Bytes(data, _)) => {
+            (4 | 10, Wire::Bytes(data, _)) => {
                 let size = if number == 4 { 4 } else { 8 };
                 if data.len() % size != 0 {
                     return Err(format!(

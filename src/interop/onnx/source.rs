@@ -1,15 +1,13 @@
 //! [`OnnxSource`]: an ONNX model's initializers as a [`TensorSource`].
 
 use std::collections::BTreeMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use burn::tensor::Bytes;
-use prost::Message;
 
+use super::initializer::{External, Place, Stored, check_size, tensor};
 use super::model::{self, Model};
-use super::proto::TensorHeader;
 use super::types;
-use super::wire::{Wire, fields, varints};
 use crate::format::{TensorInfo, element_align};
 use crate::source::data::{Source, aligned_words, map_file, zeroed_words};
 use crate::source::{
@@ -43,25 +41,8 @@ pub struct OnnxSource {
     model: Model,
     data: Source,
     /// The external data files, by location as written in the model.
-    external: Vec<(String, PathBuf, Source)>,
+    external: Vec<External>,
     table: SourceTable<Stored>,
-}
-
-/// Where a tensor's values are.
-#[derive(Clone, Copy, Debug)]
-enum Place {
-    /// `raw_data`, or a window of an external file (`Some(index)`).
-    Raw(Option<usize>, u64),
-    /// A typed field of the tensor message (absolute offset and length): decoded when read.
-    Typed { message: (u64, usize), field: u32 },
-    /// No elements.
-    Empty,
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Stored {
-    data_type: i32,
-    place: Place,
 }
 
 impl std::fmt::Debug for OnnxSource {
@@ -104,8 +85,8 @@ impl OnnxSource {
         Self::build(
             Path::new("<memory>"),
             None,
-            bytes.clone(),
-            Source::Memory(bytes),
+            &bytes,
+            Source::Memory(bytes.clone()),
             options,
         )
     }
@@ -128,25 +109,25 @@ impl OnnxSource {
             Source::Memory(map.clone())
         };
         let folder = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        Self::build(path, Some(&folder), map, data, options)
+        Self::build(path, Some(&folder), &map, data, options)
     }
 
     fn build(
         path: &Path,
         folder: Option<&Path>,
-        map: Bytes,
+        map: &Bytes,
         data: Source,
         options: &OpenOptions,
     ) -> Result<Self, SourceError> {
         let invalid = SourceError::invalid(path);
-        let model = model::read(&map, &options.limits).map_err(|e| invalid(e))?;
+        let model = model::read(map, &options.limits).map_err(&invalid)?;
         if !model.has_graph {
             return Err(invalid(
                 "no graph (a ModelProto without field 7): not an ONNX model".into(),
             ));
         }
         let mut rows = TableBuilder::new(path, &options.limits);
-        let mut external: Vec<(String, PathBuf, Source)> = Vec::new();
+        let mut external: Vec<External> = Vec::new();
         for (at, len, graph) in &model.initializers {
             let start = *at as usize;
             let message = &map[start..start + len];
@@ -204,7 +185,7 @@ impl OnnxSource {
     /// The external data files the model names, resolved in its folder.
     #[must_use]
     pub fn external_files(&self) -> Vec<&Path> {
-        self.external.iter().map(|(_, p, _)| p.as_path()).collect()
+        self.external.iter().map(|e| e.path.as_path()).collect()
     }
 
     /// The stored type of `info`, and the external file holding it (`FLOAT in w.bin`), or
@@ -213,261 +194,11 @@ impl OnnxSource {
         let stored = self.table.place(info).ok()?;
         let ty = types::name(stored.data_type);
         Some(match stored.place {
-            Place::Raw(Some(i), _) => format!("{ty} in {}", self.external[i].0),
+            Place::Raw(Some(i), _) => format!("{ty} in {}", self.external[i].location),
             Place::Typed { field, .. } => format!("{ty} from {}", types::field_name(field)),
             _ => ty,
         })
     }
-}
-
-fn check_size(
-    path: &Path,
-    file: &std::fs::File,
-    options: &OpenOptions,
-) -> Result<u64, SourceError> {
-    let len = file
-        .metadata()
-        .map_err(SourceError::io(path, "stat"))?
-        .len();
-    if len > options.limits.max_file_size {
-        return Err(SourceError::invalid(path)(format!(
-            "{len} bytes, over the file-size limit of {}",
-            options.limits.max_file_size
-        )));
-    }
-    Ok(len)
-}
-
-/// One initializer's row: its header decoded, its values' place found and checked.
-fn tensor(
-    path: &Path,
-    folder: Option<&Path>,
-    message: &[u8],
-    at: u64,
-    graph: &str,
-    external: &mut Vec<(String, PathBuf, Source)>,
-    options: &OpenOptions,
-) -> Result<(TensorInfo, Stored), SourceError> {
-    let header = TensorHeader::decode(message).map_err(|e| {
-        SourceError::invalid(path)(format!("the initializer at byte {at} of {graph}: {e}"))
-    })?;
-    let name = header.name.clone().unwrap_or_default();
-    let err = |reason: String| SourceError::Tensor {
-        path: path.to_path_buf(),
-        tensor: name.clone(),
-        reason,
-    };
-    if name.is_empty() {
-        return Err(SourceError::invalid(path)(format!(
-            "the initializer at byte {at} of {graph} has no name"
-        )));
-    }
-    if header.segment.is_some() {
-        return Err(err(
-            "a segment of a tensor (TensorProto.segment), which this crate does not read".into(),
-        ));
-    }
-    let data_type = header.data_type.unwrap_or(0);
-    let dtype = types::burn_dtype(data_type).ok_or_else(|| {
-        err(format!(
-            "stored as ONNX {}, which has no Burn dtype",
-            types::name(data_type)
-        ))
-    })?;
-    if header.dims.len() > 64 {
-        return Err(err(format!("{} dimensions", header.dims.len())));
-    }
-    let mut elements = 1u64;
-    let mut shape = Vec::with_capacity(header.dims.len());
-    for &d in &header.dims {
-        let d = u64::try_from(d)
-            .map_err(|_| err(format!("a negative dimension in {:?}", header.dims)))?;
-        elements = elements
-            .checked_mul(d)
-            .ok_or_else(|| err(format!("dimensions {:?} overflow", header.dims)))?;
-        shape.push(
-            usize::try_from(d)
-                .map_err(|_| err("a dimension past this platform's memory".into()))?,
-        );
-    }
-    let bytes = elements
-        .checked_mul(types::size(dtype))
-        .ok_or_else(|| err(format!("dimensions {:?} overflow", header.dims)))?;
-    if bytes > options.limits.max_tensor_size {
-        return Err(err(format!(
-            "{bytes} bytes, over the tensor-size limit of {}",
-            options.limits.max_tensor_size
-        )));
-    }
-    let found = model::data_fields(message, at).map_err(&err)?;
-    let place = match header.data_location.unwrap_or(0) {
-        0 => {
-            if !header.external_data.is_empty() {
-                return Err(err(
-                    "external_data entries on a tensor whose data_location is DEFAULT".into(),
-                ));
-            }
-            match (found.raw, found.typed) {
-                (Some(_), Some((field, _))) => {
-                    return Err(err(format!(
-                        "values in both raw_data and {}",
-                        types::field_name(field)
-                    )));
-                }
-                (Some((start, len)), None) => {
-                    if len != bytes {
-                        return Err(err(format!(
-                            "raw_data holds {len} bytes, but {} of shape {shape:?} needs {bytes}",
-                            types::name(data_type)
-                        )));
-                    }
-                    Place::Raw(None, start)
-                }
-                (None, Some((field, count))) => {
-                    if Some(field) != types::typed_field(data_type) {
-                        return Err(err(format!(
-                            "{} values in {}, which does not hold that type",
-                            types::name(data_type),
-                            types::field_name(field)
-                        )));
-                    }
-                    if count != elements {
-                        return Err(err(format!(
-                            "{} holds {count} values, but shape {shape:?} has {elements}",
-                            types::field_name(field)
-                        )));
-                    }
-                    Place::Typed {
-                        message: (at, message.len()),
-                        field,
-                    }
-                }
-                (None, None) if elements == 0 => Place::Empty,
-                (None, None) => {
-                    return Err(err(format!(
-                        "no values (no raw_data, no typed field) for {elements} elements"
-                    )));
-                }
-            }
-        }
-        1 => {
-            if found.raw.is_some() || found.typed.is_some() {
-                return Err(err("values in the model as well as in external data".into()));
-            }
-            external_place(folder, &header, bytes, external, options).map_err(&err)?
-        }
-        other => {
-            return Err(err(format!(
-                "data_location {other}, which ONNX does not define"
-            )));
-        }
-    };
-    let offset = match place {
-        Place::Raw(_, start) => start,
-        Place::Typed { message, .. } => message.0,
-        Place::Empty => 0,
-    };
-    let info = TensorInfo::external(name.clone(), dtype, shape, offset, bytes);
-    Ok((info, Stored { data_type, place }))
-}
-
-/// The place of an external tensor: its file (in the model's folder, opened once), offset
-/// and length checked against the file.
-fn external_place(
-    folder: Option<&Path>,
-    header: &TensorHeader,
-    bytes: u64,
-    external: &mut Vec<(String, PathBuf, Source)>,
-    options: &OpenOptions,
-) -> Result<Place, String> {
-    let Some(folder) = folder else {
-        return Err(
-            "external data, which a model in memory cannot reach (open the model by its path)"
-                .into(),
-        );
-    };
-    let (mut location, mut offset, mut length) = (None, 0u64, None);
-    for entry in &header.external_data {
-        let key = entry.key.as_deref().unwrap_or("");
-        let value = entry.value.as_deref().unwrap_or("");
-        let number = || {
-            value
-                .parse::<u64>()
-                .map_err(|_| format!("external_data {key} '{value}' is not a number"))
-        };
-        match key {
-            "location" => location = Some(value.to_string()),
-            "offset" => offset = number()?,
-            "length" => length = Some(number()?),
-            // `basepath` is ignored by onnx's own loader too (the model's folder is the base).
-            "checksum" | "basepath" => {}
-            _ => {
-                return Err(format!(
-                    "external_data key '{key}', which ONNX does not define"
-                ));
-            }
-        }
-    }
-    let location = location.ok_or("external data without a location")?;
-    let index = match external.iter().position(|(l, _, _)| *l == location) {
-        Some(i) => i,
-        None => {
-            let file_path = inside(folder, &location)?;
-            let file = crate::platform::open_regular(&file_path)
-                .map_err(|e| format!("external data '{location}': {e}"))?;
-            check_size(&file_path, &file, options).map_err(|e| e.to_string())?;
-            let data = crate::source::data::file_data(&file, options.verify)
-                .map_err(|(action, e)| format!("external data '{location}': {action}: {e}"))?;
-            external.push((location.clone(), file_path, data));
-            external.len() - 1
-        }
-    };
-    let file_len = std::fs::metadata(&external[index].1)
-        .map_err(|e| format!("external data '{location}': {e}"))?
-        .len();
-    let length = length.unwrap_or_else(|| file_len.saturating_sub(offset));
-    if length != bytes {
-        return Err(format!(
-            "external data '{location}' gives {length} bytes, but the tensor needs {bytes}"
-        ));
-    }
-    match offset.checked_add(length) {
-        Some(end) if end <= file_len => Ok(Place::Raw(Some(index), offset)),
-        _ => Err(format!(
-            "external data '{location}' at offset {offset}, {length} bytes, past its end ({file_len} bytes)"
-        )),
-    }
-}
-
-/// `location` resolved in `folder`: relative, without `..`, and (links followed) still in the
-/// folder.
-fn inside(folder: &Path, location: &str) -> Result<PathBuf, String> {
-    let relative = Path::new(location);
-    if location.is_empty()
-        || !relative
-            .components()
-            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
-    {
-        return Err(format!(
-            "external data location '{location}' is not a plain path inside the model's folder"
-        ));
-    }
-    let base = if folder.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        folder
-    };
-    let joined = base.join(relative);
-    let real_base = std::fs::canonicalize(base).map_err(|e| format!("the model's folder: {e}"))?;
-    let real =
-        std::fs::canonicalize(&joined).map_err(|e| format!("external data '{location}': {e}"))?;
-    if !real.starts_with(&real_base) {
-        return Err(format!(
-            "external data location '{location}' leads out of the model's folder (to {})",
-            real.display()
-        ));
-    }
-    Ok(joined)
 }
 
 impl TensorSource for OnnxSource {
@@ -483,7 +214,7 @@ impl TensorSource for OnnxSource {
                 .read(start, info.len(), element_align(info.dtype()))
                 .map_err(|e| io(&self.file, e)),
             Place::Raw(Some(i), start) => {
-                let (_, path, data) = &self.external[i];
+                let External { path, data, .. } = &self.external[i];
                 data.read(start, info.len(), element_align(info.dtype()))
                     .map_err(|e| io(&path.display().to_string(), e))
             }
@@ -506,13 +237,13 @@ impl TensorSource for OnnxSource {
                     )
                 })?;
                 let out = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len];
-                decode_typed(&raw, message.0, field, stored.data_type, out).map_err(|reason| {
-                    ReadError::Unsupported {
+                types::decode_typed(&raw, message.0, field, stored.data_type, out).map_err(
+                    |reason| ReadError::Unsupported {
                         file: self.file.clone(),
                         tensor: info.name().to_string(),
                         reason,
-                    }
-                })?;
+                    },
+                )?;
                 Ok(aligned_words(
                     words,
                     len,
@@ -527,67 +258,13 @@ impl TensorSource for OnnxSource {
         let align = element_align(info.dtype());
         match stored.place {
             Place::Raw(None, start) => self.data.copy_reason(start, align),
-            Place::Raw(Some(i), start) => self.external[i].2.copy_reason(start, align),
+            Place::Raw(Some(i), start) => self.external[i].data.copy_reason(start, align),
             Place::Typed { field, .. } => Some(CopyReason::Decoded {
                 format: types::field_name(field),
             }),
             Place::Empty => None,
         }
     }
-}
-
-/// The values of typed field `field` of the tensor message `raw` into `out`, each as data
-/// type `data_type`; the count was checked when the file was opened.
-fn decode_typed(
-    raw: &[u8],
-    base: u64,
-    field: u32,
-    data_type: i32,
-    out: &mut [u8],
-) -> Result<(), String> {
-    let width = types::burn_dtype(data_type).map_or(1, |d| d.size());
-    let mut chunks = out.chunks_exact_mut(width.max(1));
-    let mut put = |v: u64| -> Result<(), String> {
-        let slot = chunks.next().ok_or("more values than elements")?;
-        if types::put(data_type, v, slot) {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} holds {v}, which is no {} value",
-                types::field_name(field),
-                types::name(data_type)
-            ))
-        }
-    };
-    for f in fields(raw, base) {
-        let (number, value) = f?;
-        if number != field {
-            continue;
-        }
-        match value {
-            Wire::Varint(v) => put(v)?,
-            Wire::Fixed32(v) => put(u64::from(v))?,
-            Wire::Fixed64(v) => put(v)?,
-            Wire::Bytes(data, _) if field == 4 => {
-                for w in data.chunks_exact(4) {
-                    put(u64::from(u32::from_le_bytes(
-                        w.try_into().unwrap_or_default(),
-                    )))?;
-                }
-            }
-            Wire::Bytes(data, _) if field == 10 => {
-                for w in data.chunks_exact(8) {
-                    put(u64::from_le_bytes(w.try_into().unwrap_or_default()))?;
-                }
-            }
-            Wire::Bytes(data, _) => {
-                for v in varints(data) {
-                    put(v?)?;
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 impl crate::source::DescribedSource for OnnxSource {
@@ -625,14 +302,14 @@ impl crate::source::DescribedSource for OnnxSource {
                 "external data: {}",
                 self.external
                     .iter()
-                    .map(|(l, _, _)| l.as_str())
+                    .map(|e| e.location.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
         }
         let ir = m.ir_version.unwrap_or_default();
         let mut shards = vec![PathBuf::from(&self.file)];
-        shards.extend(self.external.iter().map(|(_, p, _)| p.clone()));
+        shards.extend(self.external.iter().map(|e| e.path.clone()));
         Description {
             format: "onnx",
             summary: format!(
@@ -648,7 +325,7 @@ impl crate::source::DescribedSource for OnnxSource {
             metadata: self.metadata().into_iter().collect(),
             lines,
             fields: vec![
-                ("ir_version", (ir as u64).into()),
+                ("ir_version", ir.cast_unsigned().into()),
                 ("producer", producer.into()),
                 ("opsets", opsets.into()),
                 ("types", types_line.into()),

@@ -1,4 +1,6 @@
-//! ONNX's `TensorProto.DataType` and the Burn dtype of each.
+//! ONNX's `TensorProto.DataType`, the Burn dtype of each, and the typed fields' decoding.
+
+use super::wire::{Wire, fields, varints};
 
 use burn::tensor::{BoolStore, DType};
 
@@ -95,7 +97,7 @@ pub(super) fn size(dtype: DType) -> u64 {
 /// Writes the typed-field value `v` (a varint, or a fixed word's bits) as an element of data
 /// type `id` into `out` (its size); `false` when it does not fit that type.
 pub(super) fn put(id: i32, v: u64, out: &mut [u8]) -> bool {
-    let signed = v as i64;
+    let signed = v.cast_signed();
     let small = i32::try_from(signed).ok();
     match id {
         1 => out.copy_from_slice(&(v as u32).to_le_bytes()),
@@ -119,7 +121,7 @@ pub(super) fn put(id: i32, v: u64, out: &mut [u8]) -> bool {
             None => return false,
         },
         3 => match small.and_then(|x| i8::try_from(x).ok()) {
-            Some(x) => out[0] = x as u8,
+            Some(x) => out[0] = x.cast_unsigned(),
             None => return false,
         },
         2 => match small.and_then(|x| u8::try_from(x).ok()) {
@@ -134,4 +136,57 @@ pub(super) fn put(id: i32, v: u64, out: &mut [u8]) -> bool {
         _ => return false,
     }
     true
+}
+
+/// The values of typed field `field` of the tensor message `raw` into `out`, each as data
+/// type `data_type`; the count was checked when the file was opened.
+pub(super) fn decode_typed(
+    raw: &[u8],
+    base: u64,
+    field: u32,
+    data_type: i32,
+    out: &mut [u8],
+) -> Result<(), String> {
+    let width = burn_dtype(data_type).map_or(1, |d| d.size());
+    let mut chunks = out.chunks_exact_mut(width.max(1));
+    let mut put = |v: u64| -> Result<(), String> {
+        let slot = chunks.next().ok_or("more values than elements")?;
+        if put(data_type, v, slot) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} holds {v}, which is no {} value",
+                field_name(field),
+                name(data_type)
+            ))
+        }
+    };
+    for f in fields(raw, base) {
+        let (number, value) = f?;
+        if number != field {
+            continue;
+        }
+        match value {
+            Wire::Varint(v) | Wire::Fixed64(v) => put(v)?,
+            Wire::Fixed32(v) => put(u64::from(v))?,
+            Wire::Bytes(data, _) if field == 4 => {
+                for w in data.chunks_exact(4) {
+                    put(u64::from(u32::from_le_bytes(
+                        w.try_into().unwrap_or_default(),
+                    )))?;
+                }
+            }
+            Wire::Bytes(data, _) if field == 10 => {
+                for w in data.chunks_exact(8) {
+                    put(u64::from_le_bytes(w.try_into().unwrap_or_default()))?;
+                }
+            }
+            Wire::Bytes(data, _) => {
+                for v in varints(data) {
+                    put(v?)?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
