@@ -30,6 +30,7 @@ pub(super) struct Stored {
     pub place: Place,
 }
 
+/// The length of an opened `file`, refused over the file-size limit (the core's one check).
 pub(super) fn check_size(
     path: &Path,
     file: &std::fs::File,
@@ -39,12 +40,7 @@ pub(super) fn check_size(
         .metadata()
         .map_err(SourceError::io(path, "stat"))?
         .len();
-    if len > options.limits.max_file_size {
-        return Err(SourceError::invalid(path)(format!(
-            "{len} bytes, over the file-size limit of {}",
-            options.limits.max_file_size
-        )));
-    }
+    crate::source::data::within_file_size(path, len, &options.limits)?;
     Ok(len)
 }
 

@@ -81,14 +81,10 @@ impl OnnxSource {
     /// # Errors
     /// As [`open`](Self::open), naming `"<memory>"`.
     pub fn from_bytes(bytes: Bytes, options: &OpenOptions) -> Result<Self, SourceError> {
+        let path = Path::new("<memory>");
+        crate::source::data::within_file_size(path, bytes.len() as u64, &options.limits)?;
         let bytes = crate::source::data::view_capable(bytes);
-        Self::build(
-            Path::new("<memory>"),
-            None,
-            &bytes,
-            Source::Memory(bytes.clone()),
-            options,
-        )
+        Self::build(path, None, &bytes, Source::Memory(bytes.clone()), options)
     }
 
     pub(crate) fn open_opened(
