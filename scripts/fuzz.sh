@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(reader safetensors object_source burn_record pytorch gguf numpy index manifest any)
+[ ${#targets[@]} -gt 0 ] || targets=(reader safetensors object_source burn_record pytorch gguf numpy onnx index manifest any)
 each="${SECONDS_EACH:-120}"
 for target in "${targets[@]}"; do
   work="$(mktemp -d)"

@@ -77,7 +77,7 @@ fn every_path_the_docs_name_exists() {
 #[test]
 fn contributing_and_the_fuzz_script_name_every_fuzz_target() {
     let targets = stems("fuzz/fuzz_targets", "rs");
-    assert_eq!(targets.len(), 10, "{targets:?}");
+    assert_eq!(targets.len(), 11, "{targets:?}");
     let contributing = read("CONTRIBUTING.md");
     let script = read("scripts/fuzz.sh");
     let defaults = script

@@ -388,3 +388,11 @@ fn manifest_corpus_and_mutations_never_panic() {
         .collect();
     replay("manifest", seeds, burnpack::interop::fuzz::manifest, 500);
 }
+
+/// The committed corpus of ONNX models (written by the `onnx` package: every initializer type,
+/// raw and typed, nested graphs, external data, types without a Burn dtype) and its mutations.
+#[cfg(feature = "onnx")]
+#[test]
+fn onnx_corpus_and_mutations_never_panic() {
+    replay("onnx", Vec::new(), burnpack::interop::fuzz::onnx, 500);
+}

@@ -28,11 +28,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The rooms of `src/` and the folders of the formats, with each format's feature.
-const FORMATS: [(&str, &str); 5] = [
+const FORMATS: [(&str, &str); 6] = [
     ("safetensors", "safetensors"),
     ("pytorch", "pytorch"),
     ("gguf", "gguf"),
     ("numpy", "numpy"),
+    ("onnx", "onnx"),
     ("burn_record", "legacy"),
 ];
 

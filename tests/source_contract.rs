@@ -286,3 +286,22 @@ fn numpy_files_keep_the_contract() {
     }
     assert!(checked >= 6);
 }
+
+#[cfg(feature = "onnx")]
+#[test]
+fn onnx_files_keep_the_contract() {
+    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/onnx");
+    // Written by the `onnx` package: initializers in the model, and in external data (which
+    // bytes in memory cannot reach: through the registry by path only).
+    let path = corpus.join("model.onnx");
+    holds(
+        &path,
+        &burnpack::interop::onnx::OnnxSource::open(&path).unwrap(),
+    );
+    let path = corpus.join("ext.onnx");
+    let source = burnpack::interop::onnx::OnnxSource::open(&path).unwrap();
+    assert_source_contract(&source);
+    let any = open_any(&path).unwrap();
+    assert_source_contract(any.as_tensor_source());
+    assert_eq!(any.as_tensor_source().tensors(), source.tensors());
+}

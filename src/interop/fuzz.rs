@@ -116,6 +116,17 @@ pub fn numpy(data: &[u8]) {
     }
 }
 
+/// Bytes as an ONNX model (its initializers).
+#[cfg(feature = "onnx")]
+pub fn onnx(data: &[u8]) {
+    if let Ok(source) =
+        super::onnx::OnnxSource::from_bytes(bytes(data), &crate::source::OpenOptions::new())
+    {
+        assert_source_contract(&source);
+        let _ = crate::source::DescribedSource::describe(&source);
+    }
+}
+
 /// Bytes of any format, through the container registry.
 pub fn any(data: &[u8]) {
     let options = crate::source::OpenOptions::new().limits(Limits::default());

@@ -21,6 +21,8 @@
 //! - `gguf`: llama.cpp's GGUF files (one file or a split set): plain types as views of the
 //!   mapping, quantized types dequantized in parallel as llama.cpp's reference computes them,
 //!   llama.cpp's names and layout as a convention (feature `gguf`, on by default).
+//! - `onnx`: ONNX models' initializers (and those of nested graphs), `raw_data` and external
+//!   data as views of the mappings, typed fields decoded (feature `onnx`, on by default).
 //! - `object_store`: packs on S3 and compatibles: ranged loads of only
 //!   what a module reads, saves as multipart uploads (feature `object-store`).
 //!
@@ -41,6 +43,8 @@ mod index;
 pub mod numpy;
 #[cfg(feature = "object-store")]
 pub mod object_store;
+#[cfg(feature = "onnx")]
+pub mod onnx;
 mod outputs;
 mod pack;
 #[cfg(feature = "pytorch")]

@@ -36,6 +36,8 @@ static CONTAINERS: &[Container] = &[
     super::pytorch::CONTAINER,
     #[cfg(feature = "gguf")]
     super::gguf::CONTAINER,
+    #[cfg(feature = "onnx")]
+    super::onnx::CONTAINER,
     #[cfg(feature = "legacy")]
     super::burn_record::CONTAINER,
 ];
