@@ -14,7 +14,13 @@
 //! weights in PyTorch's `[out, in]` layout (loaded with `LoadOptions::pytorch`: each weight
 //! transposed by strides, or laid out at load with `LoadOptions::contiguous`), the same with views (a layer's weight and bias two views of one
 //! storage), and, where `BURNPACK_LEGACY_FIXTURES` names the built `tools/legacy-fixtures`
-//! binary, a Burn 0.21 `.mpk` record (Burn 0.21's `NamedMpkFileRecorder`).
+//! binary, a Burn 0.21 `.mpk` record (Burn 0.21's `NamedMpkFileRecorder`). Where `python3`
+//! imports `numpy` and `onnx` (from `BURNPACK_PYTHONPATH` if set), an `.npz` written by
+//! `np.savez` (stored members) and an ONNX model whose initializers are in an external data
+//! file (`onnx.save_model(.., save_as_external_data=True)`), each with the same tensors (values
+//! drawn by NumPy), loaded as stored (`NumpySource`, `OnnxSource`) beside the pass of reads and
+//! `read-into-memory` (the files read whole into memory: what a loader that reads before it
+//! parses pays).
 //!
 //! A contender named `...-unread` is the load alone, its parameters not read back: for the
 //! loads that copy (a buffered pack; a record's unaligned tensors, three in four here) those
@@ -33,7 +39,8 @@
 //!
 //! Env: `BURNPACK_BENCH_RUNS` (default 5), `BURNPACK_BENCH_LAYERS` (default 128: 512 MiB),
 //! `BURNPACK_BENCH_DIR`, `BURNPACK_LEGACY_FIXTURES`, `BURNPACK_BENCH_FILES` (only these files,
-//! comma-separated).
+//! comma-separated: `model.bpk`, `model.safetensors`, `shards`, `model.pt`, `views.pt`,
+//! `big.mpk`, `model.npz`, `model.onnx`), `BURNPACK_PYTHONPATH`.
 
 mod common;
 #[path = "../tests/common/torch.rs"]
@@ -48,6 +55,8 @@ use burn::module::Module;
 use burn::tensor::Device;
 use burn_store::{BurnpackStore, ModuleSnapshot, PytorchStore, SafetensorsStore};
 use burnpack::interop::burn_record::LegacySource;
+use burnpack::interop::numpy::NumpySource;
+use burnpack::interop::onnx::OnnxSource;
 use burnpack::interop::pytorch::PytorchSource;
 use burnpack::interop::safetensors::{SafetensorsSource, save_safetensors};
 use burnpack::module::{LoadOptions, PackModule};
@@ -97,8 +106,56 @@ fn write_torch(model: &Stack, path: &Path, views: bool) {
     torch::save(path, &storages, &specs);
 }
 
+/// Writes `model.npz` (`np.savez`: stored members) and `model.onnx` with its initializers in
+/// `model.onnx.data` (`onnx.save_model(.., save_as_external_data=True)`), each holding `layers`
+/// layers' `layers.{i}.weight` `[1024, 1024]` and `layers.{i}.bias` `[1024]` in `f32`, drawn
+/// by NumPy. The ONNX graph is the chain of `Gemm`s these weights make. `false` where
+/// `python3` cannot import `numpy` and `onnx`.
+fn write_numpy_and_onnx(dir: &Path, layers: usize) -> bool {
+    const SCRIPT: &str = r#"
+import sys, numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto
+d, layers = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(0)
+arrays = {}
+for i in range(layers):
+    arrays[f"layers.{i}.weight"] = rng.standard_normal((1024, 1024), dtype=np.float32)
+    arrays[f"layers.{i}.bias"] = rng.standard_normal(1024, dtype=np.float32)
+np.savez(f"{d}/model.npz", **arrays)
+nodes = [helper.make_node("Gemm", [f"x{i}", f"layers.{i}.weight", f"layers.{i}.bias"], [f"x{i+1}"])
+         for i in range(layers)]
+inits = [numpy_helper.from_array(a, name) for name, a in arrays.items()]
+del arrays
+graph = helper.make_graph(nodes, "stack",
+    [helper.make_tensor_value_info("x0", TensorProto.FLOAT, [1, 1024])],
+    [helper.make_tensor_value_info(f"x{layers}", TensorProto.FLOAT, [1, 1024])], inits)
+del inits
+model = helper.make_model(graph, producer_name="burnpack-bench")
+onnx.save_model(model, f"{d}/model.onnx", save_as_external_data=True,
+    all_tensors_to_one_file=True, location="model.onnx.data", size_threshold=0)
+"#;
+    let mut command = Command::new("python3");
+    command.args(["-c", SCRIPT, dir.to_str().unwrap(), &layers.to_string()]);
+    if let Some(path) = std::env::var_os("BURNPACK_PYTHONPATH") {
+        command.env("PYTHONPATH", path);
+    }
+    match command.status() {
+        Ok(status) if status.success() => true,
+        _ => {
+            println!(
+                "(python3 with numpy and onnx is not available: the .npz and ONNX files are \
+                 not measured; BURNPACK_PYTHONPATH names a folder that has them)\n"
+            );
+            false
+        }
+    }
+}
+
 /// The files a contender reads (the sequential read's input).
 fn inputs(dir: &Path, file: &str) -> Vec<PathBuf> {
+    if file == "model.onnx" {
+        return vec![dir.join("model.onnx"), dir.join("model.onnx.data")];
+    }
     if file == "shards" {
         let mut shards: Vec<PathBuf> = std::fs::read_dir(dir)
             .unwrap()
@@ -139,6 +196,32 @@ fn child(who: &str, file: &str, dir: &Path, layers: usize) {
             }
             meter.report(start.elapsed());
             return;
+        }
+        "read-into-memory" => {
+            // Every file read whole into memory of its own, then summed (no loader).
+            let mut sum = 0u64;
+            for input in inputs(dir, file) {
+                let bytes = std::fs::read(&input).unwrap();
+                sum = bytes
+                    .iter()
+                    .step_by(4096)
+                    .fold(sum, |a, b| a + u64::from(*b));
+            }
+            std::hint::black_box(sum);
+            meter.report(start.elapsed());
+            return;
+        }
+        "numpy-source" => {
+            let source = NumpySource::open(&path).unwrap();
+            target
+                .load_from_source(&source, &LoadOptions::new())
+                .unwrap()
+        }
+        "onnx-source" => {
+            let source = OnnxSource::open(&path).unwrap();
+            target
+                .load_from_source(&source, &LoadOptions::new())
+                .unwrap()
         }
         "burnpack" => target.load_pack(&path).unwrap(),
         "burnpack-buffered" => target
@@ -226,14 +309,30 @@ fn main() {
     let layers = common::env_or("BURNPACK_BENCH_LAYERS", 128);
     let dir = common::bench_dir();
     let d = dir.path();
+    // `BURNPACK_BENCH_FILES=model.bpk,big.mpk`: only these files (written and measured).
+    let only = std::env::var("BURNPACK_BENCH_FILES").ok();
+    let wanted = |file: &str| {
+        only.as_ref()
+            .is_none_or(|o| o.split(',').any(|f| f == file))
+    };
     {
         let model = stack(layers, &Device::flex());
-        model.save_pack(d.join("model.bpk")).unwrap();
-        save_safetensors(&model, d.join("model.safetensors"), None).unwrap();
-        let bytes = (layers as u64) * (1024 * 1024 + 1024) * 4;
-        save_safetensors(&model, d.join("shards.safetensors"), Some(bytes / 4 + 1)).unwrap();
-        write_torch(&model, &d.join("model.pt"), false);
-        write_torch(&model, &d.join("views.pt"), true);
+        if wanted("model.bpk") {
+            model.save_pack(d.join("model.bpk")).unwrap();
+        }
+        if wanted("model.safetensors") {
+            save_safetensors(&model, d.join("model.safetensors"), None).unwrap();
+        }
+        if wanted("shards") {
+            let bytes = (layers as u64) * (1024 * 1024 + 1024) * 4;
+            save_safetensors(&model, d.join("shards.safetensors"), Some(bytes / 4 + 1)).unwrap();
+        }
+        if wanted("model.pt") {
+            write_torch(&model, &d.join("model.pt"), false);
+        }
+        if wanted("views.pt") {
+            write_torch(&model, &d.join("views.pt"), true);
+        }
     }
     let mut files: Vec<(&str, Vec<&str>)> = vec![
         (
@@ -269,7 +368,19 @@ fn main() {
             ],
         ),
     ];
-    if let Some(fixtures) = std::env::var_os("BURNPACK_LEGACY_FIXTURES") {
+    if (wanted("model.npz") || wanted("model.onnx")) && write_numpy_and_onnx(d, layers) {
+        files.push((
+            "model.npz",
+            vec!["read-into-memory", "numpy-source", "numpy-source-unread"],
+        ));
+        files.push((
+            "model.onnx",
+            vec!["read-into-memory", "onnx-source", "onnx-source-unread"],
+        ));
+    }
+    if let Some(fixtures) =
+        std::env::var_os("BURNPACK_LEGACY_FIXTURES").filter(|_| wanted("big.mpk"))
+    {
         let status = Command::new(&fixtures)
             .args(["big", d.to_str().unwrap(), &layers.to_string()])
             .status()
@@ -289,13 +400,8 @@ fn main() {
     println!("|---|---|---|---:|---:|---:|---:|");
     let layers_arg = layers.to_string();
     let dir_arg = d.to_str().unwrap().to_string();
-    // `BURNPACK_BENCH_FILES=model.bpk,big.mpk`: only these files.
-    let only = std::env::var("BURNPACK_BENCH_FILES").ok();
     for (file, loaders) in &files {
-        if only
-            .as_ref()
-            .is_some_and(|o| !o.split(',').any(|f| f == *file))
-        {
+        if !wanted(file) {
             continue;
         }
         let size: u64 = inputs(d, file)

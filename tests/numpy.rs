@@ -539,3 +539,97 @@ fn an_npz_at_every_door_of_the_registry() {
         NumpySource::from_bytes(Bytes::from_bytes_vec(bytes), &OpenOptions::new()).unwrap_err();
     assert!(err.to_string().contains("encrypt"), "{err}");
 }
+
+/// Many small deflated members, each within the inflation bound, are bounded together: the
+/// archive's deflated members may inflate to `max_inflation` times what they take in the
+/// file, plus 1 MiB, all of them, and the refusal names where it went over, before anything
+/// is inflated (memory stays bounded by the file).
+#[test]
+fn deflated_members_are_bounded_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"
+import numpy as np
+np.savez_compressed("slack.npz", **{f"m{i}": np.zeros(1 << 20, dtype=np.uint8) for i in range(64)})
+np.savez_compressed("fine.npz", **{f"m{i}": np.arange(1000, dtype="<f4") for i in range(64)})
+np.savez("empty.npz")
+"#;
+    if python(script, dir.path()).is_none() {
+        return;
+    }
+    let err = NumpySource::open(dir.path().join("slack.npz")).unwrap_err();
+    // A limit, not damage: `bpk` exits 3.
+    assert_ne!(err.kind(), SourceErrorKind::Damaged, "{err}");
+    assert_eq!(err.tensor(), Some("m1"), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("inflation limit") && text.contains("deflated members up to"),
+        "{text}"
+    );
+    // Within a bound raised for the file, it reads; an honest archive is far below it.
+    let limits = burnpack::format::Limits::default().with_max_inflation(1 << 12);
+    let slack = NumpySource::open_with(
+        dir.path().join("slack.npz"),
+        &OpenOptions::new().limits(limits),
+    )
+    .unwrap();
+    assert_eq!(slack.tensors().len(), 64);
+    assert_eq!(
+        NumpySource::open(dir.path().join("fine.npz"))
+            .unwrap()
+            .tensors()
+            .len(),
+        64
+    );
+    // `np.savez` of no array writes an archive with no member: an `.npz` of no tensor, at
+    // every door (the registry tells it by content too).
+    let empty = NumpySource::open(dir.path().join("empty.npz")).unwrap();
+    assert!(empty.is_npz() && empty.tensors().is_empty());
+    let any = burnpack::interop::open_any(dir.path().join("empty.npz")).unwrap();
+    assert_eq!(any.describe().format, "numpy");
+}
+
+/// A `b1` array's bytes must be 0 or 1 (what NumPy's own bools are): another byte is refused
+/// naming the tensor and the element, not handed on to be read as a Rust `bool`.
+#[test]
+fn bool_arrays_hold_only_zero_and_one() {
+    let bad = npy(
+        "{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }",
+        &[0, 1, 2],
+    );
+    let source = NumpySource::from_bytes(Bytes::from_bytes_vec(bad), &OpenOptions::new()).unwrap();
+    let err = source
+        .read(source.tensor("array").unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("'array'") && err.contains("element 2 holds the byte 2"),
+        "{err}"
+    );
+    let good = npy(
+        "{'descr': '|b1', 'fortran_order': True, 'shape': (2, 2), }",
+        &[0, 1, 1, 0],
+    );
+    let source = NumpySource::from_bytes(Bytes::from_bytes_vec(good), &OpenOptions::new()).unwrap();
+    assert_eq!(
+        &source.read(source.tensor("array").unwrap()).unwrap()[..],
+        &[0, 1, 1, 0]
+    );
+}
+
+/// A shape with a zero holds no bytes, but its other dimensions must still be addressable
+/// (numpy refuses `(0, 2**64 - 1, 2**64 - 1)`; strides of such a shape overflow).
+#[test]
+fn zero_size_shapes_with_unaddressable_dimensions_are_refused() {
+    let huge = npy(
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 18446744073709551615, 18446744073709551615), }",
+        &[],
+    );
+    let err = refused(huge).to_string();
+    assert!(err.contains("too large to address"), "{err}");
+    let fine = npy(
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 1024, 1024), }",
+        &[],
+    );
+    let source = NumpySource::from_bytes(Bytes::from_bytes_vec(fine), &OpenOptions::new()).unwrap();
+    assert_eq!(source.tensor("array").unwrap().shape(), &[0, 1024, 1024]);
+}

@@ -170,7 +170,9 @@ fn initializers_written_by_onnx_read_exactly() {
     assert_eq!(meta["model_version"], "7");
     assert_eq!(meta["opset_import.ai.onnx"], "17");
     assert_eq!(meta["opset_import.com.example"], "2");
-    assert_eq!(meta["author"], "tests");
+    // The user's keys under their field's name, never in the place of the model's own.
+    assert_eq!(meta["metadata_props.author"], "tests");
+    assert!(!meta.contains_key("author"));
     assert!(
         meta["doc_string"].contains("... (520 bytes)"),
         "{}",
@@ -549,8 +551,46 @@ fn external_data_outside_the_folder_or_not_a_file_is_refused() {
     }
     let err = open(external("w.bin", "60", "16")).unwrap_err();
     assert!(err.contains("past its end"), "{err}");
+    // An offset past the end is said to be, not "0 bytes".
+    let err = open(external("w.bin", "1000", "16")).unwrap_err();
+    assert!(
+        err.contains("at offset 1000, past its end (64 bytes)"),
+        "{err}"
+    );
     let err = open(external("w.bin", "0", "12")).unwrap_err();
-    assert!(err.contains("needs 16"), "{err}");
+    assert!(
+        err.contains("its length is 12 bytes") && err.contains("needs 16"),
+        "{err}"
+    );
+    // A key given twice (onnx's loader takes the last; another reader could take the first),
+    // and a key ONNX does not define, are refused by name.
+    for (rest, why) in [
+        (
+            [
+                pb::entry("location", "w.bin"),
+                pb::entry("location", "../secret.bin"),
+            ]
+            .concat(),
+            "external_data key 'location' given twice",
+        ),
+        (
+            [
+                pb::entry("location", "w.bin"),
+                pb::entry("offset", "0"),
+                pb::entry("offset", "16"),
+            ]
+            .concat(),
+            "external_data key 'offset' given twice",
+        ),
+        (
+            [pb::entry("location", "w.bin"), pb::entry("mystery", "1")].concat(),
+            "external_data key 'mystery'",
+        ),
+    ] {
+        let rest = [rest, pb::int(14, 1)].concat();
+        let err = open(pb::model(&[pb::tensor("w", 1, &[4], &rest)])).unwrap_err();
+        assert!(err.contains(why) && err.contains("'w'"), "{err}");
+    }
     let err = open(external("missing.bin", "0", "16")).unwrap_err();
     assert!(err.contains("missing.bin"), "{err}");
 }
@@ -609,4 +649,100 @@ fn bpk_inspects_verifies_converts_and_diffs_onnx_models() {
         let (code, out, err) = run(&["diff".as_ref(), a.as_os_str(), b.as_os_str()]);
         assert_eq!(code, 0, "{out}{err}");
     }
+}
+
+/// Initializers of the same name in two nested graphs (an `If`'s branches) and a nested name
+/// shadowing an outer one: valid ONNX (onnx's checker passes it), loaded with the nested ones
+/// named by their scope (`<node>/<attribute>/<name>`), unique names kept as stored.
+#[test]
+fn nested_graphs_sharing_a_name_are_scoped() {
+    const SCRIPT: &str = r#"
+import numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto as T
+def branch(name, value):
+    w = numpy_helper.from_array(np.array([value], np.float32), "w")
+    own = numpy_helper.from_array(np.array([value * 10], np.float32), name + "_only")
+    return helper.make_graph([helper.make_node("Add", ["w", name + "_only"], [name + "_y"])], name, [],
+        [helper.make_tensor_value_info(name + "_y", T.FLOAT, [1])], [w, own])
+outer = numpy_helper.from_array(np.array([7.0], np.float32), "w")
+cond = numpy_helper.from_array(np.array(True), "cond")
+node = helper.make_node("If", ["cond"], ["y"], name="If_0",
+    then_branch=branch("then", 1.0), else_branch=branch("else", 2.0))
+graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("y", T.FLOAT, [1])], [outer, cond])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+onnx.checker.check_model(model, full_check=True)
+onnx.save_model(model, "nested.onnx")
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    if python(SCRIPT, dir.path()).is_none() {
+        return;
+    }
+    let source = OnnxSource::open(dir.path().join("nested.onnx")).unwrap();
+    let names: Vec<&str> = source.tensors().iter().map(|t| t.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "If_0/else_branch/w",
+            "If_0/then_branch/w",
+            "cond",
+            "else_only",
+            "then_only",
+            "w"
+        ]
+    );
+    let value = |name: &str| {
+        let bytes = source.read(source.tensor(name).unwrap()).unwrap();
+        f32::from_le_bytes(bytes[..4].try_into().unwrap())
+    };
+    assert_eq!(
+        (
+            value("w"),
+            value("If_0/then_branch/w"),
+            value("If_0/else_branch/w")
+        ),
+        (7.0, 1.0, 2.0)
+    );
+    assert_eq!(value("then_only"), 10.0);
+    assert_source_contract(&source);
+}
+
+/// A `BOOL` byte other than 0 or 1 is refused on every path (`raw_data` as typed fields are),
+/// and a `metadata_props` key given twice (onnx's checker refuses it) is refused by name.
+#[test]
+fn bool_bytes_and_metadata_keys_are_held_to_onnx() {
+    let model = pb::model(&[pb::tensor("b", 9, &[3], &pb::bytes(9, &[0, 1, 2]))]);
+    let source = OnnxSource::from_bytes(Bytes::from_bytes_vec(model), &OpenOptions::new()).unwrap();
+    let err = source
+        .read(source.tensor("b").unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("'b'") && err.contains("element 2 holds the byte 2"),
+        "{err}"
+    );
+    let good = pb::model(&[pb::tensor("b", 9, &[2], &pb::bytes(9, &[0, 1]))]);
+    let source =
+        OnnxSource::from_bytes(Bytes::from_bytes_vec(good.clone()), &OpenOptions::new()).unwrap();
+    assert_eq!(
+        &source.read(source.tensor("b").unwrap()).unwrap()[..],
+        &[0, 1]
+    );
+    let prop = |k: &str, v: &str| {
+        pb::bytes(
+            14,
+            &[pb::bytes(1, k.as_bytes()), pb::bytes(2, v.as_bytes())].concat(),
+        )
+    };
+    let twice = [good.clone(), prop("k", "1"), prop("k", "2")].concat();
+    let err = open_err(twice);
+    assert!(err.contains("metadata_props key 'k' given twice"), "{err}");
+    // A key named like a field of the model stays the user's.
+    let spoof = [good, prop("producer_name", "evil")].concat();
+    let source = OnnxSource::from_bytes(Bytes::from_bytes_vec(spoof), &OpenOptions::new()).unwrap();
+    let meta: std::collections::HashMap<_, _> = source.metadata().into_iter().collect();
+    assert_eq!(
+        meta.get("metadata_props.producer_name").map(String::as_str),
+        Some("evil")
+    );
+    assert!(!meta.contains_key("producer_name"));
 }

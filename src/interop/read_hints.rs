@@ -1,4 +1,4 @@
-//! Read-ahead hints for the foreign formats' sources (safetensors, `torch.save` files): a
+//! Read-ahead hints for the foreign formats' sources (safetensors, `torch.save`, `.npz` files): a
 //! load's byte ranges asked of the disk at once, from a thread of their own, through a file or
 //! a mapping. Only those formats hint this way; the pack reader's buffered reads start the
 //! kernel's readahead per read (`source/data.rs`).
@@ -6,7 +6,18 @@
 use std::fs::File;
 use std::sync::atomic::Ordering;
 
-use burn::tensor::Bytes;
+use burn::tensor::{AllocationProperty, Bytes};
+
+use crate::source::data::Source;
+
+/// A source's mapping of a file, if it is one (not bytes in memory, not a file read): what
+/// [`Hinted::Mapped`] reads ahead through.
+pub(crate) fn file_mapping(source: &Source) -> Option<&Bytes> {
+    match source {
+        Source::Memory(bytes) if bytes.property() == AllocationProperty::File => Some(bytes),
+        _ => None,
+    }
+}
 
 /// `ranges` (`key`, `start`, `end`) in order, neighbours of one key under 1 MiB apart merged:
 /// what a load will read, as the few large requests the kernel is asked to read ahead

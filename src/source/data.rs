@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use burn::tensor::{AllocationProperty, Bytes};
 
-use super::CopyReason;
+use super::{CopyReason, ReadError};
 use crate::format::TensorInfo;
 
 /// A tensor's bytes in an owned allocation aligned for any element type (8 bytes).
@@ -354,5 +354,33 @@ mod tests {
             assert_eq!(err.kind(), std::io::ErrorKind::OutOfMemory);
             assert!(err.to_string().contains(&(1u64 << 60).to_string()), "{err}");
         }
+    }
+}
+
+/// `bytes`, the stored bytes of `info` read from `file`, where `info` is no native bool, or a
+/// native bool whose every byte is 0 or 1; else [`ReadError::Unsupported`] naming the first
+/// element that is not (a byte of 2 read as a Rust `bool` is undefined behaviour, and a
+/// writer that normalised it would change the tensor).
+pub(crate) fn checked_bools(
+    file: &str,
+    info: &TensorInfo,
+    bytes: Bytes,
+) -> Result<Bytes, ReadError> {
+    if !matches!(
+        info.dtype(),
+        burn::tensor::DType::Bool(burn::tensor::BoolStore::Native)
+    ) {
+        return Ok(bytes);
+    }
+    match bytes.iter().position(|&b| b > 1) {
+        None => Ok(bytes),
+        Some(i) => Err(ReadError::Unsupported {
+            file: file.to_string(),
+            tensor: info.name().to_string(),
+            reason: format!(
+                "element {i} holds the byte {}, which is no bool value (0 or 1)",
+                bytes[i]
+            ),
+        }),
     }
 }

@@ -75,7 +75,8 @@ impl std::fmt::Display for Value {
 pub enum Checksums {
     /// A 64-bit checksum of every tensor (and of the header and metadata): burnpack.
     PerTensor,
-    /// A zip archive's CRC-32 of every storage and of the pickle (`torch.save`).
+    /// A zip archive's CRC-32 of every member: each storage and the pickle of a `torch.save`
+    /// file, each array of an `.npz`.
     ZipCrc32,
     /// None: the contents cannot be verified.
     #[default]

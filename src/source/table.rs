@@ -244,7 +244,16 @@ impl<P> TableBuilder<P> {
         } else {
             info.dtype()
         };
-        match crate::format::byte_len_of(dtype, shape_of(&info)) {
+        // A zero-size tensor's other dimensions must be addressable too: a shape such as
+        // `[0, 2^64 - 1, 2^64 - 1]` holds no bytes but overflows whatever computes its
+        // strides.
+        let nonzero = info
+            .shape()
+            .iter()
+            .filter(|&&d| d != 0)
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .filter(|&n| i64::try_from(n).is_ok());
+        match nonzero.and_then(|_| crate::format::byte_len_of(dtype, shape_of(&info))) {
             None => {
                 return Err(tensor_error(format!(
                     "shape {:?} is too large to address",

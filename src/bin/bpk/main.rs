@@ -1,5 +1,5 @@
 //! `bpk`: inspect, verify, diff and convert burnpack files and every format the library's
-//! registry reads (safetensors, PyTorch, GGUF, Burn records, checkpoints).
+//! registry reads (safetensors, PyTorch, GGUF, NumPy, ONNX, Burn records, checkpoints).
 //!
 //! Every command also takes `s3://bucket/key` URLs where it takes a file, when built with the
 //! `object-store` feature (configured from the `AWS_*` environment variables).
@@ -36,8 +36,9 @@ use clap::{Parser, Subcommand};
 const EXIT_CODES: &str = "\
 Files: burnpack packs (.bpk) and checkpoints (incremental manifests with their data files),
 safetensors (one file, or shards through their index .json), PyTorch torch.save files (zip and
-legacy, .pt/.pth/.bin, or shards through an index), GGUF (llama.cpp; split sets), Burn
-0.14-0.21 records (.mpk, .mpk.gz, .json, .json.gz); a pack's s3:// URL. The format is told by
+legacy, .pt/.pth/.bin, or shards through an index), GGUF (llama.cpp; split sets), NumPy
+.npy/.npz, ONNX models' initializers (external data too), Burn 0.14-0.21 records (.mpk,
+.mpk.gz, .json, .json.gz); a pack's s3:// URL. The format is told by
 the content, never by the name.
 
 Exit codes (the same for every format and every command):
@@ -58,7 +59,7 @@ A failure prints one line on stderr naming the file (`bpk: FILE: ...`); results 
 #[command(
     name = "bpk",
     version,
-    about = "Inspect, verify, diff and convert weights: burnpack packs and checkpoints, safetensors, PyTorch torch.save files, GGUF and Burn 0.14-0.21 records",
+    about = "Inspect, verify, diff and convert weights: burnpack packs and checkpoints, safetensors, PyTorch torch.save files, GGUF, NumPy, ONNX initializers and Burn 0.14-0.21 records",
     after_help = EXIT_CODES
 )]
 struct Cli {
@@ -146,7 +147,8 @@ enum Command {
         scheduler: String,
     },
     /// Convert any file bpk reads (a pack or checkpoint, safetensors, a PyTorch torch.save
-    /// file, GGUF, a Burn 0.14-0.21 record) into a pack or safetensors (the output format
+    /// file, GGUF, NumPy .npy/.npz, an ONNX model's initializers, a Burn 0.14-0.21 record)
+    /// into a pack or safetensors (the output format
     /// chosen by its extension, or --to); a pack also copies to or from object storage
     /// (s3:// URLs).
     #[command(

@@ -150,7 +150,7 @@ pub(crate) fn verify(path: &Path, nan: bool, as_json: bool) -> Result<u8, Failur
         }
         Checksums::PerTensor => format!("{verified} tensor checksums match"),
         Checksums::ZipCrc32 => {
-            format!("the pickle and {verified} tensors' storages match their zip CRC-32")
+            format!("the archive's members and {verified} tensors' storages match their zip CRC-32")
         }
         _ => about.unverified.clone(),
     };

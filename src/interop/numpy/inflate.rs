@@ -64,8 +64,16 @@ fn inflate(
         .map_err(|e| damaged(format!("cannot inflate it: {e}")))?;
     crc.update(&head);
     let len = usize::try_from(stored.header.data_len).map_err(|_| damaged("too large".into()))?;
-    let mut words = zeroed_words(len.div_ceil(8))
-        .ok_or_else(|| damaged(format!("cannot allocate {len} bytes to inflate it")))?;
+    let mut words = zeroed_words(len.div_ceil(8)).ok_or_else(|| {
+        // Memory the machine does not have is no damage of the file.
+        SourceError::io(path, "inflate")(std::io::Error::new(
+            std::io::ErrorKind::OutOfMemory,
+            format!(
+                "tensor '{name}': member '{}': cannot allocate {len} bytes to inflate it",
+                member.name
+            ),
+        ))
+    })?;
     let out = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len];
     decoder
         .read_exact(out)

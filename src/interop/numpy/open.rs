@@ -52,7 +52,7 @@ impl Input<'_> {
 
 pub(super) fn is_zip(path: &Path, input: &Input<'_>) -> Result<bool, SourceError> {
     let head = input.read(0, 4).map_err(SourceError::io(path, "read"))?;
-    Ok(head == super::zip::ZIP_MAGIC)
+    Ok(head == super::zip::ZIP_MAGIC || head == super::zip::EMPTY_ZIP)
 }
 
 /// The header of the `.npy` data read by `next` (`size` bytes in all, when known).
@@ -167,6 +167,10 @@ pub(super) fn npz_rows(
     options: &OpenOptions,
 ) -> Result<Vec<(String, Stored)>, SourceError> {
     let mut rows = Vec::with_capacity(members.len());
+    // `max_inflation` bounds the archive's deflated members together (what all of them
+    // inflate to, against what all of them take in the file): many small members, each
+    // within the bound, must not add up past it.
+    let (mut compressed, mut inflated) = (0u64, 0u64);
     for member in members {
         let Some(name) = member.name.strip_suffix(".npy").filter(|n| !n.is_empty()) else {
             return Err(SourceError::invalid(path)(format!(
@@ -187,18 +191,20 @@ pub(super) fn npz_rows(
                     )),
                 ));
             }
-            let bound = member
-                .compressed
+            compressed = compressed.saturating_add(member.compressed);
+            inflated = inflated.saturating_add(member.size);
+            let bound = compressed
                 .saturating_mul(options.limits.max_inflation)
                 .saturating_add(1 << 20);
-            if member.size > bound {
+            if inflated > bound {
                 return Err(header_error(
                     path,
                     Some(&name),
                     HeaderError::Invalid(format!(
-                        "member '{}' says it inflates from {} to {} bytes, over the inflation \
-                         limit ({}x its size plus 1 MiB)",
-                        member.name, member.compressed, member.size, options.limits.max_inflation
+                        "the deflated members up to '{}' say they inflate from {compressed} to \
+                         {inflated} bytes, over the inflation limit ({}x their size plus 1 MiB, \
+                         Limits::max_inflation; raise it for a file you trust)",
+                        member.name, options.limits.max_inflation
                     )),
                 ));
             }

@@ -10,6 +10,7 @@ use super::layout::{byte_swap, from_fortran};
 use super::open::{Input, Stored, is_zip, npy_rows, npz_rows};
 use super::zip::members;
 use crate::format::{TensorInfo, element_align};
+use crate::interop::read_hints::{Hinted, ReadHints, file_mapping};
 use crate::source::data::{Source, aligned_words, zeroed_words};
 use crate::source::{
     Checksums, CopyReason, Description, OpenOptions, ReadError, SourceError, SourceTable,
@@ -46,6 +47,8 @@ pub struct NumpySource {
     table: SourceTable<Stored>,
     /// The deflated members' arrays, inflated (and checked) when the file was opened.
     inflated: Vec<Bytes>,
+    /// A load's stored arrays read ahead through the mapping ([`TensorSource::prefetch`]).
+    hints: ReadHints,
 }
 
 impl std::fmt::Debug for NumpySource {
@@ -170,6 +173,7 @@ impl NumpySource {
             source,
             table,
             inflated,
+            hints: ReadHints::default(),
         })
     }
 
@@ -202,45 +206,24 @@ impl TensorSource for NumpySource {
     from_table!(file, table);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
-        let stored = self.table.place(info)?;
-        let h = &stored.header;
-        let bytes = match stored.inflated {
-            Some(i) => {
-                let all = &self.inflated[i];
-                all.view(0, all.len())
-                    .unwrap_or_else(|_| crate::source::data::bytes_from_vec(all.to_vec()))
-            }
-            None if !h.dtype.big_endian && !h.fortran => {
-                return self
-                    .source
-                    .read(stored.start, h.data_len, element_align(info.dtype()))
-                    .map_err(self.io(info));
-            }
-            None => self
-                .source
-                .read(stored.start, h.data_len, 1)
-                .map_err(self.io(info))?,
-        };
-        if !h.dtype.big_endian && !h.fortran {
-            return Ok(bytes);
-        }
-        let len = bytes.len();
-        let mut words = zeroed_words(len.div_ceil(8)).ok_or_else(|| {
-            self.io(info)(std::io::Error::other(format!(
-                "cannot allocate {len} bytes for tensor '{}'",
-                info.name()
-            )))
-        })?;
-        let out = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len];
-        if h.fortran {
-            from_fortran(&bytes, out, &h.shape, h.dtype.size);
-        } else {
-            out.copy_from_slice(&bytes);
-        }
-        if h.dtype.big_endian {
-            byte_swap(out, h.dtype.size);
-        }
-        Ok(aligned_words(words, len, AllocationProperty::Native))
+        crate::source::data::checked_bools(&self.file, info, self.read_stored(info)?)
+    }
+
+    /// Reads the wanted arrays stored in the file ahead, in file order, through its mapping
+    /// (a load's walk goes in the module's order, and an unaligned array's copy would fault
+    /// its pages in one at a time): as the safetensors and `torch.save` sources do.
+    fn prefetch(&self, wanted: &[&TensorInfo]) -> Result<(), ReadError> {
+        let ranges = wanted
+            .iter()
+            .filter_map(|info| {
+                let stored = self.table.place(info).ok()?;
+                (stored.inflated.is_none())
+                    .then(|| (0, stored.start, stored.start + stored.header.data_len))
+            })
+            .collect();
+        self.hints
+            .ask_shards(ranges, |_| file_mapping(&self.source).map(Hinted::Mapped));
+        Ok(())
     }
 
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
@@ -366,7 +349,7 @@ impl crate::source::DescribedSource for NumpySource {
                 Checksums::None
             },
             unverified: "no checksums in .npy files (contents unverified)".into(),
-            column: Some("dtype"),
+            column: Some("type"),
             ..Description::default()
         }
     }
@@ -381,5 +364,50 @@ impl crate::source::DescribedSource for NumpySource {
             text.push_str(" deflated");
         }
         Some(text)
+    }
+}
+
+impl NumpySource {
+    /// `info`'s bytes as stored, swapped or laid out in C order.
+    fn read_stored(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
+        let stored = self.table.place(info)?;
+        let h = &stored.header;
+        let bytes = match stored.inflated {
+            Some(i) => {
+                let all = &self.inflated[i];
+                all.view(0, all.len())
+                    .unwrap_or_else(|_| crate::source::data::bytes_from_vec(all.to_vec()))
+            }
+            None if !h.dtype.big_endian && !h.fortran => {
+                return self
+                    .source
+                    .read(stored.start, h.data_len, element_align(info.dtype()))
+                    .map_err(self.io(info));
+            }
+            None => self
+                .source
+                .read(stored.start, h.data_len, 1)
+                .map_err(self.io(info))?,
+        };
+        if !h.dtype.big_endian && !h.fortran {
+            return Ok(bytes);
+        }
+        let len = bytes.len();
+        let mut words = zeroed_words(len.div_ceil(8)).ok_or_else(|| {
+            self.io(info)(std::io::Error::other(format!(
+                "cannot allocate {len} bytes for tensor '{}'",
+                info.name()
+            )))
+        })?;
+        let out = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len];
+        if h.fortran {
+            from_fortran(&bytes, out, &h.shape, h.dtype.size);
+        } else {
+            out.copy_from_slice(&bytes);
+        }
+        if h.dtype.big_endian {
+            byte_swap(out, h.dtype.size);
+        }
+        Ok(aligned_words(words, len, AllocationProperty::Native))
     }
 }

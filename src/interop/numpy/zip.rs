@@ -7,6 +7,9 @@ use std::io::{Read, Seek};
 
 /// The first bytes of a zip archive (a local file header).
 pub(super) const ZIP_MAGIC: &[u8] = b"PK\x03\x04";
+/// The start of a zip archive with no member (its end record alone): what `np.savez(path)`
+/// writes with no array.
+pub(super) const EMPTY_ZIP: &[u8] = b"PK\x05\x06";
 
 /// One member of the archive, as the central directory states it.
 #[derive(Debug, Clone)]
@@ -27,8 +30,11 @@ pub(super) struct Member {
 
 /// Whether `head` (a file's first bytes) is a zip archive whose first member is a `.npy`
 /// array: what `np.savez` writes (a `torch.save` archive's first member is
-/// `<archive>/data.pkl`).
+/// `<archive>/data.pkl`), or an archive with no member (`np.savez` of no array).
 pub(super) fn is_npz(head: &[u8]) -> bool {
+    if head.starts_with(EMPTY_ZIP) {
+        return true;
+    }
     if !head.starts_with(ZIP_MAGIC) || head.len() < 30 {
         return false;
     }

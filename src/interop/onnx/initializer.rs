@@ -55,7 +55,10 @@ pub(super) fn tensor(
     options: &OpenOptions,
 ) -> Result<(TensorInfo, Stored), SourceError> {
     let header = TensorHeader::decode(message).map_err(|e| {
-        SourceError::invalid(path)(format!("the initializer at byte {at} of {graph}: {e}"))
+        SourceError::invalid(path)(format!(
+            "the initializer at byte {at} of {graph}: {}",
+            super::proto::plain(&e)
+        ))
     })?;
     let name = header.name.clone().unwrap_or_default();
     let err = |reason: String| SourceError::Tensor {
@@ -220,9 +223,16 @@ fn external_place(
         );
     };
     let (mut location, mut offset, mut length) = (None, 0u64, None);
+    let mut seen: Vec<&str> = Vec::new();
     for entry in &header.external_data {
         let key = entry.key.as_deref().unwrap_or("");
         let value = entry.value.as_deref().unwrap_or("");
+        // A key given twice: onnx's loader takes the last, another reader could take the
+        // first.
+        if seen.contains(&key) {
+            return Err(format!("external_data key '{key}' given twice"));
+        }
+        seen.push(key);
         let number = || {
             value
                 .parse::<u64>()
@@ -260,18 +270,35 @@ fn external_place(
         external.len() - 1
     };
     let file_len = external[index].len;
-    let length = length.unwrap_or_else(|| file_len.saturating_sub(offset));
-    if length != bytes {
+    if offset > file_len {
         return Err(format!(
-            "external data '{location}' gives {length} bytes, but the tensor needs {bytes}"
+            "external data '{location}' at offset {offset}, past its end ({file_len} bytes)"
         ));
     }
-    match offset.checked_add(length) {
-        Some(end) if end <= file_len => Ok(Place::Raw(Some(index), offset)),
-        _ => Err(format!(
-            "external data '{location}' at offset {offset}, {length} bytes, past its end ({file_len} bytes)"
-        )),
+    let Some(length) = length else {
+        // No length: the rest of the file, which must be the tensor's.
+        let rest = file_len - offset;
+        if rest != bytes {
+            return Err(format!(
+                "external data '{location}' has {rest} bytes from offset {offset} to its end \
+                 and no length, but the tensor needs {bytes}"
+            ));
+        }
+        return Ok(Place::Raw(Some(index), offset));
+    };
+    if offset.checked_add(length).is_none_or(|end| end > file_len) {
+        return Err(format!(
+            "external data '{location}' at offset {offset}, {length} bytes, past its end \
+             ({file_len} bytes)"
+        ));
     }
+    if length != bytes {
+        return Err(format!(
+            "external data '{location}' says its length is {length} bytes, but the tensor needs \
+             {bytes}"
+        ));
+    }
+    Ok(Place::Raw(Some(index), offset))
 }
 
 /// `location` resolved in `folder`: relative, without `..`, and (links followed) still in the

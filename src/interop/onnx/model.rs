@@ -13,8 +13,9 @@ use super::proto::{OperatorSetId, StringStringEntry};
 use super::wire::{Wire, count_varints, fields};
 use crate::format::Limits;
 
-/// What a model's doc string is cut to in its metadata.
-const DOC_ABRIDGED: usize = 200;
+/// What a model's doc string is cut to in its metadata (with its length, short enough for
+/// `bpk inspect` to show whole).
+const DOC_ABRIDGED: usize = 96;
 
 /// The model's metadata and the places of its initializers.
 #[derive(Debug, Default)]
@@ -29,8 +30,10 @@ pub(super) struct Model {
     pub doc_string: Option<String>,
     pub opset_import: Vec<(String, i64)>,
     pub metadata_props: Vec<(String, String)>,
-    /// Each initializer: its message's absolute offset and length, and the graph holding it.
-    pub initializers: Vec<(u64, usize, String)>,
+    /// Each initializer: its message's absolute offset and length, the graph holding it (in
+    /// errors), and, for a nested graph, its scope (`If_0/then_branch`: the path of nodes and
+    /// attributes from the main graph; `None` for the main graph).
+    pub initializers: Vec<(u64, usize, String, Option<String>)>,
     /// Whether a graph was found.
     pub has_graph: bool,
 }
@@ -98,14 +101,14 @@ pub(super) fn read(data: &[u8], limits: &Limits) -> Result<Model, String> {
                 }
                 model.has_graph = true;
                 let (graph, at) = value.bytes("graph")?;
-                walk_graph(&mut walk, &mut model, graph, at, 0, "graph")?;
+                walk_graph(&mut walk, &mut model, graph, at, 0, "graph", None)?;
             }
             8 => {
                 walk.count("opset imports", model.opset_import.len())?;
                 let (entry, _) = value.bytes("opset_import")?;
                 walk.keep("opset_import", entry.len())?;
                 let entry = OperatorSetId::decode(entry)
-                    .map_err(|e| format!("an opset_import entry: {e}"))?;
+                    .map_err(|e| format!("an opset_import entry: {}", super::proto::plain(&e)))?;
                 model.opset_import.push((
                     entry.domain.unwrap_or_default(),
                     entry.version.unwrap_or_default(),
@@ -116,11 +119,15 @@ pub(super) fn read(data: &[u8], limits: &Limits) -> Result<Model, String> {
                 let (entry, _) = value.bytes("metadata_props")?;
                 walk.keep("metadata_props", entry.len())?;
                 let entry = StringStringEntry::decode(entry)
-                    .map_err(|e| format!("a metadata_props entry: {e}"))?;
-                model.metadata_props.push((
-                    entry.key.unwrap_or_default(),
-                    entry.value.unwrap_or_default(),
-                ));
+                    .map_err(|e| format!("a metadata_props entry: {}", super::proto::plain(&e)))?;
+                let key = entry.key.unwrap_or_default();
+                // onnx's checker refuses a key given twice: another reader could take either.
+                if model.metadata_props.iter().any(|(k, _)| *k == key) {
+                    return Err(format!("metadata_props key '{key}' given twice"));
+                }
+                model
+                    .metadata_props
+                    .push((key, entry.value.unwrap_or_default()));
             }
             // Training info, functions, device configurations: stepped over.
             _ => {}
@@ -129,7 +136,8 @@ pub(super) fn read(data: &[u8], limits: &Limits) -> Result<Model, String> {
     Ok(model)
 }
 
-/// A `GraphProto`: its initializers kept as places, its nodes walked for nested graphs.
+/// A `GraphProto`: its initializers kept as places, its nodes walked for nested graphs
+/// (`scope`: the graph's path from the main graph, `None` for the main graph).
 fn walk_graph(
     walk: &mut Walk<'_>,
     model: &mut Model,
@@ -137,6 +145,7 @@ fn walk_graph(
     base: u64,
     depth: usize,
     name: &str,
+    scope: Option<&str>,
 ) -> Result<(), String> {
     if depth > walk.limits.max_cbor_depth {
         return Err(format!(
@@ -144,19 +153,24 @@ fn walk_graph(
             walk.limits.max_cbor_depth
         ));
     }
+    let mut nodes = 0usize;
     for field in fields(graph, base) {
         let (number, value) = field?;
         match number {
             1 => {
                 let (node, at) = value.bytes("a node")?;
-                walk_node(walk, model, node, at, depth, name)?;
+                walk_node(walk, model, node, at, depth, name, (scope, nodes))?;
+                nodes += 1;
             }
             5 => {
                 walk.count("initializers", model.initializers.len())?;
                 let (tensor, at) = value.bytes("an initializer")?;
-                model
-                    .initializers
-                    .push((at, tensor.len(), name.to_string()));
+                model.initializers.push((
+                    at,
+                    tensor.len(),
+                    name.to_string(),
+                    scope.map(str::to_string),
+                ));
             }
             15 => {
                 let (sparse, at) = value.bytes("a sparse initializer")?;
@@ -186,7 +200,9 @@ fn sparse_name(sparse: &[u8], at: u64) -> Option<String> {
     header.name
 }
 
-/// A `NodeProto`: its attributes' graphs (`g`, `graphs`) walked one level deeper.
+/// A `NodeProto`: its attributes' graphs (`g`, `graphs`) walked one level deeper, each
+/// scoped `<scope>/<node name>/<attribute name>` (`#<index>` for a node without a name, the
+/// index in `graphs` after the attribute's name for a list of graphs).
 fn walk_node(
     walk: &mut Walk<'_>,
     model: &mut Model,
@@ -194,19 +210,46 @@ fn walk_node(
     base: u64,
     depth: usize,
     parent: &str,
+    (scope, index): (Option<&str>, usize),
 ) -> Result<(), String> {
+    let mut node_name = None;
+    for field in fields(node, base) {
+        let (number, value) = field?;
+        if number == 3 {
+            node_name = Some(value.string("a node's name", 1 << 16)?);
+        }
+    }
+    let node_name = node_name
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("#{index}"));
     for field in fields(node, base) {
         let (number, value) = field?;
         if number != 5 {
             continue;
         }
         let (attribute, at) = value.bytes("an attribute")?;
+        let mut attribute_name = String::new();
+        for field in fields(attribute, at) {
+            let (number, value) = field?;
+            if number == 1 {
+                attribute_name = value.string("an attribute's name", 1 << 16)?;
+            }
+        }
+        let mut listed = 0usize;
         for field in fields(attribute, at) {
             let (number, value) = field?;
             if number == 6 || number == 11 {
                 let (graph, at) = value.bytes("an attribute's graph")?;
                 let name = format!("{parent}/subgraph@{at}");
-                walk_graph(walk, model, graph, at, depth + 1, &name)?;
+                let mut inner = match scope {
+                    Some(scope) => format!("{scope}/{node_name}/{attribute_name}"),
+                    None => format!("{node_name}/{attribute_name}"),
+                };
+                if number == 11 {
+                    let _ = write!(inner, "/{listed}");
+                    listed += 1;
+                }
+                walk_graph(walk, model, graph, at, depth + 1, &name, Some(&inner))?;
             }
         }
     }

@@ -52,3 +52,19 @@ pub(super) struct TensorHeader {
     #[prost(int32, optional, tag = "14")]
     pub data_location: Option<i32>,
 }
+
+/// A decoding error in ONNX's terms (`onnx.proto`'s message names, what went wrong), not
+/// `prost`'s (`failed to decode Protobuf message: TensorHeader.name: ...`).
+pub(super) fn plain(e: &prost::DecodeError) -> String {
+    e.to_string()
+        .trim_start_matches("failed to decode Protobuf message: ")
+        .replace("TensorHeader.", "TensorProto.")
+        .replace("StringStringEntry.", "StringStringEntryProto.")
+        .replace("OperatorSetId.", "OperatorSetIdProto.")
+        .replace("Segment.", "TensorProto.Segment.")
+        .replace(
+            "invalid string value: data is not UTF-8 encoded",
+            "not UTF-8",
+        )
+        .replace("buffer underflow", "a length past the end of its message")
+}

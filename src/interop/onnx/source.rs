@@ -122,12 +122,38 @@ impl OnnxSource {
                 "no graph (a ModelProto without field 7): not an ONNX model".into(),
             ));
         }
-        let mut rows = TableBuilder::new(path, &options.limits);
         let mut external: Vec<External> = Vec::new();
-        for (at, len, graph) in &model.initializers {
+        let mut found = Vec::with_capacity(model.initializers.len());
+        for (at, len, graph, scope) in &model.initializers {
             let start = *at as usize;
             let message = &map[start..start + len];
             let (info, stored) = tensor(path, folder, message, *at, graph, &mut external, options)?;
+            found.push((info, stored, scope));
+        }
+        // Names as stored; a name that more than one graph holds (the two branches of an `If`,
+        // or a nested graph's name shadowing an outer one, both valid ONNX) is qualified in the
+        // nested graphs by their scope: `If_0/then_branch/w`.
+        let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for (info, _, _) in &found {
+            *counts.entry(info.name()).or_default() += 1;
+        }
+        let shared: std::collections::HashSet<String> = counts
+            .into_iter()
+            .filter(|&(_, n)| n > 1)
+            .map(|(name, _)| name.to_string())
+            .collect();
+        let mut rows = TableBuilder::new(path, &options.limits);
+        for (info, stored, scope) in found {
+            let info = match scope {
+                Some(scope) if shared.contains(info.name()) => TensorInfo::external(
+                    format!("{scope}/{}", info.name()),
+                    info.dtype(),
+                    info.shape().to_vec(),
+                    info.offset(),
+                    info.len(),
+                ),
+                _ => info,
+            };
             rows.push(info, stored)?;
         }
         let table = rows.finish(|_| String::new())?;
@@ -153,8 +179,9 @@ impl OnnxSource {
     }
 
     /// The model's metadata: `ir_version`, `producer_name`, `producer_version`, `domain`,
-    /// `model_version`, `doc_string` (abridged), `opset_import` (one entry per set), and each
-    /// of `metadata_props` under its key.
+    /// `model_version`, `doc_string` (abridged), `opset_import.<domain>` (one entry per set),
+    /// and each of `metadata_props` as `metadata_props.<key>` (a key given twice is refused
+    /// when the file is opened, as onnx's checker refuses it).
     #[must_use]
     pub fn metadata(&self) -> Vec<(String, String)> {
         let m = &self.model;
@@ -174,7 +201,12 @@ impl OnnxSource {
             let domain = if domain.is_empty() { "ai.onnx" } else { domain };
             out.push((format!("opset_import.{domain}"), version.to_string()));
         }
-        out.extend(m.metadata_props.iter().cloned());
+        // The user's own keys under their field's name: never in the place of the model's.
+        out.extend(
+            m.metadata_props
+                .iter()
+                .map(|(k, v)| (format!("metadata_props.{k}"), v.clone())),
+        );
         out
     }
 
@@ -201,52 +233,7 @@ impl TensorSource for OnnxSource {
     from_table!(file, table);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
-        let stored = *self.table.place(info)?;
-        let io =
-            |file: &str, source: std::io::Error| ReadError::reading(file, info.name(), &source);
-        match stored.place {
-            Place::Raw(None, start) => self
-                .data
-                .read(start, info.len(), element_align(info.dtype()))
-                .map_err(|e| io(&self.file, e)),
-            Place::Raw(Some(i), start) => {
-                let External { path, data, .. } = &self.external[i];
-                data.read(start, info.len(), element_align(info.dtype()))
-                    .map_err(|e| io(&path.display().to_string(), e))
-            }
-            Place::Empty => Ok(aligned_words(
-                Vec::new(),
-                0,
-                burn::tensor::AllocationProperty::Native,
-            )),
-            Place::Typed { message, field } => {
-                let raw = self
-                    .data
-                    .read(message.0, message.1 as u64, 1)
-                    .map_err(|e| io(&self.file, e))?;
-                let len = usize::try_from(info.len())
-                    .map_err(|_| io(&self.file, std::io::Error::other("too large")))?;
-                let mut words = zeroed_words(len.div_ceil(8)).ok_or_else(|| {
-                    io(
-                        &self.file,
-                        std::io::Error::other(format!("cannot allocate {len} bytes")),
-                    )
-                })?;
-                let out = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len];
-                types::decode_typed(&raw, message.0, field, stored.data_type, out).map_err(
-                    |reason| ReadError::Unsupported {
-                        file: self.file.clone(),
-                        tensor: info.name().to_string(),
-                        reason,
-                    },
-                )?;
-                Ok(aligned_words(
-                    words,
-                    len,
-                    burn::tensor::AllocationProperty::Native,
-                ))
-            }
-        }
+        crate::source::data::checked_bools(&self.file, info, self.read_stored(info)?)
     }
 
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
@@ -339,5 +326,57 @@ impl crate::source::DescribedSource for OnnxSource {
 
     fn column(&self, info: &TensorInfo) -> Option<String> {
         self.data_type_of(info)
+    }
+}
+
+impl OnnxSource {
+    /// `info`'s bytes as stored (or decoded from a typed field).
+    fn read_stored(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
+        let stored = *self.table.place(info)?;
+        let io =
+            |file: &str, source: std::io::Error| ReadError::reading(file, info.name(), &source);
+        match stored.place {
+            Place::Raw(None, start) => self
+                .data
+                .read(start, info.len(), element_align(info.dtype()))
+                .map_err(|e| io(&self.file, e)),
+            Place::Raw(Some(i), start) => {
+                let External { path, data, .. } = &self.external[i];
+                data.read(start, info.len(), element_align(info.dtype()))
+                    .map_err(|e| io(&path.display().to_string(), e))
+            }
+            Place::Empty => Ok(aligned_words(
+                Vec::new(),
+                0,
+                burn::tensor::AllocationProperty::Native,
+            )),
+            Place::Typed { message, field } => {
+                let raw = self
+                    .data
+                    .read(message.0, message.1 as u64, 1)
+                    .map_err(|e| io(&self.file, e))?;
+                let len = usize::try_from(info.len())
+                    .map_err(|_| io(&self.file, std::io::Error::other("too large")))?;
+                let mut words = zeroed_words(len.div_ceil(8)).ok_or_else(|| {
+                    io(
+                        &self.file,
+                        std::io::Error::other(format!("cannot allocate {len} bytes")),
+                    )
+                })?;
+                let out = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len];
+                types::decode_typed(&raw, message.0, field, stored.data_type, out).map_err(
+                    |reason| ReadError::Unsupported {
+                        file: self.file.clone(),
+                        tensor: info.name().to_string(),
+                        reason,
+                    },
+                )?;
+                Ok(aligned_words(
+                    words,
+                    len,
+                    burn::tensor::AllocationProperty::Native,
+                ))
+            }
+        }
     }
 }

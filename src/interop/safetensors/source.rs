@@ -6,14 +6,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use burn::tensor::{AllocationProperty, Bytes};
+use burn::tensor::Bytes;
 
 use super::header::{header_len, validate};
 use super::{to_burn, withheld_reason};
 use crate::format::{Limits, TensorInfo, element_align};
 use crate::interop::AsOpenOptions;
 use crate::interop::index::ShardIndex;
-use crate::interop::read_hints::{Hinted, ReadHints};
+use crate::interop::read_hints::{Hinted, ReadHints, file_mapping};
 use crate::source::data::Source;
 use crate::source::from_table;
 use crate::source::{
@@ -335,14 +335,6 @@ impl SafetensorsSource {
     }
 }
 
-/// A source's mapping of a file, if it is one (not bytes in memory, not a file read).
-fn mapped(source: &Source) -> Option<&Bytes> {
-    match source {
-        Source::Memory(bytes) if bytes.property() == AllocationProperty::File => Some(bytes),
-        _ => None,
-    }
-}
-
 /// The name of a source in memory, in errors.
 const MEMORY: &str = "<memory>";
 
@@ -463,7 +455,7 @@ impl TensorSource for SafetensorsSource {
     fn wants_prefetch(&self) -> bool {
         self.shards
             .iter()
-            .any(|shard| mapped(&shard.source).is_some())
+            .any(|shard| file_mapping(&shard.source).is_some())
     }
 
     fn prefetch(&self, wanted: &[&TensorInfo]) -> Result<(), ReadError> {
@@ -472,7 +464,7 @@ impl TensorSource for SafetensorsSource {
             Some((shard, info.offset(), info.offset() + info.len()))
         });
         self.hints.ask_shards(ranges.collect(), |i| {
-            mapped(&self.shards[i].source).map(Hinted::Mapped)
+            file_mapping(&self.shards[i].source).map(Hinted::Mapped)
         });
         Ok(())
     }
