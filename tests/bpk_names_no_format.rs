@@ -10,11 +10,21 @@ const FORMAT_FOLDERS: &[&str] = &[
     "burn_record",
     "gguf",
     "pytorch",
+    "numpy",
+    "onnx",
     "object_store",
 ];
 
 /// The features that gate a format.
-const FORMAT_FEATURES: &[&str] = &["safetensors", "legacy", "pytorch", "gguf", "object-store"];
+const FORMAT_FEATURES: &[&str] = &[
+    "safetensors",
+    "legacy",
+    "pytorch",
+    "gguf",
+    "numpy",
+    "onnx",
+    "object-store",
+];
 
 /// A file's text without its comments (line comments, doc comments included).
 fn code(text: &str) -> String {

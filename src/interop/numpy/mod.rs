@@ -9,7 +9,8 @@
 //! the shape, overflow checked) against the file and the [`Limits`](crate::format::Limits).
 //! Every dtype with a Burn equivalent is read in either byte order: `f2`, `f4`, `f8`,
 //! `i1`-`i8`, `u1`-`u8` and `b1` (bool); object arrays (pickles), complex numbers, strings,
-//! records and dates are refused by name.
+//! records and dates are refused by name. A `b1` array's bytes must be 0 or 1 (refused when
+//! read otherwise).
 //!
 //! A `.npz` file is a zip archive of `<name>.npy` members; each is a tensor named `<name>`.
 //! The archive is held to the rules the `PyTorch` reader keeps (no two members of one name, no
@@ -18,7 +19,8 @@
 //! `PyTorch` folder and are not part of the source core, so they are restated here, not
 //! shared). Stored members (`np.savez`) are windows of the mapping where aligned, their CRC-32
 //! checked by verified loads and `bpk verify`; deflated members (`np.savez_compressed`) are
-//! inflated when the file is opened (in parallel), within `max_inflation` and the tensor-size
+//! inflated when the file is opened (in parallel), within `max_inflation` (all deflated members
+//! together: what they inflate to against what they take in the file) and the tensor-size
 //! limit (checked from the zip's sizes before anything is allocated), each into exactly the
 //! bytes its header states, and checked against its CRC-32 there: a damaged member is an error
 //! naming it when the file is opened.

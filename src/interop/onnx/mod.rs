@@ -19,7 +19,15 @@
 //! is a window of the mapping of the named file, which must be a regular file in the model's
 //! folder (no `..`, no absolute path, links followed and checked). Metadata: `ir_version`,
 //! `opset_import`, `producer_name`/`producer_version`, `domain`, `model_version`,
-//! `doc_string` (abridged) and `metadata_props`.
+//! `doc_string` (abridged) and `metadata_props` (each as `metadata_props.<key>`, never in
+//! the place of the model's own fields; a key given twice is refused, as onnx's checker
+//! refuses it).
+//!
+//! Initializers keep their names as stored. A name held by more than one graph (the two
+//! branches of an `If`, or a nested graph's initializer shadowing an outer one: valid ONNX)
+//! is qualified in the nested graphs by their scope, `<node>/<attribute>/<name>`
+//! (`If_0/then_branch/w`; `#<index>` for a node without a name). A `BOOL` byte other than 0
+//! or 1 is refused when read, from `raw_data` as from the typed fields.
 //!
 //! ```no_run
 //! use burnpack::interop::onnx::OnnxSource;
