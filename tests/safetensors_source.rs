@@ -606,3 +606,31 @@ fn pytorch_conventions_match_burn_stores_adapter() {
     assert_eq!(y_row, [-0.5, -3.0]);
     assert_eq!(y_col, y_row);
 }
+
+/// A `BOOL` byte other than 0 or 1 (a Rust `bool` cannot hold it) is refused when read,
+/// naming the tensor and the element, as NumPy's and ONNX's are; 0 and 1 read back.
+#[test]
+fn bool_bytes_other_than_zero_and_one_are_refused_when_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b.safetensors");
+    write(
+        &path,
+        &[
+            ("bad", Dtype::BOOL, vec![3], vec![0, 1, 2]),
+            ("good", Dtype::BOOL, vec![2], vec![1, 0]),
+        ],
+    );
+    let source = SafetensorsSource::open(&path).unwrap();
+    let err = source
+        .read(source.tensor("bad").unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("'bad'") && err.contains("element 2 holds the byte 2"),
+        "{err}"
+    );
+    assert_eq!(
+        &source.read(source.tensor("good").unwrap()).unwrap()[..],
+        &[1, 0]
+    );
+}

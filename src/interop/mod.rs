@@ -49,7 +49,7 @@ mod outputs;
 mod pack;
 #[cfg(feature = "pytorch")]
 pub mod pytorch;
-#[cfg(any(feature = "pytorch", feature = "safetensors"))]
+#[cfg(any(feature = "pytorch", feature = "safetensors", feature = "numpy"))]
 mod read_hints;
 mod registry;
 #[cfg(feature = "safetensors")]

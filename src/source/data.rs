@@ -284,12 +284,14 @@ impl Source {
         file: impl std::fmt::Display,
         info: &TensorInfo,
     ) -> Result<Bytes, super::ReadError> {
-        self.read(
-            info.offset(),
-            info.len(),
-            crate::format::element_align(info.dtype()),
-        )
-        .map_err(|source| super::ReadError::reading(file.to_string(), info.name(), &source))
+        let bytes = self
+            .read(
+                info.offset(),
+                info.len(),
+                crate::format::element_align(info.dtype()),
+            )
+            .map_err(|source| super::ReadError::reading(file.to_string(), info.name(), &source))?;
+        checked_bools(&file.to_string(), info, bytes)
     }
 
     /// Why the tensor `info` (its bytes at [`offset`](TensorInfo::offset), aligned for its

@@ -13,7 +13,7 @@ use super::views::{Placed, Strided, element_size, gather_into};
 use super::{PytorchFormat, StorageEntry};
 use crate::format::{Limits, TensorInfo};
 use crate::interop::index::ShardIndex;
-use crate::interop::read_hints::Hinted;
+use crate::interop::read_hints::{Hinted, file_mapping};
 use crate::source::OpenOptions;
 use crate::source::data::{Source, aligned_bytes};
 use crate::source::from_table;
@@ -484,8 +484,8 @@ impl TensorSource for PytorchSource {
             let shard = &self.shards[i];
             let file = shard.file.as_ref()?;
             Some(match &shard.source {
-                Source::Memory(mapped) => Hinted::Mapped(mapped),
                 Source::Buffered(..) => Hinted::File(file),
+                mapped => Hinted::Mapped(file_mapping(mapped)?),
             })
         });
         // Views gathered by an earlier prefetch and not read yet are not gathered again (a

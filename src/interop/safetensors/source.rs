@@ -426,7 +426,8 @@ impl TensorSource for SafetensorsSource {
     from_table!(file, table);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
-        self.read_aligned(info, element_align(info.dtype()))
+        let bytes = self.read_aligned(info, element_align(info.dtype()))?;
+        crate::source::data::checked_bools(&self.file, info, bytes)
     }
 
     fn withheld(&self) -> &[Withheld] {
