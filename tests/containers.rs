@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use burn::tensor::Bytes;
 use burnpack::interop::burn_record::LegacySource;
 use burnpack::interop::gguf::GgufSource;
+use burnpack::interop::numpy::NumpySource;
+use burnpack::interop::onnx::OnnxSource;
 use burnpack::interop::pytorch::PytorchSource;
 use burnpack::interop::safetensors::SafetensorsSource;
 use burnpack::interop::{HEAD, containers, near_miss, open_any, open_bytes_any};
@@ -21,6 +23,16 @@ fn data(dir: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
         .join(dir)
+}
+
+/// A file of the committed fuzz corpora (each written by its format's own writer).
+fn corpus(file: &str) -> Vec<u8> {
+    std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fuzz/corpus")
+            .join(file),
+    )
+    .unwrap()
 }
 
 /// A small safetensors file.
@@ -60,6 +72,8 @@ fn samples() -> Vec<(&'static str, &'static str, Vec<u8>)> {
             std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/numpy/f32.npy"))
                 .unwrap(),
         ),
+        // Written by the `onnx` package (`onnx.save_model`).
+        ("onnx", "m.onnx", corpus("onnx/model.onnx")),
         (
             "burn-record",
             "m.mpk",
@@ -199,6 +213,34 @@ fn every_source_has_one_constructor_shape() {
         "gguf",
     );
 
+    // NumPy (`.npy` and `.npz`, stored and deflated) and ONNX, as their writers wrote them.
+    for file in ["f32.npy", "v3.npy", "stored.npz", "deflated.npz"] {
+        let (path, bytes) = write(file, &corpus(&format!("numpy/{file}")));
+        let open = NumpySource::open(&path).unwrap();
+        same(
+            &open,
+            &NumpySource::open_with(&path, &options).unwrap(),
+            file,
+        );
+        same(
+            &open,
+            &NumpySource::from_bytes(bytes, &options).unwrap(),
+            file,
+        );
+    }
+    let (path, bytes) = write("m.onnx", &corpus("onnx/model.onnx"));
+    let open = OnnxSource::open(&path).unwrap();
+    same(
+        &open,
+        &OnnxSource::open_with(&path, &options).unwrap(),
+        "onnx",
+    );
+    same(
+        &open,
+        &OnnxSource::from_bytes(bytes, &options).unwrap(),
+        "onnx",
+    );
+
     // Records are told by their content, never by their name (as the registry tells them).
     for file in ["zoo.mpk", "zoo.mpk.gz", "zoo.json", "zoo.json.gz"] {
         let record = std::fs::read(data("legacy").join(file)).unwrap();
@@ -300,5 +342,70 @@ fn the_file_size_limit_holds_at_every_door() {
             open_bytes_any(Bytes::from_bytes_vec(bytes), &options).is_ok(),
             "{format}"
         );
+    }
+}
+
+/// NumPy and ONNX files at the doors that take packs only: `load_pack`, `Reader::open` and
+/// `PackStore` refuse them naming the file and saying what opens them (the registry's hint
+/// names the format); the registry, `load_from_source` and `PackStore::from_source` take
+/// them.
+#[test]
+fn numpy_and_onnx_files_at_every_door() {
+    use burn::module::Module;
+    use burnpack::module::{LoadOptions, PackModule};
+    let dir = tempfile::tempdir().unwrap();
+    for (file, bytes, hint) in [
+        ("m.npy", corpus("numpy/f32.npy"), "NumPy"),
+        ("m.npz", corpus("numpy/stored.npz"), "NumPy"),
+        ("m.onnx", corpus("onnx/model.onnx"), "ONNX"),
+    ] {
+        let path = dir.path().join(file);
+        std::fs::write(&path, &bytes).unwrap();
+        let model = common::model::Net::new(&burn::tensor::Device::flex());
+        let err = model.clone().load_pack(&path).unwrap_err().to_string();
+        assert!(
+            err.contains(path.to_str().unwrap()) && err.contains("bpk convert"),
+            "{file}: {err}"
+        );
+        let err = burnpack::read::Reader::open(&path).unwrap_err().to_string();
+        assert!(err.contains("open_any"), "{file}: {err}");
+        let near = near_miss(&bytes[..bytes.len().min(HEAD)]).unwrap();
+        assert!(near.contains(hint), "{file}: {near}");
+        #[cfg(feature = "store")]
+        {
+            use burn_store::ModuleSnapshot;
+            let mut store = burnpack::store::PackStore::from_file(&path);
+            let mut target = model.clone();
+            let err = target.load_from(&mut store).unwrap_err().to_string();
+            assert!(err.contains(file), "{file}: {err}");
+        }
+        // The registry opens it, and the loader takes it as any source (names that are not
+        // the model's are reported, not guessed).
+        let any = open_any(&path).unwrap();
+        assert!(!any.as_tensor_source().tensors().is_empty(), "{file}");
+        let report = model
+            .clone()
+            .load_from_source_with_report(
+                any.as_tensor_source(),
+                &LoadOptions::new().allow_partial(true).allow_unused(true),
+            )
+            .map(|(_, report)| report);
+        assert!(report.is_ok(), "{file}: {report:?}");
+        #[cfg(feature = "store")]
+        {
+            // `PackStore` over the source: a module loads through burn-store from it.
+            use burn_store::ModuleSnapshot;
+            let mut store = match file {
+                "m.onnx" => {
+                    burnpack::store::PackStore::from_source(OnnxSource::open(&path).unwrap())
+                }
+                _ => burnpack::store::PackStore::from_source(NumpySource::open(&path).unwrap()),
+            }
+            .allow_partial(true);
+            let mut target = model.clone();
+            let loaded = target.load_from(&mut store);
+            assert!(loaded.is_ok(), "{file}: {loaded:?}");
+        }
+        assert!(Module::num_params(&model) > 0);
     }
 }
