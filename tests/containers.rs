@@ -409,3 +409,48 @@ fn numpy_and_onnx_files_at_every_door() {
         assert!(Module::num_params(&model) > 0);
     }
 }
+
+/// A bool byte flipped from 1 to 2 in a file that keeps checksums is damage (the checksum
+/// says so, `bpk` exits 1), not a bool that is no bool (exit 3): the integrity check comes
+/// first. Without a checksum, the bool check names the element.
+#[test]
+fn a_flipped_bool_byte_is_damage_where_a_checksum_can_tell() {
+    use burnpack::source::{SourceErrorKind, TensorSource};
+    let specs: Vec<_> = common::every_dtype()
+        .into_iter()
+        .filter(|s| {
+            matches!(
+                s.dtype,
+                burn::tensor::DType::Bool(burn::tensor::BoolStore::Native)
+            )
+        })
+        .collect();
+    assert!(!specs.is_empty());
+    for (checked, mut bytes) in [
+        (true, common::ours_checked(&specs)),
+        (false, common::ours(&specs)),
+    ] {
+        let reader =
+            burnpack::read::Reader::from_bytes(Bytes::from_bytes_vec(bytes.clone())).unwrap();
+        let info = reader.tensors()[0].clone();
+        let at = usize::try_from(info.offset()).unwrap()
+            + reader
+                .read(&info)
+                .unwrap()
+                .iter()
+                .position(|&b| b == 1)
+                .unwrap();
+        bytes[at] = 2;
+        let reader = burnpack::read::Reader::from_bytes(Bytes::from_bytes_vec(bytes)).unwrap();
+        let err = reader
+            .read(reader.tensor(info.name()).unwrap())
+            .unwrap_err();
+        let kind = err.kind();
+        if checked {
+            assert_eq!(kind, SourceErrorKind::Damaged, "{err}");
+        } else {
+            assert!(err.to_string().contains("which is no bool value"), "{err}");
+            assert_ne!(kind, SourceErrorKind::Damaged, "{err}");
+        }
+    }
+}

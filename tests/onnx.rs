@@ -746,3 +746,56 @@ fn bool_bytes_and_metadata_keys_are_held_to_onnx() {
     );
     assert!(!meta.contains_key("producer_name"));
 }
+
+/// Scopes qualify names, so long node names over many nested graphs would multiply a small
+/// file into gigabytes of names: they count against the metadata limit and stop there. A
+/// domain imported twice (`""` and `ai.onnx` are one) is refused.
+#[test]
+fn scoped_names_and_opset_imports_are_bounded() {
+    let long = "n".repeat(60 << 10);
+    let inner = pb::bytes(5, &pb::tensor("w", 1, &[1], &pb::bytes(9, &[0; 4])));
+    let graphs: Vec<u8> = (0..2000).flat_map(|_| pb::bytes(11, &inner)).collect();
+    let attribute = [pb::bytes(1, b"bodies"), graphs].concat();
+    let node = [pb::bytes(3, long.as_bytes()), pb::bytes(5, &attribute)].concat();
+    let model = [pb::int(1, 9), pb::bytes(7, &pb::bytes(1, &node))].concat();
+    assert!(model.len() < 200 << 10);
+    let err = open_err(model);
+    assert!(err.contains("metadata"), "{err}");
+    // Two graphs holding `w`, qualified apart; with the same scope (two nodes named alike),
+    // the refusal names both graphs.
+    let node = |name: &str| {
+        let attribute = [pb::bytes(1, b"body"), pb::bytes(6, &inner)].concat();
+        pb::bytes(
+            1,
+            &[pb::bytes(3, name.as_bytes()), pb::bytes(5, &attribute)].concat(),
+        )
+    };
+    let ok = [
+        pb::int(1, 9),
+        pb::bytes(7, &[node("A"), node("B")].concat()),
+    ]
+    .concat();
+    let source = OnnxSource::from_bytes(Bytes::from_bytes_vec(ok), &OpenOptions::new()).unwrap();
+    let names: Vec<&str> = source.tensors().iter().map(|t| t.name()).collect();
+    assert_eq!(names, ["A/body/w", "B/body/w"]);
+    let clash = [
+        pb::int(1, 9),
+        pb::bytes(7, &[node("X"), node("X")].concat()),
+    ]
+    .concat();
+    let err = open_err(clash);
+    assert!(
+        err.contains("X/body/w") && err.matches("subgraph@").count() >= 2,
+        "{err}"
+    );
+    let opset = |domain: &str| {
+        pb::bytes(
+            8,
+            &[pb::bytes(1, domain.as_bytes()), pb::int(2, 17)].concat(),
+        )
+    };
+    let good = pb::model(&[pb::tensor("w", 1, &[1], &pb::bytes(9, &[0; 4]))]);
+    let twice = [good, opset(""), opset("ai.onnx")].concat();
+    let err = open_err(twice);
+    assert!(err.contains("twice"), "{err}");
+}

@@ -330,7 +330,8 @@ impl Reader {
     /// [`ReadError::Io`] if a buffered read fails.
     pub fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         self.owned(info)?;
-        self.source.read_tensor(&self.file, info)
+        let bytes = self.source.read_tensor(&self.file, info)?;
+        crate::source::data::checked_bools(&self.file, info, bytes, |b| self.check(info, b))
     }
 
     /// `info`, when it is one of this pack's tensors ("not mine" otherwise, as every source

@@ -284,14 +284,12 @@ impl Source {
         file: impl std::fmt::Display,
         info: &TensorInfo,
     ) -> Result<Bytes, super::ReadError> {
-        let bytes = self
-            .read(
-                info.offset(),
-                info.len(),
-                crate::format::element_align(info.dtype()),
-            )
-            .map_err(|source| super::ReadError::reading(file.to_string(), info.name(), &source))?;
-        checked_bools(&file.to_string(), info, bytes)
+        self.read(
+            info.offset(),
+            info.len(),
+            crate::format::element_align(info.dtype()),
+        )
+        .map_err(|source| super::ReadError::reading(file.to_string(), info.name(), &source))
     }
 
     /// Why the tensor `info` (its bytes at [`offset`](TensorInfo::offset), aligned for its
@@ -362,11 +360,14 @@ mod tests {
 /// `bytes`, the stored bytes of `info` read from `file`, where `info` is no native bool, or a
 /// native bool whose every byte is 0 or 1; else [`ReadError::Unsupported`] naming the first
 /// element that is not (a byte of 2 read as a Rust `bool` is undefined behaviour, and a
-/// writer that normalised it would change the tensor).
+/// writer that normalised it would change the tensor). Damage comes first: where the bytes
+/// are not 0 or 1, `integrity` (the source's own checksum of them, if it keeps one) is asked,
+/// and its error, a flipped byte, is the answer.
 pub(crate) fn checked_bools(
     file: &str,
     info: &TensorInfo,
     bytes: Bytes,
+    integrity: impl FnOnce(&[u8]) -> Result<bool, ReadError>,
 ) -> Result<Bytes, ReadError> {
     if !matches!(
         info.dtype(),
@@ -376,13 +377,16 @@ pub(crate) fn checked_bools(
     }
     match bytes.iter().position(|&b| b > 1) {
         None => Ok(bytes),
-        Some(i) => Err(ReadError::Unsupported {
-            file: file.to_string(),
-            tensor: info.name().to_string(),
-            reason: format!(
-                "element {i} holds the byte {}, which is no bool value (0 or 1)",
-                bytes[i]
-            ),
-        }),
+        Some(i) => {
+            integrity(&bytes)?;
+            Err(ReadError::Unsupported {
+                file: file.to_string(),
+                tensor: info.name().to_string(),
+                reason: format!(
+                    "element {i} holds the byte {}, which is no bool value (0 or 1)",
+                    bytes[i]
+                ),
+            })
+        }
     }
 }

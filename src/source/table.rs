@@ -246,12 +246,12 @@ impl<P> TableBuilder<P> {
         };
         // A zero-size tensor's other dimensions must be addressable too: a shape such as
         // `[0, 2^64 - 1, 2^64 - 1]` holds no bytes but overflows whatever computes its
-        // strides.
+        // strides in bytes (numpy refuses it too).
         let nonzero = info
             .shape()
             .iter()
             .filter(|&&d| d != 0)
-            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .try_fold(dtype.size(), |n, &d| n.checked_mul(d))
             .filter(|&n| i64::try_from(n).is_ok());
         match nonzero.and_then(|_| crate::format::byte_len_of(dtype, shape_of(&info))) {
             None => {

@@ -460,7 +460,7 @@ impl TensorSource for LegacySource {
             );
             return Err(ReadError::reading(&self.file, info.name(), &cut));
         }
-        Ok(bytes)
+        crate::source::data::checked_bools(&self.file, info, bytes, |_| Ok(false))
     }
 
     fn shared(&self) -> Option<&(dyn TensorSource + Sync)> {

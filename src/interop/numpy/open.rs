@@ -168,9 +168,36 @@ pub(super) fn npz_rows(
 ) -> Result<Vec<(String, Stored)>, SourceError> {
     let mut rows = Vec::with_capacity(members.len());
     // `max_inflation` bounds the archive's deflated members together (what all of them
-    // inflate to, against what all of them take in the file): many small members, each
-    // within the bound, must not add up past it.
-    let (mut compressed, mut inflated) = (0u64, 0u64);
+    // inflate to, against what all of them take in the file, from the central directory
+    // before anything is inflated): many small members, each within the bound, must not add
+    // up past it.
+    let deflated = members.iter().filter(|m| m.deflated);
+    let compressed = deflated
+        .clone()
+        .fold(0u64, |n, m| n.saturating_add(m.compressed));
+    let inflated = deflated.fold(0u64, |n, m| n.saturating_add(m.size));
+    let bound = compressed
+        .saturating_mul(options.limits.max_inflation)
+        .saturating_add(1 << 20);
+    if inflated > bound {
+        // Named by the member that inflates most (the tensor of the error).
+        let largest = members
+            .iter()
+            .filter(|m| m.deflated)
+            .max_by_key(|m| m.size)
+            .map(|m| m.name.as_str())
+            .unwrap_or_default();
+        return Err(header_error(
+            path,
+            Some(largest.strip_suffix(".npy").unwrap_or(largest)),
+            HeaderError::Invalid(format!(
+                "its deflated members say they inflate from {compressed} to {inflated} bytes \
+                 (the most, member '{largest}'), over the inflation limit ({}x their size plus \
+                 1 MiB, Limits::max_inflation; raise it for a file you trust)",
+                options.limits.max_inflation
+            )),
+        ));
+    }
     for member in members {
         let Some(name) = member.name.strip_suffix(".npy").filter(|n| !n.is_empty()) else {
             return Err(SourceError::invalid(path)(format!(
@@ -188,23 +215,6 @@ pub(super) fn npz_rows(
                         "member '{}' says it inflates to {} bytes, over the tensor-size limit \
                          of {}",
                         member.name, member.size, options.limits.max_tensor_size
-                    )),
-                ));
-            }
-            compressed = compressed.saturating_add(member.compressed);
-            inflated = inflated.saturating_add(member.size);
-            let bound = compressed
-                .saturating_mul(options.limits.max_inflation)
-                .saturating_add(1 << 20);
-            if inflated > bound {
-                return Err(header_error(
-                    path,
-                    Some(&name),
-                    HeaderError::Invalid(format!(
-                        "the deflated members up to '{}' say they inflate from {compressed} to \
-                         {inflated} bytes, over the inflation limit ({}x their size plus 1 MiB, \
-                         Limits::max_inflation; raise it for a file you trust)",
-                        member.name, options.limits.max_inflation
                     )),
                 ));
             }

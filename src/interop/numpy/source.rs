@@ -206,7 +206,8 @@ impl TensorSource for NumpySource {
     from_table!(file, table);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
-        crate::source::data::checked_bools(&self.file, info, self.read_stored(info)?)
+        let bytes = self.read_stored(info)?;
+        crate::source::data::checked_bools(&self.file, info, bytes, |b| self.check(info, b))
     }
 
     /// Reads the wanted arrays stored in the file ahead, in file order, through its mapping

@@ -24,10 +24,12 @@ pub(super) enum Place {
     Empty,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct Stored {
     pub data_type: i32,
     pub place: Place,
+    /// The graph holding it (in errors: two initializers of one name).
+    pub graph: std::sync::Arc<str>,
 }
 
 /// The length of an opened `file`, refused over the file-size limit (the core's one check).
@@ -50,7 +52,7 @@ pub(super) fn tensor(
     folder: Option<&Path>,
     message: &[u8],
     at: u64,
-    graph: &str,
+    graph: &std::sync::Arc<str>,
     external: &mut Vec<External>,
     options: &OpenOptions,
 ) -> Result<(TensorInfo, Stored), SourceError> {
@@ -144,7 +146,14 @@ pub(super) fn tensor(
         Place::Empty => 0,
     };
     let info = TensorInfo::external(name.clone(), dtype, shape, offset, bytes);
-    Ok((info, Stored { data_type, place }))
+    Ok((
+        info,
+        Stored {
+            data_type,
+            place,
+            graph: graph.clone(),
+        },
+    ))
 }
 
 /// An external data file: its location as the model writes it, its path, its data, its

@@ -6,6 +6,7 @@
 //! each checked before what it counts is kept.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use prost::Message;
 
@@ -33,7 +34,8 @@ pub(super) struct Model {
     /// Each initializer: its message's absolute offset and length, the graph holding it (in
     /// errors), and, for a nested graph, its scope (`If_0/then_branch`: the path of nodes and
     /// attributes from the main graph; `None` for the main graph).
-    pub initializers: Vec<(u64, usize, String, Option<String>)>,
+    /// Both shared by the graph's initializers (one string a graph, never one a tensor).
+    pub initializers: Vec<(u64, usize, Arc<str>, Option<Arc<str>>)>,
     /// Whether a graph was found.
     pub has_graph: bool,
 }
@@ -101,7 +103,15 @@ pub(super) fn read(data: &[u8], limits: &Limits) -> Result<Model, String> {
                 }
                 model.has_graph = true;
                 let (graph, at) = value.bytes("graph")?;
-                walk_graph(&mut walk, &mut model, graph, at, 0, "graph", None)?;
+                walk_graph(
+                    &mut walk,
+                    &mut model,
+                    graph,
+                    at,
+                    0,
+                    &Arc::from("graph"),
+                    None,
+                )?;
             }
             8 => {
                 walk.count("opset imports", model.opset_import.len())?;
@@ -109,10 +119,20 @@ pub(super) fn read(data: &[u8], limits: &Limits) -> Result<Model, String> {
                 walk.keep("opset_import", entry.len())?;
                 let entry = OperatorSetId::decode(entry)
                     .map_err(|e| format!("an opset_import entry: {}", super::proto::plain(&e)))?;
-                model.opset_import.push((
-                    entry.domain.unwrap_or_default(),
-                    entry.version.unwrap_or_default(),
-                ));
+                let domain = entry.domain.unwrap_or_default();
+                // `""` and `ai.onnx` are one domain; a domain imported twice is refused (which
+                // version would an operator of it be?).
+                let same = |d: &str| {
+                    d == domain
+                        || (d.is_empty() && domain == "ai.onnx")
+                        || (d == "ai.onnx" && domain.is_empty())
+                };
+                if model.opset_import.iter().any(|(d, _)| same(d)) {
+                    return Err(format!("opset_import imports the domain '{domain}' twice"));
+                }
+                model
+                    .opset_import
+                    .push((domain, entry.version.unwrap_or_default()));
             }
             14 => {
                 walk.count("metadata_props entries", model.metadata_props.len())?;
@@ -144,8 +164,8 @@ fn walk_graph(
     graph: &[u8],
     base: u64,
     depth: usize,
-    name: &str,
-    scope: Option<&str>,
+    name: &Arc<str>,
+    scope: Option<&Arc<str>>,
 ) -> Result<(), String> {
     if depth > walk.limits.max_cbor_depth {
         return Err(format!(
@@ -165,12 +185,9 @@ fn walk_graph(
             5 => {
                 walk.count("initializers", model.initializers.len())?;
                 let (tensor, at) = value.bytes("an initializer")?;
-                model.initializers.push((
-                    at,
-                    tensor.len(),
-                    name.to_string(),
-                    scope.map(str::to_string),
-                ));
+                model
+                    .initializers
+                    .push((at, tensor.len(), name.clone(), scope.cloned()));
             }
             15 => {
                 let (sparse, at) = value.bytes("a sparse initializer")?;
@@ -210,7 +227,7 @@ fn walk_node(
     base: u64,
     depth: usize,
     parent: &str,
-    (scope, index): (Option<&str>, usize),
+    (scope, index): (Option<&Arc<str>>, usize),
 ) -> Result<(), String> {
     let mut node_name = None;
     for field in fields(node, base) {
@@ -240,7 +257,7 @@ fn walk_node(
             let (number, value) = field?;
             if number == 6 || number == 11 {
                 let (graph, at) = value.bytes("an attribute's graph")?;
-                let name = format!("{parent}/subgraph@{at}");
+                let name: Arc<str> = Arc::from(format!("{parent}/subgraph@{at}"));
                 let mut inner = match scope {
                     Some(scope) => format!("{scope}/{node_name}/{attribute_name}"),
                     None => format!("{node_name}/{attribute_name}"),
@@ -249,6 +266,10 @@ fn walk_node(
                     let _ = write!(inner, "/{listed}");
                     listed += 1;
                 }
+                // Each nested graph's label and scope are kept (and qualify names): counted
+                // as metadata, so that long node names over many graphs stop at the limit.
+                walk.keep("the nested graphs' scopes", name.len() + inner.len())?;
+                let inner: Arc<str> = Arc::from(inner);
                 walk_graph(walk, model, graph, at, depth + 1, &name, Some(&inner))?;
             }
         }

@@ -143,20 +143,33 @@ impl OnnxSource {
             .map(|(name, _)| name.to_string())
             .collect();
         let mut rows = TableBuilder::new(path, &options.limits);
+        let mut qualified = 0u64;
         for (info, stored, scope) in found {
             let info = match scope {
-                Some(scope) if shared.contains(info.name()) => TensorInfo::external(
-                    format!("{scope}/{}", info.name()),
-                    info.dtype(),
-                    info.shape().to_vec(),
-                    info.offset(),
-                    info.len(),
-                ),
+                Some(scope) if shared.contains(info.name()) => {
+                    let name = format!("{scope}/{}", info.name());
+                    qualified += name.len() as u64;
+                    if qualified > u64::from(options.limits.max_metadata_size) {
+                        return Err(invalid(format!(
+                            "the names of initializers qualified by their graphs' scopes take \
+                             more than the metadata limit of {} bytes",
+                            options.limits.max_metadata_size
+                        )));
+                    }
+                    TensorInfo::external(
+                        name,
+                        info.dtype(),
+                        info.shape().to_vec(),
+                        info.offset(),
+                        info.len(),
+                    )
+                }
                 _ => info,
             };
             rows.push(info, stored)?;
         }
-        let table = rows.finish(|_| String::new())?;
+        // Two initializers of one name are told apart by their graphs in the refusal.
+        let table = rows.finish(|stored| format!("in {}", stored.graph))?;
         Ok(Self {
             file: path.display().to_string(),
             model,
@@ -233,7 +246,7 @@ impl TensorSource for OnnxSource {
     from_table!(file, table);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
-        crate::source::data::checked_bools(&self.file, info, self.read_stored(info)?)
+        crate::source::data::checked_bools(&self.file, info, self.read_stored(info)?, |_| Ok(false))
     }
 
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
@@ -332,7 +345,7 @@ impl crate::source::DescribedSource for OnnxSource {
 impl OnnxSource {
     /// `info`'s bytes as stored (or decoded from a typed field).
     fn read_stored(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
-        let stored = *self.table.place(info)?;
+        let stored = self.table.place(info)?;
         let io =
             |file: &str, source: std::io::Error| ReadError::reading(file, info.name(), &source);
         match stored.place {

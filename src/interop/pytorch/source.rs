@@ -347,7 +347,10 @@ impl TensorSource for PytorchSource {
         match &place.strided {
             None => {
                 let shard = &self.shards[*shard];
-                shard.source.read_tensor(shard.path.display(), info)
+                let bytes = shard.source.read_tensor(shard.path.display(), info)?;
+                crate::source::data::checked_bools(&self.file, info, bytes, |b| {
+                    TensorSource::check(self, info, b)
+                })
             }
             Some(strided) => {
                 let ready = self

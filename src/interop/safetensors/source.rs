@@ -427,7 +427,7 @@ impl TensorSource for SafetensorsSource {
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         let bytes = self.read_aligned(info, element_align(info.dtype()))?;
-        crate::source::data::checked_bools(&self.file, info, bytes)
+        crate::source::data::checked_bools(&self.file, info, bytes, |_| Ok(false))
     }
 
     fn withheld(&self) -> &[Withheld] {
