@@ -566,8 +566,16 @@ fn exercise(bytes: Vec<u8>) -> bool {
     match Reader::from_bytes(Bytes::from_bytes_vec(bytes)) {
         Ok(reader) => {
             for info in reader.tensors() {
-                let data = reader.read(info).unwrap();
-                assert_eq!(data.len() as u64, info.len());
+                match reader.read(info) {
+                    Ok(data) => assert_eq!(data.len() as u64, info.len()),
+                    // A flipped byte of a bool tensor is no bool value: refused by name,
+                    // never handed on as a `bool`.
+                    Err(e @ ReadError::Unsupported { .. }) => {
+                        assert!(matches!(info.dtype(), burn::tensor::DType::Bool(_)), "{e}");
+                        assert!(e.to_string().contains("no bool value"), "{e}");
+                    }
+                    Err(e) => panic!("{e}"),
+                }
             }
             true
         }

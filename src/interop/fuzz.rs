@@ -28,12 +28,24 @@ pub fn reader(data: &[u8]) {
         assert_source_contract(&reader);
         for info in slice.tensors() {
             let read = crate::source::TensorSource::read(&reader, info);
-            assert_eq!(
-                slice.data(info).ok(),
-                read.as_deref().ok(),
-                "{}",
-                info.name()
+            let native_bool = matches!(
+                info.dtype(),
+                burn::tensor::DType::Bool(burn::tensor::BoolStore::Native)
             );
+            match (&read, slice.data(info)) {
+                // The reader hands on no bool byte but 0 and 1 (a flipped one is damage or no
+                // bool); `PackSlice` gives the raw bytes, which then hold another.
+                (
+                    Err(
+                        crate::source::ReadError::Unsupported { .. }
+                        | crate::source::ReadError::Checksum { .. },
+                    ),
+                    Ok(raw),
+                ) if native_bool => {
+                    assert!(raw.iter().any(|&b| b > 1), "{}", info.name());
+                }
+                (read, raw) => assert_eq!(raw.ok(), read.as_deref().ok(), "{}", info.name()),
+            }
             let _ = slice.checked(info);
         }
         let _ = reader.verify_all();
