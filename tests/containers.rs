@@ -415,7 +415,7 @@ fn numpy_and_onnx_files_at_every_door() {
 /// first. Without a checksum, the bool check names the element.
 #[test]
 fn a_flipped_bool_byte_is_damage_where_a_checksum_can_tell() {
-    use burnpack::source::{SourceErrorKind, TensorSource};
+    use burnpack::source::SourceErrorKind;
     let specs: Vec<_> = common::every_dtype()
         .into_iter()
         .filter(|s| {

@@ -10,36 +10,15 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use burn::tensor::{Bytes, DType};
 use burnpack::interop::gguf::{Array, GgmlType, GgufSource, Value};
 use burnpack::interop::{OpenOptions, open_any};
 use burnpack::source::{SourceErrorKind, TensorSource, assert_source_contract};
 
-/// Runs `script` with `python3` and the `gguf` package; `None` (and a "skipped" line) when
-/// they are not there.
+/// Runs `script` with `python3` and its packages in `dir` (see `common::python`).
 fn python(script: &str, dir: &Path) -> Option<()> {
-    let mut command = Command::new("python3");
-    command.arg("-c").arg(script).current_dir(dir);
-    if let Some(path) = std::env::var_os("BURNPACK_PYTHONPATH") {
-        command.env("PYTHONPATH", path);
-    }
-    let probe = Command::new("python3")
-        .args(["-c", "import gguf, numpy"])
-        .envs(std::env::var_os("BURNPACK_PYTHONPATH").map(|p| ("PYTHONPATH", p)))
-        .output();
-    if !probe.is_ok_and(|o| o.status.success()) {
-        common::skip("python3 with the gguf and numpy packages (BURNPACK_PYTHONPATH)");
-        return None;
-    }
-    let out = command.output().expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(())
+    common::python("gguf, numpy", script, dir)
 }
 
 /// Writes `model.gguf` in `dir`: metadata of every type, tensors of every plain type and of

@@ -18,31 +18,9 @@ use burnpack::interop::{OpenOptions, open_any, open_bytes_any};
 use burnpack::source::{CopyReason, ReadError, SourceErrorKind, TensorSource};
 use burnpack::source::{DescribedSource, assert_source_contract};
 
-/// Runs `script` with `python3` and `numpy` in `dir`; `None` (and a "skipped" line) when they
-/// are not there.
+/// Runs `script` with `python3` and its packages in `dir` (see `common::python`).
 fn python(script: &str, dir: &Path) -> Option<()> {
-    let pythonpath = std::env::var_os("BURNPACK_PYTHONPATH");
-    let probe = Command::new("python3")
-        .args(["-c", "import numpy"])
-        .envs(pythonpath.clone().map(|p| ("PYTHONPATH", p)))
-        .output();
-    if !probe.is_ok_and(|o| o.status.success()) {
-        common::skip("python3 with the numpy package (BURNPACK_PYTHONPATH)");
-        return None;
-    }
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .current_dir(dir)
-        .envs(pythonpath.map(|p| ("PYTHONPATH", p)))
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(())
+    common::python("numpy", script, dir)
 }
 
 /// Writes, in `dir`, one `.npy` per dtype, byte order, layout and version, and `all.npz` /

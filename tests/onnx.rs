@@ -17,31 +17,9 @@ use burnpack::interop::onnx::OnnxSource;
 use burnpack::interop::{OpenOptions, open_any};
 use burnpack::source::{TensorSource, assert_source_contract};
 
-/// Runs `script` with `python3` and the `onnx` package in `dir`; `None` (and a "skipped"
-/// line) when they are not there.
+/// Runs `script` with `python3` and its packages in `dir` (see `common::python`).
 fn python(script: &str, dir: &Path) -> Option<()> {
-    let path = std::env::var_os("BURNPACK_PYTHONPATH");
-    let probe = Command::new("python3")
-        .args(["-c", "import onnx, numpy, ml_dtypes"])
-        .envs(path.clone().map(|p| ("PYTHONPATH", p)))
-        .output();
-    if !probe.is_ok_and(|o| o.status.success()) {
-        common::skip("python3 with the onnx, numpy and ml_dtypes packages (BURNPACK_PYTHONPATH)");
-        return None;
-    }
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .current_dir(dir)
-        .envs(path.map(|p| ("PYTHONPATH", p)))
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(())
+    common::python("onnx, numpy, ml_dtypes", script, dir)
 }
 
 /// Writes `model.onnx` (every type as `raw_data` and as typed fields, an `If` whose branches

@@ -191,6 +191,27 @@ pub(crate) fn within_file_size(
     Ok(())
 }
 
+/// The file at `path` (opened here as a regular file, unless the registry already opened it:
+/// `file`) and its length, refused over [`Limits::max_file_size`](crate::format::Limits)
+/// before anything is read: how a source opened by path starts.
+pub(crate) fn opened_within_limits(
+    path: &std::path::Path,
+    file: Option<File>,
+    limits: &crate::format::Limits,
+) -> Result<(File, u64), crate::source::SourceError> {
+    use crate::source::SourceError;
+    let file = match file {
+        Some(file) => file,
+        None => crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?,
+    };
+    let len = file
+        .metadata()
+        .map_err(SourceError::io(path, "stat"))?
+        .len();
+    within_file_size(path, len, limits)?;
+    Ok((file, len))
+}
+
 /// The data of an opened file for a source: its mapping, or, opened for a verification that
 /// reads every byte (`verify`), the file itself read with ordinary reads, so that a file cut
 /// or rewritten meanwhile is an error to report rather than a fault of the mapping

@@ -206,6 +206,39 @@ pub fn skip(why: &str) {
     eprintln!("skipped: {why}");
 }
 
+/// Runs `script` with `python3` in `dir` where `python3` imports every module of `modules`
+/// (comma-separated, from `BURNPACK_PYTHONPATH` when set, as `.ci/run` installs them);
+/// `None`, after [`skip`] (a failure in CI), where it does not. A failing script fails the
+/// test with its stderr.
+#[allow(dead_code)]
+pub fn python(modules: &str, script: &str, dir: &std::path::Path) -> Option<()> {
+    use std::process::Command;
+    let pythonpath = std::env::var_os("BURNPACK_PYTHONPATH");
+    let probe = Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .envs(pythonpath.clone().map(|p| ("PYTHONPATH", p)))
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        skip(&format!(
+            "python3 with the packages {modules} (BURNPACK_PYTHONPATH)"
+        ));
+        return None;
+    }
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .envs(pythonpath.map(|p| ("PYTHONPATH", p)))
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(())
+}
+
 /// A real S3 server's bucket (`BURNPACK_S3_BUCKET`, on the server `AWS_ENDPOINT` points to),
 /// or `None` after [`skip`] (a failure in CI).
 #[track_caller]

@@ -89,15 +89,7 @@ impl NumpySource {
         file: Option<std::fs::File>,
         options: &OpenOptions,
     ) -> Result<Self, SourceError> {
-        let file = match file {
-            Some(file) => file,
-            None => crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?,
-        };
-        let len = file
-            .metadata()
-            .map_err(SourceError::io(path, "stat"))?
-            .len();
-        crate::source::data::within_file_size(path, len, &options.limits)?;
+        let (file, len) = crate::source::data::opened_within_limits(path, file, &options.limits)?;
         let input = Input::File(&file, len);
         let (npz, rows) = if is_zip(path, &input)? {
             let members = members(

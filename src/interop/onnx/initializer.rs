@@ -32,20 +32,6 @@ pub(super) struct Stored {
     pub graph: std::sync::Arc<str>,
 }
 
-/// The length of an opened `file`, refused over the file-size limit (the core's one check).
-pub(super) fn check_size(
-    path: &Path,
-    file: &std::fs::File,
-    options: &OpenOptions,
-) -> Result<u64, SourceError> {
-    let len = file
-        .metadata()
-        .map_err(SourceError::io(path, "stat"))?
-        .len();
-    crate::source::data::within_file_size(path, len, &options.limits)?;
-    Ok(len)
-}
-
 /// One initializer's row: its header decoded, its values' place found and checked.
 pub(super) fn tensor(
     path: &Path,
@@ -265,9 +251,9 @@ fn external_place(
         i
     } else {
         let file_path = inside(folder, &location)?;
-        let file = crate::platform::open_regular(&file_path)
-            .map_err(|e| format!("external data '{location}': {e}"))?;
-        let len = check_size(&file_path, &file, options).map_err(|e| e.to_string())?;
+        let (file, len) =
+            crate::source::data::opened_within_limits(&file_path, None, &options.limits)
+                .map_err(|e| format!("external data '{location}': {e}"))?;
         let data = crate::source::data::file_data(&file, options.verify)
             .map_err(|(action, e)| format!("external data '{location}': {action}: {e}"))?;
         external.push(External {

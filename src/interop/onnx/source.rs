@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::Bytes;
 
-use super::initializer::{External, Place, Stored, check_size, tensor};
+use super::initializer::{External, Place, Stored, tensor};
 use super::model::{self, Model};
 use super::types;
 use crate::format::{TensorInfo, element_align};
@@ -92,11 +92,7 @@ impl OnnxSource {
         file: Option<std::fs::File>,
         options: &OpenOptions,
     ) -> Result<Self, SourceError> {
-        let file = match file {
-            Some(file) => file,
-            None => crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?,
-        };
-        check_size(path, &file, options)?;
+        let (file, _) = crate::source::data::opened_within_limits(path, file, &options.limits)?;
         let map = map_file(&file).map_err(SourceError::io(path, "map"))?;
         let data = if options.verify {
             crate::source::data::file_data(&file, true)
