@@ -168,8 +168,7 @@ impl LegacySource {
         limits: &Limits,
     ) -> Result<Input, SourceError> {
         let io = |action| SourceError::io(path, action);
-        let len = file.metadata().map_err(io("stat"))?.len();
-        crate::source::data::within_file_size(path, len, limits)?;
+        let (file, len) = crate::source::data::opened_within_limits(path, Some(file), limits)?;
         if gzip {
             return Ok(Input::Owned(inflate(
                 path,

@@ -236,15 +236,7 @@ fn open_file(
     options: &OpenOptions,
 ) -> Result<Opened, SourceError> {
     let (limits, keep) = (&options.limits, options.keep_quantized);
-    let file = match file {
-        Some(file) => file,
-        None => crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?,
-    };
-    let len = file
-        .metadata()
-        .map_err(SourceError::io(path, "stat"))?
-        .len();
-    crate::source::data::within_file_size(path, len, limits)?;
+    let (file, len) = crate::source::data::opened_within_limits(path, file, limits)?;
     let header = header::read(std::io::BufReader::new(&file), len, limits)
         .map_err(|e| header_error(path, e))?;
     // As for `Reader::open`, the file must not be truncated while it is mapped (read, not

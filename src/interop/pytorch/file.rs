@@ -54,12 +54,7 @@ pub(super) fn open_file(
     options: &OpenOptions,
 ) -> Result<Opened, SourceError> {
     let io = |action| SourceError::io(path, action);
-    let file = match file {
-        Some(file) => file,
-        None => crate::platform::open_regular(path).map_err(io("open"))?,
-    };
-    let size = file.metadata().map_err(io("stat"))?.len();
-    check_size(path, size, options)?;
+    let (file, size) = crate::source::data::opened_within_limits(path, file, &options.limits)?;
     let mut head = [0u8; 4];
     let n = size.min(4) as usize;
     crate::platform::read_exact_at(&file, &mut head[..n], 0).map_err(io("read"))?;

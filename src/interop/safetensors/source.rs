@@ -346,14 +346,7 @@ fn open_shard(
     limits: &Limits,
     verify: bool,
 ) -> Result<(Shard, Vec<(TensorInfo, ())>), SourceError> {
-    let file = match file {
-        Some(file) => file,
-        None => crate::platform::open_regular(path).map_err(SourceError::io(path, "open"))?,
-    };
-    let total = file
-        .metadata()
-        .map_err(SourceError::io(path, "stat"))?
-        .len();
+    let (file, total) = crate::source::data::opened_within_limits(path, file, limits)?;
     let mut prefix = [0u8; 8];
     let got = crate::platform::read_exact_at(&file, &mut prefix[..total.min(8) as usize], 0);
     got.map_err(SourceError::io(path, "read the header"))?;
