@@ -835,21 +835,9 @@ fn bpk_inspects_verifies_and_converts_a_chain() {
             .unwrap();
         last = Some(model);
     }
-    let bpk = |args: &[&str]| {
-        let out = assert_cmd::Command::cargo_bin("bpk")
-            .unwrap()
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
     let ckpt = manager.path_for(2);
     let ckpt = ckpt.to_str().unwrap();
-    let (code, out, err) = bpk(&["inspect", ckpt]);
+    let (code, out, err) = common::bpk(&["inspect", ckpt]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("2 tensors held, 2 referred to"), "{out}");
     assert!(
@@ -857,11 +845,11 @@ fn bpk_inspects_verifies_and_converts_a_chain() {
             && out.contains("refers to data-00000000000000000001-"),
         "{out}"
     );
-    let (code, out, err) = bpk(&["verify", ckpt]);
+    let (code, out, err) = common::bpk(&["verify", ckpt]);
     assert_eq!(code, 0, "{out}{err}");
 
     let out_path = dir.path().join("whole.bpk");
-    let (code, _, err) = bpk(&["convert", ckpt, out_path.to_str().unwrap()]);
+    let (code, _, err) = common::bpk(&["convert", ckpt, out_path.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     // Burn's own reader reads every tensor of it, under the checkpoint's names.
     let whole = std::fs::read(&out_path).unwrap();
@@ -892,7 +880,7 @@ fn bpk_inspects_verifies_and_converts_a_chain() {
     let mut bytes = std::fs::read(&base_file).unwrap();
     bytes[usize::try_from(offset).unwrap()] ^= 1;
     std::fs::write(&base_file, &bytes).unwrap();
-    let (code, out, err) = bpk(&["verify", ckpt]);
+    let (code, out, err) = common::bpk(&["verify", ckpt]);
     assert_ne!(code, 0);
     assert!(
         format!("{out}{err}").contains("model.base.weight"),
@@ -900,7 +888,7 @@ fn bpk_inspects_verifies_and_converts_a_chain() {
     );
     // Missing: the open fails naming the data file.
     std::fs::remove_file(&base_file).unwrap();
-    let (code, out, err) = bpk(&["inspect", ckpt]);
+    let (code, out, err) = common::bpk(&["inspect", ckpt]);
     assert_ne!(code, 0);
     assert!(
         format!("{out}{err}").contains("data-00000000000000000001-"),

@@ -10,7 +10,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use burn::tensor::{BoolStore, Bytes, DType};
 use burnpack::interop::numpy::NumpySource;
@@ -385,7 +384,7 @@ with zipfile.ZipFile("other.npz", "w") as z:
     }
     #[cfg(feature = "cli")]
     {
-        let (code, out, err) = bpk(&["verify", path("damaged.npz").to_str().unwrap()]);
+        let (code, out, err) = common::bpk(&["verify", path("damaged.npz").to_str().unwrap()]);
         assert_ne!(code, 0, "{out}");
         assert!(format!("{out}{err}").contains("'w'"), "{out} {err}");
     }
@@ -402,19 +401,6 @@ with zipfile.ZipFile("other.npz", "w") as z:
     assert_eq!(err.tensor(), Some("w"), "{err}");
 }
 
-#[cfg(feature = "cli")]
-fn bpk(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_bpk"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// `bpk inspect / verify / convert / diff` on files NumPy wrote, through the registry (bpk
 /// has no code of its own for NumPy).
 #[cfg(feature = "cli")]
@@ -425,28 +411,28 @@ fn numpy_files_through_every_bpk_command() {
     for name in ["f32.npy", "big-fortran.npy", "stored.npz", "deflated.npz"] {
         let file = corpus.join(name);
         let f = file.to_str().unwrap();
-        let (code, out, err) = bpk(&["inspect", f]);
+        let (code, out, err) = common::bpk(&["inspect", f]);
         assert_eq!(code, 0, "{name}: {err}");
         assert!(
             out.contains("NumPy") && out.contains("stored types:"),
             "{out}"
         );
-        let (code, out, _) = bpk(&["inspect", f, "--json"]);
+        let (code, out, _) = common::bpk(&["inspect", f, "--json"]);
         assert_eq!(code, 0);
         let json: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(json["format"], "numpy");
-        let (code, out, err) = bpk(&["verify", f]);
+        let (code, out, err) = common::bpk(&["verify", f]);
         assert_eq!(code, 0, "{name}: {out} {err}");
         assert!(out.contains("OK"), "{out}");
         let pack = dir.path().join(format!("{name}.bpk"));
         let st = dir.path().join(format!("{name}.safetensors"));
-        let (code, _, err) = bpk(&["convert", f, pack.to_str().unwrap()]);
+        let (code, _, err) = common::bpk(&["convert", f, pack.to_str().unwrap()]);
         assert_eq!(code, 0, "{name}: {err}");
-        let (code, _, err) = bpk(&["convert", f, st.to_str().unwrap()]);
+        let (code, _, err) = common::bpk(&["convert", f, st.to_str().unwrap()]);
         assert_eq!(code, 0, "{name}: {err}");
-        let (_, out, _) = bpk(&["diff", f, pack.to_str().unwrap()]);
+        let (_, out, _) = common::bpk(&["diff", f, pack.to_str().unwrap()]);
         assert!(out.contains("0 differ in values"), "{name}: {out}");
-        let (_, out, _) = bpk(&["diff", f, st.to_str().unwrap()]);
+        let (_, out, _) = common::bpk(&["diff", f, st.to_str().unwrap()]);
         assert!(out.contains("0 differ in values"), "{name}: {out}");
     }
 }

@@ -579,21 +579,9 @@ fn external_data_outside_the_folder_or_not_a_file_is_refused() {
 #[test]
 fn bpk_inspects_verifies_converts_and_diffs_onnx_models() {
     let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/onnx");
-    let run = |args: &[&std::ffi::OsStr]| {
-        let out = assert_cmd::Command::cargo_bin("bpk")
-            .unwrap()
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
     let model = corpus.join("model.onnx");
     let ext = corpus.join("ext.onnx");
-    let (code, out, err) = run(&["inspect".as_ref(), model.as_os_str()]);
+    let (code, out, err) = common::bpk(&["inspect".as_ref(), model.as_os_str()]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("ONNX model") && out.contains("raw.bf16") && out.contains("BFLOAT16"),
@@ -604,12 +592,12 @@ fn bpk_inspects_verifies_converts_and_diffs_onnx_models() {
         "{out}"
     );
     for file in [&model, &ext] {
-        let (code, out, err) = run(&["verify".as_ref(), file.as_os_str()]);
+        let (code, out, err) = common::bpk(&["verify".as_ref(), file.as_os_str()]);
         assert_eq!(code, 0, "{out}{err}");
     }
     let dir = tempfile::tempdir().unwrap();
     let pack = dir.path().join("model.bpk");
-    let (code, out, err) = run(&["convert".as_ref(), ext.as_os_str(), pack.as_os_str()]);
+    let (code, out, err) = common::bpk(&["convert".as_ref(), ext.as_os_str(), pack.as_os_str()]);
     assert_eq!(code, 0, "{out}{err}");
     let converted = burnpack::read::Reader::open(&pack).unwrap();
     let source = OnnxSource::open(&model).unwrap();
@@ -624,7 +612,7 @@ fn bpk_inspects_verifies_converts_and_diffs_onnx_models() {
     }
     // The model and its external-data twin hold the same values; the pack too.
     for (a, b) in [(&model, &ext), (&model, &pack)] {
-        let (code, out, err) = run(&["diff".as_ref(), a.as_os_str(), b.as_os_str()]);
+        let (code, out, err) = common::bpk(&["diff".as_ref(), a.as_os_str(), b.as_os_str()]);
         assert_eq!(code, 0, "{out}{err}");
     }
 }

@@ -239,6 +239,22 @@ pub fn python(modules: &str, script: &str, dir: &std::path::Path) -> Option<()> 
     Some(())
 }
 
+/// Runs the `bpk` binary of this build (feature `cli`) with `args`: its exit code (-1 for a
+/// signal), stdout and stderr.
+#[allow(dead_code)]
+pub fn bpk<A: AsRef<std::ffi::OsStr>>(args: &[A]) -> (i32, String, String) {
+    let out = assert_cmd::Command::cargo_bin("bpk")
+        .unwrap()
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// A real S3 server's bucket (`BURNPACK_S3_BUCKET`, on the server `AWS_ENDPOINT` points to),
 /// or `None` after [`skip`] (a failure in CI).
 #[track_caller]
