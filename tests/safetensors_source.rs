@@ -156,7 +156,7 @@ fn unaligned_tensors_are_copied_aligned_tensors_are_not() {
         }
     );
     assert_eq!(
-        report.to_string(),
+        report.summary(),
         "2 tensors loaded: 1 views, 1 copied (1 unaligned)"
     );
     assert_eq!(pair.big.val().into_data().try_to_vec::<f32>().unwrap(), big);
@@ -271,8 +271,9 @@ fn f16_and_bf16_weights_load_into_f32_modules_when_asked() {
         ]
     );
     assert_eq!(
-        report.to_string(),
-        "2 tensors loaded: 0 views, 2 copied (1 cast from F16 to F32, 1 cast from BF16 to F32)"
+        report.summary(),
+        "2 tensors loaded: 0 views, 2 copied (1 cast from F16 to F32, 1 cast from BF16 to F32); \
+         2 cast"
     );
     assert_eq!(cast.h.val().dtype(), DType::F32);
     assert_eq!(

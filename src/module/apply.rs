@@ -25,6 +25,8 @@ pub(crate) struct Applier<'a> {
     pending: Pending<'a>,
     pub(crate) mismatch: Mismatch,
     report: LoadReport,
+    /// Table paths the convention matched with another path: `(table path, parameter path)`.
+    lookups: Vec<(String, String)>,
 }
 
 impl<'a> Applier<'a> {
@@ -34,18 +36,22 @@ impl<'a> Applier<'a> {
         Self {
             source,
             options,
-            walk: Walk::default(),
+            walk: Walk::new(options.skip_enum_variants),
             pending,
             mismatch,
             report: LoadReport::default(),
+            lookups: Vec::new(),
         }
     }
 
     /// Finishes the walk: what did not match (with what the file held that nothing used),
     /// and what was loaded.
     pub(crate) fn finish(mut self) -> (Mismatch, LoadReport) {
+        let renamed = self.pending.renamed();
+        self.report.set_renamed(renamed, self.lookups);
+        let unused = self.pending.untaken();
         if !self.options.allow_unused {
-            self.mismatch.unused = self.pending.untaken();
+            self.mismatch.unused.clone_from(&unused);
             // Known extras of the format (PyTorch's `num_batches_tracked`).
             if let Some(convention) = &self.options.convention {
                 self.mismatch
@@ -53,6 +59,7 @@ impl<'a> Applier<'a> {
                     .retain(|name| !convention.ignores(name));
             }
         }
+        self.report.set_unused(unused);
         if self.options.allow_partial {
             self.mismatch.missing.clear();
             self.mismatch.unloadable.clear();
@@ -70,13 +77,17 @@ impl<'a> Applier<'a> {
     {
         let path = self.walk.path();
         if !self.options.accepts(path) {
+            self.report.record_skipped(path);
             return param;
         }
         let place = self.walk.place(D, kind);
-        let Some((info, transpose)) = take(self.options, &mut self.pending, &place) else {
+        let Some((key, info, transpose)) = take(self.options, &mut self.pending, &place) else {
             self.missed(D, kind);
             return param;
         };
+        if key != path {
+            self.lookups.push((key.into_owned(), path.to_string()));
+        }
         // Lazy shape and device: an uninitialized parameter is filled without running its
         // initializer. A transposed tensor is compared as Burn will hold it.
         let expected = param.lazy_shape();
@@ -173,7 +184,7 @@ impl<'a> Applier<'a> {
                 } else {
                     tensor
                 };
-                self.report.record(path, copied);
+                self.report.record(path, copied, stored, dtype);
                 let id = info.param_id().map_or(param.id, ParamId::from);
                 param.transform_for_load(tensor, id)
             }
@@ -313,9 +324,13 @@ impl<'a> Applier<'a> {
         {
             Some(withheld) => {
                 let why = withheld.error(self.source.file()).to_string();
+                self.report.record_missing(&path, Some(why.clone()));
                 self.mismatch.unloadable.push((path, why));
             }
-            None => self.mismatch.missing.push(path),
+            None => {
+                self.report.record_missing(&path, None);
+                self.mismatch.missing.push(path);
+            }
         }
     }
 
@@ -334,7 +349,7 @@ impl<'a> Applier<'a> {
         let mut wanted = Wanted {
             options: self.options,
             pending: &mut self.pending,
-            walk: Walk::default(),
+            walk: Walk::new(self.options.skip_enum_variants),
             found: Vec::new(),
         };
         module.visit(&mut wanted);
@@ -346,7 +361,10 @@ impl<'a> Applier<'a> {
 /// container types along it (`Struct:Linear`, `Vec`...), as Burn names them in
 /// `enter_module`. Both are one buffer each, grown and cut back as the walk enters and leaves
 /// modules: no allocation per parameter.
-#[derive(Default)]
+///
+/// Under [`skip_enum_variants`](LoadOptions::skip_enum_variants) the segments that enum
+/// modules enter (their variant's name, with the `Enum:...` container type) are left out of
+/// both.
 struct Walk {
     path: String,
     /// The container types, each ended by `\n`.
@@ -354,10 +372,30 @@ struct Walk {
     /// Where each entered module's segment starts in `path` (after its `.`) and its
     /// container type in `containers`.
     marks: Vec<(usize, usize)>,
+    /// Whether enum variants' segments are skipped.
+    skip_enums: bool,
+    /// How many skipped segments are entered and not exited, innermost last: the exits
+    /// that match them cut nothing.
+    skipped: Vec<usize>,
 }
 
 impl Walk {
+    fn new(skip_enums: bool) -> Self {
+        Self {
+            path: String::new(),
+            containers: String::new(),
+            marks: Vec::new(),
+            skip_enums,
+            skipped: Vec::new(),
+        }
+    }
+
     fn enter(&mut self, name: &str, container_type: &str) {
+        if self.skip_enums && container_type.starts_with("Enum:") {
+            // Remembered by depth: the exit at this depth is this segment's.
+            self.skipped.push(self.marks.len());
+            return;
+        }
         if !self.marks.is_empty() {
             self.path.push('.');
         }
@@ -368,6 +406,10 @@ impl Walk {
     }
 
     fn exit(&mut self) {
+        if self.skipped.last() == Some(&self.marks.len()) {
+            self.skipped.pop();
+            return;
+        }
         if let Some((path, containers)) = self.marks.pop() {
             // The separator before the segment goes with it.
             self.path
@@ -411,20 +453,21 @@ fn lookup<'p>(
     candidates.into_iter().next()
 }
 
-/// Takes the source tensor for the parameter at `place` (see [`lookup`]), with whether the
-/// convention says its dimensions are reversed (`PyTorch`'s `[out, in]` linear weights).
-fn take<'a>(
+/// Takes the source tensor for the parameter at `place` (see [`lookup`]), with the name it
+/// was found under and whether the convention says its dimensions are reversed (`PyTorch`'s
+/// `[out, in]` linear weights).
+fn take<'a, 'p>(
     options: &LoadOptions,
     pending: &mut Pending<'a>,
-    place: &ParamPlace<'_>,
-) -> Option<(&'a TensorInfo, bool)> {
+    place: &ParamPlace<'p>,
+) -> Option<(Cow<'p, str>, &'a TensorInfo, bool)> {
     let key = lookup(options, pending, place)?;
     let info = pending.take(&key)?;
     let reversed = options
         .convention
         .as_ref()
         .is_some_and(|c| c.dim_order(place, info) == DimOrder::Reversed);
-    Some((info, reversed))
+    Some((key, info, reversed))
 }
 
 /// Collects the tensors a load will read (see [`Applier::wanted`]).

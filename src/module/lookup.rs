@@ -26,13 +26,19 @@ pub(crate) struct Pending<'a> {
     /// The tensors the source withholds (see `TensorSource::withheld`), by path; removed when
     /// a parameter asks for one.
     withheld: foldhash::HashMap<Cow<'a, str>, &'a Withheld>,
+    /// The source's names that the convention, the rename rules or the index renumbering
+    /// changed, with their path: `(from, to)`, in the source's order.
+    renamed: Vec<(String, String)>,
 }
 
 impl<'a> Pending<'a> {
     /// The table of `source`'s tensors under `options`: the source's namespace stripped, each
-    /// name read through the options' convention and then their rename rules, only what the
-    /// filter accepts. Renames that map several tensors onto one name keep the later one (in
-    /// name order) and report the collision in `mismatch`.
+    /// name read through the options' convention, then their rename rules, then (under
+    /// [`map_indices_contiguous`](LoadOptions::map_indices_contiguous)) with its indices
+    /// renumbered, only what the filter accepts. Renames that map several tensors onto one
+    /// name keep the later one (in name order) and report the collision in `mismatch`. Every
+    /// name changed on the way (namespace aside) is kept for the load report
+    /// ([`renamed`](Self::renamed)).
     pub(crate) fn build(
         source: &'a dyn TensorSource,
         options: &LoadOptions,
@@ -43,40 +49,79 @@ impl<'a> Pending<'a> {
         let namespace = source.namespace();
         let convention = options.convention.as_deref();
         let mut converted = false;
-        let mut path_of = |name: &'a str| -> Option<Cow<'a, str>> {
+        let mut path_of = |name: &'a str| -> Option<(&'a str, Cow<'a, str>)> {
             let name = match namespace {
                 Some(prefix) => name.strip_prefix(prefix)?,
                 None => name,
             };
-            let name = match convention {
+            let path = match convention {
                 Some(convention) => convention.source_name(name),
                 None => Cow::Borrowed(name),
             };
-            let path = match name {
+            let path = match path {
                 Cow::Borrowed(name) => options.renamed(name),
                 Cow::Owned(name) => {
                     converted = true;
                     Cow::Owned(options.renamed(&name).into_owned())
                 }
             };
-            options.accepts(&path).then_some(path)
+            Some((name, path))
         };
-        let mut accepted = Vec::with_capacity(source.tensors().len());
+        let mut named: Vec<(&'a str, Cow<'a, str>)> = Vec::with_capacity(source.tensors().len());
+        let mut infos: Vec<&'a TensorInfo> = Vec::with_capacity(source.tensors().len());
         for info in source.tensors() {
-            if let Some(path) = path_of(info.name()) {
-                accepted.push((path, info));
+            if let Some(pair) = path_of(info.name()) {
+                named.push(pair);
+                infos.push(info);
             }
         }
         // Tensors the source lists but cannot hand out, by the same paths: refused by name
         // where a parameter wants one.
-        let mut withheld = foldhash::HashMap::default();
+        let mut withheld_named: Vec<(&'a str, Cow<'a, str>)> = Vec::new();
+        let mut withheld_of: Vec<&'a Withheld> = Vec::new();
         for w in source.withheld() {
-            if let Some(path) = path_of(&w.name) {
+            if let Some(pair) = path_of(&w.name) {
+                withheld_named.push(pair);
+                withheld_of.push(w);
+            }
+        }
+        // Indices renumbered over every name of the source (burn-store's semantics: before
+        // the filter, which selects module paths).
+        let mut renumbered = false;
+        if options.map_indices_contiguous {
+            let indices = super::contiguous::Indices::of(
+                named
+                    .iter()
+                    .chain(&withheld_named)
+                    .map(|(_, path)| path.as_ref()),
+            );
+            for (_, path) in named.iter_mut().chain(&mut withheld_named) {
+                if let Some(mapped) = indices.map(path) {
+                    *path = Cow::Owned(mapped);
+                    renumbered = true;
+                }
+            }
+        }
+        let renamed: Vec<(String, String)> = named
+            .iter()
+            .chain(&withheld_named)
+            .filter(|(name, path)| name != path)
+            .map(|(name, path)| ((*name).to_string(), path.to_string()))
+            .collect();
+        let mut accepted = Vec::with_capacity(named.len());
+        for ((_, path), info) in named.into_iter().zip(infos) {
+            if options.accepts(&path) {
+                accepted.push((path, info));
+            }
+        }
+        let mut withheld = foldhash::HashMap::default();
+        for ((_, path), w) in withheld_named.into_iter().zip(withheld_of) {
+            if options.accepts(&path) {
                 withheld.insert(path, w);
             }
         }
         // Distinct file names are distinct paths unless renames map two onto one.
-        if converted || !options.renames.is_empty() {
+        if converted || renumbered || !options.renames.is_empty() {
             let mut seen: foldhash::HashMap<Cow<'a, str>, usize> = foldhash::HashMap::default();
             let mut kept: Vec<Option<(Cow<'a, str>, &'a TensorInfo)>> = Vec::new();
             for (path, info) in accepted {
@@ -95,6 +140,7 @@ impl<'a> Pending<'a> {
         }
         let mut pending = Self::new(accepted);
         pending.withheld = withheld;
+        pending.renamed = renamed;
         pending
     }
 
@@ -110,6 +156,7 @@ impl<'a> Pending<'a> {
             next: 0,
             index: None,
             withheld: foldhash::HashMap::default(),
+            renamed: Vec::new(),
         }
     }
 
@@ -158,6 +205,11 @@ impl<'a> Pending<'a> {
         let i = self.position(path)?;
         self.next = i + 1;
         self.order[i].1.take()
+    }
+
+    /// The names changed on their way to a path (see [`build`](Self::build)): `(from, to)`.
+    pub(crate) fn renamed(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.renamed)
     }
 
     /// Whether the source withholds the tensor at `path` (and no parameter asked for it yet).

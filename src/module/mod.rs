@@ -30,6 +30,7 @@
 
 mod apply;
 mod collect;
+mod contiguous;
 mod error;
 mod host;
 mod lookup;
@@ -49,7 +50,7 @@ use burn::tensor::Bytes;
 pub use crate::source::{Convention, DimOrder, ParamPlace, PytorchConvention, TensorKind};
 pub use error::{KindMismatch, Mismatch, ModuleError, ShapeMismatch};
 pub use options::{DTypePolicy, LoadOptions, SaveOptions};
-pub use report::{Copied, LoadReport};
+pub use report::{Cast, Copied, LoadReport, Missing, Renamed};
 
 use crate::source::TensorSource;
 use crate::write::{Entry, Writer};
@@ -141,6 +142,59 @@ pub trait PackModule: Module + Sized {
         Ok(load_opened(self, &reader, options)?.0)
     }
 
+    /// [`load_pack_with`](Self::load_pack_with), also returning a [`LoadReport`]: what was
+    /// applied, missing, unused, skipped, renamed, cast and copied, by name.
+    ///
+    /// ```no_run
+    /// # use burn::module::{Module, Param};
+    /// # use burn::tensor::{Device, Tensor};
+    /// use burnpack::module::{LoadOptions, PackModule};
+    /// # #[derive(Module, Debug)]
+    /// # struct Tiny { w: Param<Tensor<1>> }
+    /// # let model = Tiny { w: Param::from_data([0.0], &Device::flex()) };
+    /// let options = LoadOptions::new().allow_partial(true).allow_unused(true);
+    /// let (model, report) = model.load_pack_with_report("weights.bpk", &options).unwrap();
+    /// println!("{report}"); // counts, then each list (`{report:#}` for every name)
+    /// ```
+    ///
+    /// # Errors
+    /// See [`load_pack_with`](Self::load_pack_with).
+    fn load_pack_with_report(
+        self,
+        path: impl AsRef<Path>,
+        options: &LoadOptions,
+    ) -> Result<(Self, LoadReport), ModuleError> {
+        let reader = options.read_options().open(path)?.not_a_manifest()?;
+        load_opened(self, &reader, options)
+    }
+
+    /// [`load_pack_bytes`](Self::load_pack_bytes), also returning a [`LoadReport`].
+    ///
+    /// ```
+    /// use burn::module::{Module, Param};
+    /// use burn::tensor::{Device, Tensor};
+    /// use burnpack::module::{LoadOptions, PackModule};
+    ///
+    /// #[derive(Module, Debug)]
+    /// struct Tiny { w: Param<Tensor<1>> }
+    /// let device = Device::flex();
+    /// let bytes = Tiny { w: Param::from_data([1.0], &device) }.to_pack_bytes().unwrap();
+    /// let fresh = Tiny { w: Param::from_data([0.0], &device) };
+    /// let (_, report) = fresh.load_pack_bytes_with_report(bytes, &LoadOptions::new()).unwrap();
+    /// assert_eq!(report.applied(), ["w"]);
+    /// ```
+    ///
+    /// # Errors
+    /// See [`load_pack_with`](Self::load_pack_with).
+    fn load_pack_bytes_with_report(
+        self,
+        bytes: Bytes,
+        options: &LoadOptions,
+    ) -> Result<(Self, LoadReport), ModuleError> {
+        let reader = options.read_options().from_bytes(bytes)?.not_a_manifest()?;
+        load_opened(self, &reader, options)
+    }
+
     /// Loads the module from pack bytes in memory (zero-copy views into them).
     ///
     /// # Errors
@@ -202,9 +256,10 @@ pub trait PackModule: Module + Sized {
         Ok(self.load_from_source_with_report(source, options)?.0)
     }
 
-    /// [`load_from_source`](Self::load_from_source), also returning a [`LoadReport`]: how many
-    /// parameters were loaded and which were copied rather than viewed, and why (unaligned
-    /// in the file, a buffered source, a dtype cast).
+    /// [`load_from_source`](Self::load_from_source), also returning a [`LoadReport`]: which
+    /// parameters were applied, which were copied rather than viewed and why (unaligned in the
+    /// file, a buffered source, a dtype cast), which kept their value (missing, skipped by the
+    /// filter), which of the source's tensors went unused, renamed or cast.
     ///
     /// # Errors
     /// See [`load_from_source`](Self::load_from_source).

@@ -157,6 +157,8 @@ pub struct LoadOptions {
     pub(crate) verify: bool,
     pub(crate) convention: Option<Arc<dyn Convention>>,
     pub(crate) contiguous: bool,
+    pub(crate) skip_enum_variants: bool,
+    pub(crate) map_indices_contiguous: bool,
 }
 
 impl LoadOptions {
@@ -344,6 +346,92 @@ impl LoadOptions {
     #[must_use]
     pub fn contiguous(mut self, contiguous: bool) -> Self {
         self.contiguous = contiguous;
+        self
+    }
+
+    /// Leaves the variant names of Burn enum modules out of the module's paths, as burn-store's
+    /// `skip_enum_variants` does (its `PytorchStore` default). Default off.
+    ///
+    /// A `#[derive(Module)]` enum puts the name of its variant in every path below it
+    /// (`conv.DwsConv.dconv.weight` for a field `conv` of an enum holding a `DwsConv`
+    /// variant); files written by other frameworks (`PyTorch`'s `state_dict`) have no such
+    /// segment (`conv.dconv.weight`). With this option the walk skips each segment entered
+    /// by an enum (a container Burn names `Enum:...`), so the paths match, the same paths that
+    /// filters and the [`LoadReport`](super::LoadReport) then name.
+    ///
+    /// ```
+    /// use burn::module::{Module, Param};
+    /// use burn::tensor::{Device, Tensor};
+    /// use burnpack::module::{LoadOptions, PackModule};
+    /// use burnpack::read::Reader;
+    ///
+    /// #[derive(Module, Debug)]
+    /// struct Dense { w: Param<Tensor<1>> }
+    /// #[derive(Module, Debug)]
+    /// enum Layer { Dense(Dense) }
+    /// #[derive(Module, Debug)]
+    /// struct Net { layer: Layer }
+    /// // A file naming the parameter `layer.w`, as PyTorch would.
+    /// #[derive(Module, Debug)]
+    /// struct Flat { layer: Dense }
+    ///
+    /// let device = Device::flex();
+    /// let flat = Flat { layer: Dense { w: Param::from_data([1.0, 2.0], &device) } };
+    /// let reader = Reader::from_bytes(flat.to_pack_bytes().unwrap()).unwrap();
+    /// let net = || Net { layer: Layer::Dense(Dense { w: Param::from_data([0.0, 0.0], &device) }) };
+    /// assert!(net().load_from_source(&reader, &LoadOptions::new()).is_err()); // wants layer.Dense.w
+    /// let net = net()
+    ///     .load_from_source(&reader, &LoadOptions::new().skip_enum_variants(true))
+    ///     .unwrap();
+    /// let Layer::Dense(dense) = net.layer;
+    /// assert_eq!(dense.w.val().into_data().to_vec::<f32>().unwrap(), [1.0, 2.0]);
+    /// ```
+    #[must_use]
+    pub fn skip_enum_variants(mut self, skip: bool) -> Self {
+        self.skip_enum_variants = skip;
+        self
+    }
+
+    /// Renumbers the numeric segments of the source's names to be contiguous, as burn-store's
+    /// `map_indices_contiguous` does (its `PytorchStore` default; Burn issue #4149). Default
+    /// off.
+    ///
+    /// A `PyTorch` `nn.Sequential` of convolutions and activations names its parameters
+    /// `fc.0.weight`, `fc.2.weight`, `fc.4.weight` (the activations at 1 and 3 have none),
+    /// where Burn's `Vec` of the same convolutions has `fc.0`, `fc.1`, `fc.2`. Under this
+    /// option every numeric segment of a name is replaced by its rank among the indices seen
+    /// at the same place (the same prefix, with the file's own indices) across all the
+    /// source's names: `0, 2, 4` become `0, 1, 2`, each nesting level on its own. Applied
+    /// to the names after the [convention](Self::convention) and the
+    /// [`rename`](Self::rename) rules, as burn-store applies it after its key remapper; each
+    /// name it changes is listed in [`LoadReport::renamed`](super::LoadReport::renamed).
+    ///
+    /// ```
+    /// use burn::module::{Module, Param};
+    /// use burn::tensor::{Bytes, DType, Device, Tensor};
+    /// use burnpack::module::{LoadOptions, PackModule};
+    /// use burnpack::read::Reader;
+    /// use burnpack::write::{Entry, Writer};
+    ///
+    /// #[derive(Module, Debug)]
+    /// struct Dense { w: Param<Tensor<1>> }
+    /// #[derive(Module, Debug)]
+    /// struct Net { fc: Vec<Dense> }
+    ///
+    /// let entry = |name: &str, v: f32| Entry::resident(name, DType::F32, vec![1], Bytes::from_elems(vec![v]));
+    /// let pack = Writer::new(vec![entry("fc.0.w", 1.0), entry("fc.2.w", 2.0)]).into_bytes().unwrap();
+    /// let reader = Reader::from_bytes(pack).unwrap();
+    /// let device = Device::flex();
+    /// let net = Net { fc: (0..2).map(|_| Dense { w: Param::from_data([0.0], &device) }).collect() };
+    /// let options = LoadOptions::new().map_indices_contiguous(true);
+    /// let (net, report) = net.load_from_source_with_report(&reader, &options).unwrap();
+    /// assert_eq!(net.fc[1].w.val().into_data().to_vec::<f32>().unwrap(), [2.0]);
+    /// assert_eq!(report.renamed()[0].from, "fc.2.w");
+    /// assert_eq!(report.renamed()[0].to, "fc.1.w");
+    /// ```
+    #[must_use]
+    pub fn map_indices_contiguous(mut self, map: bool) -> Self {
+        self.map_indices_contiguous = map;
         self
     }
 
