@@ -157,7 +157,7 @@ fn unaligned_tensors_are_copied_aligned_tensors_are_not() {
     );
     assert_eq!(
         report.summary(),
-        "2 tensors loaded: 1 views, 1 copied (1 unaligned)"
+        "2 tensors loaded: 1 views, 1 copied (1 unaligned); 2 unused"
     );
     assert_eq!(pair.big.val().into_data().try_to_vec::<f32>().unwrap(), big);
 

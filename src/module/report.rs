@@ -214,10 +214,13 @@ impl LoadReport {
             (self.renamed.len(), "renamed"),
             (self.cast.len(), "cast"),
         ];
-        for (n, what) in counts {
-            if n > 0 {
-                write!(f, "; {n} {what}")?;
-            }
+        let parts: Vec<String> = counts
+            .iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| format!("{n} {what}"))
+            .collect();
+        if !parts.is_empty() {
+            write!(f, "; {}", parts.join(", "))?;
         }
         Ok(())
     }
