@@ -75,19 +75,10 @@ impl<'a> Applier<'a> {
     where
         Tensor<D, K>: Parameter,
     {
-        let path = self.walk.path();
-        if !self.options.accepts(path) {
-            self.report.record_skipped(path);
-            return param;
-        }
-        let place = self.walk.place(D, kind);
-        let Some((key, info, transpose)) = take(self.options, &mut self.pending, &place) else {
-            self.missed(D, kind);
+        let Some((info, transpose)) = self.find(D, kind) else {
             return param;
         };
-        if key != path {
-            self.lookups.push((key.into_owned(), path.to_string()));
-        }
+        let path = self.walk.path();
         // Lazy shape and device: an uninitialized parameter is filled without running its
         // initializer. A transposed tensor is compared as Burn will hold it.
         let expected = param.lazy_shape();
@@ -313,24 +304,41 @@ impl<'a> Applier<'a> {
         }
     }
 
+    /// The source's tensor for the current parameter (of rank `rank` and kind `kind`), with
+    /// whether its dimensions are reversed, taken from the table; `None` when the filter
+    /// skips the parameter or the source has no tensor for it (both recorded).
+    fn find(&mut self, rank: usize, kind: TensorKind) -> Option<(&'a TensorInfo, bool)> {
+        let path = self.walk.path();
+        if !self.options.accepts(path) {
+            self.report.record_skipped(path);
+            return None;
+        }
+        let place = self.walk.place(rank, kind);
+        let Some((key, info, transpose)) = take(self.options, &mut self.pending, &place) else {
+            self.missed(rank, kind);
+            return None;
+        };
+        if key != path {
+            self.lookups.push((key.into_owned(), path.to_string()));
+        }
+        Some((info, transpose))
+    }
+
     /// Records the current parameter (of rank `rank` and kind `kind`), which found no
     /// tensor: missing, or refused by name when the source lists its tensor but cannot hand
     /// it out (FP8).
     fn missed(&mut self, rank: usize, kind: TensorKind) {
         let place = self.walk.place(rank, kind);
         let path = place.path().to_string();
-        match lookup(self.options, &mut self.pending, &place)
+        if let Some(withheld) = lookup(self.options, &mut self.pending, &place)
             .and_then(|key| self.pending.take_withheld(&key))
         {
-            Some(withheld) => {
-                let why = withheld.error(self.source.file()).to_string();
-                self.report.record_missing(&path, Some(why.clone()));
-                self.mismatch.unloadable.push((path, why));
-            }
-            None => {
-                self.report.record_missing(&path, None);
-                self.mismatch.missing.push(path);
-            }
+            let why = withheld.error(self.source.file()).to_string();
+            self.report.record_missing(&path, Some(why.clone()));
+            self.mismatch.unloadable.push((path, why));
+        } else {
+            self.report.record_missing(&path, None);
+            self.mismatch.missing.push(path);
         }
     }
 
