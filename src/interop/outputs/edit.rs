@@ -153,9 +153,11 @@ pub(crate) fn edit(writer: Writer, options: &OutputOptions) -> Result<Writer, St
             let mut taken = std::collections::HashMap::<String, String>::new();
             let mut kept = Vec::with_capacity(total);
             for entry in entries {
-                let name = renames.iter().fold(entry.name().to_string(), |name, (re, to)| {
-                    re.replace_all(&name, *to).into_owned()
-                });
+                let name = renames
+                    .iter()
+                    .fold(entry.name().to_string(), |name, (re, to)| {
+                        re.replace_all(&name, *to).into_owned()
+                    });
                 if filter.as_ref().is_some_and(|f| !f.is_match(&name)) {
                     continue;
                 }
