@@ -158,6 +158,12 @@ fn dtype_casts_every_float_as_burn_does_to_packs_and_safetensors() {
         );
         assert_eq!(reader.metadata()["model"], "toy");
         assert_eq!(reader.tensor("encoder.w").unwrap().param_id(), Some(11));
+        // Verified sound (checksums of the cast bytes), the key shown by inspect.
+        let (code, stdout, stderr) = run(&["verify", s(&out)]);
+        assert_eq!(code, 0, "{stdout}{stderr}");
+        let (code, stdout, stderr) = run(&["inspect", s(&out)]);
+        assert_eq!(code, 0, "{stderr}");
+        assert!(stdout.contains(FLOAT_DTYPE_KEY), "{stdout}");
         // To safetensors.
         let out = dir.path().join(format!("{flag}.safetensors"));
         let (code, stdout, stderr) = run(&["convert", s(&input), s(&out), "--dtype", flag]);
