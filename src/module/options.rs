@@ -141,6 +141,7 @@ impl SaveOptions {
 
     /// `entries` (a module's parameters) with their floats cast where
     /// [`float_dtype`](Self::float_dtype) says: what a checkpoint does to its model's.
+    #[cfg_attr(not(feature = "optim"), allow(dead_code))]
     pub(crate) fn cast(&self, entries: Vec<crate::write::Entry>) -> Vec<crate::write::Entry> {
         match self.float_dtype {
             Some(dtype) => entries.into_iter().map(|e| e.cast_float(dtype)).collect(),
