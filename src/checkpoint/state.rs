@@ -72,9 +72,10 @@ impl<'a, M: Module> TrainingState<'a, M> {
     /// # Errors
     /// A quantized parameter could not be read.
     pub fn prepare(self) -> Result<PreparedState, CheckpointError> {
+        // The model's floats cast where the options say (`SaveOptions::float_dtype`).
         let entries = self
-            .model
-            .pack_entries()?
+            .options
+            .cast(self.model.pack_entries()?)
             .into_iter()
             .map(|e| e.prefixed(MODEL_PREFIX))
             .collect();

@@ -12,6 +12,12 @@ pub const NAMESPACE_KEY: &str = "burnpack.namespace";
 /// refuse it by this key rather than report every parameter missing.
 pub const INCREMENTAL_KEY: &str = "burnpack.incremental";
 
+/// Metadata key recording that a pack's float tensors were written in one float dtype
+/// (`F16`, `BF16` or `F32`), cast at save time (`SaveOptions::float_dtype`, `bpk convert
+/// --dtype`); ints, bools and quantized tensors keep their own. Informative: each tensor's
+/// descriptor says its dtype, and readers (Burn's among them) load it as any other key.
+pub const FLOAT_DTYPE_KEY: &str = "burnpack.float_dtype";
+
 /// Whether a metadata key means something to this crate's readers: `producer` (the writer
 /// of the file, which verification holds to its word) and every key under `burnpack.` (a
 /// namespace, a checkpoint's kind, its references...). A key copied from another format's

@@ -51,7 +51,9 @@ pub use error::FormatError;
 pub use header::{
     FORMAT_VERSION, HEADER_SIZE, Header, MAGIC, TENSOR_ALIGNMENT, align_up, data_start, looks_like,
 };
-pub use keys::{INCREMENTAL_KEY, NAMESPACE_KEY, PRODUCER, PRODUCER_NAME, is_reserved_key};
+pub use keys::{
+    FLOAT_DTYPE_KEY, INCREMENTAL_KEY, NAMESPACE_KEY, PRODUCER, PRODUCER_NAME, is_reserved_key,
+};
 pub use layout::{Layout, OpenError};
 pub use limits::Limits;
 pub use metadata::Extras;

@@ -15,6 +15,9 @@ use std::sync::Arc;
 use crate::source::{DescribedSource, ReadError, SourceError, SourceErrorKind};
 use crate::write::{WriteError, Writer};
 
+mod edit;
+pub use edit::OutputOptions;
+
 /// A callback told how many bytes of tensor data were written since its last call.
 pub type Progress = Arc<dyn Fn(u64) + Send + Sync>;
 
@@ -56,43 +59,6 @@ pub struct Output {
     /// Whether it reports the bytes it writes to a [`Progress`] callback.
     pub reports_progress: bool,
     write: WriteFn,
-}
-
-/// How a conversion writes its output.
-///
-/// ```
-/// let options = burnpack::interop::OutputOptions::new().shard_size(Some(5_000_000_000));
-/// assert_eq!(options.shard_size, Some(5_000_000_000));
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct OutputOptions {
-    /// Split into shards of at most this many bytes (sharded outputs only).
-    pub shard_size: Option<u64>,
-    /// Quantized blocks were kept quantized (outputs that keep them only).
-    pub keep_quantized: bool,
-}
-
-impl OutputOptions {
-    /// No shards, quantized blocks dequantized.
-    #[must_use]
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Splits the output into shards of at most `bytes` (`None`: one file).
-    #[must_use]
-    pub fn shard_size(mut self, bytes: Option<u64>) -> Self {
-        self.shard_size = bytes;
-        self
-    }
-
-    /// Whether the source was opened keeping quantized blocks.
-    #[must_use]
-    pub fn keep_quantized(mut self, keep: bool) -> Self {
-        self.keep_quantized = keep;
-        self
-    }
 }
 
 /// What an output wrote: its files (shards first, an index last) and their total size.
@@ -389,13 +355,23 @@ static OUTPUTS: &[Output] = &[
     },
 ];
 
-/// The streaming writer of `source`; a source that cannot be streamed fails as itself.
-fn streaming(source: &Arc<dyn DescribedSource>) -> Result<Writer, OutputError> {
-    Writer::streaming(source).map_err(|e| OutputError::Failed {
+/// The streaming writer of `source` with `options`' edits (filter, renames, float dtype); a
+/// source that cannot be streamed fails as itself, edits that do not fit it (a rename onto a
+/// taken name, a filter that keeps nothing) as a usage error naming the output.
+fn streaming(
+    source: &Arc<dyn DescribedSource>,
+    output: &Path,
+    options: &OutputOptions,
+) -> Result<Writer, OutputError> {
+    let writer = Writer::streaming(source).map_err(|e| OutputError::Failed {
         message: e.to_string(),
         // (Said as it is, whatever its cause.)
         damaged: false,
         source: Box::new(e),
+    })?;
+    edit::edit(writer, options).map_err(|why| OutputError::Usage {
+        path: output.to_path_buf(),
+        reason: format!("{}: {why}", source.file()),
     })
 }
 
@@ -405,10 +381,10 @@ fn write_pack(
     source: &Arc<dyn DescribedSource>,
     input: &Path,
     output: &Path,
-    _: &OutputOptions,
+    options: &OutputOptions,
     progress: Option<Progress>,
 ) -> Result<Written, OutputError> {
-    let mut writer = streaming(source)?;
+    let mut writer = streaming(source, output, options)?;
     if let Some(progress) = progress {
         writer = writer.progress(move |n| progress(n));
     }
@@ -487,7 +463,7 @@ fn write_safetensors(
     _: Option<Progress>,
 ) -> Result<Written, OutputError> {
     use super::safetensors::{ConvertError, writer_to_safetensors};
-    let writer = streaming(source)?;
+    let writer = streaming(source, output, options)?;
     let paths =
         writer_to_safetensors(writer, source.file(), output, options.shard_size).map_err(|e| {
             let names_a_file = match &e {

@@ -80,6 +80,7 @@ use crate::format::Scalar;
 use crate::format::TensorInfo;
 use crate::module::SaveOptions;
 use crate::read::Reader;
+use crate::write::Entry;
 use crate::write::staged::{STAGED_BYTES, Staged};
 
 /// One of the three records burn-train checkpoints each epoch.
@@ -170,7 +171,12 @@ fn prefix(part: Part) -> &'static str {
 
 impl Assembly {
     /// Writes `reader`'s tensors to the epoch's open file and keeps its scalars and metadata.
-    fn append(&mut self, part: Part, reader: &Reader) -> Result<(), CheckpointError> {
+    fn append(
+        &mut self,
+        part: Part,
+        reader: &Reader,
+        options: &SaveOptions,
+    ) -> Result<(), CheckpointError> {
         let mut entries = Vec::new();
         absorb_reader(
             reader,
@@ -179,10 +185,21 @@ impl Assembly {
             &mut self.scalars,
             &mut self.metadata,
         )?;
+        let entries = cast_model(part, entries, options);
         if let Some(staged) = &mut self.staged {
             staged.append(entries)?;
         }
         Ok(())
+    }
+}
+
+/// The model part's floats cast where the options say (`SaveOptions::float_dtype`); the
+/// optimizer's and scheduler's as they are (to resume from).
+fn cast_model(part: Part, entries: Vec<Entry>, options: &SaveOptions) -> Vec<Entry> {
+    if part == Part::Model {
+        options.cast(entries)
+    } else {
+        entries
     }
 }
 
@@ -354,12 +371,12 @@ impl PackCheckpointer {
                 options.write,
                 reserve,
             )?);
-            assembly.append(part, &reader)?;
+            assembly.append(part, &reader, &self.options)?;
             for (held, r) in std::mem::take(&mut assembly.held) {
-                assembly.append(held, &r)?;
+                assembly.append(held, &r, &self.options)?;
             }
         } else if assembly.staged.is_some() {
-            assembly.append(part, &reader)?;
+            assembly.append(part, &reader, &self.options)?;
         } else {
             assembly.held.push((part, reader));
         }
@@ -376,13 +393,15 @@ impl PackCheckpointer {
         let mut scalars = std::mem::take(&mut assembly.scalars);
         let mut metadata = std::mem::take(&mut assembly.metadata);
         for (part, reader) in &assembly.held {
+            let mut part_entries = Vec::new();
             absorb_reader(
                 reader,
                 prefix(*part),
-                &mut entries,
+                &mut part_entries,
                 &mut scalars,
                 &mut metadata,
             )?;
+            entries.extend(cast_model(*part, part_entries, &self.options));
         }
         metadata.retain(|k, _| !k.starts_with(MODEL_PREFIX));
         metadata.insert(PARTS_KEY.to_string(), "optim,scheduler".to_string());

@@ -102,6 +102,18 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// The writer with its entries replaced by what `edit` makes of them (a conversion's
+    /// filter and renames), metadata, scalars and options kept.
+    pub(crate) fn edit_entries<E>(
+        mut self,
+        edit: impl FnOnce(Vec<Entry>) -> Result<Vec<Entry>, E>,
+    ) -> Result<Self, E> {
+        self.entries = edit(std::mem::take(&mut self.entries))?;
+        Ok(self)
+    }
+}
+
 /// `wanted` (tensors of `source`, in write order) as deferred entries reading them from
 /// `source`; fetched first when the source wants it.
 fn deferred(

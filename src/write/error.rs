@@ -72,6 +72,14 @@ pub enum WriteError {
         /// The panic message.
         message: String,
     },
+    /// A float dtype a write cannot cast to was asked for (`float_dtype`: F16, BF16 or F32).
+    #[error(
+        "cannot write float tensors as {dtype:?}: the float dtypes a write casts to are F16, BF16 and F32"
+    )]
+    FloatDtype {
+        /// The dtype asked for.
+        dtype: DType,
+    },
     /// The metadata or layout cannot be represented (metadata over 4 GiB, sizes overflowing).
     #[error("cannot lay out the pack: {0}")]
     Layout(String),

@@ -14,6 +14,7 @@
 // The rooms above (safetensors writing, checkpoint directories) take what they need of these
 // by path (`write::commit::Scratch`, `write::entry::Data`, `write::entry::materialize`), so
 // no re-export here depends on their features.
+pub(crate) mod cast;
 mod chunk;
 pub(crate) mod commit;
 mod convert;

@@ -47,8 +47,8 @@ use crate::platform::write_all_at;
 /// assert_eq!(reader.metadata()["producer"], "docs");
 /// ```
 pub struct Writer {
-    entries: Vec<Entry>,
-    metadata: BTreeMap<String, String>,
+    pub(super) entries: Vec<Entry>,
+    pub(super) metadata: BTreeMap<String, String>,
     scalars: BTreeMap<String, Scalar>,
     options: WriteOptions,
     progress: Option<Progress>,

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
+use burn::tensor::DType;
 use burnpack::interop::{OutputError, OutputOptions, output_for};
 use burnpack::source::{DescribedSource, human_bytes};
 
@@ -13,18 +14,65 @@ use crate::Failure;
 use crate::open::{is_url, open};
 use crate::progress::Bar;
 
+/// What `convert` changes on the way: `--dtype`, `--filter`, `--rename FROM=TO` (as given).
+pub(crate) struct Edits {
+    pub(crate) dtype: Option<String>,
+    pub(crate) filter: Option<String>,
+    pub(crate) rename: Vec<String>,
+}
+
+impl Edits {
+    /// `options` with these edits; a bad pattern or rule is a usage error naming it.
+    fn apply(&self, mut options: OutputOptions) -> Result<OutputOptions, Failure> {
+        if let Some(dtype) = &self.dtype {
+            let dtype = match dtype.as_str() {
+                "f16" => DType::F16,
+                "bf16" => DType::BF16,
+                "f32" => DType::F32,
+                other => {
+                    return Err(Failure::usage(format!(
+                        "--dtype {other}: not one of f16, bf16, f32"
+                    )));
+                }
+            };
+            options = options.float_dtype(dtype).map_err(Failure::usage)?;
+        }
+        if let Some(filter) = &self.filter {
+            options = options
+                .filter_regex(filter)
+                .map_err(|e| Failure::usage(format!("--filter '{filter}': {e}")))?;
+        }
+        for rule in &self.rename {
+            let Some((from, to)) = rule.split_once('=') else {
+                return Err(Failure::usage(format!(
+                    "--rename '{rule}': expected FROM=TO (a regular expression, `=`, its \
+                     replacement)"
+                )));
+            };
+            options = options
+                .rename(from, to)
+                .map_err(|e| Failure::usage(format!("--rename '{rule}': {e}")))?;
+        }
+        Ok(options)
+    }
+}
+
 /// `convert`: `input` (any format the registry reads) into `output`, in the format `to`
-/// names, or else its name: the registry's output side picks the output and writes it.
+/// names, or else its name: the registry's output side picks the output and writes it, with
+/// `edits` made on the way.
 pub(crate) fn convert(
     input: &Path,
     output: &Path,
     to: Option<&str>,
     shard_size: Option<u64>,
     keep_quantized: bool,
+    edits: &Edits,
 ) -> Result<u8, Failure> {
-    let options = OutputOptions::new()
-        .shard_size(shard_size)
-        .keep_quantized(keep_quantized);
+    let options = edits.apply(
+        OutputOptions::new()
+            .shard_size(shard_size)
+            .keep_quantized(keep_quantized),
+    )?;
     let target = output_for(output, to, &options).map_err(|e| match e {
         OutputError::UnknownName { .. } => Failure::usage(format!("{e}; use --to")),
         e => failed(&e),
@@ -35,7 +83,10 @@ pub(crate) fn convert(
     // A source spread over several files (shards, an incremental checkpoint's data files)
     // becomes one: not a no-op even in its own format.
     let incremental = description.fields.iter().any(|(k, _)| *k == "referred");
-    let same = description.shards.is_empty() && !incremental && target.format == description.format;
+    let same = description.shards.is_empty()
+        && !incremental
+        && !options.edits()
+        && target.format == description.format;
     if same && !is_url(input) && !is_url(output) {
         return Err(Failure::usage(format!(
             "{} is already in the requested format",

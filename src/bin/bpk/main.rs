@@ -152,7 +152,7 @@ enum Command {
     /// chosen by its extension, or --to); a pack also copies to or from object storage
     /// (s3:// URLs).
     #[command(
-        after_help = "Examples:\n  bpk convert model.safetensors model.bpk\n  bpk convert model.safetensors.index.json model.bpk\n  bpk convert model.bpk model.safetensors --shard-size 5000000000\n  bpk convert model.safetensors s3://models/run-7/model.bpk\n  bpk convert s3://models/run-7/model.bpk model.safetensors\n  bpk convert model-3.mpk.gz model.bpk\n  bpk convert pytorch_model.bin model.safetensors\n  bpk convert model-q8_0.gguf model.bpk --keep-quantized"
+        after_help = "Examples:\n  bpk convert model.safetensors model.bpk\n  bpk convert model.safetensors.index.json model.bpk\n  bpk convert model.bpk model.safetensors --shard-size 5000000000\n  bpk convert model.safetensors s3://models/run-7/model.bpk\n  bpk convert s3://models/run-7/model.bpk model.safetensors\n  bpk convert model-3.mpk.gz model.bpk\n  bpk convert pytorch_model.bin model.safetensors\n  bpk convert model-q8_0.gguf model.bpk --keep-quantized\n  bpk convert model.safetensors model-f16.bpk --dtype f16 --filter '^encoder\\.' --rename '^encoder\\.=enc.'"
     )]
     Convert {
         /// The source: any file bpk reads, its format told by its content (never its name),
@@ -173,6 +173,18 @@ enum Command {
         /// (GGUF Q8_0) as Burn quantized tensors instead of dequantizing them.
         #[arg(long)]
         keep_quantized: bool,
+        /// Write float tensors (f64, f32, f16, bf16) as this dtype, rounded to nearest even as
+        /// Burn casts; ints, bools and quantized tensors as they are.
+        #[arg(long, value_name = "DTYPE", value_parser = ["f16", "bf16", "f32"])]
+        dtype: Option<String>,
+        /// Keep only the tensors whose name (after --rename) matches this regular expression.
+        #[arg(long, value_name = "REGEX")]
+        filter: Option<String>,
+        /// Rename tensors: every match of the regular expression FROM is replaced by TO ($1...
+        /// name groups); repeatable, applied in order. Two tensors renamed to one name are
+        /// refused.
+        #[arg(long, value_name = "FROM=TO")]
+        rename: Vec<String>,
     },
 }
 
@@ -281,7 +293,21 @@ fn main() -> ExitCode {
             to,
             shard_size,
             keep_quantized,
-        } => convert::convert(&input, &output, to.as_deref(), shard_size, keep_quantized),
+            dtype,
+            filter,
+            rename,
+        } => convert::convert(
+            &input,
+            &output,
+            to.as_deref(),
+            shard_size,
+            keep_quantized,
+            &convert::Edits {
+                dtype,
+                filter,
+                rename,
+            },
+        ),
     };
     match result {
         Ok(code) => ExitCode::from(code),
