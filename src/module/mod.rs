@@ -38,6 +38,7 @@ mod options;
 mod quantized;
 mod read_ahead;
 mod report;
+mod save_options;
 mod transpose;
 
 use std::path::Path;
@@ -49,8 +50,9 @@ use burn::tensor::Bytes;
 #[doc(hidden)]
 pub use crate::source::{Convention, DimOrder, ParamPlace, PytorchConvention, TensorKind};
 pub use error::{KindMismatch, Mismatch, ModuleError, ShapeMismatch};
-pub use options::{DTypePolicy, LoadOptions, SaveOptions};
+pub use options::{DTypePolicy, LoadOptions};
 pub use report::{Cast, Copied, LoadReport, Missing, Renamed};
+pub use save_options::SaveOptions;
 
 use crate::source::TensorSource;
 use crate::write::{Entry, Writer};
