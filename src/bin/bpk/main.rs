@@ -173,6 +173,9 @@ enum Command {
         /// (GGUF Q8_0) as Burn quantized tensors instead of dequantizing them.
         #[arg(long)]
         keep_quantized: bool,
+        /// GGUF: the dtype the quantized blocks not kept quantized are dequantized into.
+        #[arg(long, value_name = "DTYPE", value_parser = ["f32", "f16", "bf16"])]
+        dequantize_to: Option<String>,
     },
 }
 
@@ -245,6 +248,17 @@ fn main() -> ExitCode {
             }
         );
         let options = burnpack::source::OpenOptions::new().keep_quantized(keep);
+        let options = match &cli.command {
+            Command::Convert {
+                dequantize_to: Some(dtype),
+                ..
+            } => options.dequantize_to(match dtype.as_str() {
+                "f16" => burn::tensor::DType::F16,
+                "bf16" => burn::tensor::DType::BF16,
+                _ => burn::tensor::DType::F32,
+            }),
+            _ => options,
+        };
         match &cli.key {
             Some(key) => options.key(key.clone()),
             None => options,
@@ -281,6 +295,7 @@ fn main() -> ExitCode {
             to,
             shard_size,
             keep_quantized,
+            dequantize_to: _,
         } => convert::convert(&input, &output, to.as_deref(), shard_size, keep_quantized),
     };
     match result {
