@@ -20,10 +20,11 @@ use burnpack::source::{SourceErrorKind, TensorSource, assert_source_contract};
 use burnpack::{LoadOptions, PackModule};
 
 /// The types kept quantized, and the quantized types dequantized even so (no exact scheme).
-const KEPT: [&str; 11] = [
+const KEPT: [&str; 18] = [
     "Q8_0", "Q4_0", "Q5_0", "IQ4_NL", "IQ4_XS", "Q3_K", "Q6_K", "TQ1_0", "TQ2_0", "MXFP4", "NVFP4",
+    "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M",
 ];
-const DEQUANTIZED: [&str; 7] = ["Q4_1", "Q5_1", "Q2_K", "Q4_K", "Q5_K", "IQ2_XXS", "IQ1_M"];
+const DEQUANTIZED: [&str; 5] = ["Q4_1", "Q5_1", "Q2_K", "Q4_K", "Q5_K"];
 
 /// Writes `q.gguf`: a `[4, 512]` tensor `<type>.weight` of each type (GGUF's `[out, in]` of a
 /// linear layer), and `<type>.f32`, `.f16`, `.bf16`: the reference's values and their casts.
@@ -38,7 +39,8 @@ OTHER = OTHER_LIST
 # Where each type's f16 scales are in a block (for random blocks).
 scales = {"Q4_0": [0], "Q5_0": [0], "IQ4_NL": [0], "IQ4_XS": [0], "Q3_K": [108], "Q6_K": [208],
           "TQ1_0": [52], "TQ2_0": [64], "Q4_1": [0, 2], "Q5_1": [0, 2], "Q2_K": [80, 82],
-          "Q4_K": [0, 2], "Q5_K": [0, 2], "IQ2_XXS": [0], "Q8_0": [0]}
+          "Q4_K": [0, 2], "Q5_K": [0, 2], "Q8_0": [0], "IQ2_XXS": [0], "IQ2_XS": [0],
+          "IQ2_S": [0], "IQ3_XXS": [0], "IQ3_S": [0], "IQ1_S": [0]}
 w = GGUFWriter("q.gguf", "llama")
 rows, cols = 4, 512
 for name in KEPT + OTHER:
@@ -275,13 +277,18 @@ mod model {
         pub tq2_0: Linear,
         pub mxfp4: Linear,
         pub nvfp4: Linear,
+        pub iq2_xxs: Linear,
+        pub iq2_xs: Linear,
+        pub iq2_s: Linear,
+        pub iq3_xxs: Linear,
+        pub iq3_s: Linear,
+        pub iq1_s: Linear,
+        pub iq1_m: Linear,
         pub q4_1: Linear,
         pub q5_1: Linear,
         pub q2_k: Linear,
         pub q4_k: Linear,
         pub q5_k: Linear,
-        pub iq2_xxs: Linear,
-        pub iq1_m: Linear,
     }
 
     impl Layers {
@@ -299,13 +306,18 @@ mod model {
                 tq2_0: l(),
                 mxfp4: l(),
                 nvfp4: l(),
+                iq2_xxs: l(),
+                iq2_xs: l(),
+                iq2_s: l(),
+                iq3_xxs: l(),
+                iq3_s: l(),
+                iq1_s: l(),
+                iq1_m: l(),
                 q4_1: l(),
                 q5_1: l(),
                 q2_k: l(),
                 q4_k: l(),
                 q5_k: l(),
-                iq2_xxs: l(),
-                iq1_m: l(),
             }
         }
 
@@ -323,13 +335,18 @@ mod model {
                 &self.tq2_0,
                 &self.mxfp4,
                 &self.nvfp4,
+                &self.iq2_xxs,
+                &self.iq2_xs,
+                &self.iq2_s,
+                &self.iq3_xxs,
+                &self.iq3_s,
+                &self.iq1_s,
+                &self.iq1_m,
                 &self.q4_1,
                 &self.q5_1,
                 &self.q2_k,
                 &self.q4_k,
                 &self.q5_k,
-                &self.iq2_xxs,
-                &self.iq1_m,
             ]
             .iter()
             .map(|l| l.weight.val())

@@ -76,8 +76,9 @@ impl OpenOptions {
 
     /// Keeps quantized blocks quantized where one of Burn's quantization schemes holds them
     /// exactly, instead of dequantizing them when read: GGUF's `Q8_0`, `Q4_0`, `Q5_0`,
-    /// `IQ4_NL`, `IQ4_XS`, `Q3_K`, `Q6_K`, `TQ1_0`, `TQ2_0`, `MXFP4` and `NVFP4` (small integers
-    /// or table entries times a scale per block) become Burn `QFloat` tensors (`Q8F` values
+    /// `IQ4_NL`, `IQ4_XS`, `Q3_K`, `Q6_K`, `TQ1_0`, `TQ2_0`, `MXFP4`, `NVFP4` and the grid
+    /// types `IQ2_*`, `IQ3_*`, `IQ1_*` (small integers or table entries times a scale per
+    /// block) become Burn `QFloat` tensors (`Q8F` values
     /// one `i8` each, per-block `F16` or `F32` scales), whose dequantization gives llama.cpp's
     /// values bit for bit. Types no Burn scheme holds exactly (those with a per-block offset,
     /// `Q4_K`, `Q5_K`, `Q2_K`, `Q4_1`, `Q5_1`) are dequantized as without it, into

@@ -18,6 +18,10 @@
 //! | `TQ2_0`  | `q - 1`             | `[128]`    | `F16` `d` (twice per block)    |
 //! | `MXFP4`  | e2m1, doubled       | `[32]`     | `F32` `2^(e - 128)`            |
 //! | `NVFP4`  | e2m1, doubled       | `[16]`     | `F32` `ue4m3(s) / 2`           |
+//! | `IQ2_XXS`, `IQ3_XXS`, `IQ3_S` | `±grid` | `[32]` | `F32`, as `grid.rs` computes it |
+//! | `IQ2_XS`, `IQ2_S` | `±grid`    | `[16]`     | `F32`, as `grid.rs` computes it |
+//! | `IQ1_S`  | `8 * grid ± 1`      | `[32]`     | `F32` `d * (2s + 1) / 8`       |
+//! | `IQ1_M`  | `8 * grid ± 1`      | `[16]`     | `F32` `d * (2s + 1) / 8`       |
 //!
 //! Burn's blocks are at most 255 values along a dimension (`BlockSize` holds `u8`), so the
 //! ternary types' one scale per 256 is stored once per half. Values are stored one `i8`
@@ -34,6 +38,7 @@ use rayon::prelude::*;
 use super::dequant::{
     IQ4, MXFP4, e8m0_half, five, half, nibble, q3_k_sub, q6_k_sub, tq1_0_int, tq2_0_int, ue4m3_half,
 };
+use super::grid_kept;
 use super::types::GgmlType;
 
 /// Splits one GGML block into its values (`block` `i8`) and its scales (native-endian bytes).
@@ -66,6 +71,13 @@ fn kept(ty: GgmlType) -> Option<Kept> {
         "TQ2_0" => (128, F16, tq2_0),
         "MXFP4" => (32, F32, mxfp4),
         "NVFP4" => (16, F32, nvfp4),
+        "IQ2_XXS" => (32, F32, grid_kept::iq2_xxs),
+        "IQ2_XS" => (16, F32, grid_kept::iq2_xs),
+        "IQ2_S" => (16, F32, grid_kept::iq2_s),
+        "IQ3_XXS" => (32, F32, grid_kept::iq3_xxs),
+        "IQ3_S" => (32, F32, grid_kept::iq3_s),
+        "IQ1_S" => (32, F32, grid_kept::iq1_s),
+        "IQ1_M" => (16, F32, grid_kept::iq1_m),
         _ => return None,
     };
     Some(Kept { sub, scale, split })
@@ -237,7 +249,8 @@ mod tests {
                 panic!("{name} is kept");
             };
             let (bytes, values) = (ty.block_bytes() as usize, ty.block() as usize);
-            let rows = 3;
+            // Enough blocks to pick many rows of the grids.
+            let rows = 48;
             let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(ty.id());
             let mut raw: Vec<u8> = (0..rows * 2 * bytes)
                 .map(|_| {
@@ -254,6 +267,8 @@ mod tests {
                     "Q6_K" => Some(208),
                     "TQ1_0" => Some(52),
                     "TQ2_0" => Some(64),
+                    // `IQ1_M`: the top nibble of the last `u16` of scales is the `f16`'s.
+                    "IQ1_M" => Some(54),
                     "MXFP4" | "NVFP4" => None,
                     _ => Some(0),
                 };
