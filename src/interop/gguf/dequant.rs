@@ -90,7 +90,7 @@ pub(super) fn dequantize(ty: GgmlType, f: Dequantize, raw: &[u8], out: &mut [u8]
 }
 
 /// The dtypes quantized blocks are dequantized into.
-pub(super) fn dequantized_dtype(dtype: DType) -> bool {
+pub(super) fn is_dequantized_dtype(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 

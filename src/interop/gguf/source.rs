@@ -1,12 +1,13 @@
 //! [`GgufSource`]: a GGUF file (or a split set) as a [`TensorSource`]: plain types as windows
-//! of the mapping, quantized types dequantized into `f32` when read.
+//! of the mapping, quantized types dequantized into `f32` (or `f16`/`bf16`) when read, or kept
+//! quantized as Burn `QFloat` tensors.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{Bytes, DType};
 
-use super::dequant::{Dequantize, dequantize, dequantized_dtype, dequantizer};
+use super::dequant::{Dequantize, dequantize, dequantizer, is_dequantized_dtype};
 use super::header::{self, Header, HeaderError};
 use super::quantized::{burn_dtype, burn_len, split};
 use super::split::{check_part, split_count, split_parts};
@@ -29,8 +30,9 @@ use crate::source::{
 /// from its type's block size inside the data section, aligned, not overlapping another's.
 /// Shapes are Burn's row-major order (GGUF lists dimensions fastest first). `F32`, `F16`,
 /// `BF16`, `F64` and the integer types are zero-copy windows of the mapping; the quantized
-/// types this crate reads ([`GgmlType::is_dequantized`]) are tables of `F32` tensors,
-/// dequantized in parallel when read, bit for bit as llama.cpp's reference. A tensor of a type
+/// types this crate reads ([`GgmlType::is_dequantized`]) are tables of `F32` tensors (or the
+/// dtype of [`OpenOptions::dequantize_to`]), dequantized in parallel when read, bit for bit as
+/// llama.cpp's reference, or Burn `QFloat` tensors ([`OpenOptions::keep_quantized`]). A tensor of a type
 /// this crate does not read is listed (with the dtype it would have) and refused by name when
 /// read; the other tensors load.
 ///
@@ -252,7 +254,7 @@ fn open_file(
 /// `F32`, `F16` or `BF16`.
 fn dequantize_into(path: &Path, options: &OpenOptions) -> Result<DType, SourceError> {
     let dtype = options.dequantize_to;
-    if dequantized_dtype(dtype) {
+    if is_dequantized_dtype(dtype) {
         Ok(dtype)
     } else {
         Err(SourceError::Unsupported {
