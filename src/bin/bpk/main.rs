@@ -170,7 +170,8 @@ enum Command {
         #[arg(long, value_name = "BYTES")]
         shard_size: Option<u64>,
         /// To burnpack: keep quantized blocks that a Burn quantization scheme holds exactly
-        /// (GGUF Q8_0) as Burn quantized tensors instead of dequantizing them.
+        /// (GGUF Q8_0, Q4_0, Q5_0, Q3_K, Q6_K, IQ4_*, IQ2_*, IQ3_*, IQ1_*, TQ*, MXFP4, NVFP4)
+        /// as Burn quantized tensors instead of dequantizing them.
         #[arg(long)]
         keep_quantized: bool,
         /// GGUF: the dtype the quantized blocks not kept quantized are dequantized into.
