@@ -1,5 +1,7 @@
 //! How a source is opened, the same for every format.
 
+use burn::tensor::DType;
+
 use crate::format::Limits;
 
 /// How a source is opened: every format's `open_with(path, &OpenOptions)` and
@@ -15,12 +17,25 @@ use crate::format::Limits;
 ///     .verify(true);
 /// assert_eq!(options.key_name(), Some("ema_state_dict"));
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct OpenOptions {
     pub(crate) key: Option<String>,
     pub(crate) limits: Limits,
     pub(crate) verify: bool,
     pub(crate) keep_quantized: bool,
+    pub(crate) dequantize_to: DType,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self {
+            key: None,
+            limits: Limits::default(),
+            verify: false,
+            keep_quantized: false,
+            dequantize_to: DType::F32,
+        }
+    }
 }
 
 impl OpenOptions {
@@ -60,10 +75,14 @@ impl OpenOptions {
     }
 
     /// Keeps quantized blocks quantized where one of Burn's quantization schemes holds them
-    /// exactly, instead of dequantizing them when read: GGUF's `Q8_0` (symmetric 8-bit, blocks
-    /// of 32 along a row, an `f16` scale each) becomes a Burn `QFloat` tensor (`Q8F` values,
-    /// per-block `[32]` `F16` scales), whose dequantization gives llama.cpp's values bit for
-    /// bit. Types no Burn scheme holds exactly are dequantized as without it.
+    /// exactly, instead of dequantizing them when read: GGUF's `Q8_0`, `Q4_0`, `Q5_0`,
+    /// `IQ4_NL`, `IQ4_XS`, `Q3_K`, `Q6_K`, `TQ1_0`, `TQ2_0`, `MXFP4`, `NVFP4` and the grid
+    /// types `IQ2_*`, `IQ3_*`, `IQ1_*` (small integers or table entries times a scale per
+    /// block) become Burn `QFloat` tensors (`Q8F` values
+    /// one `i8` each, per-block `F16` or `F32` scales), whose dequantization gives llama.cpp's
+    /// values bit for bit. Types no Burn scheme holds exactly (those with a per-block offset,
+    /// `Q4_K`, `Q5_K`, `Q2_K`, `Q4_1`, `Q5_1`) are dequantized as without it, into
+    /// [`dequantize_to`](Self::dequantize_to)'s dtype.
     ///
     /// ```
     /// let options = burnpack::source::OpenOptions::new().keep_quantized(true);
@@ -73,6 +92,31 @@ impl OpenOptions {
     pub fn keep_quantized(mut self, keep: bool) -> Self {
         self.keep_quantized = keep;
         self
+    }
+
+    /// The dtype quantized tensors are dequantized into when read (GGUF's block types that are
+    /// not kept quantized): `F32` (the default), `F16` or `BF16`, each value computed in `f32`
+    /// as llama.cpp's reference computes it, then rounded to nearest-even. Opening with any
+    /// other dtype is an error ([`SourceError::Unsupported`](crate::source::SourceError)
+    /// naming the file).
+    ///
+    /// ```
+    /// use burn::tensor::DType;
+    /// let options = burnpack::source::OpenOptions::new()
+    ///     .keep_quantized(true)
+    ///     .dequantize_to(DType::F16);
+    /// assert_eq!(options.dequantized_dtype(), DType::F16);
+    /// ```
+    #[must_use]
+    pub fn dequantize_to(mut self, dtype: DType) -> Self {
+        self.dequantize_to = dtype;
+        self
+    }
+
+    /// The dtype set with [`dequantize_to`](Self::dequantize_to).
+    #[must_use]
+    pub fn dequantized_dtype(&self) -> DType {
+        self.dequantize_to
     }
 
     /// Whether [`keep_quantized`](Self::keep_quantized) is set.

@@ -170,7 +170,8 @@ enum Command {
         #[arg(long, value_name = "BYTES")]
         shard_size: Option<u64>,
         /// To burnpack: keep quantized blocks that a Burn quantization scheme holds exactly
-        /// (GGUF Q8_0) as Burn quantized tensors instead of dequantizing them.
+        /// (GGUF Q8_0, Q4_0, Q5_0, Q3_K, Q6_K, IQ4_*, IQ2_*, IQ3_*, IQ1_*, TQ*, MXFP4, NVFP4)
+        /// as Burn quantized tensors instead of dequantizing them.
         #[arg(long)]
         keep_quantized: bool,
         /// Write float tensors (f64, f32, f16, bf16) as this dtype, rounded to nearest even as
@@ -185,6 +186,9 @@ enum Command {
         /// refused.
         #[arg(long, value_name = "FROM=TO")]
         rename: Vec<String>,
+        /// GGUF: the dtype the quantized blocks not kept quantized are dequantized into.
+        #[arg(long, value_name = "DTYPE", value_parser = ["f32", "f16", "bf16"])]
+        dequantize_to: Option<String>,
     },
 }
 
@@ -257,6 +261,17 @@ fn main() -> ExitCode {
             }
         );
         let options = burnpack::source::OpenOptions::new().keep_quantized(keep);
+        let options = match &cli.command {
+            Command::Convert {
+                dequantize_to: Some(dtype),
+                ..
+            } => options.dequantize_to(match dtype.as_str() {
+                "f16" => burn::tensor::DType::F16,
+                "bf16" => burn::tensor::DType::BF16,
+                _ => burn::tensor::DType::F32,
+            }),
+            _ => options,
+        };
         match &cli.key {
             Some(key) => options.key(key.clone()),
             None => options,
@@ -296,6 +311,7 @@ fn main() -> ExitCode {
             dtype,
             filter,
             rename,
+            dequantize_to: _,
         } => convert::convert(
             &input,
             &output,

@@ -8,7 +8,7 @@
 //! packed values, `e` an element of the block, `j`/`l` a sub-block and an element of it.
 #![allow(clippy::many_single_char_names)]
 
-use burn::tensor::f16;
+use burn::tensor::{DType, bf16, f16};
 use rayon::prelude::*;
 
 use super::grid;
@@ -50,30 +50,56 @@ pub(super) fn dequantizer(ty: GgmlType) -> Option<Dequantize> {
 }
 
 /// Dequantizes `raw` (whole blocks of `ty`) into `out` (`block` values per block, stored
-/// little-endian), in parallel over groups of blocks, each block written in place.
-pub(super) fn dequantize(ty: GgmlType, f: Dequantize, raw: &[u8], out: &mut [f32]) {
+/// little-endian as `dtype`: `F32`, or `F16`/`BF16` rounded to nearest-even from the `f32`
+/// value, as `half` and numpy's `astype` round), in parallel over groups of blocks.
+pub(super) fn dequantize(ty: GgmlType, f: Dequantize, raw: &[u8], out: &mut [u8], dtype: DType) {
     let (bytes, values) = (ty.block_bytes() as usize, ty.block() as usize);
-    // Groups of blocks large enough to be worth a task (about 64 KiB of output).
+    let width = dtype.size();
+    // Groups of blocks large enough to be worth a task (about 64 KiB of `f32` values).
     let group = (16_384 / values).max(1);
-    out.par_chunks_mut(values * group)
+    out.par_chunks_mut(values * width * group)
         .zip(raw.par_chunks(bytes * group))
         .for_each(|(out, raw)| {
-            for (out, raw) in out.chunks_exact_mut(values).zip(raw.chunks_exact(bytes)) {
-                f(raw, out);
-                #[cfg(target_endian = "big")]
-                for v in out.iter_mut() {
-                    *v = f32::from_bits(v.to_bits().swap_bytes());
+            // One block's `f32` values (ggml's blocks hold at most 256).
+            let mut block = [0f32; 256];
+            let block = &mut block[..values];
+            for (out, raw) in out
+                .chunks_exact_mut(values * width)
+                .zip(raw.chunks_exact(bytes))
+            {
+                f(raw, block);
+                match dtype {
+                    DType::F16 => {
+                        for (o, v) in out.chunks_exact_mut(2).zip(block.iter()) {
+                            o.copy_from_slice(&f16::from_f32(*v).to_le_bytes());
+                        }
+                    }
+                    DType::BF16 => {
+                        for (o, v) in out.chunks_exact_mut(2).zip(block.iter()) {
+                            o.copy_from_slice(&bf16::from_f32(*v).to_le_bytes());
+                        }
+                    }
+                    _ => {
+                        for (o, v) in out.chunks_exact_mut(4).zip(block.iter()) {
+                            o.copy_from_slice(&v.to_le_bytes());
+                        }
+                    }
                 }
             }
         });
 }
 
-fn half(b: &[u8], at: usize) -> f32 {
+/// The dtypes quantized blocks are dequantized into.
+pub(super) fn is_dequantized_dtype(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+}
+
+pub(super) fn half(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
 }
 
 /// The 32 values of 16 bytes of nibbles: the low nibbles first, then the high ones.
-fn nibble(qs: &[u8], j: usize) -> u8 {
+pub(super) fn nibble(qs: &[u8], j: usize) -> u8 {
     if j < 16 {
         qs[j] & 0x0F
     } else {
@@ -101,7 +127,7 @@ fn q4_1(b: &[u8], out: &mut [f32]) {
 
 /// The 32 5-bit values of a `Q5_0`/`Q5_1` block: nibbles of `qs` (low ones first), high bits
 /// in the `u32` `qh`.
-fn five(qh: &[u8], qs: &[u8]) -> [u8; 32] {
+pub(super) fn five(qh: &[u8], qs: &[u8]) -> [u8; 32] {
     let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
     std::array::from_fn(|j| nibble(qs, j) | ((((qh >> j) & 1) as u8) << 4))
 }
@@ -165,29 +191,34 @@ fn q2_k(b: &[u8], out: &mut [f32]) {
     }
 }
 
-fn q3_k(b: &[u8], out: &mut [f32]) {
+/// Sub-block `k` (of 16 values) of a `Q3_K` block: its scale `d * (sc - 32)` and its values
+/// (-4..=3). Element `e = 16k + i` is bit `e / 32` of `hmask[e % 32]` and 2 bits of `qs` as in
+/// `Q2_K`.
+pub(super) fn q3_k_sub(b: &[u8], k: usize) -> (f32, [i8; 16]) {
     let (hmask, qs, scales) = (&b[..32], &b[32..96], &b[96..108]);
     let d = half(b, 108);
-    let scale = |k: usize| {
-        let low = if k < 8 {
-            scales[k] & 0x0F
-        } else {
-            scales[k - 8] >> 4
-        };
-        let high = (scales[8 + k % 4] >> (2 * (k / 4))) & 3;
-        f32::from((low | (high << 4)).cast_signed() - 32)
+    let low = if k < 8 {
+        scales[k] & 0x0F
+    } else {
+        scales[k - 8] >> 4
     };
-    // Sub-blocks of 16: element `e = 16k + i` is bit `e / 32` of `hmask[e % 32]` and 2 bits
-    // of `qs` as in `Q2_K`.
+    let high = (scales[8 + k % 4] >> (2 * (k / 4))) & 3;
+    let dl = d * f32::from((low | (high << 4)).cast_signed() - 32);
+    let (g, s, h) = (k / 8, (k % 8) / 2, k % 2);
+    let bit = k / 2;
+    let q = &qs[g * 32 + h * 16..][..16];
+    let m = &hmask[h * 16..][..16];
+    let values = std::array::from_fn(|i| {
+        let qh = ((m[i] >> bit) & 1) ^ 1;
+        ((q[i] >> (2 * s)) & 3).cast_signed() - (qh << 2).cast_signed()
+    });
+    (dl, values)
+}
+
+fn q3_k(b: &[u8], out: &mut [f32]) {
     for (k, out) in out.chunks_exact_mut(16).enumerate() {
-        let dl = d * scale(k);
-        let (g, s, h) = (k / 8, (k % 8) / 2, k % 2);
-        let bit = k / 2;
-        let q = &qs[g * 32 + h * 16..][..16];
-        let m = &hmask[h * 16..][..16];
-        for ((o, &q), &m) in out.iter_mut().zip(q).zip(m) {
-            let qh = ((m >> bit) & 1) ^ 1;
-            let q = ((q >> (2 * s)) & 3).cast_signed() - (qh << 2).cast_signed();
+        let (dl, q) = q3_k_sub(b, k);
+        for (o, q) in out.iter_mut().zip(q) {
             *o = dl * f32::from(q);
         }
     }
@@ -234,62 +265,85 @@ fn q5_k(b: &[u8], out: &mut [f32]) {
     }
 }
 
-fn q6_k(b: &[u8], out: &mut [f32]) {
+/// Sub-block `k` (of 16 values) of a `Q6_K` block: its scale `d * sc` and its values
+/// (-32..=31). Element `e = 16k + i` is in half `h` of 128, quarter `s` of it (its nibble
+/// `s / 2` of `ql`, its 2 bits `s` of `qh`).
+pub(super) fn q6_k_sub(b: &[u8], k: usize) -> (f32, [i8; 16]) {
     let (ql, qh, scales) = (&b[..128], &b[128..192], &b[192..208]);
     let d = half(b, 208);
-    // Sub-blocks of 16 (one scale each): element `e = 16k + i` in half `h` of 128, quarter
-    // `s` of it (its nibble `s / 2` of `ql`, its 2 bits `s` of `qh`).
+    let (h, s, part) = (k / 8, (k % 8) / 2, k % 2);
+    let di = d * f32::from(scales[k].cast_signed());
+    let low = &ql[h * 64 + (s % 2) * 32 + part * 16..][..16];
+    let high = &qh[h * 32 + part * 16..][..16];
+    let values = std::array::from_fn(|i| {
+        let low = (low[i] >> (4 * (s / 2))) & 0x0F;
+        let high = (high[i] >> (2 * s)) & 3;
+        (low | (high << 4)).cast_signed() - 32
+    });
+    (di, values)
+}
+
+fn q6_k(b: &[u8], out: &mut [f32]) {
     for (k, out) in out.chunks_exact_mut(16).enumerate() {
-        let (h, s, part) = (k / 8, (k % 8) / 2, k % 2);
-        let di = d * f32::from(scales[k].cast_signed());
-        let low = &ql[h * 64 + (s % 2) * 32 + part * 16..][..16];
-        let high = &qh[h * 32 + part * 16..][..16];
-        for ((o, &l), &hb) in out.iter_mut().zip(low).zip(high) {
-            let low = (l >> (4 * (s / 2))) & 0x0F;
-            let high = (hb >> (2 * s)) & 3;
-            *o = di * f32::from((low | (high << 4)).cast_signed() - 32);
+        let (di, q) = q6_k_sub(b, k);
+        for (o, q) in out.iter_mut().zip(q) {
+            *o = di * f32::from(q);
         }
     }
 }
 
-fn tq1_0(b: &[u8], out: &mut [f32]) {
+/// Element `e` of a `TQ1_0` block (-1..=1): base-3 digits of `qs` and `qh`.
+pub(super) fn tq1_0_int(b: &[u8], e: usize) -> i8 {
     const POW3: [u8; 5] = [1, 3, 9, 27, 81];
     let (qs, qh) = (&b[..48], &b[48..52]);
+    let v = if e < 160 {
+        qs[e % 32].wrapping_mul(POW3[e / 32])
+    } else if e < 240 {
+        let e = e - 160;
+        qs[32 + e % 16].wrapping_mul(POW3[e / 16])
+    } else {
+        let e = e - 240;
+        qh[e % 4].wrapping_mul(POW3[e / 4])
+    };
+    ((u16::from(v) * 3) >> 8) as i8 - 1
+}
+
+fn tq1_0(b: &[u8], out: &mut [f32]) {
     let d = half(b, 52);
     for (e, o) in out.iter_mut().enumerate() {
-        let v = if e < 160 {
-            qs[e % 32].wrapping_mul(POW3[e / 32])
-        } else if e < 240 {
-            let e = e - 160;
-            qs[32 + e % 16].wrapping_mul(POW3[e / 16])
-        } else {
-            let e = e - 240;
-            qh[e % 4].wrapping_mul(POW3[e / 4])
-        };
-        let q = ((u16::from(v) * 3) >> 8) as i8 - 1;
-        *o = d * f32::from(q);
+        *o = d * f32::from(tq1_0_int(b, e));
     }
+}
+
+/// Element `e` of a `TQ2_0` block (-1..=2).
+pub(super) fn tq2_0_int(b: &[u8], e: usize) -> i8 {
+    two_bits(&b[..64], e).cast_signed() - 1
 }
 
 fn tq2_0(b: &[u8], out: &mut [f32]) {
     let d = half(b, 64);
     for (e, o) in out.iter_mut().enumerate() {
-        *o = d * f32::from(two_bits(&b[..64], e).cast_signed() - 1);
+        *o = d * f32::from(tq2_0_int(b, e));
     }
 }
 
 /// e2m1 values, doubled (`kvalues_mxfp4`).
-const MXFP4: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+pub(super) const MXFP4: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
-fn mxfp4(b: &[u8], out: &mut [f32]) {
-    // `ggml_e8m0_to_fp32_half`: the scale's power of two, halved.
-    let e = u32::from(b[0]);
+/// `ggml_e8m0_to_fp32_half`: the power of two of an `E8M0` scale, halved (`2^(e - 128)`; `e`
+/// 0 and 1 are `f32` subnormals, 255 is `2^127`, not a NaN).
+pub(super) fn e8m0_half(e: u8) -> f32 {
+    let e = u32::from(e);
     let bits = if e < 2 {
         0x0020_0000 << e
     } else {
         (e - 1) << 23
     };
-    let d = f32::from_bits(bits);
+    f32::from_bits(bits)
+}
+
+fn mxfp4(b: &[u8], out: &mut [f32]) {
+    let d = e8m0_half(b[0]);
     for (j, o) in out.iter_mut().enumerate() {
         *o = d * f32::from(MXFP4[usize::from(nibble(&b[1..], j))]);
     }
@@ -297,7 +351,7 @@ fn mxfp4(b: &[u8], out: &mut [f32]) {
 
 /// `ue4m3_to_fp32`: an unsigned `E4M3` scale (bias 7; the top bit ignored, `0x7F` zero),
 /// halved for the doubled e2m1 values. Every step is exact in `f32`.
-fn ue4m3_half(x: u8) -> f32 {
+pub(super) fn ue4m3_half(x: u8) -> f32 {
     let (exp, man) = ((x >> 3) & 0x0F, f32::from(x & 7));
     let raw = if exp == 0 {
         man * f32::from_bits(0x3B00_0000) // 2^-9
@@ -320,7 +374,7 @@ fn nvfp4(b: &[u8], out: &mut [f32]) {
 }
 
 /// The non-linear 4-bit grid of `IQ4_NL` and `IQ4_XS`.
-const IQ4: [i8; 16] = [
+pub(super) const IQ4: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
 

@@ -14,15 +14,15 @@
 use burn::tensor::f16;
 
 /// The `f16` at `at`, as `f32`.
-fn half(b: &[u8], at: usize) -> f32 {
+pub(super) fn half(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
+pub(super) fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
+pub(super) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
@@ -55,21 +55,21 @@ const IQ2_MAP: [i8; 3] = [8, 25, 43];
 /// The values of the `IQ1` grid.
 const IQ1_MAP: [i8; 3] = [-1, 0, 1];
 
-static IQ2XXS: [i8; 256 * 8] = unpack(IQ2XXS_HEX, 2, &IQ2_MAP);
-static IQ2XS: [i8; 512 * 8] = unpack(IQ2XS_HEX, 2, &IQ2_MAP);
-static IQ2S: [i8; 1024 * 8] = unpack(IQ2S_HEX, 2, &IQ2_MAP);
-static IQ3XXS: [i8; 256 * 4] = unpack(IQ3XXS_HEX, 3, &[4, 12, 20, 28, 36, 44, 52, 62]);
-static IQ3S: [i8; 512 * 4] = unpack(IQ3S_HEX, 3, &[1, 3, 5, 7, 9, 11, 13, 15]);
-static IQ1S: [i8; 2048 * 8] = unpack(IQ1S_HEX, 2, &IQ1_MAP);
+pub(super) static IQ2XXS: [i8; 256 * 8] = unpack(IQ2XXS_HEX, 2, &IQ2_MAP);
+pub(super) static IQ2XS: [i8; 512 * 8] = unpack(IQ2XS_HEX, 2, &IQ2_MAP);
+pub(super) static IQ2S: [i8; 1024 * 8] = unpack(IQ2S_HEX, 2, &IQ2_MAP);
+pub(super) static IQ3XXS: [i8; 256 * 4] = unpack(IQ3XXS_HEX, 3, &[4, 12, 20, 28, 36, 44, 52, 62]);
+pub(super) static IQ3S: [i8; 512 * 4] = unpack(IQ3S_HEX, 3, &[1, 3, 5, 7, 9, 11, 13, 15]);
+pub(super) static IQ1S: [i8; 2048 * 8] = unpack(IQ1S_HEX, 2, &IQ1_MAP);
 
 /// Row `i` (masked to the grid) of a grid of rows of `W` values.
-fn row<const W: usize>(grid: &[i8], i: usize) -> &[i8] {
+pub(super) fn row<const W: usize>(grid: &[i8], i: usize) -> &[i8] {
     let i = i % (grid.len() / W);
     &grid[i * W..(i + 1) * W]
 }
 
 /// Two rows of a grid of 4 values a row, one group of 8 values.
-fn rows(grid: &[i8], i: usize, j: usize) -> [i8; 8] {
+pub(super) fn rows(grid: &[i8], i: usize, j: usize) -> [i8; 8] {
     let mut r = [0i8; 8];
     r[..4].copy_from_slice(row::<4>(grid, i));
     r[4..].copy_from_slice(row::<4>(grid, j));
@@ -78,7 +78,7 @@ fn rows(grid: &[i8], i: usize, j: usize) -> [i8; 8] {
 
 /// llama.cpp's `ksigns_iq2xs`: the 7 sign bits `i` of a group of 8, the eighth bit making the
 /// count of minus signs even.
-fn ksigns(i: u32) -> u8 {
+pub(super) fn ksigns(i: u32) -> u8 {
     let i = (i & 0x7F) as u8;
     i | (((i.count_ones() & 1) as u8) << 7)
 }
@@ -101,12 +101,12 @@ fn shifted(out: &mut [f32], dl: f32, grid: &[i8], minus: bool) {
 }
 
 /// The 4-bit scale `i` of bytes of two scales each, low nibble first.
-fn nibble_scale(scales: &[u8], i: usize) -> u8 {
+pub(super) fn nibble_scale(scales: &[u8], i: usize) -> u8 {
     (scales[i / 2] >> (4 * (i % 2))) & 0x0F
 }
 
 /// `d * (0.5 + s) * 0.25`, the scale of the `IQ2` types.
-fn iq2_scale(d: f32, s: u8) -> f32 {
+pub(super) fn iq2_scale(d: f32, s: u8) -> f32 {
     d * (0.5 + f32::from(s)) * 0.25
 }
 

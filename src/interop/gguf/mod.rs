@@ -21,9 +21,16 @@
 //! (`Q1_0`, a type ggml does not have yet) does not spoil the file: it is listed, and reading
 //! it is an error naming the tensor and the type.
 //!
-//! With [`OpenOptions::keep_quantized`](crate::source::OpenOptions::keep_quantized), `Q8_0`
-//! tensors stay quantized: they are Burn `QFloat` tensors (symmetric 8-bit values, per-block
-//! `[32]` `f16` scales), whose dequantization by Burn gives the reference's values exactly.
+//! With [`OpenOptions::keep_quantized`](crate::source::OpenOptions::keep_quantized), the types
+//! that are small integers (or entries of an integer table) times a scale per block stay
+//! quantized: `Q8_0`, `Q4_0`, `Q5_0`, `IQ4_NL`, `IQ4_XS`, `Q3_K`, `Q6_K`, `TQ1_0`, `TQ2_0`,
+//! `MXFP4`, `NVFP4` and the grid types (`IQ2_XXS`, `IQ2_XS`, `IQ2_S`, `IQ3_XXS`, `IQ3_S`,
+//! `IQ1_S`, `IQ1_M`) are Burn `QFloat` tensors (`Q8F` values one `i8` each, per-block `f16`
+//! or `f32` scales), whose dequantization by Burn gives the reference's values exactly. The
+//! types with a per-block offset (`Q4_1`, `Q5_1`, `Q2_K`, `Q4_K`, `Q5_K`) have no such scheme
+//! and are dequantized, into `f32` or the dtype of
+//! [`OpenOptions::dequantize_to`](crate::source::OpenOptions::dequantize_to) (`f16`, `bf16`:
+//! the `f32` value rounded to nearest-even).
 //!
 //! ```no_run
 //! use burnpack::interop::gguf::GgufSource;
@@ -40,6 +47,7 @@ mod container;
 mod convention;
 mod dequant;
 mod grid;
+mod grid_kept;
 mod header;
 mod quantized;
 mod source;

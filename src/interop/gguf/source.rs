@@ -1,14 +1,15 @@
 //! [`GgufSource`]: a GGUF file (or a split set) as a [`TensorSource`]: plain types as windows
-//! of the mapping, quantized types dequantized into `f32` when read.
+//! of the mapping, quantized types dequantized into `f32` (or `f16`/`bf16`) when read, or kept
+//! quantized as Burn `QFloat` tensors.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{Bytes, DType};
 
-use super::dequant::{Dequantize, dequantize, dequantizer};
+use super::dequant::{Dequantize, dequantize, dequantizer, is_dequantized_dtype};
 use super::header::{self, Header, HeaderError};
-use super::quantized::{burn_dtype, burn_len, split_q8_0};
+use super::quantized::{burn_dtype, burn_len, split};
 use super::split::{check_part, split_count, split_parts};
 use super::types::GgmlType;
 use super::value::Value;
@@ -29,8 +30,9 @@ use crate::source::{
 /// from its type's block size inside the data section, aligned, not overlapping another's.
 /// Shapes are Burn's row-major order (GGUF lists dimensions fastest first). `F32`, `F16`,
 /// `BF16`, `F64` and the integer types are zero-copy windows of the mapping; the quantized
-/// types this crate reads ([`GgmlType::is_dequantized`]) are tables of `F32` tensors,
-/// dequantized in parallel when read, bit for bit as llama.cpp's reference. A tensor of a type
+/// types this crate reads ([`GgmlType::is_dequantized`]) are tables of `F32` tensors (or the
+/// dtype of [`OpenOptions::dequantize_to`]), dequantized in parallel when read, bit for bit as
+/// llama.cpp's reference, or Burn `QFloat` tensors ([`OpenOptions::keep_quantized`]). A tensor of a type
 /// this crate does not read is listed (with the dtype it would have) and refused by name when
 /// read; the other tensors load.
 ///
@@ -80,8 +82,9 @@ impl GgufSource {
         Self::open_with(path, &OpenOptions::default())
     }
 
-    /// [`open`](Self::open) with options: the [`Limits`](crate::format::Limits), and `Q8_0` tensors kept quantized
-    /// ([`OpenOptions::keep_quantized`]).
+    /// [`open`](Self::open) with options: the [`Limits`](crate::format::Limits), the types
+    /// a Burn scheme holds exactly kept quantized ([`OpenOptions::keep_quantized`]), and the
+    /// dtype the others are dequantized into ([`OpenOptions::dequantize_to`]).
     ///
     /// ```no_run
     /// use burnpack::interop::gguf::GgufSource;
@@ -154,7 +157,7 @@ impl GgufSource {
             header,
             len,
             Source::Memory(bytes),
-            options.keep_quantized,
+            (options.keep_quantized, dequantize_into(path, options)?),
         )?);
         let sharded = assemble_shards(path, &[path.to_path_buf()], None, limits, |_, _| {
             opened
@@ -236,6 +239,7 @@ fn open_file(
     options: &OpenOptions,
 ) -> Result<Opened, SourceError> {
     let (limits, keep) = (&options.limits, options.keep_quantized);
+    let into = dequantize_into(path, options)?;
     let (file, len) = crate::source::data::opened_within_limits(path, file, limits)?;
     let header = header::read(std::io::BufReader::new(&file), len, limits)
         .map_err(|e| header_error(path, e))?;
@@ -243,18 +247,35 @@ fn open_file(
     // mapped, for a verification).
     let data = crate::source::data::file_data(&file, options.verify)
         .map_err(|(action, e)| SourceError::io(path, action)(e))?;
-    shard(path, header, len, data, keep)
+    shard(path, header, len, data, (keep, into))
+}
+
+/// The dtype quantized tensors are dequantized into ([`OpenOptions::dequantize_to`]), checked:
+/// `F32`, `F16` or `BF16`.
+fn dequantize_into(path: &Path, options: &OpenOptions) -> Result<DType, SourceError> {
+    let dtype = options.dequantize_to;
+    if is_dequantized_dtype(dtype) {
+        Ok(dtype)
+    } else {
+        Err(SourceError::Unsupported {
+            path: path.to_path_buf(),
+            reason: format!(
+                "dequantize_to({dtype:?}): quantized tensors dequantize into F32, F16 or BF16"
+            ),
+        })
+    }
 }
 
 /// The rows of a validated header: each tensor's shape reversed into Burn's order, its bytes
 /// inside the data section, aligned, and clear of every other tensor's.
-/// With `keep`, the types a Burn scheme holds exactly are that scheme's `QFloat` tensors.
+/// With `keep`, the types a Burn scheme holds exactly are that scheme's `QFloat` tensors; the
+/// other quantized types are tensors of dtype `into`.
 fn shard(
     path: &Path,
     header: Header,
     len: u64,
     source: Source,
-    keep: bool,
+    (keep, into): (bool, DType),
 ) -> Result<Opened, SourceError> {
     let tensor_error = |tensor: &str, reason: String| SourceError::Tensor {
         path: path.to_path_buf(),
@@ -293,13 +314,14 @@ fn shard(
             (Some(dtype), _, Some((_, bytes))) => (dtype, bytes),
             (_, Some(dtype), Some(_)) => (
                 dtype,
-                burn_len(elements).ok_or_else(|| tensor_error(name, "too many elements".into()))?,
+                ty.and_then(|ty| burn_len(ty, elements))
+                    .ok_or_else(|| tensor_error(name, "too many elements".into()))?,
             ),
-            // Dequantized (or refused when read) as `f32`.
+            // Dequantized (or refused when read) as `into`.
             _ => (
-                DType::F32,
+                into,
                 elements
-                    .checked_mul(4)
+                    .checked_mul(into.size() as u64)
                     .ok_or_else(|| tensor_error(name, "too many elements".into()))?,
             ),
         };
@@ -443,8 +465,8 @@ impl TensorSource for GgufSource {
         })?;
         let out = &mut bytemuck::cast_slice_mut(&mut words)[..len];
         match f {
-            Some(f) => dequantize(ty, f, &raw, bytemuck::cast_slice_mut(out)),
-            None => split_q8_0(&raw, out),
+            Some(f) => dequantize(ty, f, &raw, out, info.dtype()),
+            None => split(ty, &raw, out),
         }
         Ok(aligned_words(
             words,

@@ -39,7 +39,12 @@
 //! Env: `BURNPACK_BENCH_RUNS` (default 5), `BURNPACK_BENCH_MIB` (default 1024),
 //! `BURNPACK_BENCH_DIM` (default 4096), `BURNPACK_BENCH_DIR` (the files are kept there and
 //! reused by later runs; default: a temporary directory, removed at the end),
-//! `BURNPACK_BENCH_ONLY` (a comma list of `f16,q8_0,q4_k`).
+//! `BURNPACK_BENCH_ONLY` (a comma list of `f16,q8_0,q4_k,q4_k_m`).
+//!
+//! `q4_k_m`: a mix as llama.cpp's `Q4_K_M` (`Q4_K`, `Q6_K`, `Q8_0`, `Q4_0` matrices), of about
+//! `BURNPACK_BENCH_MIB` MiB as `f32`; contender `burnpack-kept-f16` opens it with
+//! `keep_quantized` and `dequantize_to(F16)` (`Q6_K`, `Q8_0`, `Q4_0` kept quantized, `Q4_K`
+//! dequantized into f16), and a row gives the bytes the loaded tensors hold each way.
 
 #[path = "../../../benches/common/mod.rs"]
 mod common;
@@ -52,11 +57,30 @@ use std::time::{Duration, Instant};
 use burnpack::interop::gguf::GgufSource;
 use burnpack::read::TensorSource;
 
-/// The files: name, ggml type id of the matrices, block elements, block bytes.
-const KINDS: [(&str, u32, u64, u64); 3] = [
+/// The files: name, ggml type id of the matrices, block elements, block bytes. `q4_k_m` is a
+/// mix ([`MIX`]), its size that of its values in `f32`.
+const KINDS: [(&str, u32, u64, u64); 4] = [
     ("f16", 1, 1, 2),
     ("q8_0", 8, 32, 34),
     ("q4_k", 12, 256, 144),
+    ("q4_k_m", MIXED, 256, 0),
+];
+
+/// The type id standing for [`MIX`].
+const MIXED: u32 = u32::MAX;
+
+/// The matrices of the `q4_k_m` file in turn, as llama.cpp's `Q4_K_M` mixes them (most in
+/// `Q4_K`, a quarter in `Q6_K`, some in `Q8_0` and `Q4_0`): type id, block elements, block
+/// bytes.
+const MIX: [(u32, u64, u64); 8] = [
+    (12, 256, 144),
+    (14, 256, 210),
+    (12, 256, 144),
+    (8, 32, 34),
+    (12, 256, 144),
+    (14, 256, 210),
+    (12, 256, 144),
+    (2, 32, 18),
 ];
 
 /// One tensor of a file: name, dims (fastest first), ggml type, offset in the data section,
@@ -74,7 +98,11 @@ struct Place {
 fn layout(kind: usize, mib: u64, dim: u64) -> (Vec<u8>, Vec<Place>) {
     let (_, ty, block, block_bytes) = KINDS[kind];
     let matrix_bytes = dim * dim / block * block_bytes;
-    let matrices = ((mib << 20) / matrix_bytes).max(1);
+    let matrices = if ty == MIXED {
+        ((mib << 20) / (dim * dim * 4)).max(1)
+    } else {
+        ((mib << 20) / matrix_bytes).max(1)
+    };
     let mut places = Vec::new();
     let mut offset = 0u64;
     let mut push = |name: String, dims: Vec<u64>, ty: u32, bytes: u64| {
@@ -91,7 +119,17 @@ fn layout(kind: usize, mib: u64, dim: u64) -> (Vec<u8>, Vec<Place>) {
         if i % 4 == 0 {
             push(format!("blk.{i}.attn_norm.weight"), vec![dim], 0, dim * 4);
         }
-        push(format!("blk.{i}.weight"), vec![dim, dim], ty, matrix_bytes);
+        if ty == MIXED {
+            let (ty, block, block_bytes) = MIX[i as usize % MIX.len()];
+            push(
+                format!("blk.{i}.weight"),
+                vec![dim, dim],
+                ty,
+                dim * dim / block * block_bytes,
+            );
+        } else {
+            push(format!("blk.{i}.weight"), vec![dim, dim], ty, matrix_bytes);
+        }
     }
     let kv: [(&str, &str); 2] = [
         ("general.architecture", "llama"),
@@ -187,6 +225,16 @@ fn write(path: &Path, kind: usize, mib: u64, dim: u64) {
                 for b in buf.chunks_exact_mut(144) {
                     b[..2].copy_from_slice(&rng.scale());
                     b[2..4].copy_from_slice(&rng.scale());
+                }
+            }
+            2 => {
+                for b in buf.chunks_exact_mut(18) {
+                    b[..2].copy_from_slice(&rng.scale());
+                }
+            }
+            14 => {
+                for b in buf.chunks_exact_mut(210) {
+                    b[208..].copy_from_slice(&rng.scale());
                 }
             }
             _ => unreachable!(),
@@ -285,11 +333,17 @@ fn child(who: &str, file: &Path, kind: usize, mib: u64, dim: u64) {
             meter.report(time);
             drop(kept);
         }
-        "burnpack-kept" => {
-            // Q8_0 kept quantized: Burn's quantized layout (i8 values, then f16 scales).
+        "burnpack-kept" | "burnpack-kept-f16" => {
+            // Kept quantized: Burn's quantized layout (i8 values, then the block scales); with
+            // `-f16`, the types no Burn scheme holds (Q4_K) dequantized into f16.
             let meter = common::Meter::start();
             let start = Instant::now();
             let options = burnpack::interop::OpenOptions::new().keep_quantized(true);
+            let options = if who == "burnpack-kept-f16" {
+                options.dequantize_to(burn::tensor::DType::F16)
+            } else {
+                options
+            };
             let source = GgufSource::open_with(file, &options).unwrap();
             let (sum, kept) = burnpack_read_all(&source);
             println!("SUM {sum:016x}");
@@ -443,9 +497,29 @@ fn main() {
             &["from-memory", "burnpack", "candle"]
         } else if kind == 1 {
             &["from-memory", "burnpack", "burnpack-1t", "burnpack-kept", "candle"]
+        } else if kind == 3 {
+            &["from-memory", "burnpack", "burnpack-kept-f16", "candle"]
         } else {
             &["from-memory", "burnpack", "burnpack-1t", "candle"]
         };
+        if kind == 3 {
+            // What the loaded tensors hold, as each contender opens the file.
+            let held = |options: &burnpack::interop::OpenOptions| -> u64 {
+                let source = GgufSource::open_with(&file, options).unwrap();
+                source.tensors().iter().map(|t| t.len()).sum()
+            };
+            let plain = burnpack::interop::OpenOptions::new();
+            let kept = plain
+                .clone()
+                .keep_quantized(true)
+                .dequantize_to(burn::tensor::DType::F16);
+            println!(
+                "| {name}: tensors held | file {} MiB | f32 {} MiB | kept + f16 {} MiB | | | | |",
+                len >> 20,
+                held(&plain) >> 20,
+                held(&kept) >> 20
+            );
+        }
         for cold in [false, true] {
             let (samples, _) = common::interleave(runs, contenders.len(), |i| {
                 if cold {
