@@ -29,6 +29,7 @@
 //! ```
 
 mod apply;
+mod by_name;
 mod collect;
 mod error;
 mod host;
@@ -47,6 +48,7 @@ use burn::tensor::Bytes;
 /// Moved to [`crate::source`] (the source core); these paths stay one release.
 #[doc(hidden)]
 pub use crate::source::{Convention, DimOrder, ParamPlace, PytorchConvention, TensorKind};
+pub use by_name::LoadTensor;
 pub use error::{KindMismatch, Mismatch, ModuleError, ShapeMismatch};
 pub use options::{DTypePolicy, LoadOptions, SaveOptions};
 pub use report::{Copied, LoadReport};

@@ -16,6 +16,7 @@
 //! assert!(OpenOptions::new().key_name().is_none());
 //! ```
 
+mod by_name;
 mod contract;
 mod convention;
 pub(crate) mod data;
@@ -27,6 +28,8 @@ mod table;
 mod tensor_source;
 mod withheld;
 
+pub use by_name::TensorSourceExt;
+pub(crate) use by_name::{check_range, window};
 pub use contract::assert_source_contract;
 pub use convention::{Convention, DimOrder, ParamPlace, PytorchConvention, TensorKind};
 pub use data::bytes_from_vec;
