@@ -90,12 +90,12 @@ fn unsupported(file: &str, info: &TensorInfo, reason: String) -> ReadError {
 /// let reader = Reader::from_bytes(pack).unwrap();
 /// let data = reader.tensor_data("w").unwrap();
 /// assert_eq!(data.shape().to_vec(), [3, 2]);
-/// assert_eq!(data.to_vec::<f32>().unwrap(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+/// assert_eq!(data.try_to_vec::<f32>().unwrap(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
 /// let half = reader.tensor_data_as("w", DType::F16).unwrap();
 /// assert_eq!(half.dtype(), DType::F16);
 /// let rows = reader.tensor_rows("w", 1..3).unwrap();
 /// assert_eq!(rows.shape().to_vec(), [2, 2]);
-/// assert_eq!(rows.to_vec::<f32>().unwrap(), [2.0, 3.0, 4.0, 5.0]);
+/// assert_eq!(rows.try_to_vec::<f32>().unwrap(), [2.0, 3.0, 4.0, 5.0]);
 /// assert!(reader.tensor_data("v").is_err());
 /// ```
 pub trait TensorSourceExt: TensorSource {
