@@ -385,3 +385,61 @@ fn object_storage_fetches_only_the_rows_asked() {
     let small: Tensor<1> = source.load_tensor("small", &device).unwrap();
     assert_eq!(small.into_data().try_to_vec::<f32>().unwrap(), [1.0, 2.0]);
 }
+
+/// NumPy (C order, Fortran order, big-endian, in an `.npz`), GGUF (plain and Q8_0) and ONNX
+/// (`raw_data` and typed fields) written by their own writers: rows equal the whole's rows,
+/// and where the format stores them as Burn holds them they are windows of the mapping.
+#[test]
+fn foreign_rows_are_windows_where_the_file_lays_them_out_as_burn_does() {
+    const WRITER: &str = r#"
+import numpy as np, gguf, onnx
+from gguf import GGUFWriter, GGMLQuantizationType as T
+from gguf.quants import quantize
+from onnx import helper, numpy_helper, TensorProto
+a = (np.arange(60, dtype=np.float32) / 8).reshape(6, 10)
+np.save("c.npy", a)
+np.save("f.npy", np.asfortranarray(a))
+np.save("be.npy", a.astype(">f4"))
+np.savez_compressed("z.npz", array=a)
+w = GGUFWriter("m.gguf", "llama")
+w.add_tensor("plain", a)
+w.add_tensor("q8", quantize(np.linspace(-1, 1, 6 * 32, dtype=np.float32).reshape(6, 32), T.Q8_0), raw_dtype=T.Q8_0)
+w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+raw = numpy_helper.from_array(a, "raw")
+typed = helper.make_tensor("typed", TensorProto.FLOAT, a.shape, a.flatten().tolist(), raw=False)
+graph = helper.make_graph([], "g", [], [helper.make_tensor_value_info("raw", TensorProto.FLOAT, [6, 10])], [raw, typed])
+onnx.save(helper.make_model(graph), "m.onnx")
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(()) = common::python("numpy, gguf, onnx", WRITER, dir.path()) else {
+        return;
+    };
+    for (file, name, window) in [
+        ("c.npy", "array", true),
+        ("f.npy", "array", false),
+        ("be.npy", "array", false),
+        ("z.npz", "array", false),
+        ("m.gguf", "plain", true),
+        ("m.gguf", "q8", false),
+        ("m.onnx", "raw", true),
+        ("m.onnx", "typed", false),
+    ] {
+        let source = burnpack::interop::open_any(dir.path().join(file)).unwrap();
+        let source = source.as_tensor_source();
+        let info = source.tensor(name).unwrap();
+        let whole = source.read(info).unwrap();
+        let rows = source.tensor_rows(name, 2..5).unwrap();
+        let row = info.len() as usize / info.shape()[0];
+        assert_eq!(rows.shape()[0], 3, "{file} {name}");
+        assert_eq!(rows.as_bytes(), &whole[2 * row..5 * row], "{file} {name}");
+        // A view where the whole is one (ONNX's `raw_data` can sit unaligned in the protobuf:
+        // then both are copies, the rows' of their bytes only).
+        if window && source.copy_reason(info).is_none() {
+            assert_eq!(
+                rows.bytes().as_ptr(),
+                whole[2 * row..].as_ptr(),
+                "{file} {name}"
+            );
+        }
+    }
+}
