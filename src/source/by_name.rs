@@ -8,58 +8,6 @@ use burn::tensor::{Bytes, DType, TensorData};
 use super::{ReadError, TensorSource};
 use crate::format::TensorInfo;
 
-/// `range` (offsets into `info`'s bytes) is inside the tensor; else [`ReadError::Unsupported`]
-/// naming the file and the tensor.
-pub(crate) fn check_range(
-    file: &str,
-    info: &TensorInfo,
-    range: &Range<u64>,
-) -> Result<(), ReadError> {
-    if range.start <= range.end && range.end <= info.len() {
-        Ok(())
-    } else {
-        Err(unsupported(
-            file,
-            info,
-            format!(
-                "bytes {}..{} asked, outside the tensor's {} bytes",
-                range.start,
-                range.end,
-                info.len()
-            ),
-        ))
-    }
-}
-
-/// The window `range` of `whole` (the bytes of `info`, read whole): a zero-copy view where
-/// `whole` can give one, else a copy of those bytes only.
-pub(crate) fn window(
-    file: &str,
-    info: &TensorInfo,
-    whole: Bytes,
-    range: Range<u64>,
-) -> Result<Bytes, ReadError> {
-    check_range(file, info, &range)?;
-    let too_big = || unsupported(file, info, "range does not fit in memory".to_string());
-    let start = usize::try_from(range.start).map_err(|_| too_big())?;
-    let end = usize::try_from(range.end).map_err(|_| too_big())?;
-    if end > whole.len() {
-        return Err(unsupported(
-            file,
-            info,
-            format!("bytes {start}..{end} asked, but {} were read", whole.len()),
-        ));
-    }
-    if start == 0 && end == whole.len() {
-        return Ok(whole);
-    }
-    let whole = super::data::view_capable(whole);
-    match whole.view(start, end) {
-        Ok(view) => Ok(view),
-        Err(_) => Ok(Bytes::from_bytes_vec(whole[start..end].to_vec())),
-    }
-}
-
 fn unsupported(file: &str, info: &TensorInfo, reason: String) -> ReadError {
     ReadError::Unsupported {
         file: file.to_string(),

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::ops::Range;
 use std::path::Path;
 
-use burn::tensor::{BoolStore, DType, bf16, f16};
+use burn::tensor::{BoolStore, Bytes, DType, bf16, f16};
 use burnpack::format::TensorInfo;
 use burnpack::source::{ReadError, TensorSource, TensorSourceExt, human_bytes};
 
@@ -231,8 +231,9 @@ fn element_runs(
 
 /// The values read: runs of elements (whole-tensor offsets), each as its bytes.
 struct Values {
-    /// `(first element, bytes)`, sorted.
-    runs: Vec<(usize, Vec<u8>)>,
+    /// `(first element, bytes)`, sorted: the source's own bytes (a window of a mapping stays
+    /// one), never copied here.
+    runs: Vec<(usize, Bytes)>,
     /// The width of an element in the bytes (4 for dequantized values, as `f32`).
     size: usize,
     /// Dequantized values are `f32`s whatever the tensor's dtype.
@@ -253,7 +254,7 @@ impl Values {
             let bytes = source.read(info).map_err(|e| Failure::of(&e))?;
             source.check(info, &bytes).map_err(|e| Failure::of(&e))?;
             return Ok(Self {
-                runs: vec![(0, bytes.to_vec())],
+                runs: vec![(0, bytes)],
                 size,
                 dequantized: false,
             });
@@ -270,7 +271,7 @@ impl Values {
             let bytes = source
                 .read_range(info, (run.start * size) as u64..(run.end * size) as u64)
                 .map_err(|e| Failure::of(&e))?;
-            out.push((run.start, bytes.to_vec()));
+            out.push((run.start, bytes));
         }
         Ok(Self {
             runs: out,
@@ -297,7 +298,7 @@ impl Values {
             )));
         }
         Ok(Self {
-            runs: vec![(0, values)],
+            runs: vec![(0, Bytes::from_bytes_vec(values))],
             size: 4,
             dequantized: true,
         })
