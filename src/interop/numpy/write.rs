@@ -51,12 +51,14 @@ fn header(descr: &str, shape: &[usize]) -> Vec<u8> {
     };
     let dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {dims}, }}");
     // Version 1.0 has a 2-byte length after 8 bytes of preamble; 2.0 a 4-byte one.
-    let (version, prefix) = if dict.len() + 1 + 10 <= usize::from(u16::MAX) {
+    // The padded header (the dict, spaces, a newline) ends the preamble on a multiple of 64.
+    let padded = |prefix: usize| (prefix + dict.len() + 1).div_ceil(64) * 64 - prefix;
+    let (version, prefix) = if u16::try_from(padded(10)).is_ok() {
         (1u8, 10)
     } else {
         (2u8, 12)
     };
-    let padded = (prefix + dict.len() + 1).div_ceil(64) * 64 - prefix;
+    let padded = padded(prefix);
     let mut out = Vec::with_capacity(prefix + padded);
     out.extend_from_slice(b"\x93NUMPY");
     out.extend_from_slice(&[version, 0]);
