@@ -389,6 +389,16 @@ impl<S: PackSource> TensorSource for Chain<S> {
         self.data[target.data].1.read(&target.stored)
     }
 
+    /// Only these bytes, from the data file that holds the tensor.
+    fn read_range(
+        &self,
+        info: &TensorInfo,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, ReadError> {
+        let target = self.target(info)?;
+        self.data[target.data].1.read_range(&target.stored, range)
+    }
+
     fn namespace(&self) -> Option<&str> {
         self.layout.namespace()
     }

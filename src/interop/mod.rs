@@ -77,6 +77,8 @@ struct GuideSnippets;
 #[doc(hidden)]
 pub use crate::source::OpenOptions;
 pub use container::{Container, HEAD, IndexShards, OpenBytes, OpenFile, OpenPath, Refuse};
+#[cfg(feature = "numpy")]
+pub use numpy::write::write_npy;
 pub use outputs::{
     Migration, Output, OutputError, OutputOptions, Progress, Written, migration, migrations,
     output_for, output_formats, outputs,

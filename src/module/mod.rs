@@ -29,6 +29,7 @@
 //! ```
 
 mod apply;
+mod by_name;
 mod collect;
 mod contiguous;
 mod error;
@@ -49,6 +50,7 @@ use burn::tensor::Bytes;
 /// Moved to [`crate::source`] (the source core); these paths stay one release.
 #[doc(hidden)]
 pub use crate::source::{Convention, DimOrder, ParamPlace, PytorchConvention, TensorKind};
+pub use by_name::LoadTensor;
 pub use error::{KindMismatch, Mismatch, ModuleError, ShapeMismatch};
 pub use options::{DTypePolicy, LoadOptions};
 pub use report::{Cast, Copied, LoadReport, Missing, Renamed};

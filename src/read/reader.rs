@@ -470,6 +470,26 @@ impl TensorSource for Reader {
         Reader::read(self, info)
     }
 
+    /// Only the bytes of `range`: a window of the mapping, or one positional read.
+    fn read_range(
+        &self,
+        info: &TensorInfo,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, ReadError> {
+        self.owned(info)?;
+        crate::source::check_range(&self.file, info, &range)?;
+        let bytes = self
+            .source
+            .read(
+                info.offset() + range.start,
+                range.end - range.start,
+                crate::format::element_align(info.dtype()),
+            )
+            .map_err(|source| ReadError::reading(self.file.clone(), info.name(), &source))?;
+        // A window is not the whole tensor: no checksum to hold it to.
+        crate::source::data::checked_bools(&self.file, info, bytes, |_| Ok(false))
+    }
+
     fn namespace(&self) -> Option<&str> {
         self.layout.namespace()
     }

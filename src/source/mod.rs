@@ -16,23 +16,27 @@
 //! assert!(OpenOptions::new().key_name().is_none());
 //! ```
 
+mod by_name;
 mod contract;
 mod convention;
 pub(crate) mod data;
 mod describe;
 mod error;
 mod options;
+mod range;
 mod shards;
 mod table;
 mod tensor_source;
 mod withheld;
 
+pub use by_name::TensorSourceExt;
 pub use contract::assert_source_contract;
 pub use convention::{Convention, DimOrder, ParamPlace, PytorchConvention, TensorKind};
 pub use data::bytes_from_vec;
 pub use describe::{AsTensorSource, Checksums, DescribedSource, Description, Value, human_bytes};
 pub use error::{ReadError, SourceError, SourceErrorKind};
 pub use options::OpenOptions;
+pub(crate) use range::{check_range, window};
 pub use shards::{InShard, Routing, Sharded, assemble_shards};
 pub(crate) use table::from_table;
 pub use table::{SourceTable, TableBuilder};

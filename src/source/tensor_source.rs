@@ -1,6 +1,8 @@
 //! What the module loader (and anything else that consumes tensors) reads from: a validated
 //! table of tensors and a way to get each one's bytes.
 
+use std::ops::Range;
+
 use burn::tensor::Bytes;
 
 use super::error::ReadError;
@@ -60,6 +62,40 @@ pub trait TensorSource {
     /// # Errors
     /// The bytes could not be read.
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError>;
+
+    /// The bytes `range` of `info` (offsets into the tensor's own bytes, not the file), for
+    /// reading part of a tensor (a range of rows: see
+    /// [`TensorSourceExt::tensor_rows`](crate::source::TensorSourceExt::tensor_rows)). Sources
+    /// whose tensors are windows of a mapping or a file (packs, safetensors, object storage...)
+    /// read or fetch only those bytes; the default reads the whole tensor and hands out the
+    /// window, which is correct for every source.
+    ///
+    /// A range is **not checked against the tensor's checksum** (a checksum covers the whole
+    /// tensor): read the whole tensor with [`read`](Self::read) and [`check`](Self::check) it
+    /// where that matters.
+    ///
+    /// ```
+    /// use burn::tensor::{Bytes, DType};
+    /// use burnpack::read::Reader;
+    /// use burnpack::source::TensorSource;
+    /// use burnpack::write::{Entry, Writer};
+    /// let pack = Writer::new(vec![Entry::resident("w", DType::U8, vec![4], Bytes::from_bytes_vec(vec![1, 2, 3, 4]))])
+    ///     .into_bytes()
+    ///     .unwrap();
+    /// let reader = Reader::from_bytes(pack).unwrap();
+    /// let info = reader.tensor("w").unwrap();
+    /// assert_eq!(&reader.read_range(info, 1..3).unwrap()[..], &[2, 3]);
+    /// assert!(reader.read_range(info, 3..5).is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// The range is not inside the tensor's bytes ([`ReadError::Unsupported`] naming the
+    /// tensor), or the bytes could not be read.
+    fn read_range(&self, info: &TensorInfo, range: Range<u64>) -> Result<Bytes, ReadError> {
+        super::range::check_range(self.file(), info, &range)?;
+        let whole = self.read(info)?;
+        super::range::window(self.file(), info, whole, range)
+    }
 
     /// Tensors the source lists but cannot hand out (a dtype Burn has no equivalent of, such
     /// as FP8 in a safetensors file): not in [`tensors`](Self::tensors), shown by tools, and

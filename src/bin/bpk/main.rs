@@ -4,7 +4,7 @@
 //! Every command also takes `s3://bucket/key` URLs where it takes a file, when built with the
 //! `object-store` feature (configured from the `AWS_*` environment variables).
 //!
-//! One file per command (`inspect`, `verify`, `diff`, `convert`, `migrate`), as ripgrep splits
+//! One file per command (`inspect`, `verify`, `cat`, `diff`, `convert`, `migrate`), as ripgrep splits
 //! its binary; no command knows a format by name: `open` opens any argument (a file of any
 //! format, an index of shards, a URL) through the library's container registry, and the
 //! source describes itself; `convert` writes through the registry's output side
@@ -15,6 +15,7 @@
 //! in `EXIT_CODES`, shown by `bpk --help`) and the dispatch.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod cat;
 mod convert;
 mod diff;
 mod inspect;
@@ -130,6 +131,32 @@ enum Command {
         /// Also exit 1 when metadata, scalars or parameter ids present on only one side differ.
         #[arg(long)]
         strict_metadata: bool,
+    },
+    /// Print one tensor: its dtype, shape and values, abridged as NumPy abridges them (the
+    /// first and last three along each dimension of more than 1000 values; only those are
+    /// read where the format allows), or write it as a NumPy .npy file. Quantized tensors are
+    /// dequantized for printing (and said to be). A tensor not in the file is a usage error (2).
+    #[command(
+        after_help = "Examples:\n  bpk cat model.bpk encoder.weight\n  bpk cat model.safetensors lm_head.weight --rows 0..4\n  bpk cat model.gguf token_embd.weight --full\n  bpk cat model.bpk encoder.weight --npy weight.npy"
+    )]
+    Cat {
+        /// The file (any format bpk reads: see `bpk --help`), an index .json of shards, or a
+        /// pack's s3:// URL.
+        file: PathBuf,
+        /// The tensor's name, as `bpk inspect` lists it.
+        name: String,
+        /// Print every value.
+        #[arg(long)]
+        full: bool,
+        /// Only rows A..B of the first dimension (`A..`, `..B` too), reading only their bytes
+        /// where the format allows (not checked against the tensor's checksum, which covers
+        /// the whole tensor).
+        #[arg(long, value_name = "A..B", value_parser = cat::parse_rows)]
+        rows: Option<(Option<usize>, Option<usize>)>,
+        /// Write the tensor (or its rows) to this .npy file instead of printing it (written
+        /// whole, then renamed into place).
+        #[arg(long, value_name = "OUT")]
+        npy: Option<PathBuf>,
     },
     /// Convert a burn-train 0.14-0.21 checkpoint directory (`model-<epoch>.mpk.gz`,
     /// `optim-<epoch>.mpk.gz`, `scheduler-<epoch>.mpk.gz`) into one checkpoint per epoch that
@@ -280,6 +307,13 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect { file, json, filter } => inspect::inspect(&file, json, filter.as_deref()),
         Command::Verify { file, nan, json } => verify::verify(&file, nan, json),
+        Command::Cat {
+            file,
+            name,
+            full,
+            rows,
+            npy,
+        } => cat::cat(&file, &name, full, rows, npy.as_deref()),
         Command::Diff {
             a,
             b,

@@ -475,6 +475,31 @@ impl TensorSource for GgufSource {
         ))
     }
 
+    /// Only these bytes of a plain tensor; the window of the dequantized whole otherwise.
+    fn read_range(
+        &self,
+        info: &TensorInfo,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, ReadError> {
+        crate::source::check_range(&self.file, info, &range)?;
+        let InShard { shard, place } = self.table.place(info)?;
+        let shard = &self.shards[*shard];
+        match (place.ty, place.range) {
+            (Some(ty), Some((start, _))) if ty.plain_dtype().is_some() => shard
+                .source
+                .read(
+                    start + range.start,
+                    range.end - range.start,
+                    element_align(info.dtype()),
+                )
+                .map_err(|e| ReadError::reading(shard.path.display().to_string(), info.name(), &e)),
+            _ => {
+                let whole = self.read(info)?;
+                crate::source::window(&self.file, info, whole, range)
+            }
+        }
+    }
+
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
         let InShard { shard, place } = self.table.place(info).ok()?;
         match (place.ty, place.range) {

@@ -45,6 +45,8 @@ mod inflate;
 mod layout;
 mod open;
 mod source;
+/// `write_npy`, public as `interop::write_npy` (one path, naming no format).
+pub(super) mod write;
 mod zip;
 
 pub(crate) use container::CONTAINER;

@@ -202,6 +202,31 @@ impl TensorSource for NumpySource {
         crate::source::data::checked_bools(&self.file, info, bytes, |b| self.check(info, b))
     }
 
+    /// Only these bytes where the array is stored as Burn holds it (C order, little-endian,
+    /// not deflated); otherwise the window of the whole array, laid out.
+    fn read_range(
+        &self,
+        info: &TensorInfo,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, ReadError> {
+        crate::source::check_range(&self.file, info, &range)?;
+        let stored = self.table.place(info)?;
+        let h = &stored.header;
+        if stored.inflated.is_some() || h.dtype.big_endian || h.fortran {
+            let whole = self.read(info)?;
+            return crate::source::window(&self.file, info, whole, range);
+        }
+        let bytes = self
+            .source
+            .read(
+                stored.start + range.start,
+                range.end - range.start,
+                element_align(info.dtype()),
+            )
+            .map_err(self.io(info))?;
+        crate::source::data::checked_bools(&self.file, info, bytes, |_| Ok(false))
+    }
+
     /// Reads the wanted arrays stored in the file ahead, in file order, through its mapping
     /// (a load's walk goes in the module's order, and an unaligned array's copy would fault
     /// its pages in one at a time): as the safetensors and `torch.save` sources do.

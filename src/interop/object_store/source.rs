@@ -348,6 +348,52 @@ impl TensorSource for ObjectSource {
             .map_or_else(|| Bytes::from_bytes_vec(Vec::new()), |(_, b)| b))
     }
 
+    /// One ranged request for exactly these bytes (a window of the tensor when a prefetch
+    /// already brought it). Not checked against the tensor's checksum, which covers the whole.
+    fn read_range(&self, info: &TensorInfo, range: Range<u64>) -> Result<Bytes, ReadError> {
+        let url = &self.fetcher.location.url;
+        if crate::format::owned(self.layout.tensors(), info).is_none() {
+            return Err(ReadError::NotMine {
+                file: url.clone(),
+                tensor: info.name().to_string(),
+            });
+        }
+        crate::source::check_range(url, info, &range)?;
+        let ahead = self
+            .fetched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&info.offset())
+            .cloned();
+        if let Some(whole) = ahead {
+            return crate::source::window(url, info, whole, range);
+        }
+        if range.is_empty() {
+            return Ok(Bytes::from_bytes_vec(Vec::new()));
+        }
+        let (start, end) = (info.offset() + range.start, info.offset() + range.end);
+        let (bytes, _) = block_on(self.fetcher.get(start..end))
+            .map_err(|e| ReadError::Io {
+                file: url.clone(),
+                action: "fetch tensor data",
+                source: std::io::Error::other(e),
+            })?
+            .map_err(|e| self.fetch_error(e))?;
+        if bytes.len() as u64 != end - start {
+            return Err(self.fetch_error(::object_store::Error::Generic {
+                store: "burnpack",
+                source: format!(
+                    "tensor '{}': asked for {} bytes, the store answered {}",
+                    info.name(),
+                    end - start,
+                    bytes.len()
+                )
+                .into(),
+            }));
+        }
+        Ok(bytes)
+    }
+
     fn namespace(&self) -> Option<&str> {
         self.layout.namespace()
     }

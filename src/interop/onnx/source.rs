@@ -245,6 +245,36 @@ impl TensorSource for OnnxSource {
         crate::source::data::checked_bools(&self.file, info, self.read_stored(info)?, |_| Ok(false))
     }
 
+    /// Only these bytes of a `raw_data` tensor (in the model or its external data); the
+    /// window of the decoded whole for a tensor of typed fields.
+    fn read_range(
+        &self,
+        info: &TensorInfo,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, ReadError> {
+        crate::source::check_range(&self.file, info, &range)?;
+        let stored = self.table.place(info)?;
+        let (data, file, start) = match stored.place {
+            Place::Raw(None, start) => (&self.data, self.file.clone(), start),
+            Place::Raw(Some(i), start) => {
+                let External { path, data, .. } = &self.external[i];
+                (data, path.display().to_string(), start)
+            }
+            _ => {
+                let whole = self.read(info)?;
+                return crate::source::window(&self.file, info, whole, range);
+            }
+        };
+        let bytes = data
+            .read(
+                start + range.start,
+                range.end - range.start,
+                element_align(info.dtype()),
+            )
+            .map_err(|e| ReadError::reading(file, info.name(), &e))?;
+        crate::source::data::checked_bools(&self.file, info, bytes, |_| Ok(false))
+    }
+
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
         let stored = self.table.place(info).ok()?;
         let align = element_align(info.dtype());

@@ -423,6 +423,27 @@ impl TensorSource for SafetensorsSource {
         crate::source::data::checked_bools(&self.file, info, bytes, |_| Ok(false))
     }
 
+    /// Only these bytes: a window of the shard's mapping, or one positional read.
+    fn read_range(
+        &self,
+        info: &TensorInfo,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, ReadError> {
+        crate::source::check_range(&self.file, info, &range)?;
+        let shard = &self.shards[self.table.place(info)?.shard];
+        let bytes = shard
+            .source
+            .read(
+                info.offset() + range.start,
+                range.end - range.start,
+                element_align(info.dtype()),
+            )
+            .map_err(|source| {
+                ReadError::reading(shard.path.display().to_string(), info.name(), &source)
+            })?;
+        crate::source::data::checked_bools(&self.file, info, bytes, |_| Ok(false))
+    }
+
     fn withheld(&self) -> &[Withheld] {
         &self.withheld
     }
