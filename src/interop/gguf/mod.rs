@@ -46,6 +46,7 @@
 mod container;
 mod convention;
 mod dequant;
+mod describe;
 mod grid;
 mod grid_kept;
 mod header;

@@ -2,7 +2,6 @@
 //! of the mapping, quantized types dequantized into `f32` (or `f16`/`bf16`) when read, or kept
 //! quantized as Burn `QFloat` tensors.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{Bytes, DType};
@@ -18,8 +17,8 @@ use crate::source::OpenOptions;
 use crate::source::data::{Source, aligned_words, zeroed_words};
 use crate::source::from_table;
 use crate::source::{
-    Checksums, CopyReason, Description, InShard, ReadError, Sharded, SourceError, SourceTable,
-    TensorSource, assemble_shards, human_bytes,
+    CopyReason, InShard, ReadError, Sharded, SourceError, SourceTable, TensorSource,
+    assemble_shards,
 };
 
 /// A llama.cpp GGUF file as a [`TensorSource`]: versions 2 and 3, little-endian, one file or a
@@ -44,26 +43,26 @@ use crate::source::{
 /// ```
 pub struct GgufSource {
     file: String,
-    shards: Vec<Shard>,
-    table: SourceTable<InShard<Stored>>,
+    pub(super) shards: Vec<Shard>,
+    pub(super) table: SourceTable<InShard<Stored>>,
 }
 
-struct Shard {
-    path: PathBuf,
+pub(super) struct Shard {
+    pub(super) path: PathBuf,
     source: Source,
-    version: u32,
-    alignment: u64,
-    metadata: Vec<(String, Value)>,
+    pub(super) version: u32,
+    pub(super) alignment: u64,
+    pub(super) metadata: Vec<(String, Value)>,
 }
 
 /// How a tensor's bytes are stored.
 #[derive(Clone, Copy)]
 pub(super) struct Stored {
-    ty: Option<GgmlType>,
+    pub(super) ty: Option<GgmlType>,
     /// The type id, for a type ggml does not have.
     type_id: u32,
     /// Absolute offset and length of the stored bytes (`None` for an unknown type).
-    range: Option<(u64, u64)>,
+    pub(super) range: Option<(u64, u64)>,
 }
 
 impl std::fmt::Debug for GgufSource {
@@ -213,7 +212,7 @@ impl GgufSource {
         self.shards.iter().map(|s| s.path.as_path())
     }
 
-    fn type_name(stored: &Stored) -> String {
+    pub(super) fn type_name(stored: &Stored) -> String {
         stored.ty.map_or_else(
             || format!("type {}", stored.type_id),
             |t| t.name().to_string(),
@@ -509,106 +508,5 @@ impl TensorSource for GgufSource {
             (Some(ty), _) => Some(CopyReason::Decoded { format: ty.name() }),
             _ => Some(CopyReason::Decoded { format: "GGUF" }),
         }
-    }
-}
-
-impl crate::source::DescribedSource for GgufSource {
-    fn describe(&self) -> Description {
-        let get = |key: &str| self.get(key);
-        let arch = get("general.architecture")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown")
-            .to_string();
-        let mut census: BTreeMap<String, (usize, u64)> = BTreeMap::new();
-        for (info, place) in self.table.tensors().iter().zip(self.table.places()) {
-            let entry = census.entry(Self::type_name(&place.place)).or_default();
-            entry.0 += 1;
-            entry.1 += place.place.range.map_or(0, |(_, bytes)| bytes);
-            let _ = info;
-        }
-        let types: Vec<String> = census
-            .iter()
-            .map(|(t, (n, bytes))| format!("{t} {n} ({})", human_bytes(*bytes)))
-            .collect();
-        let mut lines = vec![format!("architecture: {arch}")];
-        if let Some(context) = get(&format!("{arch}.context_length")) {
-            lines.push(format!("context length: {context}"));
-        }
-        if let Some(model) = get("tokenizer.ggml.model").and_then(Value::as_str) {
-            let tokens = get("tokenizer.ggml.tokens")
-                .and_then(Value::as_array)
-                .map_or(0, super::value::Array::len);
-            lines.push(format!("tokenizer: {model} ({tokens} tokens)"));
-        }
-        lines.push(format!("stored types: {}", types.join(", ")));
-        let unread: Vec<String> = self
-            .table
-            .tensors()
-            .iter()
-            .zip(self.table.places())
-            .filter(|(_, p)| {
-                !p.place
-                    .ty
-                    .is_some_and(|t| t.plain_dtype().is_some() || t.is_dequantized())
-            })
-            .map(|(t, p)| format!("{} ({})", t.name(), Self::type_name(&p.place)))
-            .collect();
-        let mut notes = Vec::new();
-        if !unread.is_empty() {
-            notes.push(format!(
-                "not read (types this crate does not dequantize): {}",
-                unread.join(", ")
-            ));
-        }
-        let first = &self.shards[0];
-        let parts = self.shards.len();
-        Description {
-            format: "gguf",
-            summary: format!(
-                "GGUF v{}{}",
-                first.version,
-                if parts > 1 {
-                    format!(", {parts} parts")
-                } else {
-                    String::new()
-                }
-            ),
-            valid: format!("GGUF v{} valid", first.version),
-            shards: self.shards.iter().map(|s| s.path.clone()).collect(),
-            metadata: first
-                .metadata
-                .iter()
-                .map(|(k, v)| (k.clone(), v.shown()))
-                .collect(),
-            lines,
-            fields: vec![
-                ("version", u64::from(first.version).into()),
-                ("architecture", arch.into()),
-                ("alignment", first.alignment.into()),
-                ("types", types.into()),
-                ("not_read", unread.into()),
-            ],
-            notes,
-            checksums: Checksums::None,
-            unverified: "no checksums in GGUF (contents unverified)".into(),
-            column: Some("type"),
-            ..Description::default()
-        }
-    }
-
-    /// The whole metadata: strings as they are, other values in their full text (arrays
-    /// unabridged, see [`Value::stored`]), where the description abridges long arrays.
-    fn carried_metadata(&self) -> Vec<(String, String)> {
-        self.metadata()
-            .iter()
-            .map(|(key, value)| (key.clone(), value.stored()))
-            .collect()
-    }
-
-    fn column(&self, info: &TensorInfo) -> Option<String> {
-        self.table
-            .place(info)
-            .ok()
-            .map(|p| Self::type_name(&p.place))
     }
 }
