@@ -336,6 +336,18 @@ fn every_door_returns_the_report() {
     let (_, from_source) = fine_tune(&device)
         .load_from_source_with_report(&reader, &options)
         .unwrap();
+    // A checkpoint's model part, the same partial load.
+    let ckpt = dir.path().join("step-1.bpk");
+    burnpack::checkpoint::TrainingState::new(&source, burnpack::checkpoint::Progress::new(0, 1))
+        .save(&ckpt)
+        .unwrap();
+    let (_, from_checkpoint) = burnpack::checkpoint::Checkpoint::open(&ckpt)
+        .unwrap()
+        .load_model_with_report(fine_tune(&device), &options)
+        .unwrap();
+    assert_eq!(from_checkpoint.applied(), from_source.applied());
+    assert_eq!(from_checkpoint.missing(), from_source.missing());
+    assert_eq!(from_checkpoint.unused(), from_source.unused());
     assert_eq!(from_file, from_source);
     assert_eq!(from_bytes.applied(), from_source.applied());
     assert_eq!(from_bytes.missing(), from_source.missing());

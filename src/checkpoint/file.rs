@@ -255,6 +255,36 @@ impl<S: PackSource> Checkpoint<S> {
         Ok(model.load_from_source(self.pack()?, options)?)
     }
 
+    /// [`load_model_with`](Self::load_model_with), also returning the
+    /// [`LoadReport`](crate::module::LoadReport): what a partial load applied, left missing,
+    /// skipped, renamed, cast or left unused.
+    ///
+    /// ```no_run
+    /// # use burn::module::{Module, Param};
+    /// # use burn::tensor::{Device, Tensor};
+    /// # #[derive(Module, Debug)]
+    /// # struct Net { w: Param<Tensor<1>> }
+    /// use burnpack::checkpoint::Checkpoint;
+    /// use burnpack::module::LoadOptions;
+    /// # let device = Device::default();
+    /// # let net = Net { w: Param::from_data([0.0], &device) };
+    /// let checkpoint = Checkpoint::open("checkpoints/step-000100.bpk")?;
+    /// let options = LoadOptions::new().allow_partial(true);
+    /// let (net, report) = checkpoint.load_model_with_report(net, &options)?;
+    /// println!("{report}");
+    /// # Ok::<(), burnpack::checkpoint::CheckpointError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`CheckpointError::Module`] listing every mismatch.
+    pub fn load_model_with_report<M: Module>(
+        &self,
+        model: M,
+        options: &LoadOptions,
+    ) -> Result<(M, crate::module::LoadReport), CheckpointError> {
+        Ok(model.load_from_source_with_report(self.pack()?, options)?)
+    }
+
     /// Restores the optimizer state into `optimizer` (built with the same configuration).
     ///
     /// # Errors
