@@ -133,6 +133,10 @@ impl<'a> Applier<'a> {
         // (they answer `false` here all the same).
         let holds = device.supports_dtype(dtype)
             || matches!(dtype, DType::QFloat(scheme) if quantizable(&scheme));
+        if let Some(why) = super::quantized::fp8_refused_on(&device, dtype) {
+            self.mismatch.failed.push((path.to_string(), why));
+            return param;
+        }
         if !holds {
             self.mismatch.failed.push((
                 path.to_string(),
