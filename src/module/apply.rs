@@ -133,10 +133,6 @@ impl<'a> Applier<'a> {
         // (they answer `false` here all the same).
         let holds = device.supports_dtype(dtype)
             || matches!(dtype, DType::QFloat(scheme) if quantizable(&scheme));
-        if let Some(why) = super::quantized::fp8_refused_on(&device, dtype) {
-            self.mismatch.failed.push((path.to_string(), why));
-            return param;
-        }
         if !holds {
             self.mismatch.failed.push((
                 path.to_string(),
@@ -287,6 +283,9 @@ impl<'a> Applier<'a> {
         transpose: bool,
         device: &burn::tensor::Device,
     ) -> Result<Laid<'i>, String> {
+        if let Some(why) = super::quantized::fp8_refused_on(device, dtype) {
+            return Err(why);
+        }
         let copied = self.copy_reason(info, dtype, transpose, device);
         let wanted = transpose && (self.options.contiguous || transposes_by_copy(device));
         match wanted

@@ -106,7 +106,6 @@ impl Format {
             Self::E4M3Fnuz | Self::E5M2Fnuz if byte == 0x80 => return f32::NAN,
             _ => {}
         }
-        let mantissa_bits = i32::from(mantissa_bits);
         let magnitude = if e == 0 {
             f32::from(m) * pow2(1 - bias - mantissa_bits)
         } else {
@@ -128,7 +127,7 @@ impl Format {
 /// `2^k` for `k` in `[-149, 127]`, exactly (subnormal below `-126`).
 fn pow2(k: i32) -> f32 {
     if k >= -126 {
-        f32::from_bits(((k + 127) as u32) << 23)
+        f32::from_bits((k + 127).cast_unsigned() << 23)
     } else {
         f32::from_bits(1u32 << (k + 149))
     }

@@ -335,30 +335,9 @@ impl SafetensorsSource {
             InShard {
                 shard,
                 place: Some(fp8),
-            } => self.read_fp8(&self.shards[*shard], info, fp8),
+            } => read_fp8(&self.shards[*shard], info, fp8),
             _ => self.read_aligned(info, 1),
         }
-    }
-
-    /// An FP8 tensor as listed: its bytes (and its folded scales) read, then decoded into
-    /// `f32` or laid out as Burn's `QFloat`, in memory of its own.
-    fn read_fp8(&self, shard: &Shard, info: &TensorInfo, fp8: &Fp8) -> Result<Bytes, ReadError> {
-        let io =
-            |source| ReadError::reading(shard.path.display().to_string(), info.name(), &source);
-        let raw = shard
-            .source
-            .read(info.offset(), fp8.raw_len, 1)
-            .map_err(io)?;
-        let scales = match fp8.scale {
-            Some(scale) => Some(shard.source.read(scale.start, scale.len, 1).map_err(io)?),
-            None => None,
-        };
-        let len =
-            usize::try_from(info.len()).map_err(|_| io(std::io::Error::other("too large")))?;
-        crate::source::data::aligned_bytes(len, io, |out| {
-            fp8.fill(&raw, scales.as_deref().unwrap_or(&[]), out);
-            Ok(())
-        })
     }
 
     fn read_aligned(&self, info: &TensorInfo, align: usize) -> Result<Bytes, ReadError> {
@@ -372,6 +351,28 @@ impl SafetensorsSource {
     }
 }
 
+/// An FP8 tensor as listed: its bytes (and its folded scales) read, then decoded into
+/// `f32` or laid out as Burn's `QFloat`, in memory of its own.
+fn read_fp8(shard: &Shard, info: &TensorInfo, fp8: &Fp8) -> Result<Bytes, ReadError> {
+    let io = |source| ReadError::reading(shard.path.display().to_string(), info.name(), &source);
+    let raw = shard
+        .source
+        .read(info.offset(), fp8.raw_len, 1)
+        .map_err(io)?;
+    let scales = match fp8.scale {
+        Some(scale) => Some(shard.source.read(scale.start, scale.len, 1).map_err(io)?),
+        None => None,
+    };
+    let len = usize::try_from(info.len()).map_err(|_| io(std::io::Error::other("too large")))?;
+    crate::source::data::aligned_bytes(len, io, |out| {
+        fp8.fill(&raw, scales.as_deref().unwrap_or(&[]), out);
+        Ok(())
+    })
+}
+
+/// A shard's tensors, each with how an FP8 one is read.
+type Rows = Vec<(TensorInfo, Option<Fp8>)>;
+
 /// The name of a source in memory, in errors.
 const MEMORY: &str = "<memory>";
 
@@ -382,7 +383,7 @@ fn open_shard(
     file: Option<std::fs::File>,
     limits: &Limits,
     options: &OpenOptions,
-) -> Result<(Shard, Vec<(TensorInfo, Option<Fp8>)>), SourceError> {
+) -> Result<(Shard, Rows), SourceError> {
     let verify = options.verify;
     let (file, total) = crate::source::data::opened_within_limits(path, file, limits)?;
     let mut prefix = [0u8; 8];
@@ -417,7 +418,7 @@ fn shard(
     header_len: usize,
     metadata: &safetensors::tensor::Metadata,
     keep: bool,
-    rows: &mut Vec<(TensorInfo, Option<Fp8>)>,
+    rows: &mut Rows,
 ) -> Result<Shard, SourceError> {
     let data_start = 8 + header_len as u64;
     let tensors = metadata.tensors();
@@ -500,7 +501,7 @@ impl TensorSource for SafetensorsSource {
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         let InShard { shard, place } = self.table.place(info)?;
         if let Some(fp8) = place {
-            return self.read_fp8(&self.shards[*shard], info, fp8);
+            return read_fp8(&self.shards[*shard], info, fp8);
         }
         let bytes = self.read_aligned(info, element_align(info.dtype()))?;
         crate::source::data::checked_bools(&self.file, info, bytes, |_| Ok(false))
