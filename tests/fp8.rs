@@ -122,6 +122,8 @@ fn every_fp8_bit_pattern_decodes_into_f32_as_ml_dtypes_does() {
                 .to_string()
                 .contains("F8_")
         );
+        // Decoded, not unaligned (whatever offset the header leaves the bytes at).
+        assert_eq!(source.unaligned().count(), 0);
         // Into a Burn parameter on flex and ndarray, by every door that loads a module.
         #[allow(deprecated)] // ndarray: still one of Burn 0.22's CPU backends, tested beside flex
         for device in [Device::flex(), Device::ndarray()] {
