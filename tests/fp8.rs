@@ -286,6 +286,21 @@ fn weight_scale_inv_is_folded_block_by_block() {
                 "ragged.weight"
             ]
         );
+        // Into a pack (what `bpk convert` writes): every tensor as listed, read back the same,
+        // the per-block QFloat with its scheme.
+        let pack = burnpack::Writer::from_source(&source)
+            .unwrap()
+            .into_bytes()
+            .unwrap();
+        let reader = burnpack::read::Reader::from_bytes(pack).unwrap();
+        for info in source.tensors() {
+            let stored = reader.tensor(info.name()).unwrap();
+            assert_eq!(stored.dtype(), info.dtype(), "{}", info.name());
+            assert_eq!(
+                &reader.bytes(info.name()).unwrap()[..],
+                &source.read(info).unwrap()[..]
+            );
+        }
         for (name, rows, cols) in cases {
             let info = source.tensor(&format!("{name}.weight")).unwrap();
             let bytes = source.read(info).unwrap();
