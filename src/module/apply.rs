@@ -285,6 +285,9 @@ impl<'a> Applier<'a> {
         transpose: bool,
         device: &burn::tensor::Device,
     ) -> Result<Laid<'i>, String> {
+        if let Some(why) = super::quantized::fp8_refused_on(device, dtype) {
+            return Err(why);
+        }
         let copied = self.copy_reason(info, dtype, transpose, device);
         let wanted = transpose && (self.options.contiguous || transposes_by_copy(device));
         match wanted

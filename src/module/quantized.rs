@@ -83,6 +83,30 @@ pub(super) fn transposed(
     ))
 }
 
+/// Why `device` cannot take a `QFloat` of `dtype` exactly, where Burn 0.22 would take it and
+/// get it wrong: flex dequantizes `E4M3` / `E5M2` values as if their bytes were integers
+/// (`0x38`, FP8 1.0, as 56.0) and ndarray refuses them (a panic); the cubecl backends (wgpu,
+/// CUDA) decode them. `None` where the device holds it (every other dtype).
+pub(super) fn fp8_refused_on(device: &burn::tensor::Device, dtype: DType) -> Option<String> {
+    use burn::tensor::quantization::QuantValue;
+    let DType::QFloat(scheme) = dtype else {
+        return None;
+    };
+    if !matches!(scheme.value, QuantValue::E4M3 | QuantValue::E5M2) {
+        return None;
+    }
+    // Burn's dispatch device names its backend; an autodiff device names the one it wraps.
+    let name = format!("{device:?}");
+    (name.contains("Flex(") || name.contains("NdArray(")).then(|| {
+        format!(
+            "{:?} values are not dequantized exactly on {device:?} (Burn 0.22's CPU backends \
+             read FP8 bytes as integers, or refuse them): open the source without \
+             keep_quantized to load them decoded into f32, or load onto wgpu or CUDA",
+            scheme.value
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,29 +11,11 @@ pub(crate) const CONTAINER: Container = Container {
     hint: "this looks like a safetensors file: convert it with `bpk convert IN.safetensors \
            OUT.bpk` or `burnpack::interop::safetensors::safetensors_to_burnpack`, or open it \
            with `burnpack::interop::open_any`",
-    open: |path, options| {
-        boxed(SafetensorsSource::open_file_for(
-            path,
-            None,
-            &options.limits,
-            options.verify,
-        ))
-    },
+    open: |path, options| boxed(SafetensorsSource::open_file_for(path, None, options)),
     open_file: |path, file, options| {
-        boxed(SafetensorsSource::open_file_for(
-            path,
-            Some(file),
-            &options.limits,
-            options.verify,
-        ))
+        boxed(SafetensorsSource::open_file_for(path, Some(file), options))
     },
-    open_index: Some(|path, options| {
-        boxed(SafetensorsSource::open_index_for(
-            path,
-            &options.limits,
-            options.verify,
-        ))
-    }),
+    open_index: Some(|path, options| boxed(SafetensorsSource::open_index_for(path, options))),
     index_shards: Some(crate::interop::index::shards),
     from_bytes: |bytes, options| boxed(SafetensorsSource::from_bytes(bytes, options)),
     refuse: None,

@@ -8,7 +8,7 @@ use burn::tensor::Bytes;
 
 use super::SafetensorsSource;
 use crate::format::Limits;
-use crate::source::SourceError;
+use crate::source::{OpenOptions, SourceError};
 
 impl SafetensorsSource {
     /// Opens one `.safetensors` file, whatever its name.
@@ -20,7 +20,7 @@ impl SafetensorsSource {
         note = "use burnpack::interop::open_any_with (told by content) or SafetensorsSource::open_with"
     )]
     pub fn open_file(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
-        Self::open_file_for(path.as_ref(), None, limits, false)
+        Self::open_file_for(path.as_ref(), None, &OpenOptions::new().limits(*limits))
     }
 
     /// Opens an index JSON (whatever its name) and the shards its `weight_map` names.
@@ -32,7 +32,7 @@ impl SafetensorsSource {
         note = "use burnpack::interop::open_any_with (told by content) or SafetensorsSource::open_with"
     )]
     pub fn open_index(path: impl AsRef<Path>, limits: &Limits) -> Result<Self, SourceError> {
-        Self::open_index_for(path.as_ref(), limits, false)
+        Self::open_index_for(path.as_ref(), &OpenOptions::new().limits(*limits))
     }
 
     /// [`from_bytes`](SafetensorsSource::from_bytes) with the limits on tensor count and size.

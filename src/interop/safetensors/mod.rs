@@ -32,6 +32,8 @@ use crate::write::{Entry, WriteError, Writer};
 
 mod container;
 mod deprecated;
+mod describe;
+mod fp8;
 mod header;
 #[cfg(all(test, target_os = "linux"))]
 mod prefetch_tests;
@@ -168,16 +170,13 @@ fn to_burn(dtype: Dtype) -> Option<DType> {
     })
 }
 
-/// Why a tensor of `dtype` (one [`to_burn`] has no Burn dtype for) cannot be loaded.
+/// Why a tensor of `dtype` (one [`to_burn`] has no Burn dtype for, and not an 8-bit float,
+/// which is decoded) cannot be loaded: the packed 4- and 6-bit floats.
 fn withheld_reason(dtype: Dtype) -> String {
-    match dtype {
-        Dtype::F8_E4M3 | Dtype::F8_E5M2 | Dtype::F8_E4M3FNUZ | Dtype::F8_E5M2FNUZ => {
-            "FP8 is not loadable yet (Burn has no FP8 dtype; load the other tensors with a \
-             filter or allow_partial)"
-                .into()
-        }
-        other => format!("Burn has no {other:?} dtype, so it is not loadable"),
-    }
+    format!(
+        "Burn has no {dtype:?} dtype and this crate does not decode it, so it is not loadable \
+         (load the other tensors with a filter or allow_partial)"
+    )
 }
 
 /// The safetensors dtype of a burnpack dtype. `Flex32` is stored as f32 bytes, so it becomes
@@ -207,8 +206,9 @@ fn to_safetensors(dtype: DType) -> Option<Dtype> {
 /// (so unaligned safetensors tensors come out aligned). Returns the size written.
 ///
 /// # Errors
-/// An invalid source (see [`SafetensorsSource::open`]), an unsupported dtype (FP8 and other
-/// types Burn does not have), or a failed write (the destination is then untouched).
+/// An invalid source (see [`SafetensorsSource::open`]), an unsupported dtype (`F4`, `F6_*`:
+/// FP8 tensors are written decoded into `f32`), or a failed write (the destination is then
+/// untouched).
 pub fn safetensors_to_burnpack(
     input: impl AsRef<Path>,
     output: impl AsRef<Path>,
@@ -239,7 +239,8 @@ pub fn safetensors_to_burnpack(
 /// As for [`safetensors_to_burnpack`], less the write.
 pub fn safetensors_to_writer(input: impl AsRef<Path>) -> Result<Writer, ConvertError> {
     let source = SafetensorsSource::open(input)?;
-    // An FP8 tensor would be missing from the pack: refused by name.
+    // A tensor of a dtype this crate does not decode (F4, F6) would be missing from the
+    // pack: refused by name. FP8 tensors are written as read: decoded into `f32`.
     crate::source::refuse_withheld(&source)?;
     let mut infos: Vec<&crate::format::TensorInfo> = crate::source::TensorSource::tensors(&source)
         .iter()

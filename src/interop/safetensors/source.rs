@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::Bytes;
 
+use super::fp8::{Format, Fp8, Listed, pairs};
 use super::header::{header_len, validate};
 use super::{to_burn, withheld_reason};
 use crate::format::{Limits, TensorInfo, element_align};
@@ -17,8 +18,8 @@ use crate::interop::read_hints::{Hinted, ReadHints, file_mapping};
 use crate::source::data::Source;
 use crate::source::from_table;
 use crate::source::{
-    CopyReason, Description, InShard, OpenOptions, ReadError, Sharded, SourceError, SourceTable,
-    TensorSource, Withheld, assemble_shards, human_bytes,
+    CopyReason, InShard, OpenOptions, ReadError, Sharded, SourceError, SourceTable, TensorSource,
+    Withheld, assemble_shards,
 };
 
 /// Hugging Face / `PyTorch` safetensors weights as a [`TensorSource`]: one `.safetensors` file,
@@ -35,8 +36,14 @@ use crate::source::{
 /// tensors ahead through the mappings in the files' order, from a thread that holds the
 /// mappings until it is done (the parameters are windows of them): keep the files unchanged.
 ///
-/// A tensor of a dtype Burn has no equivalent of (FP8: `F8_E4M3`, `F8_E5M2`; and `F4`, `F6_*`,
-/// `F8_E8M0`) does not keep the file from opening: it is listed by
+/// FP8 tensors (`F8_E4M3`, `F8_E5M2`, `F8_E4M3FNUZ`, `F8_E5M2FNUZ`, `F8_E8M0`) are decoded
+/// exactly into `f32` when read (a copy); with
+/// [`OpenOptions::keep_quantized`], `F8_E4M3` and `F8_E5M2` are Burn `QFloat` tensors of value
+/// `E4M3` / `E5M2` instead (Burn 0.22 dequantizes those on wgpu and CUDA; a load onto flex or
+/// ndarray refuses them by name). A weight's scale tensor of the same file is folded into it
+/// (`X.weight_scale_inv`, DeepSeek-V3's 128 × 128 block scales; `X.weight_scale`, one per
+/// tensor or per row) and is not listed. A tensor of a dtype this crate does not decode (`F4`,
+/// `F6_*`) does not keep the file from opening: it is listed by
 /// [`withheld`](TensorSource::withheld) (and by `bpk inspect`), the other tensors load, and a
 /// load or a conversion that wants it is refused with an error naming the file, the tensor and
 /// its dtype (load the others with a filter or
@@ -67,27 +74,30 @@ use crate::source::{
 pub struct SafetensorsSource {
     /// The file (or index) named in errors.
     file: String,
-    shards: Vec<Shard>,
+    pub(super) shards: Vec<Shard>,
     /// Every tensor, sorted by name, with its shard.
-    table: SourceTable<InShard<()>>,
-    metadata: BTreeMap<String, String>,
-    /// The tensors of a dtype Burn has no equivalent of (FP8), sorted by name: listed, not
-    /// loadable ([`TensorSource::withheld`]).
-    withheld: Vec<Withheld>,
+    /// FP8 tensors are decoded (or laid out as `QFloat`) when read: `Some` says how.
+    pub(super) table: SourceTable<InShard<Option<Fp8>>>,
+    pub(super) metadata: BTreeMap<String, String>,
+    /// The tensors of a dtype this crate does not decode (`F4`, `F6_*`), sorted by name:
+    /// listed, not loadable ([`TensorSource::withheld`]).
+    pub(super) withheld: Vec<Withheld>,
     /// Where each of `withheld` is (same order): its shard, and its bytes' absolute range.
     withheld_at: Vec<(usize, u64, u64)>,
     /// The read-ahead of the last [`TensorSource::prefetch`].
     hints: ReadHints,
 }
 
-struct Shard {
-    path: PathBuf,
+pub(super) struct Shard {
+    pub(super) path: PathBuf,
     /// The file's mapping (or, read for a verification, the file; or bytes in memory).
     source: Source,
     /// The file's own `__metadata__`.
     metadata: BTreeMap<String, String>,
     /// Its tensors of a dtype Burn has no equivalent of, with their bytes' absolute range.
     withheld: Vec<(Withheld, u64, u64)>,
+    /// Scale tensors folded into the FP8 weight they scale (not listed): scale, weight.
+    pub(super) folded: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for SafetensorsSource {
@@ -135,41 +145,39 @@ impl SafetensorsSource {
     ) -> Result<Self, SourceError> {
         let (path, options) = (path.as_ref(), options.open_options());
         if path.extension().is_some_and(|e| e == "json") {
-            Self::open_index_for(path, &options.limits, options.verify)
+            Self::open_index_for(path, &options)
         } else {
-            Self::open_file_for(path, None, &options.limits, options.verify)
+            Self::open_file_for(path, None, &options)
         }
     }
 
-    /// One file, whatever its name, read with ordinary reads instead of mapped where `verify`;
-    /// `file`: the file already opened (by the registry, which then opens nothing again).
+    /// One file, whatever its name, read with ordinary reads instead of mapped where
+    /// `options.verify`; `file`: the file already opened (by the registry, which then opens
+    /// nothing again).
     pub(crate) fn open_file_for(
         path: &Path,
         file: Option<std::fs::File>,
-        limits: &Limits,
-        verify: bool,
+        options: &OpenOptions,
     ) -> Result<Self, SourceError> {
         let mut file = file;
-        let open = |shard: &Path, limits: &Limits| open_shard(shard, file.take(), limits, verify);
-        let sharded = assemble_shards(path, &[path.to_path_buf()], None, limits, open)?;
+        let open = |shard: &Path, limits: &Limits| open_shard(shard, file.take(), limits, options);
+        let sharded = assemble_shards(path, &[path.to_path_buf()], None, &options.limits, open)?;
         Ok(Self::assemble(path, sharded, BTreeMap::new()))
     }
 
     /// An index JSON and its shards, read with ordinary reads instead of mapped where
-    /// `verify`.
-    pub(crate) fn open_index_for(
-        path: &Path,
-        limits: &Limits,
-        verify: bool,
-    ) -> Result<Self, SourceError> {
+    /// `options.verify`.
+    pub(crate) fn open_index_for(path: &Path, options: &OpenOptions) -> Result<Self, SourceError> {
+        let limits = &options.limits;
         let index = ShardIndex::read(path, "safetensors", limits.max_tensor_count)?;
         // Each shard checked against the index here rather than by `assemble_shards`: the
         // index routes the withheld tensors too.
         let mut next = 0;
         let open = |shard: &Path, limits: &Limits| {
-            let (opened, rows) = open_shard(shard, None, limits, verify)?;
-            let held = rows.iter().map(|(info, ())| info.name());
+            let (opened, rows) = open_shard(shard, None, limits, options)?;
+            let held = rows.iter().map(|(info, _)| info.name());
             let held = held.chain(opened.withheld.iter().map(|(w, _, _)| w.name.as_str()));
+            let held = held.chain(opened.folded.iter().map(|(scale, _)| scale.as_str()));
             index
                 .check_shard(next, held)
                 .map_err(SourceError::invalid(path))?;
@@ -216,8 +224,9 @@ impl SafetensorsSource {
                     Source::Memory(bytes),
                     header_len,
                     &metadata,
+                    options.keep_quantized,
                     &mut rows,
-                );
+                )?;
                 Ok((shard, rows))
             })?;
         Ok(Self::assemble(path, sharded, BTreeMap::new()))
@@ -225,7 +234,7 @@ impl SafetensorsSource {
 
     fn assemble(
         path: &Path,
-        sharded: Sharded<Shard, ()>,
+        sharded: Sharded<Shard, Option<Fp8>>,
         mut metadata: BTreeMap<String, String>,
     ) -> Self {
         let shards: Vec<Shard> = sharded.shards.into_iter().map(|(_, s)| s).collect();
@@ -316,12 +325,19 @@ impl SafetensorsSource {
         self.table
             .tensors()
             .iter()
-            .filter(|info| self.copy_reason(info).is_some())
+            .filter(|info| matches!(self.copy_reason(info), Some(CopyReason::Unaligned { .. })))
     }
 
-    /// The bytes of `info` as they lie in the mapping, aligned or not (for copying elsewhere).
+    /// The bytes of `info` as they lie in the mapping, aligned or not (for copying elsewhere);
+    /// an FP8 tensor's as it is listed (decoded, or laid out as `QFloat`).
     pub(crate) fn window(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
-        self.read_aligned(info, 1)
+        match self.table.place(info)? {
+            InShard {
+                shard,
+                place: Some(fp8),
+            } => read_fp8(&self.shards[*shard], info, fp8),
+            _ => self.read_aligned(info, 1),
+        }
     }
 
     fn read_aligned(&self, info: &TensorInfo, align: usize) -> Result<Bytes, ReadError> {
@@ -335,6 +351,28 @@ impl SafetensorsSource {
     }
 }
 
+/// An FP8 tensor as listed: its bytes (and its folded scales) read, then decoded into
+/// `f32` or laid out as Burn's `QFloat`, in memory of its own.
+fn read_fp8(shard: &Shard, info: &TensorInfo, fp8: &Fp8) -> Result<Bytes, ReadError> {
+    let io = |source| ReadError::reading(shard.path.display().to_string(), info.name(), &source);
+    let raw = shard
+        .source
+        .read(info.offset(), fp8.raw_len, 1)
+        .map_err(io)?;
+    let scales = match fp8.scale {
+        Some(scale) => Some(shard.source.read(scale.start, scale.len, 1).map_err(io)?),
+        None => None,
+    };
+    let len = usize::try_from(info.len()).map_err(|_| io(std::io::Error::other("too large")))?;
+    crate::source::data::aligned_bytes(len, io, |out| {
+        fp8.fill(&raw, scales.as_deref().unwrap_or(&[]), out);
+        Ok(())
+    })
+}
+
+/// A shard's tensors, each with how an FP8 one is read.
+type Rows = Vec<(TensorInfo, Option<Fp8>)>;
+
 /// The name of a source in memory, in errors.
 const MEMORY: &str = "<memory>";
 
@@ -344,8 +382,9 @@ fn open_shard(
     path: &Path,
     file: Option<std::fs::File>,
     limits: &Limits,
-    verify: bool,
-) -> Result<(Shard, Vec<(TensorInfo, ())>), SourceError> {
+    options: &OpenOptions,
+) -> Result<(Shard, Rows), SourceError> {
+    let verify = options.verify;
     let (file, total) = crate::source::data::opened_within_limits(path, file, limits)?;
     let mut prefix = [0u8; 8];
     let got = crate::platform::read_exact_at(&file, &mut prefix[..total.min(8) as usize], 0);
@@ -361,7 +400,14 @@ fn open_shard(
     let data = crate::source::data::file_data(&file, verify)
         .map_err(|(action, e)| SourceError::io(path, action)(e))?;
     let mut rows = Vec::new();
-    let shard = shard(path, data, header_len, &metadata, &mut rows);
+    let shard = shard(
+        path,
+        data,
+        header_len,
+        &metadata,
+        options.keep_quantized,
+        &mut rows,
+    )?;
     Ok((shard, rows))
 }
 
@@ -371,13 +417,49 @@ fn shard(
     source: Source,
     header_len: usize,
     metadata: &safetensors::tensor::Metadata,
-    rows: &mut Vec<(TensorInfo, ())>,
-) -> Shard {
+    keep: bool,
+    rows: &mut Rows,
+) -> Result<Shard, SourceError> {
     let data_start = 8 + header_len as u64;
+    let tensors = metadata.tensors();
+    let listed: std::collections::HashMap<&str, Listed<'_>> = tensors
+        .iter()
+        .map(|(name, info)| {
+            let (start, end) = info.data_offsets;
+            let listed = Listed {
+                dtype: info.dtype,
+                shape: &info.shape,
+                start: data_start + start as u64,
+                len: (end - start) as u64,
+            };
+            (name.as_str(), listed)
+        })
+        .collect();
+    let pairs = pairs(&listed);
+    let folded: std::collections::HashMap<&str, &str> = pairs
+        .iter()
+        .map(|(weight, (scale, _))| (scale.as_str(), weight.as_str()))
+        .collect();
     let mut withheld = Vec::new();
-    for (name, info) in metadata.tensors() {
+    for (name, info) in &tensors {
+        let (start, len) = (listed[name.as_str()].start, listed[name.as_str()].len);
+        if folded.contains_key(name.as_str()) {
+            continue;
+        }
+        if let Some(format) = Format::of(info.dtype) {
+            let scale = pairs.get(name).map(|(_, scale)| *scale);
+            let (fp8, dtype, listed_len) =
+                Fp8::new(format, len, scale, keep).ok_or_else(|| SourceError::Tensor {
+                    path: path.to_path_buf(),
+                    tensor: name.clone(),
+                    reason: "too many elements".into(),
+                })?;
+            let info =
+                TensorInfo::external(name.clone(), dtype, info.shape.clone(), start, listed_len);
+            rows.push((info, Some(fp8)));
+            continue;
+        }
         // Listed, not loadable: the rest of the file is.
-        let (start, end) = info.data_offsets;
         let Some(dtype) = to_burn(info.dtype) else {
             withheld.push((
                 Withheld::new(
@@ -386,23 +468,20 @@ fn shard(
                     info.shape.clone(),
                     withheld_reason(info.dtype),
                 ),
-                data_start + start as u64,
-                (end - start) as u64,
+                start,
+                len,
             ));
             continue;
         };
-        rows.push((
-            TensorInfo::external(
-                name,
-                dtype,
-                info.shape.clone(),
-                data_start + start as u64,
-                (end - start) as u64,
-            ),
-            (),
-        ));
+        let info = TensorInfo::external(name.clone(), dtype, info.shape.clone(), start, len);
+        rows.push((info, None));
     }
-    Shard {
+    let mut folded: Vec<(String, String)> = folded
+        .into_iter()
+        .map(|(scale, weight)| (scale.to_string(), weight.to_string()))
+        .collect();
+    folded.sort();
+    Ok(Shard {
         path: path.to_path_buf(),
         source,
         metadata: metadata
@@ -412,13 +491,18 @@ fn shard(
             .into_iter()
             .collect(),
         withheld,
-    }
+        folded,
+    })
 }
 
 impl TensorSource for SafetensorsSource {
     from_table!(file, table);
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
+        let InShard { shard, place } = self.table.place(info)?;
+        if let Some(fp8) = place {
+            return read_fp8(&self.shards[*shard], info, fp8);
+        }
         let bytes = self.read_aligned(info, element_align(info.dtype()))?;
         crate::source::data::checked_bools(&self.file, info, bytes, |_| Ok(false))
     }
@@ -475,8 +559,9 @@ impl TensorSource for SafetensorsSource {
 
     fn prefetch(&self, wanted: &[&TensorInfo]) -> Result<(), ReadError> {
         let ranges = wanted.iter().filter_map(|info| {
-            let shard = self.table.place(info).ok()?.shard;
-            Some((shard, info.offset(), info.offset() + info.len()))
+            let InShard { shard, place } = self.table.place(info).ok()?;
+            let len = place.map_or(info.len(), |fp8| fp8.raw_len);
+            Some((*shard, info.offset(), info.offset() + len))
         });
         self.hints.ask_shards(ranges.collect(), |i| {
             file_mapping(&self.shards[i].source).map(Hinted::Mapped)
@@ -485,86 +570,12 @@ impl TensorSource for SafetensorsSource {
     }
 
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
-        let shard = self.table.place(info).ok()?.shard;
-        self.shards[shard].source.tensor_copy_reason(info)
-    }
-}
-
-impl crate::source::DescribedSource for SafetensorsSource {
-    fn describe(&self) -> Description {
-        let tensors = self.table.tensors();
-        let mut by_shard = vec![(0usize, 0u64); self.shards.len()];
-        for (info, place) in tensors.iter().zip(self.table.places()) {
-            by_shard[place.shard].0 += 1;
-            by_shard[place.shard].1 += info.len();
-        }
-        let count = self.shards.len();
-        let plural = if count == 1 { "" } else { "s" };
-        let mut lines = Vec::new();
-        if count > 1 {
-            lines.push("shards:".to_string());
-            for (shard, (n, bytes)) in self.shards.iter().zip(&by_shard) {
-                lines.push(format!(
-                    "  {}  {n} tensors, {}",
-                    file_name(&shard.path),
-                    human_bytes(*bytes)
-                ));
-            }
-        }
-        let unaligned: Vec<String> = self.unaligned().map(|t| t.name().to_string()).collect();
-        if !unaligned.is_empty() {
-            lines.push(format!(
-                "unaligned: {} tensors (copied when loaded)",
-                unaligned.len()
-            ));
-        }
-        Description {
-            format: "safetensors",
-            summary: format!("safetensors, {count} shard{plural}"),
-            valid: format!("{count} shard{plural} valid"),
-            shards: self.shards.iter().map(|s| s.path.clone()).collect(),
-            metadata: self.metadata.clone(),
-            lines,
-            fields: vec![
-                ("format", "safetensors".into()),
-                (
-                    "shards",
-                    self.shards
-                        .iter()
-                        .map(|s| file_name(&s.path))
-                        .collect::<Vec<_>>()
-                        .into(),
-                ),
-                ("unaligned", unaligned.into()),
-                (
-                    "not_loadable",
-                    self.withheld
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .into(),
-                ),
-            ],
-            unverified: "no checksums in safetensors (contents unverified)".into(),
-            notes: self
-                .withheld
-                .iter()
-                .map(|w| format!("not loadable: {w}; its bytes are not read"))
-                .collect(),
-            column: Some("shard"),
-            ..Description::default()
+        let InShard { shard, place } = self.table.place(info).ok()?;
+        match place {
+            Some(fp8) => Some(CopyReason::Decoded {
+                format: fp8.format.name(),
+            }),
+            None => self.shards[*shard].source.tensor_copy_reason(info),
         }
     }
-
-    fn column(&self, info: &TensorInfo) -> Option<String> {
-        Some(file_name(self.shard_of(info)))
-    }
-}
-
-/// A path's file name, for tables of shards.
-fn file_name(path: &Path) -> String {
-    path.file_name().map_or_else(
-        || path.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    )
 }
