@@ -635,3 +635,57 @@ mod bpk {
         assert!(out.contains("x.weight"), "{out}");
     }
 }
+
+/// With `dequantize_to(F16 | BF16)`, every FP8 bit pattern decodes as `ml_dtypes` decodes it
+/// into `f32` and numpy rounds that to `float16` / `bfloat16` (to nearest even); any other
+/// dtype is refused at open naming the file.
+#[test]
+fn dequantize_to_half_rounds_every_pattern_as_numpy_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let names: Vec<&str> = FORMATS.iter().map(|(_, n)| *n).collect();
+    let script = format!(
+        "import numpy as np, ml_dtypes\n\
+         b = np.arange(256, dtype=np.uint8)\n\
+         for n in {names:?}:\n    \
+             f = b.view(getattr(ml_dtypes, n)).astype(np.float32)\n    \
+             f.astype('<f2').tofile(n + '.f16')\n    \
+             f.astype(ml_dtypes.bfloat16).tofile(n + '.bf16')\n"
+    );
+    if python(&script, dir.path()).is_none() {
+        return;
+    }
+    for (dtype, name) in FORMATS {
+        let path = dir.path().join(format!("{name}.safetensors"));
+        write(&path, &[("w", dtype, vec![16, 16], all_bytes())]);
+        for (to, ext) in [(DType::F16, "f16"), (DType::BF16, "bf16")] {
+            let options = OpenOptions::new().dequantize_to(to);
+            let source = SafetensorsSource::open_with(&path, &options).unwrap();
+            let info = source.tensor("w").unwrap();
+            assert_eq!(info.dtype(), to, "{name}");
+            let got = source.read(info).unwrap();
+            let expected = std::fs::read(dir.path().join(format!("{name}.{ext}"))).unwrap();
+            let (got, expected): (Vec<u16>, Vec<u16>) = (
+                bytemuck::pod_collect_to_vec(&got[..]),
+                bytemuck::pod_collect_to_vec(&expected[..]),
+            );
+            for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+                let nan = |v: u16| match to {
+                    DType::F16 => burn::tensor::f16::from_bits(v).is_nan(),
+                    _ => burn::tensor::bf16::from_bits(v).is_nan(),
+                };
+                assert!(
+                    g == e || (nan(*g) && nan(*e)),
+                    "{name} as {to:?}, byte {i}: {g:#x} != {e:#x}"
+                );
+            }
+        }
+    }
+    let path = dir.path().join("float8_e4m3fn.safetensors");
+    let err = SafetensorsSource::open_with(&path, &OpenOptions::new().dequantize_to(DType::I32))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("float8_e4m3fn.safetensors") && err.contains("I32"),
+        "{err}"
+    );
+}

@@ -135,6 +135,9 @@ fn onto_device<const D: usize, K: Basic>(
             format!("stored as {dtype:?}, not a {kind} tensor"),
         ));
     }
+    if let Some(why) = super::quantized::fp8_refused_on(device, data.dtype()) {
+        return Err(failed(file, name, why));
+    }
     crate::panic::catch_quiet(|| Tensor::<D, K>::from_data(data, (device, dtype))).map_err(|why| {
         failed(
             file,

@@ -95,8 +95,9 @@ impl OpenOptions {
     }
 
     /// The dtype quantized tensors are dequantized into when read (GGUF's block types that are
-    /// not kept quantized): `F32` (the default), `F16` or `BF16`, each value computed in `f32`
-    /// as llama.cpp's reference computes it, then rounded to nearest-even. Opening with any
+    /// not kept quantized, and safetensors' FP8 tensors, with their folded scales): `F32` (the
+    /// default), `F16` or `BF16`, each value computed in `f32` as the reference computes it
+    /// (llama.cpp; `ml_dtypes` for FP8), then rounded to nearest-even. Opening with any
     /// other dtype is an error ([`SourceError::Unsupported`](crate::source::SourceError)
     /// naming the file).
     ///
@@ -117,6 +118,25 @@ impl OpenOptions {
     #[must_use]
     pub fn dequantized_dtype(&self) -> DType {
         self.dequantize_to
+    }
+
+    /// The dtype set with [`dequantize_to`](Self::dequantize_to), checked for the source
+    /// opened at `path`: `F32`, `F16` or `BF16`, else the error every source gives.
+    pub(crate) fn dequantize_into(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<DType, super::error::SourceError> {
+        let dtype = self.dequantize_to;
+        if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+            Ok(dtype)
+        } else {
+            Err(super::error::SourceError::Unsupported {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "dequantize_to({dtype:?}): quantized tensors dequantize into F32, F16 or BF16"
+                ),
+            })
+        }
     }
 
     /// Whether [`keep_quantized`](Self::keep_quantized) is set.

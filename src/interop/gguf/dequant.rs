@@ -89,11 +89,6 @@ pub(super) fn dequantize(ty: GgmlType, f: Dequantize, raw: &[u8], out: &mut [u8]
         });
 }
 
-/// The dtypes quantized blocks are dequantized into.
-pub(super) fn is_dequantized_dtype(dtype: DType) -> bool {
-    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
-}
-
 pub(super) fn half(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
 }

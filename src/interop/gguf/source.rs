@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{Bytes, DType};
 
-use super::dequant::{Dequantize, dequantize, dequantizer, is_dequantized_dtype};
+use super::dequant::{Dequantize, dequantize, dequantizer};
 use super::header::{self, Header, HeaderError};
 use super::quantized::{burn_dtype, burn_len, split};
 use super::split::{check_part, split_count, split_parts};
@@ -156,7 +156,7 @@ impl GgufSource {
             header,
             len,
             Source::Memory(bytes),
-            (options.keep_quantized, dequantize_into(path, options)?),
+            (options.keep_quantized, options.dequantize_into(path)?),
         )?);
         let sharded = assemble_shards(path, &[path.to_path_buf()], None, limits, |_, _| {
             opened
@@ -238,7 +238,7 @@ fn open_file(
     options: &OpenOptions,
 ) -> Result<Opened, SourceError> {
     let (limits, keep) = (&options.limits, options.keep_quantized);
-    let into = dequantize_into(path, options)?;
+    let into = options.dequantize_into(path)?;
     let (file, len) = crate::source::data::opened_within_limits(path, file, limits)?;
     let header = header::read(std::io::BufReader::new(&file), len, limits)
         .map_err(|e| header_error(path, e))?;
@@ -247,22 +247,6 @@ fn open_file(
     let data = crate::source::data::file_data(&file, options.verify)
         .map_err(|(action, e)| SourceError::io(path, action)(e))?;
     shard(path, header, len, data, (keep, into))
-}
-
-/// The dtype quantized tensors are dequantized into ([`OpenOptions::dequantize_to`]), checked:
-/// `F32`, `F16` or `BF16`.
-fn dequantize_into(path: &Path, options: &OpenOptions) -> Result<DType, SourceError> {
-    let dtype = options.dequantize_to;
-    if is_dequantized_dtype(dtype) {
-        Ok(dtype)
-    } else {
-        Err(SourceError::Unsupported {
-            path: path.to_path_buf(),
-            reason: format!(
-                "dequantize_to({dtype:?}): quantized tensors dequantize into F32, F16 or BF16"
-            ),
-        })
-    }
 }
 
 /// The rows of a validated header: each tensor's shape reversed into Burn's order, its bytes

@@ -165,6 +165,8 @@ pub(super) struct Fp8 {
     pub(super) raw_len: u64,
     pub(super) scale: Option<Scale>,
     kept: Option<QuantScheme>,
+    /// The dtype a tensor not kept is decoded into (`F32`, `F16` or `BF16`).
+    decoded: DType,
 }
 
 impl Fp8 {
@@ -175,7 +177,7 @@ impl Fp8 {
         format: Format,
         raw_len: u64,
         scale: Option<Scale>,
-        keep: bool,
+        (keep, decoded): (bool, DType),
     ) -> Option<(Self, DType, u64)> {
         let kept = format.quant_value().filter(|_| keep).and_then(|value| {
             let scheme = QuantScheme::default()
@@ -202,13 +204,14 @@ impl Fp8 {
             raw_len,
             scale,
             kept,
+            decoded,
         };
         let (dtype, len) = match kept {
             Some(scheme) => {
                 let scales = scale.map_or(1, |s| s.count()) as u64;
                 (DType::QFloat(scheme), raw_len.checked_add(scales * 4)?)
             }
-            None => (DType::F32, raw_len.checked_mul(4)?),
+            None => (decoded, raw_len.checked_mul(decoded.size() as u64)?),
         };
         Some((fp8, dtype, len))
     }
@@ -236,25 +239,30 @@ impl Fp8 {
             return;
         }
         let table = self.format.table();
+        let width = self.decoded.size();
+        let put = |o: &mut [u8], v: f32| match self.decoded {
+            DType::F16 => o.copy_from_slice(&burn::tensor::f16::from_f32(v).to_ne_bytes()),
+            DType::BF16 => o.copy_from_slice(&burn::tensor::bf16::from_f32(v).to_ne_bytes()),
+            _ => o.copy_from_slice(&v.to_ne_bytes()),
+        };
         let Some(scale) = self.scale else {
-            out.par_chunks_mut(4 * 4096)
+            out.par_chunks_mut(width * 4096)
                 .zip(raw.par_chunks(4096))
                 .for_each(|(out, raw)| {
-                    for (o, &b) in out.chunks_exact_mut(4).zip(raw) {
-                        o.copy_from_slice(&table[usize::from(b)].to_ne_bytes());
+                    for (o, &b) in out.chunks_exact_mut(width).zip(raw) {
+                        put(o, table[usize::from(b)]);
                     }
                 });
             return;
         };
         let cols = scale.cols.max(1);
-        out.par_chunks_mut(4 * cols)
+        out.par_chunks_mut(width * cols)
             .zip(raw.par_chunks(cols))
             .enumerate()
             .for_each(|(row, (out, raw))| {
                 let grid = &scales[(row / scale.block_rows) * scale.grid_cols..];
-                for (col, (o, &b)) in out.chunks_exact_mut(4).zip(raw).enumerate() {
-                    let v = table[usize::from(b)] * grid[col / scale.block_cols];
-                    o.copy_from_slice(&v.to_ne_bytes());
+                for (col, (o, &b)) in out.chunks_exact_mut(width).zip(raw).enumerate() {
+                    put(o, table[usize::from(b)] * grid[col / scale.block_cols]);
                 }
             });
     }

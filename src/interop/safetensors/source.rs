@@ -224,7 +224,7 @@ impl SafetensorsSource {
                     Source::Memory(bytes),
                     header_len,
                     &metadata,
-                    options.keep_quantized,
+                    (options.keep_quantized, options.dequantize_into(path)?),
                     &mut rows,
                 )?;
                 Ok((shard, rows))
@@ -405,7 +405,7 @@ fn open_shard(
         data,
         header_len,
         &metadata,
-        options.keep_quantized,
+        (options.keep_quantized, options.dequantize_into(path)?),
         &mut rows,
     )?;
     Ok((shard, rows))
@@ -417,7 +417,7 @@ fn shard(
     source: Source,
     header_len: usize,
     metadata: &safetensors::tensor::Metadata,
-    keep: bool,
+    keep: (bool, burn::tensor::DType),
     rows: &mut Rows,
 ) -> Result<Shard, SourceError> {
     let data_start = 8 + header_len as u64;
