@@ -103,7 +103,7 @@ fn the_changelog_lists_every_bpk_command() {
         .lines()
         .find(|l| l.starts_with("- **`bpk`**"))
         .expect("CHANGELOG's bpk line");
-    for command in ["inspect", "verify", "diff", "convert", "migrate"] {
+    for command in ["inspect", "verify", "diff", "cat", "convert", "migrate"] {
         assert!(
             root().join(format!("src/bin/bpk/{command}.rs")).exists(),
             "{command}"

@@ -43,7 +43,7 @@ legacy, .pt/.pth/.bin, or shards through an index), GGUF (llama.cpp; split sets)
 the content, never by the name.
 
 Exit codes (the same for every format and every command):
-  0  done: inspected, verified sound, converted; diff: no tensor differs
+  0  done: inspected, verified sound, printed, converted; diff: no tensor differs
   1  read, but damaged or different: a checksum or CRC-32 that does not match the bytes
      (a pack's header, metadata or tensor; a .pt archive's pickle or storage; a .gz stream),
      a checkpoint reference that does not hold, verify's own findings (NaN/Inf with --nan,
