@@ -380,3 +380,48 @@ fn safetensors_pytorch_and_checkpoint_tensors_write_what_the_library_reads() {
         assert!(rows.contains(", rows 0..1 "), "{rows}");
     }
 }
+
+/// `--npy` never writes over what it reads, however the path is spelled (`..`, a link), nor
+/// over something that is not a regular file (a FIFO, a directory): exit 2 or 3, the thing
+/// left as it was.
+#[test]
+fn npy_never_replaces_its_input_nor_a_non_regular_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("o");
+    std::fs::create_dir(&sub).unwrap();
+    let path = sub.join("m.bpk");
+    pack(&path);
+    let before = std::fs::read(&path).unwrap();
+    let file = path.display().to_string();
+    let dotted = dir.path().join("o/../o/m.bpk").display().to_string();
+    let (code, _, err) = cat(&[&file, "w", "--npy", &dotted]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("is the input"), "{err}");
+    #[cfg(unix)]
+    {
+        let link = dir.path().join("link.npy");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let (code, _, err) = cat(&[&file, "w", "--npy", &link.display().to_string()]);
+        assert_eq!(code, 2, "{err}");
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            let (code, _, err) = cat(&[&file, "w", "--npy", &fifo.display().to_string()]);
+            assert_eq!(code, 3, "{err}");
+            assert!(err.contains("not a regular file"), "{err}");
+            use std::os::unix::fs::FileTypeExt;
+            assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+            // `convert` refuses it the same way.
+            let out = fifo.display().to_string();
+            let (code, _, err) = bpk(&["convert", &file, &out, "--to", "safetensors"]);
+            assert_eq!(code, 3, "{err}");
+            assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+        }
+    }
+    let (code, _, err) = cat(&[&file, "w", "--npy", &sub.display().to_string()]);
+    assert_ne!(code, 0, "{err}");
+    assert!(sub.is_dir());
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert_eq!(common::scratch_files(dir.path()), 0);
+    assert_eq!(common::scratch_files(&sub), 0);
+}

@@ -689,3 +689,33 @@ fn dequantize_to_half_rounds_every_pattern_as_numpy_does() {
         "{err}"
     );
 }
+
+/// A range of rows of an FP8 tensor is the window of its decoded (and scaled) values, never
+/// the stored bytes read as the listed dtype.
+#[test]
+fn rows_of_an_fp8_tensor_are_decoded() {
+    use burnpack::source::TensorSourceExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rows.safetensors");
+    write(
+        &path,
+        &[
+            ("a", Dtype::F8_E4M3, vec![16, 16], all_bytes()),
+            ("b", Dtype::F32, vec![4], f32_bytes(&[7.0; 4])),
+        ],
+    );
+    for options in [
+        OpenOptions::new(),
+        OpenOptions::new().dequantize_to(DType::F16),
+    ] {
+        let source = SafetensorsSource::open_with(&path, &options).unwrap();
+        let whole = source.tensor_data("a").unwrap();
+        let rows = source.tensor_rows("a", 3..5).unwrap();
+        assert_eq!(rows.shape().to_vec(), [2, 16]);
+        let width = whole.dtype().size();
+        assert_eq!(
+            rows.as_bytes(),
+            &whole.as_bytes()[3 * 16 * width..5 * 16 * width]
+        );
+    }
+}

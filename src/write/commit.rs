@@ -38,6 +38,7 @@ impl Scratch {
     /// Creates a new, empty, locked scratch sibling of `dest`, after removing dead writers'
     /// scratch files of the same destination.
     pub(crate) fn create(dest: &Path) -> Result<Self, WriteError> {
+        refuse_not_regular(dest)?;
         let dir = parent_dir(dest);
         let file_name = dest
             .file_name()
@@ -165,6 +166,24 @@ impl Drop for Scratch {
 }
 
 /// Whether `name` is the name of a scratch file (of any destination).
+/// Refuses a destination that exists and is not a regular file (followed through links): a
+/// directory, a device (`/dev/null`), a FIFO or a socket would be replaced by the rename, or
+/// written into in place, instead of receiving a file.
+fn refuse_not_regular(dest: &Path) -> Result<(), WriteError> {
+    match fs::metadata(dest) {
+        Ok(meta) if !meta.is_file() => Err(WriteError::io(
+            "replace",
+            dest,
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "it exists and is not a regular file (a directory, a device, a FIFO or a \
+                 socket): nothing is written there",
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 pub(crate) fn is_scratch_name(name: &str) -> bool {
     name.starts_with('.') && name.ends_with(SCRATCH_SUFFIX)
 }
@@ -248,6 +267,7 @@ impl Target {
                 path: path.to_path_buf(),
             });
         }
+        refuse_not_regular(path)?;
         match options.mode {
             WriteMode::Atomic => Ok(Self::Scratch(Scratch::create(path)?)),
             WriteMode::InPlace => {

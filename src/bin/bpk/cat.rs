@@ -59,6 +59,9 @@ pub(crate) fn cat(
         &crate::open::OPTIONS.get().cloned().unwrap_or_default(),
     )
     .map_err(|e| crate::open::failure(&e))?;
+    if let Some(out) = npy {
+        crate::convert::refuse_onto_input(&*source, path, out, false)?;
+    }
     let source = source.as_tensor_source();
     let info = match source.find_tensor(name_asked) {
         Ok(info) => info,
@@ -81,7 +84,14 @@ pub(crate) fn cat(
                 )));
             };
             let (a, b) = (a.unwrap_or(0), b.unwrap_or(first));
-            if a > b || b > first {
+            if a > b {
+                return Err(Failure::usage(format!(
+                    "{}: tensor '{}': --rows {a}..{b} is reversed (the start is after the end)",
+                    path.display(),
+                    name_asked
+                )));
+            }
+            if b > first {
                 return Err(Failure::usage(format!(
                     "{}: tensor '{}' has {first} rows: --rows {a}..{b} is outside them",
                     path.display(),
@@ -104,12 +114,6 @@ pub(crate) fn cat(
 }
 
 fn to_npy(path: &Path, source: &dyn TensorSource, ask: &Ask, out: &Path) -> Result<u8, Failure> {
-    if out == path {
-        return Err(Failure::usage(format!(
-            "{}: the output is the input",
-            out.display()
-        )));
-    }
     let size =
         burnpack::interop::write_npy(out, source, ask.name, ask.rows.clone()).map_err(|e| {
             Failure {

@@ -138,7 +138,7 @@ fn failed(e: &OutputError) -> Failure {
 
 /// Refuses an output that is the input or one of its parts: the conversion would replace
 /// what it reads (a usage error, exit 2).
-fn refuse_onto_input(
+pub(crate) fn refuse_onto_input(
     source: &dyn DescribedSource,
     input: &Path,
     output: &Path,

@@ -113,15 +113,12 @@ pub fn write_npy<S: TensorSource + ?Sized>(
     };
     let Some(descr) = descr(info.dtype()) else {
         return Err(usage(format!(
-            "a .npy file cannot hold tensor '{name}' of {}: it is {:?} (NumPy has no such \
-             dtype{})",
+            "a .npy file cannot hold tensor '{name}' of {}: it is {} (NumPy has no such \
+             dtype)",
             source.file(),
-            info.dtype(),
-            if matches!(info.dtype(), DType::QFloat(_)) {
-                "; dequantize it first, for example `bpk convert` to a pack without \
-                 --keep-quantized"
-            } else {
-                ""
+            match info.dtype() {
+                DType::QFloat(scheme) => format!("quantized ({:?} values)", scheme.value),
+                dtype => format!("{dtype:?}"),
             }
         )));
     };

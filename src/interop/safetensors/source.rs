@@ -514,7 +514,13 @@ impl TensorSource for SafetensorsSource {
         range: std::ops::Range<u64>,
     ) -> Result<Bytes, ReadError> {
         crate::source::check_range(&self.file, info, &range)?;
-        let shard = &self.shards[self.table.place(info)?.shard];
+        let InShard { shard, place } = self.table.place(info)?;
+        let shard = &self.shards[*shard];
+        if let Some(fp8) = place {
+            // Decoded (and scaled) as a whole: the stored bytes are not the listed ones.
+            let whole = read_fp8(shard, info, fp8)?;
+            return crate::source::window(&self.file, info, whole, range);
+        }
         let bytes = shard
             .source
             .read(
