@@ -243,18 +243,58 @@ fn weight_scale_inv_is_folded_block_by_block() {
             f32_bytes(&scales),
         ));
     }
-    tensors.push((
-        "odd.weight".into(),
-        Dtype::F8_E4M3,
-        vec![2, 2],
-        vec![0x38; 4],
-    ));
-    tensors.push((
-        "odd.weight_scale_inv".into(),
-        Dtype::F32,
-        vec![2],
-        f32_bytes(&[2.0, 2.0]),
-    ));
+    // A scale of the wrong grid: refused naming both (unscaled, the values would be wrong).
+    let odd = dir.path().join("odd.safetensors");
+    write(
+        &odd,
+        &[
+            ("odd.weight", Dtype::F8_E4M3, vec![2, 2], vec![0x38; 4]),
+            (
+                "odd.weight_scale_inv",
+                Dtype::F32,
+                vec![2],
+                f32_bytes(&[2.0, 2.0]),
+            ),
+        ],
+    );
+    let err = SafetensorsSource::open(&odd).unwrap_err().to_string();
+    assert!(
+        err.contains("odd.safetensors")
+            && err.contains("'odd.weight_scale_inv'")
+            && err.contains("odd.weight"),
+        "{err}"
+    );
+    // Both conventions beside one weight: ambiguous, refused.
+    let both = dir.path().join("both.safetensors");
+    write(
+        &both,
+        &[
+            ("w", Dtype::F8_E4M3, vec![2, 2], vec![0x38; 4]),
+            ("w_scale_inv", Dtype::F32, vec![1, 1], f32_bytes(&[2.0])),
+            ("w_scale", Dtype::F32, vec![], f32_bytes(&[2.0])),
+        ],
+    );
+    let err = SafetensorsSource::open(&both).unwrap_err().to_string();
+    assert!(err.contains("ambiguous"), "{err}");
+    // A BF16 scale (compressed-tensors exports) is folded as its f32 value.
+    let bf = dir.path().join("bf16.safetensors");
+    write(
+        &bf,
+        &[
+            ("w", Dtype::F8_E4M3, vec![2, 2], vec![0x38; 4]),
+            (
+                "w_scale",
+                Dtype::BF16,
+                vec![],
+                burn::tensor::bf16::from_f32(2.0).to_le_bytes().to_vec(),
+            ),
+        ],
+    );
+    let source = SafetensorsSource::open(&bf).unwrap();
+    assert_eq!(source.tensors().len(), 1);
+    let got: Vec<f32> =
+        bytemuck::pod_collect_to_vec(&source.read(source.tensor("w").unwrap()).unwrap()[..]);
+    assert_eq!(got, [2.0; 4]);
     let named: Vec<(&str, Dtype, Vec<usize>, Vec<u8>)> = tensors
         .iter()
         .map(|(n, d, s, b)| (n.as_str(), *d, s.clone(), b.clone()))
@@ -276,16 +316,8 @@ fn weight_scale_inv_is_folded_block_by_block() {
         let options = OpenOptions::new().keep_quantized(keep);
         let source = SafetensorsSource::open_with(&path, &options).unwrap();
         let names: Vec<&str> = source.tensors().iter().map(|t| t.name()).collect();
-        // The paired scales are consumed; the one of the wrong grid is listed.
-        assert_eq!(
-            names,
-            [
-                "even.weight",
-                "odd.weight",
-                "odd.weight_scale_inv",
-                "ragged.weight"
-            ]
-        );
+        // The paired scales are consumed.
+        assert_eq!(names, ["even.weight", "ragged.weight"]);
         // Into a pack (what `bpk convert` writes): every tensor as listed, read back the same,
         // the per-block QFloat with its scheme.
         let pack = burnpack::Writer::from_source(&source)

@@ -140,8 +140,10 @@ fn pow2(k: i32) -> f32 {
 pub(super) struct Scale {
     /// Absolute offset of the scale tensor's bytes in the shard.
     pub(super) start: u64,
-    /// Their length (four bytes per scale).
+    /// Their length.
     pub(super) len: u64,
+    /// How each scale is stored: `F32`, `F16` or `BF16` (widened to `f32` exactly).
+    dtype: Dtype,
     rows: usize,
     cols: usize,
     block_rows: usize,
@@ -220,10 +222,20 @@ impl Fp8 {
     /// folded scale tensor's bytes, little-endian `f32`, or empty) either laid out as Burn's
     /// `QFloat` (the values, then the scales, native-endian) or decoded into `f32`.
     pub(super) fn fill(&self, raw: &[u8], scales: &[u8], out: &mut [u8]) {
-        let scales: Vec<f32> = scales
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+        let scales: Vec<f32> = match self.scale.map(|s| s.dtype) {
+            Some(Dtype::F16) => scales
+                .chunks_exact(2)
+                .map(|b| burn::tensor::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            Some(Dtype::BF16) => scales
+                .chunks_exact(2)
+                .map(|b| burn::tensor::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            _ => scales
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        };
         if self.kept.is_some() {
             let (values, tail) = out.split_at_mut(raw.len());
             values.copy_from_slice(raw);
@@ -279,35 +291,78 @@ pub(super) struct Listed<'a> {
 
 /// The FP8 weights of one shard that a convention pairs with a scale tensor of the same
 /// shard: each weight's name, with the scale's name and how it covers the weight.
-pub(super) fn pairs(tensors: &HashMap<&str, Listed<'_>>) -> HashMap<String, (String, Scale)> {
+///
+/// # Errors
+/// A weight beside a scale tensor that does not cover it as its convention says (another
+/// dtype than `F32`/`F16`/`BF16`, another grid or rank), or beside both `_scale_inv` and
+/// `_scale` (which applies is ambiguous): the weight's name and why. Loading such a weight
+/// without its scale would give values off by the scale, silently.
+pub(super) fn pairs(
+    tensors: &HashMap<&str, Listed<'_>>,
+) -> Result<HashMap<String, (String, Scale)>, (String, String)> {
     let mut found = HashMap::new();
     for (&name, weight) in tensors {
-        if !matches!(weight.dtype, Dtype::F8_E4M3 | Dtype::F8_E5M2) {
+        if Format::of(weight.dtype).is_none() {
             continue;
         }
-        for suffix in ["_scale_inv", "_scale"] {
-            let scale_name = format!("{name}{suffix}");
-            let Some(scale) = tensors.get(scale_name.as_str()) else {
-                continue;
-            };
-            if let Some(covered) = covering(weight, scale, suffix == "_scale_inv") {
-                found.insert(name.to_string(), (scale_name, covered));
+        let beside: Vec<(&str, String)> = ["_scale_inv", "_scale"]
+            .into_iter()
+            .map(|suffix| (suffix, format!("{name}{suffix}")))
+            .filter(|(_, scale)| tensors.contains_key(scale.as_str()))
+            .collect();
+        match beside.as_slice() {
+            [] => {}
+            [(suffix, scale_name)] => {
+                let scale = &tensors[scale_name.as_str()];
+                let Some(covered) = covering(weight, scale, *suffix == "_scale_inv") else {
+                    return Err((
+                        name.to_string(),
+                        format!(
+                            "its scale tensor '{scale_name}' ({:?} {:?}) does not cover it \
+                             (a weight {:?} takes {}, in F32, F16 or BF16): loaded without it, \
+                             its values would be off by the scale",
+                            scale.dtype,
+                            scale.shape,
+                            weight.shape,
+                            if *suffix == "_scale_inv" {
+                                "one scale per 128x128 block"
+                            } else {
+                                "one scale ([] or [1]), or one per row ([rows, 1])"
+                            }
+                        ),
+                    ));
+                };
+                found.insert(name.to_string(), (scale_name.clone(), covered));
             }
-            break;
+            _ => {
+                return Err((
+                    name.to_string(),
+                    format!(
+                        "both '{name}_scale_inv' and '{name}_scale' are beside it: which scale \
+                         applies is ambiguous"
+                    ),
+                ));
+            }
         }
     }
-    found
+    Ok(found)
 }
 
 /// How `scale` covers `weight` under its convention (`inv`: 128 × 128 blocks), if it does.
 fn covering(weight: &Listed<'_>, scale: &Listed<'_>, inv: bool) -> Option<Scale> {
-    if scale.dtype != Dtype::F32 {
+    let width = match scale.dtype {
+        Dtype::F32 => 4,
+        Dtype::F16 | Dtype::BF16 => 2,
+        _ => return None,
+    };
+    let count: usize = scale.shape.iter().product();
+    if scale.len != count as u64 * width {
         return None;
     }
-    let count: usize = scale.shape.iter().product();
     let at = |rows, cols, block_rows, block_cols, grid_cols| Scale {
         start: scale.start,
         len: scale.len,
+        dtype: scale.dtype,
         rows,
         cols,
         block_rows,

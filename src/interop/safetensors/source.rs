@@ -435,7 +435,11 @@ fn shard(
             (name.as_str(), listed)
         })
         .collect();
-    let pairs = pairs(&listed);
+    let pairs = pairs(&listed).map_err(|(tensor, reason)| SourceError::Tensor {
+        path: path.to_path_buf(),
+        tensor,
+        reason,
+    })?;
     let folded: std::collections::HashMap<&str, &str> = pairs
         .iter()
         .map(|(weight, (scale, _))| (scale.as_str(), weight.as_str()))
