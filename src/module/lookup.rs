@@ -89,14 +89,18 @@ impl<'a> Pending<'a> {
         // the filter, which selects module paths).
         let mut renumbered = false;
         if options.map_indices_contiguous {
-            let indices = super::contiguous::Indices::of(
-                named
-                    .iter()
-                    .chain(&withheld_named)
-                    .map(|(_, path)| path.as_ref()),
-            );
-            for (_, path) in named.iter_mut().chain(&mut withheld_named) {
-                if let Some(mapped) = indices.map(path) {
+            let mapped: Vec<Option<String>> = {
+                let paths = || {
+                    named
+                        .iter()
+                        .chain(&withheld_named)
+                        .map(|(_, path)| path.as_ref())
+                };
+                let indices = super::contiguous::Indices::of(paths());
+                paths().map(|path| indices.map(path)).collect()
+            };
+            for ((_, path), mapped) in named.iter_mut().chain(&mut withheld_named).zip(mapped) {
+                if let Some(mapped) = mapped {
                     *path = Cow::Owned(mapped);
                     renumbered = true;
                 }
