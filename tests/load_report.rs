@@ -401,3 +401,44 @@ fn the_store_s_apply_result_agrees_with_the_load_report() {
     );
     let _ = Path::new(""); // keep the import used without the store feature
 }
+
+/// Names come from files: a newline in one cannot forge a line of the printed report, and a
+/// long one is cut (whole with `{:#}`, escaped either way).
+#[test]
+fn names_from_the_file_are_escaped_and_cut_when_printed() {
+    #[derive(Module, Debug)]
+    struct One {
+        w: Param<Tensor<1>>,
+    }
+    let device = Device::flex();
+    let long = "x".repeat(20_000);
+    let forged = "evil\napplied (1):\n  w";
+    let entries = [forged, long.as_str(), "w"]
+        .iter()
+        .map(|name| {
+            Entry::resident(
+                *name,
+                DType::F32,
+                vec![1],
+                Bytes::from_bytes_vec(1f32.to_le_bytes().to_vec()),
+            )
+        })
+        .collect();
+    let reader = Reader::from_bytes(Writer::new(entries).into_bytes().unwrap()).unwrap();
+    let one = One {
+        w: Param::from_data([0.0], &device),
+    };
+    let (_, report) = one
+        .load_from_source_with_report(&reader, &LoadOptions::new().allow_unused(true))
+        .unwrap();
+    assert_eq!(report.unused().len(), 2);
+    let short = report.to_string();
+    assert!(short.contains("  evil\\napplied (1):\\n  w"), "{short}");
+    let headers = |text: &str| text.lines().filter(|l| l.starts_with("applied (")).count();
+    assert_eq!(headers(&short), 1, "{short}");
+    assert!(short.len() < 2_000, "{}", short.len());
+    assert!(short.contains("... (+19760 characters)"), "{short}");
+    let full = format!("{report:#}");
+    assert!(full.contains(&long));
+    assert_eq!(headers(&full), 1);
+}

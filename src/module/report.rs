@@ -106,6 +106,15 @@ impl LoadReport {
     /// `{:#}`).
     pub const LINES: usize = 10;
 
+    /// How many characters a line gets when the report is printed with `{}` (a longer one is
+    /// cut, saying how many characters were left out; whole with `{:#}`). Control characters
+    /// of names are escaped either way.
+    ///
+    /// ```
+    /// assert_eq!(burnpack::module::LoadReport::LINE_CHARS, 240);
+    /// ```
+    pub const LINE_CHARS: usize = 240;
+
     /// Records an applied parameter, copied for `reason` if it is one, cast from `stored` to
     /// `dtype` if they differ.
     pub(crate) fn record(
@@ -372,6 +381,28 @@ impl LoadReport {
 
 /// One list of the printed report: its title, then at most `limit` lines and a "... and K
 /// more" line for the rest.
+/// A line as printed: names come from files, so control characters (a newline that would
+/// forge a line of the report) are escaped, and, `bounded`, a line is cut at
+/// [`LoadReport::LINE_CHARS`] characters with the count left out.
+fn shown(line: &str, bounded: bool) -> String {
+    let mut out = String::new();
+    let mut chars = 0;
+    for c in line.chars() {
+        if bounded && chars == LoadReport::LINE_CHARS {
+            let left = line.chars().count() - chars;
+            out.push_str(&format!("... (+{left} characters)"));
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+        chars += 1;
+    }
+    out
+}
+
 fn list<T>(
     f: &mut std::fmt::Formatter<'_>,
     title: &str,
@@ -383,8 +414,9 @@ fn list<T>(
         return Ok(());
     }
     write!(f, "\n{title} ({}):", items.len())?;
+    let bounded = limit != usize::MAX;
     for item in items.iter().take(limit) {
-        write!(f, "\n  {}", line(item))?;
+        write!(f, "\n  {}", shown(&line(item), bounded))?;
     }
     if items.len() > limit {
         write!(f, "\n  ... and {} more", items.len() - limit)?;
