@@ -625,6 +625,21 @@ mod bpk {
         // `diff` of the file against its pack: the same values.
         let (code, out, err) = run(&["diff", file, pack.to_str().unwrap()]);
         assert_eq!(code, 0, "{out}{err}");
+        // A kept pack (E4M3 and E5M2) is checked by bpk's own decoding: `diff` against the
+        // source compares values (NaN equal to NaN), `cat` prints them.
+        for (_, path, _) in &cases[..2] {
+            let file = path.to_str().unwrap();
+            let kept = dir.path().join("kept2.bpk");
+            let (code, out, err) =
+                run(&["convert", "--keep-quantized", file, kept.to_str().unwrap()]);
+            assert_eq!(code, 0, "{out}{err}");
+            let (code, out, err) = run(&["diff", file, kept.to_str().unwrap()]);
+            assert_eq!(code, 0, "{file}: {out}{err}");
+            let (code, out, err) = run(&["cat", kept.to_str().unwrap(), "w", "--rows", "3..4"]);
+            assert_eq!(code, 0, "{out}{err}");
+            assert!(out.contains("dequantized"), "{out}");
+            std::fs::remove_file(&kept).unwrap();
+        }
     }
 
     #[test]

@@ -30,7 +30,10 @@ fn dequantized(dtype: DType, shape: &[usize], bytes: &[u8]) -> Option<Vec<f32>> 
             | QuantValue::Q2F
             | QuantValue::Q2S
     );
-    let eight = matches!(scheme.value, QuantValue::Q8F | QuantValue::Q8S);
+    let eight = matches!(
+        scheme.value,
+        QuantValue::Q8F | QuantValue::Q8S | QuantValue::E4M3 | QuantValue::E5M2
+    );
     let stored = match scheme.store {
         QuantStore::Native => eight,
         QuantStore::PackedU32(0) => integer,
@@ -71,9 +74,31 @@ fn dequantized(dtype: DType, shape: &[usize], bytes: &[u8]) -> Option<Vec<f32>> 
         values
             .iter()
             .enumerate()
-            .map(|(i, &q)| f32::from(q) * scale(i))
+            .map(|(i, &q)| value(scheme.value, q) * scale(i))
             .collect(),
     )
+}
+
+/// One stored value of a `QFloat` tensor: an integer, or the bits of an 8-bit float (OCP
+/// `E4M3`: no infinities, `S.1111.111` NaN; `E5M2`: the high byte of an `f16`).
+fn value(kind: burn::tensor::quantization::QuantValue, q: i8) -> f32 {
+    use burn::tensor::quantization::QuantValue;
+    let bits = q as u8;
+    match kind {
+        QuantValue::E5M2 => f16::from_bits(u16::from(bits) << 8).to_f32(),
+        QuantValue::E4M3 => {
+            let sign = if bits & 0x80 == 0 { 1.0 } else { -1.0 };
+            let (exp, mant) = (i32::from((bits >> 3) & 0x0f), f32::from(bits & 0x07));
+            if exp == 0x0f && bits & 0x07 == 0x07 {
+                f32::NAN
+            } else if exp == 0 {
+                sign * mant / 8.0 * 2f32.powi(-6)
+            } else {
+                sign * (1.0 + mant / 8.0) * 2f32.powi(exp - 7)
+            }
+        }
+        _ => f32::from(q),
+    }
 }
 
 /// Calls `f` with every element of a tensor as f64 (`false` for non-numeric dtypes and for
