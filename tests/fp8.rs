@@ -766,3 +766,29 @@ fn rows_of_an_fp8_tensor_are_decoded() {
         );
     }
 }
+
+/// A scale tensor in another shard than its FP8 weight is refused naming both (pairing sees one
+/// shard at a time; the weight alone would be off by its scale).
+#[test]
+fn a_scale_in_another_shard_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        &dir.path().join("a.safetensors"),
+        &[("w", Dtype::F8_E4M3, vec![2, 2], vec![0x38; 4])],
+    );
+    write(
+        &dir.path().join("b.safetensors"),
+        &[("w_scale", Dtype::F32, vec![], f32_bytes(&[2.0]))],
+    );
+    let index = dir.path().join("m.safetensors.index.json");
+    std::fs::write(
+        &index,
+        r#"{"metadata": {}, "weight_map": {"w": "a.safetensors", "w_scale": "b.safetensors"}}"#,
+    )
+    .unwrap();
+    let err = SafetensorsSource::open(&index).unwrap_err().to_string();
+    assert!(
+        err.contains("'w_scale'") && err.contains("another shard") && err.contains("'w'"),
+        "{err}"
+    );
+}

@@ -389,6 +389,35 @@ fn covering(weight: &Listed<'_>, scale: &Listed<'_>, inv: bool) -> Option<Scale>
     }
 }
 
+/// Refuses an FP8 weight of one shard whose scale tensor (`<weight>_scale_inv` or
+/// `<weight>_scale`) is in another: pairing sees one shard at a time, and the weight loaded
+/// without its scale would be off by it, silently.
+pub(super) fn refuse_scale_elsewhere(
+    path: &std::path::Path,
+    table: &crate::source::SourceTable<crate::source::InShard<Option<Fp8>>>,
+) -> Result<(), crate::source::SourceError> {
+    for (info, place) in table.tensors().iter().zip(table.places()) {
+        if !matches!(place.place, Some(fp8) if fp8.scale.is_none()) {
+            continue;
+        }
+        for suffix in ["_scale_inv", "_scale"] {
+            let scale = format!("{}{suffix}", info.name());
+            if table.get(&scale).is_some() {
+                return Err(crate::source::SourceError::Tensor {
+                    path: path.to_path_buf(),
+                    tensor: info.name().to_string(),
+                    reason: format!(
+                        "its scale tensor '{scale}' is in another shard: FP8 scales are folded \
+                         into weights of their own shard only, and loaded without it the \
+                         weight would be off by the scale"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

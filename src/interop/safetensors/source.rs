@@ -185,6 +185,7 @@ impl SafetensorsSource {
             Ok((opened, rows))
         };
         let sharded = assemble_shards(path, &index.shards, None, limits, open)?;
+        super::fp8::refuse_scale_elsewhere(path, &sharded.table)?;
         Ok(Self::assemble(path, sharded, index.metadata))
     }
 
