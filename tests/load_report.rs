@@ -442,3 +442,38 @@ fn names_from_the_file_are_escaped_and_cut_when_printed() {
     assert!(full.contains(&long));
     assert_eq!(headers(&full), 1);
 }
+
+/// The strict error names every problem, each name escaped and cut as in the report: a
+/// newline in a name cannot forge a line of it, a long name does not make it unbounded.
+#[test]
+fn the_strict_error_escapes_and_cuts_names_from_the_file() {
+    #[derive(Module, Debug)]
+    struct One {
+        w: Param<Tensor<1>>,
+    }
+    let device = Device::flex();
+    let long = "y".repeat(50_000);
+    let entries = ["evil\nname\u{202E}", long.as_str(), "w"]
+        .iter()
+        .map(|name| {
+            Entry::resident(
+                *name,
+                DType::F32,
+                vec![1],
+                Bytes::from_bytes_vec(1f32.to_le_bytes().to_vec()),
+            )
+        })
+        .collect();
+    let reader = Reader::from_bytes(Writer::new(entries).into_bytes().unwrap()).unwrap();
+    let one = One {
+        w: Param::from_data([0.0], &device),
+    };
+    let err = one
+        .load_from_source(&reader, &LoadOptions::new())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("2 unused"), "{err}");
+    assert!(err.contains("evil\\nname\\u{202e}"), "{err}");
+    assert!(!err.contains('\n') && !err.contains('\u{202E}'));
+    assert!(err.len() < 2_000, "{}", err.len());
+}

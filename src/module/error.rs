@@ -69,6 +69,15 @@ impl Mismatch {
     }
 }
 
+/// A name from a file as printed in the error: escaped, cut past `LINE_CHARS` characters.
+fn name(text: &str) -> String {
+    super::shown::shown(text, true)
+}
+
+fn names(list: &[String]) -> String {
+    list.iter().map(|n| name(n)).collect::<Vec<_>>().join(", ")
+}
+
 impl std::fmt::Display for Mismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut parts = Vec::new();
@@ -76,14 +85,14 @@ impl std::fmt::Display for Mismatch {
             parts.push(format!(
                 "{} missing: {}",
                 self.missing.len(),
-                self.missing.join(", ")
+                names(&self.missing)
             ));
         }
         if !self.unloadable.is_empty() {
             let list: Vec<String> = self
                 .unloadable
                 .iter()
-                .map(|(p, why)| format!("{p} ({why})"))
+                .map(|(p, why)| format!("{} ({})", name(p), super::shown::shown(why, false)))
                 .collect();
             parts.push(format!("{} not loadable: {}", list.len(), list.join(", ")));
         }
@@ -91,14 +100,21 @@ impl std::fmt::Display for Mismatch {
             parts.push(format!(
                 "{} unused: {}",
                 self.unused.len(),
-                self.unused.join(", ")
+                names(&self.unused)
             ));
         }
         if !self.shapes.is_empty() {
             let list: Vec<String> = self
                 .shapes
                 .iter()
-                .map(|s| format!("{} (module {:?}, file {:?})", s.path, s.expected, s.found))
+                .map(|s| {
+                    format!(
+                        "{} (module {:?}, file {:?})",
+                        name(&s.path),
+                        s.expected,
+                        s.found
+                    )
+                })
                 .collect();
             parts.push(format!(
                 "{} shape mismatches: {}",
@@ -113,7 +129,7 @@ impl std::fmt::Display for Mismatch {
                 .map(|k| {
                     format!(
                         "{} (the module has a {} parameter, the file a {} tensor of {:?})",
-                        k.path,
+                        name(&k.path),
                         k.expected,
                         TensorKind::of(k.found),
                         k.found
@@ -130,14 +146,14 @@ impl std::fmt::Display for Mismatch {
             let list: Vec<String> = self
                 .failed
                 .iter()
-                .map(|(p, why)| format!("{p} ({why})"))
+                .map(|(p, why)| format!("{} ({})", name(p), super::shown::shown(why, false)))
                 .collect();
             parts.push(format!("{} failed: {}", list.len(), list.join(", ")));
         }
         if !self.collisions.is_empty() {
             parts.push(format!(
                 "renamed onto the same name: {}",
-                self.collisions.join(", ")
+                names(&self.collisions)
             ));
         }
         f.write_str(&parts.join("; "))

@@ -40,6 +40,7 @@ mod quantized;
 mod read_ahead;
 mod report;
 mod save_options;
+mod shown;
 mod transpose;
 
 use std::path::Path;

@@ -113,7 +113,7 @@ impl LoadReport {
     /// ```
     /// assert_eq!(burnpack::module::LoadReport::LINE_CHARS, 240);
     /// ```
-    pub const LINE_CHARS: usize = 240;
+    pub const LINE_CHARS: usize = super::shown::LINE_CHARS;
 
     /// Records an applied parameter, copied for `reason` if it is one, cast from `stored` to
     /// `dtype` if they differ.
@@ -381,28 +381,6 @@ impl LoadReport {
 
 /// One list of the printed report: its title, then at most `limit` lines and a "... and K
 /// more" line for the rest.
-/// A line as printed: names come from files, so control characters (a newline that would
-/// forge a line of the report) are escaped, and, `bounded`, a line is cut at
-/// [`LoadReport::LINE_CHARS`] characters with the count left out.
-fn shown(line: &str, bounded: bool) -> String {
-    let mut out = String::new();
-    let mut chars = 0;
-    for c in line.chars() {
-        if bounded && chars == LoadReport::LINE_CHARS {
-            let left = line.chars().count() - chars;
-            out.push_str(&format!("... (+{left} characters)"));
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-        chars += 1;
-    }
-    out
-}
-
 fn list<T>(
     f: &mut std::fmt::Formatter<'_>,
     title: &str,
@@ -416,7 +394,7 @@ fn list<T>(
     write!(f, "\n{title} ({}):", items.len())?;
     let bounded = limit != usize::MAX;
     for item in items.iter().take(limit) {
-        write!(f, "\n  {}", shown(&line(item), bounded))?;
+        write!(f, "\n  {}", super::shown::shown(&line(item), bounded))?;
     }
     if items.len() > limit {
         write!(f, "\n  ... and {} more", items.len() - limit)?;

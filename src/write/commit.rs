@@ -165,7 +165,6 @@ impl Drop for Scratch {
     }
 }
 
-/// Whether `name` is the name of a scratch file (of any destination).
 /// Refuses a destination that exists and is not a regular file (followed through links): a
 /// directory, a device (`/dev/null`), a FIFO or a socket would be replaced by the rename, or
 /// written into in place, instead of receiving a file.
@@ -184,6 +183,7 @@ fn refuse_not_regular(dest: &Path) -> Result<(), WriteError> {
     }
 }
 
+/// Whether `name` is the name of a scratch file (of any destination).
 pub(crate) fn is_scratch_name(name: &str) -> bool {
     name.starts_with('.') && name.ends_with(SCRATCH_SUFFIX)
 }
