@@ -87,6 +87,8 @@ pub fn open_any_with(
     options: &OpenOptions,
 ) -> Result<Box<dyn DescribedSource>, SourceError> {
     let location = location.as_ref();
+    // An option no format can honour is refused whatever the file is.
+    options.dequantize_into(location)?;
     if location.to_str().is_some_and(super::is_object_url) {
         return open_url(location, options);
     }

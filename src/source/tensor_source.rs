@@ -92,9 +92,9 @@ pub trait TensorSource {
     /// The range is not inside the tensor's bytes ([`ReadError::Unsupported`] naming the
     /// tensor), or the bytes could not be read.
     fn read_range(&self, info: &TensorInfo, range: Range<u64>) -> Result<Bytes, ReadError> {
-        super::range::check_range(self.file(), info, &range)?;
+        super::check_range(self.file(), info, &range)?;
         let whole = self.read(info)?;
-        super::range::window(self.file(), info, whole, range)
+        super::window(self.file(), info, whole, range)
     }
 
     /// Tensors the source lists but cannot hand out (a dtype Burn has no equivalent of, such
