@@ -458,3 +458,51 @@ fn bpk_converts_kept_quantized_and_dequantized_to_a_dtype() {
     ]);
     assert_eq!(code, 2, "{err}");
 }
+
+/// A range of a dequantized tensor reads and dequantizes only the blocks that cover it: rows,
+/// and byte ranges that start and end inside blocks, equal the reference's window, in every
+/// dtype it dequantizes into.
+#[test]
+fn ranges_of_dequantized_tensors_are_the_reference_s_windows() {
+    use burnpack::source::TensorSourceExt;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(path) = written(dir.path()) else {
+        return;
+    };
+    for (dtype, ext) in [(DType::F32, "f32"), (DType::F16, "f16")] {
+        let options = OpenOptions::new().dequantize_to(dtype);
+        let source = GgufSource::open_with(&path, &options).unwrap();
+        for name in KEPT.iter().chain(&DEQUANTIZED) {
+            let tensor = format!("{}.weight", name.to_lowercase());
+            let expected = reference(dir.path(), name, ext);
+            let width = dtype.size();
+            // Rows 1..3 of [4, 512].
+            let rows = source.tensor_rows(&tensor, 1..3).unwrap();
+            assert_eq!(rows.shape().to_vec(), [2, 512], "{name}");
+            assert_bits(
+                rows.as_bytes(),
+                &expected[512 * width..3 * 512 * width],
+                width,
+                name,
+            );
+            // Ranges inside blocks, across blocks, and the last values.
+            let info = source.tensor(&tensor).unwrap();
+            let len = info.len();
+            let w = width as u64;
+            for (a, b) in [
+                (3 * w, 9 * w),
+                (30 * w, 70 * w),
+                (250 * w, 300 * w),
+                (len - 3 * w, len),
+            ] {
+                let got = source.read_range(info, a..b).unwrap();
+                assert_bits(
+                    &got,
+                    &expected[a as usize..b as usize],
+                    width,
+                    &format!("{name} {a}..{b}"),
+                );
+            }
+        }
+    }
+}

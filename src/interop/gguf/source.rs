@@ -403,6 +403,51 @@ fn stored_range(
     })
 }
 
+/// `range` of a dequantized tensor (`info`, stored as whole blocks of `ty` from `start`): only
+/// the blocks that cover it read and dequantized, then the window of them.
+fn blocks_of_range(
+    shard: &Shard,
+    info: &TensorInfo,
+    ty: GgmlType,
+    f: Dequantize,
+    start: u64,
+    range: std::ops::Range<u64>,
+) -> Result<Bytes, ReadError> {
+    let io = |source| ReadError::reading(shard.path.display().to_string(), info.name(), &source);
+    let out_block = ty.block() * info.dtype().size() as u64;
+    let (first, last) = (range.start / out_block, range.end.div_ceil(out_block));
+    let raw = shard
+        .source
+        .read(
+            start + first * ty.block_bytes(),
+            (last - first) * ty.block_bytes(),
+            1,
+        )
+        .map_err(io)?;
+    let too_large = || io(std::io::Error::other("too large"));
+    let decoded = usize::try_from((last - first) * out_block).map_err(|_| too_large())?;
+    let mut words = zeroed_words(decoded.div_ceil(8)).ok_or_else(too_large)?;
+    let out = &mut bytemuck::cast_slice_mut(&mut words)[..decoded];
+    dequantize(ty, f, &raw, out, info.dtype());
+    let skip = usize::try_from(range.start - first * out_block).map_err(|_| too_large())?;
+    let len = usize::try_from(range.end - range.start).map_err(|_| too_large())?;
+    if skip == 0 {
+        return Ok(aligned_words(
+            words,
+            len,
+            burn::tensor::AllocationProperty::Native,
+        ));
+    }
+    let mut window = zeroed_words(len.div_ceil(8)).ok_or_else(too_large)?;
+    bytemuck::cast_slice_mut::<u64, u8>(&mut window)[..len]
+        .copy_from_slice(&bytemuck::cast_slice::<u64, u8>(&words)[skip..skip + len]);
+    Ok(aligned_words(
+        window,
+        len,
+        burn::tensor::AllocationProperty::Native,
+    ))
+}
+
 impl TensorSource for GgufSource {
     from_table!(file, table);
 
@@ -476,6 +521,17 @@ impl TensorSource for GgufSource {
                     element_align(info.dtype()),
                 )
                 .map_err(|e| ReadError::reading(shard.path.display().to_string(), info.name(), &e)),
+            (Some(ty), Some((start, _)))
+                if !matches!(info.dtype(), DType::QFloat(_)) && !range.is_empty() =>
+            {
+                match dequantizer(ty) {
+                    Some(f) => blocks_of_range(shard, info, ty, f, start, range),
+                    None => {
+                        let whole = self.read(info)?;
+                        crate::source::window(&self.file, info, whole, range)
+                    }
+                }
+            }
             _ => {
                 let whole = self.read(info)?;
                 crate::source::window(&self.file, info, whole, range)
