@@ -251,6 +251,28 @@ pub(crate) enum Source {
 }
 
 impl Source {
+    /// `range` of the tensor `info` stored from `start` in this data: only those bytes (a
+    /// window of the mapping, or one positional read), its booleans checked, the file named
+    /// `file` in errors. What every source whose tensors are stored as listed answers
+    /// [`read_range`](super::TensorSource::read_range) with; not held to the tensor's checksum
+    /// (a window is not the whole).
+    pub(crate) fn read_window(
+        &self,
+        file: &str,
+        info: &TensorInfo,
+        start: u64,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, ReadError> {
+        let bytes = self
+            .read(
+                start + range.start,
+                range.end - range.start,
+                crate::format::element_align(info.dtype()),
+            )
+            .map_err(|e| ReadError::reading(file, info.name(), &e))?;
+        checked_bools(file, info, bytes, |_| Ok(false))
+    }
+
     /// The bytes of `start..start + len`: a zero-copy window when the source is in memory and
     /// the window is aligned to `align`, otherwise an aligned copy.
     pub(crate) fn read(&self, start: u64, len: u64, align: usize) -> std::io::Result<Bytes> {

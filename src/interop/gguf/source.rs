@@ -513,14 +513,11 @@ impl TensorSource for GgufSource {
         let InShard { shard, place } = self.table.place(info)?;
         let shard = &self.shards[*shard];
         match (place.ty, place.range) {
-            (Some(ty), Some((start, _))) if ty.plain_dtype().is_some() => shard
-                .source
-                .read(
-                    start + range.start,
-                    range.end - range.start,
-                    element_align(info.dtype()),
-                )
-                .map_err(|e| ReadError::reading(shard.path.display().to_string(), info.name(), &e)),
+            (Some(ty), Some((start, _))) if ty.plain_dtype().is_some() => {
+                shard
+                    .source
+                    .read_window(&shard.path.display().to_string(), info, start, range)
+            }
             (Some(ty), Some((start, _)))
                 if !matches!(info.dtype(), DType::QFloat(_)) && !range.is_empty() =>
             {

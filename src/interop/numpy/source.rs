@@ -216,15 +216,8 @@ impl TensorSource for NumpySource {
             let whole = self.read(info)?;
             return crate::source::window(&self.file, info, whole, range);
         }
-        let bytes = self
-            .source
-            .read(
-                stored.start + range.start,
-                range.end - range.start,
-                element_align(info.dtype()),
-            )
-            .map_err(self.io(info))?;
-        crate::source::data::checked_bools(&self.file, info, bytes, |_| Ok(false))
+        self.source
+            .read_window(&self.file, info, stored.start, range)
     }
 
     /// Reads the wanted arrays stored in the file ahead, in file order, through its mapping

@@ -265,14 +265,7 @@ impl TensorSource for OnnxSource {
                 return crate::source::window(&self.file, info, whole, range);
             }
         };
-        let bytes = data
-            .read(
-                start + range.start,
-                range.end - range.start,
-                element_align(info.dtype()),
-            )
-            .map_err(|e| ReadError::reading(file, info.name(), &e))?;
-        crate::source::data::checked_bools(&self.file, info, bytes, |_| Ok(false))
+        data.read_window(&file, info, start, range)
     }
 
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {

@@ -526,17 +526,12 @@ impl TensorSource for SafetensorsSource {
             let whole = read_fp8(shard, info, fp8)?;
             return crate::source::window(&self.file, info, whole, range);
         }
-        let bytes = shard
-            .source
-            .read(
-                info.offset() + range.start,
-                range.end - range.start,
-                element_align(info.dtype()),
-            )
-            .map_err(|source| {
-                ReadError::reading(shard.path.display().to_string(), info.name(), &source)
-            })?;
-        crate::source::data::checked_bools(&self.file, info, bytes, |_| Ok(false))
+        shard.source.read_window(
+            &shard.path.display().to_string(),
+            info,
+            info.offset(),
+            range,
+        )
     }
 
     fn withheld(&self) -> &[Withheld] {
