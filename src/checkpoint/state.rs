@@ -6,15 +6,17 @@ use std::path::Path;
 use burn::lr_scheduler::LrSchedulerRecord;
 use burn::module::Module;
 use burn::optim::ModuleOptimizer;
+use burn::tensor::Bytes;
 
 use super::error::CheckpointError;
 use super::namespace::{
-    MODEL_PREFIX, OPTIM_PREFIX, PARTS_KEY, PROGRESS_PREFIX, SCHEDULER_PREFIX, absorb, assemble,
-    head,
+    MODEL_PREFIX, OPTIM_PREFIX, PARTS_KEY, PROGRESS_PREFIX, SCHEDULER_PREFIX, absorb,
+    absorb_reader, assemble, head,
 };
 use super::progress::Progress;
 use crate::format::Scalar;
 use crate::module::{PackModule, SaveOptions};
+use crate::read::Reader;
 use crate::write::staged::{STAGED_BYTES, Staged};
 use crate::write::{Entry, Writer};
 
@@ -23,6 +25,7 @@ use crate::write::{Entry, Writer};
 pub struct TrainingState<'a, M: Module> {
     model: &'a M,
     optimizer: Option<&'a ModuleOptimizer>,
+    optimizer_bytes: Option<Bytes>,
     scheduler: Option<LrSchedulerRecord>,
     pub(crate) progress: Progress,
     options: SaveOptions,
@@ -35,6 +38,7 @@ impl<'a, M: Module> TrainingState<'a, M> {
         Self {
             model,
             optimizer: None,
+            optimizer_bytes: None,
             scheduler: None,
             progress,
             options: SaveOptions::new(),
@@ -45,6 +49,38 @@ impl<'a, M: Module> TrainingState<'a, M> {
     #[must_use]
     pub fn optimizer(mut self, optimizer: &'a ModuleOptimizer) -> Self {
         self.optimizer = Some(optimizer);
+        self.optimizer_bytes = None;
+        self
+    }
+
+    /// Includes the optimizer's state as Burn serialized it: the bytes of
+    /// `ModuleOptimizer::into_bytes` (or `to_record()` then `OptimizerRecord::into_bytes`), a
+    /// burnpack, read as it is (its tensors are windows of `bytes`, nothing is copied). For a
+    /// state already serialized elsewhere (burn-train hands its checkpointers records); takes
+    /// the place of [`optimizer`](Self::optimizer). Bytes that are not a burnpack fail the save,
+    /// naming the optimizer part.
+    ///
+    /// ```
+    /// use burn::module::{Module, Param};
+    /// use burn::optim::{ModuleOptimizer, SgdConfig};
+    /// use burn::tensor::{Device, Tensor};
+    /// use burnpack::checkpoint::{Checkpoint, Progress, TrainingState};
+    ///
+    /// #[derive(Module, Debug)]
+    /// struct Tiny { w: Param<Tensor<1>> }
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let model = Tiny { w: Param::from_data([1.0, 2.0], &Device::flex()) };
+    /// let optim: ModuleOptimizer = SgdConfig::new().init();
+    /// let bytes = optim.into_bytes().unwrap();
+    /// let path = dir.path().join("ckpt.bpk");
+    /// TrainingState::new(&model, Progress::new(0, 1)).optimizer_bytes(bytes).save(&path).unwrap();
+    /// assert!(Checkpoint::open(&path).unwrap().has_optimizer());
+    /// ```
+    #[must_use]
+    pub fn optimizer_bytes(mut self, bytes: Bytes) -> Self {
+        self.optimizer = None;
+        self.optimizer_bytes = Some(bytes);
         self
     }
 
@@ -79,13 +115,19 @@ impl<'a, M: Module> TrainingState<'a, M> {
             .into_iter()
             .map(|e| e.prefixed(MODEL_PREFIX))
             .collect();
+        let step = self.progress.step;
         Ok(PreparedState {
             entries,
-            records: Records {
-                optimizer: self.optimizer.cloned(),
+            records: Records::Pending {
+                optimizer: match (self.optimizer, self.optimizer_bytes) {
+                    (Some(optimizer), _) => Optimizer::Handles(optimizer.clone()),
+                    (None, Some(bytes)) => Optimizer::Bytes(bytes),
+                    (None, None) => Optimizer::None,
+                },
                 scheduler: self.scheduler,
                 progress: self.progress,
             },
+            step,
             options: self.options,
         })
     }
@@ -113,13 +155,33 @@ pub struct PreparedState {
     entries: Vec<Entry>,
     records: Records,
     options: SaveOptions,
+    /// The step whose checkpoint this is (where a manager saves it).
+    step: u64,
 }
 
 impl PreparedState {
+    /// A state whose parts besides the model are serialized already (burn-train's records, as
+    /// its checkpointers receive them): `entries` the model's (under `model.`), `parts` the
+    /// rest with the progress scalars and the parts' metadata, saved as the checkpoint of
+    /// `step`.
+    pub(crate) fn serialized(
+        step: u64,
+        entries: Vec<Entry>,
+        parts: Parts,
+        options: SaveOptions,
+    ) -> Self {
+        Self {
+            entries,
+            records: Records::Ready(parts),
+            options,
+            step,
+        }
+    }
+
     /// The training step this state was taken at.
     #[must_use]
     pub fn step(&self) -> u64 {
-        self.records.progress.step
+        self.step
     }
 
     /// The model's entries (deferred), the records still to serialize, the options.
@@ -153,7 +215,7 @@ impl PreparedState {
     /// As [`into_writer`](Self::into_writer) and [`Writer::write_to_file`].
     pub fn write_to_file(self, path: impl AsRef<Path>) -> Result<u64, CheckpointError> {
         let model_bytes: u64 = self.entries.iter().map(Entry::len).sum();
-        if self.records.optimizer.is_none() || model_bytes < STAGED_BYTES {
+        if !self.records.serializes_optimizer() || model_bytes < STAGED_BYTES {
             return Ok(self.into_writer()?.write_to_file(path)?);
         }
         let (entries, records, options) = (self.entries, self.records, self.options);
@@ -191,12 +253,24 @@ impl PreparedState {
     }
 }
 
-/// What a checkpoint holds besides the model, as handed over: the optimizer (a clone), the
-/// scheduler's record, the progress.
-pub(crate) struct Records {
-    optimizer: Option<ModuleOptimizer>,
-    scheduler: Option<LrSchedulerRecord>,
-    progress: Progress,
+/// What a checkpoint holds besides the model, as handed over: the optimizer (a clone, or its
+/// bytes), the scheduler's record, the progress; or all of it serialized already.
+pub(crate) enum Records {
+    Pending {
+        optimizer: Optimizer,
+        scheduler: Option<LrSchedulerRecord>,
+        progress: Progress,
+    },
+    Ready(Parts),
+}
+
+/// The optimizer's state as handed over.
+pub(crate) enum Optimizer {
+    None,
+    /// A clone of the optimizer: its record is taken and serialized where it is written.
+    Handles(ModuleOptimizer),
+    /// Its record serialized already (`into_bytes`).
+    Bytes(Bytes),
 }
 
 /// Entries, scalars and metadata of a checkpoint's parts besides the model.
@@ -207,34 +281,62 @@ pub(crate) type Parts = (
 );
 
 impl Records {
+    /// Whether serializing takes the optimizer's record (Burn's `to_record` + `into_bytes`:
+    /// the time a checkpoint overlaps with writing the model).
+    fn serializes_optimizer(&self) -> bool {
+        matches!(
+            self,
+            Records::Pending {
+                optimizer: Optimizer::Handles(_),
+                ..
+            }
+        )
+    }
+
     /// The records serialized by Burn (`into_bytes`), their tensors as windows into those
     /// bytes under the parts' prefixes, and the progress as scalars.
     pub(crate) fn serialize(self) -> Result<Parts, CheckpointError> {
+        let (optimizer, scheduler, progress) = match self {
+            Records::Ready(parts) => return Ok(parts),
+            Records::Pending {
+                optimizer,
+                scheduler,
+                progress,
+            } => (optimizer, scheduler, progress),
+        };
         let mut entries = Vec::new();
         let mut scalars: BTreeMap<String, Scalar> = BTreeMap::new();
         let mut metadata: BTreeMap<String, String> = BTreeMap::new();
         let parts: Vec<&str> = [
-            self.optimizer.is_some().then_some("optim"),
-            self.scheduler.is_some().then_some("scheduler"),
+            (!matches!(optimizer, Optimizer::None)).then_some("optim"),
+            scheduler.is_some().then_some("scheduler"),
         ]
         .into_iter()
         .flatten()
         .collect();
         metadata.insert(PARTS_KEY.to_string(), parts.join(","));
-        if let Some(optimizer) = self.optimizer {
-            let bytes = optimizer
-                .into_bytes()
-                .map_err(|e| CheckpointError::record("serialize the optimizer state", &e))?;
-            drop(optimizer);
-            absorb(
-                bytes,
+        let bytes = match optimizer {
+            Optimizer::None => None,
+            Optimizer::Handles(optimizer) => Some(
+                optimizer
+                    .into_bytes()
+                    .map_err(|e| CheckpointError::record("serialize the optimizer state", &e))?,
+            ),
+            Optimizer::Bytes(bytes) => Some(bytes),
+        };
+        if let Some(bytes) = bytes {
+            let reader = Reader::from_bytes(bytes).map_err(|e| {
+                CheckpointError::record("read the optimizer's bytes as a burnpack", &e)
+            })?;
+            absorb_reader(
+                &reader,
                 OPTIM_PREFIX,
                 &mut entries,
                 &mut scalars,
                 &mut metadata,
             )?;
         }
-        if let Some(record) = self.scheduler {
+        if let Some(record) = scheduler {
             let bytes = record
                 .into_bytes()
                 .map_err(|e| CheckpointError::record("serialize the scheduler record", &e))?;
@@ -248,13 +350,13 @@ impl Records {
         }
         scalars.insert(
             format!("{PROGRESS_PREFIX}epoch"),
-            Scalar::UInt(self.progress.epoch),
+            Scalar::UInt(progress.epoch),
         );
         scalars.insert(
             format!("{PROGRESS_PREFIX}step"),
-            Scalar::UInt(self.progress.step),
+            Scalar::UInt(progress.step),
         );
-        for (k, v) in self.progress.scalars {
+        for (k, v) in progress.scalars {
             scalars.insert(format!("{PROGRESS_PREFIX}{k}"), v);
         }
         Ok((entries, scalars, metadata))
