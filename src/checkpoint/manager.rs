@@ -399,6 +399,23 @@ impl<S: Storage> Manager<S> {
         Ok(())
     }
 
+    /// Deletes the checkpoint of `step` when the storage lists it, then the data files no
+    /// checkpoint names (the collection rule of retention: never a data file of a step after
+    /// the newest checkpoint's), holding the storage alone as a save does: for a checkpointer
+    /// whose own strategy picks what to delete (burn-train's). Returns whether it was listed.
+    #[cfg(feature = "train")]
+    pub(crate) fn delete_step(&self, step: u64) -> Result<bool, CheckpointError> {
+        let _alone = self.alone();
+        let listed = self.steps()?.into_iter().find(|(s, _)| *s == step);
+        if let Some((_, location)) = &listed {
+            self.storage.delete(location)?;
+        }
+        for location in incremental::garbage(&self.storage)? {
+            self.storage.delete(&location)?;
+        }
+        Ok(listed.is_some())
+    }
+
     /// Deletes every checkpoint of a step after `step` (to roll a run back and train on from
     /// `step`). Returns how many were deleted.
     ///

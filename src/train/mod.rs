@@ -83,6 +83,8 @@ use crate::read::Reader;
 use crate::write::Entry;
 use crate::write::staged::{STAGED_BYTES, Staged};
 
+mod incremental;
+
 /// One of the three records burn-train checkpoints each epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Part {
@@ -203,6 +205,23 @@ fn cast_model(part: Part, entries: Vec<Entry>, options: &SaveOptions) -> Vec<Ent
     }
 }
 
+/// The head every epoch's checkpoint carries: the parts it holds, the progress (`step` is 0:
+/// burn-train hands checkpointers only the epoch), no model metadata (Burn's record metadata
+/// of the model part is not the checkpoint's).
+fn epoch_head(
+    epoch: usize,
+    scalars: &mut BTreeMap<String, Scalar>,
+    metadata: &mut BTreeMap<String, String>,
+) {
+    metadata.retain(|k, _| !k.starts_with(MODEL_PREFIX));
+    metadata.insert(PARTS_KEY.to_string(), "optim,scheduler".to_string());
+    scalars.insert(
+        format!("{PROGRESS_PREFIX}epoch"),
+        Scalar::UInt(epoch as u64),
+    );
+    scalars.insert(format!("{PROGRESS_PREFIX}step"), Scalar::UInt(0));
+}
+
 fn tensor_bytes(reader: &Reader) -> u64 {
     reader.tensors().iter().map(TensorInfo::len).sum()
 }
@@ -243,7 +262,11 @@ impl PackCheckpointer {
     /// # Errors
     /// The directory cannot be created or listed.
     pub fn new(dir: impl AsRef<Path>) -> std::io::Result<Self> {
-        let manager = CheckpointManager::new(dir).map_err(std::io::Error::other)?;
+        // burn-train's strategy picks what to delete: the manager keeps everything (its
+        // retention runs after each incremental save, and must delete nothing).
+        let manager = CheckpointManager::new(dir)
+            .map_err(std::io::Error::other)?
+            .keep_last(usize::MAX);
         Ok(Self {
             manager,
             options: SaveOptions::new(),
@@ -338,7 +361,12 @@ impl PackCheckpointer {
         part: Part,
         reader: Reader,
     ) -> Result<(), CheckpointError> {
-        if assembly.staged.is_none() && tensor_bytes(&reader) >= STAGED_BYTES {
+        // Incremental: every part is held until the epoch completes (its tensors are hashed
+        // before anything is written).
+        if !self.is_incremental()
+            && assembly.staged.is_none()
+            && tensor_bytes(&reader) >= STAGED_BYTES
+        {
             // Room for the head: every name known so far, three more tensors per tensor for
             // parts not here yet (Adam's moments and scalars per parameter), the metadata.
             let parts: Vec<&Reader> = assembly
@@ -389,6 +417,10 @@ impl PackCheckpointer {
     /// Writes the complete epoch: the head of the open file, or (every part small) the whole
     /// file from the parts held.
     fn publish(&self, epoch: usize, assembly: &mut Assembly) -> Result<(), CheckpointError> {
+        if self.is_incremental() {
+            let held = std::mem::take(&mut assembly.held);
+            return self.publish_incremental(epoch, held);
+        }
         let mut entries = Vec::new();
         let mut scalars = std::mem::take(&mut assembly.scalars);
         let mut metadata = std::mem::take(&mut assembly.metadata);
@@ -403,13 +435,7 @@ impl PackCheckpointer {
             )?;
             entries.extend(cast_model(*part, part_entries, &self.options));
         }
-        metadata.retain(|k, _| !k.starts_with(MODEL_PREFIX));
-        metadata.insert(PARTS_KEY.to_string(), "optim,scheduler".to_string());
-        scalars.insert(
-            format!("{PROGRESS_PREFIX}epoch"),
-            Scalar::UInt(epoch as u64),
-        );
-        scalars.insert(format!("{PROGRESS_PREFIX}step"), Scalar::UInt(0));
+        epoch_head(epoch, &mut scalars, &mut metadata);
         let options = self.options.clone().overwrite(true);
         match assembly.staged.take() {
             Some(mut staged) => {
@@ -438,13 +464,9 @@ impl PackCheckpointer {
             }
             gone
         };
-        let path = self.path_for(epoch);
-        if gone && path.exists() {
-            std::fs::remove_file(&path).map_err(|source| CheckpointError::Io {
-                action: "delete",
-                path,
-                source,
-            })?;
+        if gone {
+            // The file, then (incremental checkpoints) the data files no kept epoch names.
+            self.manager.delete_step(epoch as u64)?;
         }
         Ok(())
     }
