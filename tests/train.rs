@@ -1,7 +1,8 @@
 //! burn-train's `SupervisedTraining` with `PackCheckpointer`: one file per epoch, retention by
 //! burn-train's strategy, bit-identical resumption (also against burn-train's own
 //! checkpointers), and a training process killed with SIGKILL that resumes from the newest
-//! complete checkpoint.
+//! complete checkpoint; each with full and with incremental checkpoints
+//! (`PackCheckpointer::incremental`).
 
 mod common;
 
@@ -142,8 +143,29 @@ fn learner(model: Toy) -> Learner<Toy> {
 /// Which checkpointers a run uses.
 #[derive(Clone, Copy)]
 enum With {
-    Pack,
+    /// `PackCheckpointer`, incremental or not.
+    Pack(bool),
     BurnDefault,
+}
+
+/// Both modes of `PackCheckpointer`: full, then incremental.
+const MODES: [bool; 2] = [false, true];
+
+fn checkpointer(dir: impl AsRef<Path>, incremental: bool) -> PackCheckpointer {
+    PackCheckpointer::new(dir).unwrap().incremental(incremental)
+}
+
+/// The names of a checkpoint's tensors (an incremental one's through its manifest).
+fn tensor_names(ckpt: &Checkpoint) -> Vec<String> {
+    match ckpt.chain() {
+        Some(chain) => chain.locations().map(|(n, _)| n.to_string()).collect(),
+        None => ckpt
+            .reader()
+            .tensors()
+            .iter()
+            .map(|t| t.name().to_string())
+            .collect(),
+    }
 }
 
 /// Trains `model` to `epochs` (from `resume` when given) with checkpoints in `dir/checkpoint`;
@@ -164,8 +186,8 @@ fn train(
         .metric_train_numeric(LossMetric::new())
         .with_application_logger(None);
     training = match with {
-        With::Pack => {
-            let pack = PackCheckpointer::new(dir.join("checkpoint")).unwrap();
+        With::Pack(incremental) => {
+            let pack = checkpointer(dir.join("checkpoint"), incremental);
             training.with_custom_checkpointers(pack.clone(), pack.clone(), pack)
         }
         With::BurnDefault => training.with_default_checkpointers(),
@@ -199,20 +221,51 @@ fn files(dir: &Path) -> Vec<String> {
 
 #[test]
 fn one_file_per_epoch_with_the_strategys_retention() {
+    for incremental in MODES {
+        one_file_per_epoch(incremental);
+    }
+}
+
+fn one_file_per_epoch(incremental: bool) {
     let dir = tempfile::tempdir().unwrap();
     let device = device();
-    let trained = train(dir.path(), With::Pack, initial(&device), 4, None, 2);
+    let trained = train(
+        dir.path(),
+        With::Pack(incremental),
+        initial(&device),
+        4,
+        None,
+        2,
+    );
     let ckpt_dir = dir.path().join("checkpoint");
-    let pack = PackCheckpointer::new(&ckpt_dir).unwrap();
-    // KeepLastN(2) after 4 epochs: epochs 3 and 4, one file each, nothing else, named as the
-    // README and the `train` docs say (`ckpt-00000000000000000001.bpk` for epoch 1).
+    let pack = checkpointer(&ckpt_dir, incremental);
+    // KeepLastN(2) after 4 epochs: epochs 3 and 4, one file each, named as the README and the
+    // `train` docs say (`ckpt-00000000000000000001.bpk` for epoch 1); incremental, with the
+    // data files they name and no other.
+    let (ckpts, data): (Vec<String>, Vec<String>) = files(&ckpt_dir)
+        .into_iter()
+        .partition(|n| n.starts_with("ckpt-"));
     assert_eq!(
-        files(&ckpt_dir),
+        ckpts,
         [
             "ckpt-00000000000000000003.bpk",
             "ckpt-00000000000000000004.bpk"
         ]
     );
+    let mut named: Vec<String> = [3, 4]
+        .iter()
+        .flat_map(|&e| {
+            let ckpt = Checkpoint::open(pack.path_for(e)).unwrap();
+            assert_eq!(ckpt.is_incremental(), incremental);
+            ckpt.chain()
+                .map(|c| c.data_files().map(|(n, _)| n.to_string()).collect())
+                .unwrap_or_else(Vec::new)
+        })
+        .collect();
+    named.sort();
+    named.dedup();
+    assert_eq!(data, named, "incremental: {incremental}");
+    assert_eq!(data.is_empty(), !incremental);
     assert_eq!(
         pack.path_for(4),
         ckpt_dir.join("ckpt-00000000000000000004.bpk")
@@ -225,14 +278,20 @@ fn one_file_per_epoch_with_the_strategys_retention() {
     assert_eq!(latest.progress().epoch, 4);
     assert!(latest.has_optimizer() && latest.has_scheduler());
     assert!(
-        latest
-            .reader()
-            .tensors()
+        tensor_names(&latest)
             .iter()
-            .any(|t| t.name().starts_with("optim.")),
-        "Adam's moments are in the file"
+            .any(|t| t.starts_with("optim.")),
+        "Adam's moments are in the checkpoint"
     );
-    let loaded = random(&device).load_pack(pack.path_for(4)).unwrap();
+    assert_eq!(latest.verify().unwrap(), tensor_names(&latest).len());
+    let loaded = if incremental {
+        // `load_pack` refuses a manifest, saying how to load it; the checkpoint loads it.
+        let err = random(&device).load_pack(pack.path_for(4)).unwrap_err();
+        assert!(err.to_string().contains("Checkpoint::open"), "{err}");
+        latest.load_model(random(&device)).unwrap()
+    } else {
+        random(&device).load_pack(pack.path_for(4)).unwrap()
+    };
     assert_eq!(params(&loaded), params(&trained));
 }
 
@@ -242,24 +301,51 @@ fn resuming_is_bit_identical_to_training_straight_through() {
     let straight_dir = tempfile::tempdir().unwrap();
     let straight = train(
         straight_dir.path(),
-        With::Pack,
+        With::Pack(false),
         initial(&device),
         5,
         None,
         5,
     );
 
-    let resumed_dir = tempfile::tempdir().unwrap();
-    train(resumed_dir.path(), With::Pack, initial(&device), 2, None, 5);
-    let resumed = train(
-        resumed_dir.path(),
-        With::Pack,
-        random(&device),
-        5,
-        Some(2),
-        5,
-    );
-    assert_eq!(params(&resumed), params(&straight));
+    for incremental in MODES {
+        let straight_here = tempfile::tempdir().unwrap();
+        let here = train(
+            straight_here.path(),
+            With::Pack(incremental),
+            initial(&device),
+            5,
+            None,
+            5,
+        );
+        assert_eq!(
+            params(&here),
+            params(&straight),
+            "incremental: {incremental}"
+        );
+        let resumed_dir = tempfile::tempdir().unwrap();
+        train(
+            resumed_dir.path(),
+            With::Pack(incremental),
+            initial(&device),
+            2,
+            None,
+            5,
+        );
+        let resumed = train(
+            resumed_dir.path(),
+            With::Pack(incremental),
+            random(&device),
+            5,
+            Some(2),
+            5,
+        );
+        assert_eq!(
+            params(&resumed),
+            params(&straight),
+            "incremental: {incremental}"
+        );
+    }
 
     // burn-train's own checkpointers (three files per epoch) resume to the same bits.
     let burn_dir = tempfile::tempdir().unwrap();
@@ -285,10 +371,16 @@ fn resuming_is_bit_identical_to_training_straight_through() {
 
 #[test]
 fn restore_of_a_missing_or_damaged_epoch_names_the_file() {
+    for incremental in MODES {
+        restore_of_a_missing_or_damaged_epoch(incremental);
+    }
+}
+
+fn restore_of_a_missing_or_damaged_epoch(incremental: bool) {
     use burn::store::ModuleRecord;
     use burn::train::checkpoint::Checkpointer;
     let dir = tempfile::tempdir().unwrap();
-    let pack = PackCheckpointer::new(dir.path()).unwrap();
+    let pack = checkpointer(dir.path(), incremental);
     let err = Checkpointer::<ModuleRecord>::restore(&pack, 7).unwrap_err();
     assert!(err.to_string().contains("ckpt-"), "{err}");
 
@@ -300,7 +392,17 @@ fn restore_of_a_missing_or_damaged_epoch_names_the_file() {
     Checkpointer::save(&pack, 1, optim.to_record()).unwrap();
     let scheduler = ExponentialLrSchedulerConfig::new(0.05, 0.8).init().unwrap();
     Checkpointer::save(&pack, 1, scheduler.to_record()).unwrap();
-    let path = pack.path_for(1);
+    // The file that holds the tensors: the checkpoint, or its one data file.
+    let path = if incremental {
+        let data: Vec<String> = files(dir.path())
+            .into_iter()
+            .filter(|n| n.starts_with("data-"))
+            .collect();
+        assert_eq!(data.len(), 1, "{data:?}");
+        dir.path().join(&data[0])
+    } else {
+        pack.path_for(1)
+    };
     let mut bytes = std::fs::read(&path).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0x40;
@@ -313,11 +415,17 @@ fn restore_of_a_missing_or_damaged_epoch_names_the_file() {
 
 #[test]
 fn deletes_remove_a_file_only_when_all_three_parts_are_deleted() {
+    for incremental in MODES {
+        deletes_remove_a_file_only_when_all_three_parts_are(incremental);
+    }
+}
+
+fn deletes_remove_a_file_only_when_all_three_parts_are(incremental: bool) {
     use burn::optim::OptimizerRecord;
     use burn::store::ModuleRecord;
     use burn::train::checkpoint::Checkpointer;
     let dir = tempfile::tempdir().unwrap();
-    let pack = PackCheckpointer::new(dir.path()).unwrap();
+    let pack = checkpointer(dir.path(), incremental);
     let device = Device::flex();
     let model = initial(&device);
     let optim: burn::optim::ModuleOptimizer = AdamConfig::new().init();
@@ -325,7 +433,7 @@ fn deletes_remove_a_file_only_when_all_three_parts_are_deleted() {
     Checkpointer::save(&pack, 3, optim.to_record()).unwrap();
     Checkpointer::save(&pack, 3, scheduler.to_record()).unwrap();
     assert!(
-        !pack.path_for(3).exists(),
+        files(dir.path()).is_empty(),
         "two parts of three write nothing"
     );
     Checkpointer::save(&pack, 3, model.clone().into_record()).unwrap();
@@ -337,12 +445,14 @@ fn deletes_remove_a_file_only_when_all_three_parts_are_deleted() {
         "the scheduler part is still wanted"
     );
     Checkpointer::<burn::lr_scheduler::LrSchedulerRecord>::delete(&pack, 3).unwrap();
-    assert!(!pack.path_for(3).exists());
+    // The file, and (incremental) its data file: no checkpoint names it any more.
+    assert!(files(dir.path()).is_empty(), "{:?}", files(dir.path()));
     // Deleting an epoch that was never saved is not an error (burn-train's strategies may).
     Checkpointer::<ModuleRecord>::delete(&pack, 9).unwrap();
 }
 
 const CHILD_DIR: &str = "BURNPACK_TRAIN_CHILD_DIR";
+const CHILD_INCREMENTAL: &str = "BURNPACK_TRAIN_CHILD_INCREMENTAL";
 
 /// The training process the SIGKILL test starts (this test binary, this test alone): trains
 /// for many epochs until it is killed.
@@ -353,9 +463,10 @@ fn training_child() {
         return;
     };
     let device = device();
+    let incremental = std::env::var_os(CHILD_INCREMENTAL).is_some();
     train(
         &PathBuf::from(dir),
-        With::Pack,
+        With::Pack(incremental),
         initial(&device),
         100_000,
         None,
@@ -367,12 +478,17 @@ fn training_child() {
 #[test]
 fn killed_training_resumes_from_the_newest_complete_checkpoint() {
     let device = device();
-    for round in 0..3u64 {
+    for (round, incremental) in (0..6u64).zip(MODES.iter().cycle().copied()) {
         let dir = tempfile::tempdir().unwrap();
         let ckpt_dir = dir.path().join("checkpoint");
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command
             .args(["--exact", "training_child", "--ignored", "--nocapture"])
-            .env(CHILD_DIR, dir.path())
+            .env(CHILD_DIR, dir.path());
+        if incremental {
+            command.env(CHILD_INCREMENTAL, "1");
+        }
+        let mut child = command
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -393,27 +509,38 @@ fn killed_training_resumes_from_the_newest_complete_checkpoint() {
             assert!(Instant::now() < deadline, "the child wrote no checkpoints");
             std::thread::sleep(Duration::from_millis(5));
         }
-        std::thread::sleep(Duration::from_millis(7 * round + 3));
+        std::thread::sleep(Duration::from_millis(7 * (round / 2) + 3));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
 
         // Every checkpoint name visible is a complete, valid file.
+        // Every checkpoint name visible is a complete, valid checkpoint (incremental: its
+        // data files are all there).
         let manager = CheckpointManager::new(&ckpt_dir).unwrap();
         for entry in manager.list().unwrap() {
             let ckpt = Checkpoint::open(&entry.path).unwrap();
             assert!(ckpt.has_optimizer() && ckpt.has_scheduler());
+            assert_eq!(ckpt.is_incremental(), incremental);
+            assert_eq!(ckpt.verify().unwrap(), tensor_names(&ckpt).len());
         }
-        let pack = PackCheckpointer::new(&ckpt_dir).unwrap();
+        let pack = checkpointer(&ckpt_dir, incremental);
         let k = pack
             .latest_epoch()
             .unwrap()
             .expect("a complete checkpoint survived");
-        let resumed = train(dir.path(), With::Pack, random(&device), k + 2, Some(k), 2);
+        let resumed = train(
+            dir.path(),
+            With::Pack(incremental),
+            random(&device),
+            k + 2,
+            Some(k),
+            2,
+        );
 
         let straight_dir = tempfile::tempdir().unwrap();
         let straight = train(
             straight_dir.path(),
-            With::Pack,
+            With::Pack(false),
             initial(&device),
             k + 2,
             None,
@@ -422,7 +549,7 @@ fn killed_training_resumes_from_the_newest_complete_checkpoint() {
         assert_eq!(
             params(&resumed),
             params(&straight),
-            "round {round}, resumed from {k}"
+            "round {round} (incremental: {incremental}), resumed from {k}"
         );
     }
 }
@@ -433,7 +560,7 @@ fn killed_training_resumes_from_the_newest_complete_checkpoint() {
 fn bpk_inspects_and_verifies_the_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
     let device = device();
-    train(dir.path(), With::Pack, initial(&device), 1, None, 1);
+    train(dir.path(), With::Pack(false), initial(&device), 1, None, 1);
     let path = PackCheckpointer::new(dir.path().join("checkpoint"))
         .unwrap()
         .path_for(1);

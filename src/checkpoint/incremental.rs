@@ -564,6 +564,26 @@ fn manifest(
 /// checkpoint cannot be read (what it names is unknown, so everything is kept), and never a
 /// data file of a step after the newest checkpoint's (a save still writing its manifest).
 pub(crate) fn garbage<S: Storage>(storage: &S) -> Result<Vec<S::Location>, CheckpointError> {
+    unnamed(storage, None)
+}
+
+/// [`garbage`] once the checkpoint of step `deleted` was deleted by its owner's own strategy,
+/// the storage held alone (no save of this manager in flight): the data files of that step
+/// and before are collected too when no newer checkpoint is left (the last epoch deleted).
+#[cfg(feature = "train")]
+pub(crate) fn garbage_after_delete<S: Storage>(
+    storage: &S,
+    deleted: u64,
+) -> Result<Vec<S::Location>, CheckpointError> {
+    unnamed(storage, Some(deleted))
+}
+
+/// The data files no checkpoint names, of a step not after the newest checkpoint's (or
+/// `deleted`, where later).
+fn unnamed<S: Storage>(
+    storage: &S,
+    deleted: Option<u64>,
+) -> Result<Vec<S::Location>, CheckpointError> {
     let names = storage.names()?;
     let data: Vec<(u64, &String)> = names
         .iter()
@@ -576,7 +596,8 @@ pub(crate) fn garbage<S: Storage>(storage: &S) -> Result<Vec<S::Location>, Check
         .iter()
         .filter(|n| refs::step_of(n).is_some())
         .collect();
-    let Some(newest) = manifests.iter().filter_map(|n| refs::step_of(n)).max() else {
+    let newest = manifests.iter().filter_map(|n| refs::step_of(n)).max();
+    let Some(newest) = newest.max(deleted) else {
         return Ok(Vec::new());
     };
     let mut in_use: HashSet<String> = HashSet::new();

@@ -410,7 +410,7 @@ impl<S: Storage> Manager<S> {
         if let Some((_, location)) = &listed {
             self.storage.delete(location)?;
         }
-        for location in incremental::garbage(&self.storage)? {
+        for location in incremental::garbage_after_delete(&self.storage, step)? {
             self.storage.delete(&location)?;
         }
         Ok(listed.is_some())
