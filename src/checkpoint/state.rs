@@ -164,6 +164,7 @@ impl PreparedState {
     /// its checkpointers receive them): `entries` the model's (under `model.`), `parts` the
     /// rest with the progress scalars and the parts' metadata, saved as the checkpoint of
     /// `step`.
+    #[cfg(feature = "train")]
     pub(crate) fn serialized(
         step: u64,
         entries: Vec<Entry>,
@@ -261,6 +262,8 @@ pub(crate) enum Records {
         scheduler: Option<LrSchedulerRecord>,
         progress: Progress,
     },
+    /// Serialized already (burn-train's records: built only with `train`).
+    #[cfg(feature = "train")]
     Ready(Parts),
 }
 
@@ -297,6 +300,7 @@ impl Records {
     /// bytes under the parts' prefixes, and the progress as scalars.
     pub(crate) fn serialize(self) -> Result<Parts, CheckpointError> {
         let (optimizer, scheduler, progress) = match self {
+            #[cfg(feature = "train")]
             Records::Ready(parts) => return Ok(parts),
             Records::Pending {
                 optimizer,
