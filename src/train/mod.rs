@@ -21,6 +21,12 @@
 //! are ordinary checkpoints: [`CheckpointManager`],
 //! [`Checkpoint`], `load_pack` and `bpk` read them.
 //!
+//! With [`incremental`](PackCheckpointer::incremental) on, an epoch's file is a small
+//! manifest and only the tensors no kept epoch holds are written (a frozen base once, then
+//! each epoch its adapters and the optimizer's state): the parts are held until the epoch is
+//! complete, every tensor is hashed, and the new ones go to a data file beside the manifests.
+//! A delete by burn-train's strategy also removes the data files no kept epoch names.
+//!
 //! # The one-line switch
 //!
 //! ```no_run
@@ -28,6 +34,17 @@
 //! # fn switch<M: LearnerModel>(training: SupervisedTraining<M>) -> std::io::Result<()> {
 //! use burnpack::train::PackCheckpointer;
 //! let pack = PackCheckpointer::new("artifacts/checkpoint")?;
+//! let training = training.with_custom_checkpointers(pack.clone(), pack.clone(), pack);
+//! # Ok(()) }
+//! ```
+//!
+//! Fine-tuning (a frozen base, small adapters), incremental: each epoch writes what changed.
+//!
+//! ```no_run
+//! # use burn::train::{LearnerModel, SupervisedTraining};
+//! # fn switch<M: LearnerModel>(training: SupervisedTraining<M>) -> std::io::Result<()> {
+//! # use burnpack::train::PackCheckpointer;
+//! let pack = PackCheckpointer::new("artifacts/checkpoint")?.incremental(true);
 //! let training = training.with_custom_checkpointers(pack.clone(), pack.clone(), pack);
 //! # Ok(()) }
 //! ```
@@ -233,7 +250,8 @@ fn tensor_bytes(reader: &Reader) -> u64 {
 ///
 /// The file holds the model under `model.` (with its `ParamId`s), the optimizer state under
 /// `optim.`, the scheduler record under `scheduler.`, and the progress `epoch` (`step` is 0:
-/// burn-train hands checkpointers only the epoch). See the [module docs](self) for an example.
+/// burn-train hands checkpointers only the epoch). See the [module docs](self) for an example,
+/// and [`incremental`](Self::incremental) for checkpoints that write only what changed.
 #[derive(Clone)]
 pub struct PackCheckpointer {
     manager: CheckpointManager,
