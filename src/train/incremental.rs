@@ -33,6 +33,7 @@ impl PackCheckpointer {
     /// use burn::module::{Module, Param};
     /// use burn::optim::{ModuleOptimizer, SgdConfig};
     /// use burn::tensor::{Device, Tensor};
+    /// use burn::train::checkpoint::Checkpointer;
     /// use burnpack::checkpoint::Checkpoint;
     /// use burnpack::train::PackCheckpointer;
     ///
