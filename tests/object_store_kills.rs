@@ -366,24 +366,31 @@ fn killed_incremental_savers_lose_nothing_on_s3() {
                 .filter_map(|w| (w[0].0 == "save" && w[1].0 == "saved").then(|| w[1].2 - w[0].2)),
         );
         let all = names(manager.storage());
+        let when = format!("kill {kill}");
+        let (named, steps) = all_load(&manager, &mut expected, &when);
+        let unnamed = data_objects(&all).difference(&named).count();
         let phase = match lines.last().unwrap() {
             (word, _, _) if word != "save" => "between saves",
             (_, step, _) if all.contains(&format!("ckpt-{step:020}.bpk")) => {
-                "after its manifest (reopen, retention, collection)"
+                if steps.len() > 3 {
+                    "after its manifest, before retention had deleted (reopen, retention)"
+                } else if unnamed > 0 {
+                    "in the collection of data objects"
+                } else {
+                    "after the manifest (its reopening, or once all was done)"
+                }
             }
             (_, step, _)
                 if all
                     .iter()
                     .any(|n| n.starts_with(&format!("data-{step:020}-"))) =>
             {
-                "after a data object, before the manifest"
+                "after a data object, before the manifest was up"
             }
             _ => "before its data objects were up (hashing, uploads)",
         };
         *phases.entry(phase).or_default() += 1;
-
         let when = format!("kill {kill} ({phase})");
-        let (named, steps) = all_load(&manager, &mut expected, &when);
         let next = steps.last().map_or(1, |s| s + 1);
         deleted += next_save_collects_only_unnamed(&manager, next, &named, &mut expected, &when);
     }
