@@ -19,7 +19,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use burn::module::{Module, Param};
+use burn::module::{Module, Param, ParamId};
 use burn::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Tensor, TensorData};
 use burnpack::checkpoint::{Progress, SaveReport, Storage, TrainingState, content_hash};
@@ -60,9 +60,19 @@ fn ramp(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn param(shape: [usize; 2], seed: u64, trained: bool, device: &Device) -> Param<Tensor<2>> {
+/// A parameter of deterministic values, and of the id `id` (the optimizer's state is keyed by
+/// ids: the same in every process).
+fn param(
+    shape: [usize; 2],
+    id: u64,
+    seed: u64,
+    trained: bool,
+    device: &Device,
+) -> Param<Tensor<2>> {
     let data = TensorData::new(ramp(shape[0] * shape[1], seed), shape);
-    Param::from_tensor(Tensor::from_data(data, device)).set_require_grad(trained)
+    let mut param = Param::from_tensor(Tensor::from_data(data, device)).set_require_grad(trained);
+    param.id = ParamId::from(id);
+    param
 }
 
 impl Lora {
@@ -70,10 +80,10 @@ impl Lora {
     /// where [`has_head`], adapters of `step`.
     fn before(step: u64, device: &Device) -> Self {
         Self {
-            base: param([WIDTH, OUT], 1, false, device),
-            head: has_head(step).then(|| param([HEAD_ROWS, OUT], 1000 + step, false, device)),
-            down: param([WIDTH, RANK], 2000 + step, true, device),
-            up: param([RANK, OUT], 3000 + step, true, device),
+            base: param([WIDTH, OUT], 1, 1, false, device),
+            head: has_head(step).then(|| param([HEAD_ROWS, OUT], 2, 1000 + step, false, device)),
+            down: param([WIDTH, RANK], 3, 2000 + step, true, device),
+            up: param([RANK, OUT], 4, 3000 + step, true, device),
         }
     }
 
@@ -149,14 +159,33 @@ fn data_objects(names: &BTreeSet<String>) -> BTreeSet<String> {
         .collect()
 }
 
-/// The expected hashes of each step's parameters, computed once.
+/// The hashes of each step's parameters and of its optimizer's record, computed once.
 #[derive(Default)]
-struct Expected(HashMap<u64, Vec<u128>>);
+struct Expected(HashMap<u64, (Vec<u128>, u128)>);
 
 impl Expected {
-    fn of(&mut self, step: u64) -> &[u128] {
-        self.0.entry(step).or_insert_with(|| state(step).0.hashes())
+    fn of(&mut self, step: u64) -> &(Vec<u128>, u128) {
+        self.0.entry(step).or_insert_with(|| {
+            let (model, optim) = state(step);
+            (model.hashes(), record_hash(&optim))
+        })
     }
+}
+
+/// The optimizer's state: each tensor of its record by name, with its checksum (the record's
+/// bytes list its tensors in no fixed order).
+fn record_hash(optim: &ModuleOptimizer) -> u128 {
+    let bytes = optim.to_record().into_bytes().unwrap();
+    let reader = burnpack::read::Reader::from_bytes(bytes).unwrap();
+    let mut tensors: Vec<String> = reader
+        .layout()
+        .tensors()
+        .iter()
+        .map(|t| format!("{} {:?} {:?}", t.name(), t.shape(), t.checksum()))
+        .collect();
+    tensors.sort();
+    assert!(tensors.len() >= 4, "no Adam moments: {tensors:?}");
+    content_hash(tensors.join("\n").as_bytes())
 }
 
 /// Every checkpoint `manager` lists opens, verifies every tensor (checksum and recorded hash),
@@ -186,12 +215,18 @@ fn all_load(
         let model = ckpt
             .load_model(Lora::empty(step, &device))
             .unwrap_or_else(|e| fail("the model does not load", &e));
+        let (params, record) = expected.of(step);
         assert!(
-            model.hashes() == expected.of(step),
+            model.hashes() == *params,
             "{when}: checkpoint {step} holds another model than the one saved"
         );
-        ckpt.load_optimizer(AdamConfig::new().init())
+        let optim = ckpt
+            .load_optimizer(AdamConfig::new().init())
             .unwrap_or_else(|e| fail("the optimizer does not load", &e));
+        assert!(
+            record_hash(&optim) == *record,
+            "{when}: checkpoint {step} holds another optimizer state than the one saved"
+        );
     }
     (named, steps)
 }
@@ -305,10 +340,22 @@ fn log_lines(path: &Path) -> Vec<(String, u64, u128)> {
 
 const KILLS: usize = 24;
 
-/// A child saving incremental checkpoints to the bucket, SIGKILLed at random moments 24 times
-/// (a kill lands in a data upload, a manifest upload, retention's deletes, the collection, or
-/// between saves); after each, every listed checkpoint loads and verifies, and the next save
-/// (here) collects only unnamed data objects, all of them.
+/// A child process, killed when dropped (a failing test leaves no saver behind).
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A child saving incremental checkpoints to the bucket, SIGKILLed 24 times: a third at random
+/// moments (landing in hashing, data uploads, manifest uploads, retention, collection, or
+/// between saves), the others while one of its requests is held half sent by a proxy: a data
+/// object's upload, a manifest's, retention's delete of a checkpoint, the collection's delete
+/// of a data object (4 each). After each kill, every listed checkpoint loads and verifies, and
+/// the next save (here) collects only unnamed data objects, all of them.
 #[cfg(unix)]
 #[test]
 fn killed_incremental_savers_lose_nothing_on_s3() {
@@ -329,17 +376,58 @@ fn killed_incremental_savers_lose_nothing_on_s3() {
     // The mean time from one save's start to the next's, as measured in the children.
     let mut save_ms: Vec<u128> = Vec::new();
     let mut deleted = 0;
+    // The child's requests through a proxy (the server is plain HTTP, as `.ci/run` starts it).
+    let proxy = std::env::var("AWS_ENDPOINT")
+        .ok()
+        .and_then(|e| Some(e.strip_prefix("http://")?.trim_end_matches('/').to_string()))
+        .map(Proxy::start);
+    if proxy.is_none() {
+        common::skip("AWS_ENDPOINT is no http:// address: the kills are at random moments only");
+    }
+    let in_bucket = format!("{}-kills/run/", std::process::id());
+    let on_the_wire = format!("/{bucket}/{in_bucket}");
+    // Deletes go as bulk deletes (`POST /<bucket>?delete`), the keys in the body.
+    let targets = [
+        (
+            "held in a data object's upload",
+            format!("PUT {on_the_wire}data-"),
+        ),
+        (
+            "held in a manifest's upload",
+            format!("PUT {on_the_wire}ckpt-"),
+        ),
+        (
+            "held in retention's delete of a checkpoint",
+            format!("<Key>{in_bucket}ckpt-"),
+        ),
+        (
+            "held in the collection's delete of a data object",
+            format!("<Key>{in_bucket}data-"),
+        ),
+    ];
     for kill in 0..KILLS {
+        let target = proxy.as_ref().filter(|_| kill % 3 != 0).map(|proxy| {
+            let (phase, marker) = &targets[(kill - kill / 3 - 1) % targets.len()];
+            (*phase, proxy.arm(marker))
+        });
         let log = dir.path().join(format!("log-{kill}"));
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "incremental_saving_child", "--ignored"])
-            .args(["--nocapture", "--test-threads=1"])
-            .env(CHILD_PREFIX, &url)
-            .env(CHILD_LOG, &log)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::inherit())
-            .spawn()
-            .unwrap();
+        let mut child = Reaped(
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "incremental_saving_child", "--ignored"])
+                .args(["--nocapture", "--test-threads=1"])
+                .env(CHILD_PREFIX, &url)
+                .env(CHILD_LOG, &log)
+                .envs(
+                    proxy
+                        .as_ref()
+                        .map(|p| ("AWS_ENDPOINT", format!("http://127.0.0.1:{}", p.port))),
+                )
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::inherit())
+                .spawn()
+                .unwrap(),
+        );
+        let child = &mut child.0;
         let deadline = Instant::now() + Duration::from_secs(60);
         while log_lines(&log).is_empty() {
             assert!(Instant::now() < deadline, "the child never started");
@@ -354,10 +442,18 @@ fn killed_incremental_savers_lose_nothing_on_s3() {
         } else {
             save_ms.iter().sum::<u128>() / save_ms.len() as u128
         };
-        // Within the first few saves: a moment anywhere in them.
-        std::thread::sleep(Duration::from_millis(rng.below(3 * cycle as u64)));
+        if let Some((phase, held)) = &target {
+            held.recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("kill {kill}: the child's saves never got {phase}"));
+        } else {
+            // Within the first few saves: a moment anywhere in them.
+            std::thread::sleep(Duration::from_millis(rng.below(3 * cycle as u64)));
+        }
         child.kill().unwrap(); // SIGKILL
         assert!(!child.wait().unwrap().success());
+        if let Some(proxy) = &proxy {
+            proxy.disarm();
+        }
 
         let lines = log_lines(&log);
         save_ms.extend(
@@ -370,6 +466,10 @@ fn killed_incremental_savers_lose_nothing_on_s3() {
         let (named, steps) = all_load(&manager, &mut expected, &when);
         let unnamed = data_objects(&all).difference(&named).count();
         let phase = match lines.last().unwrap() {
+            (word, _, _) if target.is_some() => {
+                assert_eq!(word, "save", "kill {kill}: held, and not in a save");
+                target.as_ref().unwrap().0
+            }
             (word, _, _) if word != "save" => "between saves",
             (_, step, _) if all.contains(&format!("ckpt-{step:020}.bpk")) => {
                 if steps.len() > 3 {
@@ -396,31 +496,35 @@ fn killed_incremental_savers_lose_nothing_on_s3() {
     }
     let mid_save: usize = phases
         .iter()
-        .filter(|(p, _)| **p != "between saves")
+        .filter(|(p, _)| **p != "between saves" && !p.starts_with("held"))
         .map(|(_, n)| n)
         .sum();
     eprintln!(
-        "{KILLS} kills in {:.1} s ({mid_save} mid-save; a save took {} ms on average): {phases:?}; \
+        "{KILLS} kills in {:.1} s ({mid_save} at random moments mid-save; a save took {} ms on \
+         average): {phases:?}; \
          the next saves deleted {deleted} unnamed data objects",
         started.elapsed().as_secs_f64(),
         save_ms.iter().sum::<u128>() / save_ms.len().max(1) as u128,
     );
+    let random = if proxy.is_some() { KILLS / 3 } else { KILLS };
     assert!(
-        mid_save >= KILLS / 2,
-        "only {mid_save} of {KILLS} kills landed in a save: {phases:?}"
+        mid_save >= random / 2,
+        "only {mid_save} of {random} kills at random moments landed in a save: {phases:?}"
     );
 }
 
 /// A TCP proxy in front of a server: forwards both ways, and once armed with a marker, holds
-/// the first request that contains it half sent (its headers and half of what came with them
-/// reach the server) and says so: the server can then be killed mid-request.
+/// the first request that contains it part sent and says so, so that the server or the client
+/// can be killed mid-request: a request with a body is held halfway through its body (its
+/// headers and part of its body reach the server), one without in its request line.
 struct Proxy {
     port: u16,
     armed: Arc<Mutex<Option<(String, Sender<()>)>>>,
 }
 
 impl Proxy {
-    fn start(upstream: u16) -> Self {
+    /// A proxy to `upstream` (`host:port`).
+    fn start(upstream: String) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let armed: Arc<Mutex<Option<(String, Sender<()>)>>> = Arc::default();
@@ -428,8 +532,8 @@ impl Proxy {
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
-                let armed = Arc::clone(&shared);
-                std::thread::spawn(move || pump(client, upstream, &armed));
+                let (armed, upstream) = (Arc::clone(&shared), upstream.clone());
+                std::thread::spawn(move || pump(client, &upstream, &armed));
             }
         });
         Self { port, armed }
@@ -441,14 +545,28 @@ impl Proxy {
         *self.armed.lock().unwrap() = Some((marker.to_string(), tx));
         rx
     }
+
+    /// Holds nothing.
+    fn disarm(&self) {
+        self.armed.lock().unwrap().take();
+    }
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-fn pump(mut client: TcpStream, upstream: u16, armed: &Mutex<Option<(String, Sender<()>)>>) {
-    let Ok(mut server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+/// Whether the request whose headers are `head` has a body.
+fn has_body(head: &[u8]) -> bool {
+    String::from_utf8_lossy(head).lines().any(|line| {
+        let line = line.to_ascii_lowercase();
+        line.strip_prefix("content-length:")
+            .is_some_and(|n| n.trim().parse::<u64>().is_ok_and(|n| n > 0))
+    })
+}
+
+fn pump(mut client: TcpStream, upstream: &str, armed: &Mutex<Option<(String, Sender<()>)>>) {
+    let Ok(mut server) = TcpStream::connect(upstream) else {
         return;
     };
     let (Ok(mut back_from), Ok(mut back_to)) = (server.try_clone(), client.try_clone()) else {
@@ -459,36 +577,46 @@ fn pump(mut client: TcpStream, upstream: u16, armed: &Mutex<Option<(String, Send
         let _ = back_to.shutdown(std::net::Shutdown::Both);
     });
     let mut buf = vec![0u8; 64 << 10];
+    // A held request whose body has not come yet: held in its first chunk of body.
+    let mut in_body: Option<Sender<()>> = None;
     loop {
         let n = match client.read(&mut buf) {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
         let chunk = &buf[..n];
-        let hit = {
-            let mut armed = armed.lock().unwrap();
-            let here = armed
-                .as_ref()
-                .and_then(|(marker, _)| find(chunk, marker.as_bytes()));
-            here.and_then(|at| Some((at, armed.take()?)))
-        };
-        let Some((at, (_, held))) = hit else {
-            if server.write_all(chunk).is_err() {
-                return;
+        let (upto, held) = if let Some(held) = in_body.take() {
+            (n / 2, held)
+        } else {
+            let hit = {
+                let mut armed = armed.lock().unwrap();
+                let here = armed
+                    .as_ref()
+                    .and_then(|(marker, _)| Some((find(chunk, marker.as_bytes())?, marker.len())));
+                here.and_then(|at| Some((at, armed.take()?.1)))
+            };
+            let Some(((at, len), held)) = hit else {
+                if server.write_all(chunk).is_err() {
+                    return;
+                }
+                continue;
+            };
+            match find(&chunk[at..], b"\r\n\r\n").map(|end| at + end + 4) {
+                Some(body) if has_body(&chunk[at..body]) && body == n => {
+                    // The headers now, the body in the next chunk.
+                    if server.write_all(chunk).is_err() {
+                        return;
+                    }
+                    in_body = Some(held);
+                    continue;
+                }
+                Some(body) if has_body(&chunk[at..body]) => (body + (n - body) / 2, held),
+                _ => (at + len, held),
             }
-            continue;
-        };
-        // The headers, and half of the body that came with them.
-        let upto = match find(&chunk[at..], b"\r\n\r\n") {
-            Some(end) => {
-                let body = at + end + 4;
-                body + (n - body) / 2
-            }
-            None => (at + 64).min(n),
         };
         let _ = server.write_all(&chunk[..upto]);
         let _ = held.send(());
-        // The rest never leaves: the connection stays open until the server dies.
+        // The rest never leaves: the connection stays open until its client or server dies.
         std::thread::sleep(Duration::from_secs(30));
         return;
     }
@@ -529,7 +657,7 @@ fn kill_server_during(
 fn a_server_killed_mid_save_loses_no_checkpoint() {
     let Some(bin) = s3s_fs() else { return };
     let mut server = OwnServer::start(bin, "ckpts");
-    let proxy = Proxy::start(server.port);
+    let proxy = Proxy::start(format!("127.0.0.1:{}", server.port));
     let manager = configured(RemoteCheckpointManager::new(
         OwnServer::client(proxy.port, "ckpts"),
         "run",
