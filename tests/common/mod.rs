@@ -6,6 +6,8 @@ pub mod gguf;
 pub mod held;
 pub mod lazy;
 pub mod model;
+#[cfg(feature = "object-store")]
+pub mod s3;
 pub mod torch;
 
 use burn::tensor::quantization::QuantScheme;
