@@ -91,6 +91,8 @@ impl<S: PackSource> Chain<S> {
         // Each named data file's index in `data`, once opened (opened in the order the sorted
         // references first name them, so an error names the first tensor it concerns).
         let mut opened: Vec<Option<usize>> = vec![None; table.files().len()];
+        // Per opened data file, the position after the tensor last found in it.
+        let mut cursor: Vec<usize> = Vec::new();
         let mut tensors = Vec::with_capacity(table.len());
         let mut targets = Vec::with_capacity(table.len());
         for i in 0..table.len() {
@@ -112,17 +114,26 @@ impl<S: PackSource> Chain<S> {
                 let source = open_data_file(storage, data_file)
                     .map_err(|e| invalid(format!("tensor '{}': {e}", name_())))?;
                 data.push((data_file.to_string(), source));
+                cursor.push(0);
                 opened[table.file_index(i)] = Some(data.len() - 1);
                 data.len() - 1
             };
             let held = data[index].1.tensors();
-            let position = crate::format::position(held, stored_as).ok_or_else(|| {
+            // The references are sorted by name, as a data file's tensors are: the next tensor
+            // of this file is most often the one after the last found (one comparison).
+            let next = cursor[index];
+            let position = match held.get(next) {
+                Some(t) if t.name() == stored_as => Some(next),
+                _ => crate::format::position(held, stored_as),
+            }
+            .ok_or_else(|| {
                 invalid(format!(
                     "tensor '{}': data file '{data_file}' holds no tensor '{}'",
                     name_(),
                     stored_()
                 ))
             })?;
+            cursor[index] = position + 1;
             let stored = &held[position];
             let (dtype, shape) = (table.dtype(i), table.shape(i));
             if !refs::dtype_is(stored.dtype(), dtype) || stored.shape() != shape {

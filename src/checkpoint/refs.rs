@@ -182,6 +182,22 @@ pub(crate) struct Table<'a> {
     dims: Vec<usize>,
 }
 
+/// `text` as a number of exactly `digits` hex digits (either case), at most 32.
+fn hex(text: &str, digits: usize) -> Option<u128> {
+    if text.len() != digits || digits > 32 {
+        return None;
+    }
+    text.bytes().try_fold(0u128, |value, b| {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => return None,
+        };
+        Some(value << 4 | u128::from(digit))
+    })
+}
+
 /// One reference line of a [`Table`].
 #[derive(Debug, Clone, Copy)]
 struct Row {
@@ -290,16 +306,14 @@ impl<'a> Table<'a> {
                     table.dims.push(dim);
                 }
             }
-            if hash.len() != 32 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            let Some(hash) = hex(hash, 32) else {
                 return Err(bad(&format!("hash '{hash}' is not 32 hex digits")));
-            }
-            let hash = u128::from_str_radix(hash, 16).map_err(|_| bad("hash"))?;
-            let checksum = match checksum {
-                "" => None,
-                c if c.len() == 16 && c.bytes().all(|b| b.is_ascii_hexdigit()) => {
-                    Some(u64::from_str_radix(c, 16).map_err(|_| bad("checksum"))?)
-                }
-                c => {
+            };
+            let checksum = match (checksum, hex(checksum, 16)) {
+                ("", _) => None,
+                // 16 hex digits always fit.
+                (_, Some(c)) => Some(u64::try_from(c).map_err(|_| bad("checksum"))?),
+                (c, None) => {
                     return Err(bad(&format!(
                         "data file checksum '{}' is not 16 hex digits",
                         c.chars().take(40).collect::<String>()
@@ -401,10 +415,12 @@ impl<'a> Table<'a> {
     pub(crate) fn sort_by_name(&mut self) -> Option<&'a str> {
         let text = self.text;
         let name = |r: &Row| text.get(r.name.0..r.name.1).unwrap_or_default();
-        // Manifests are written sorted: checking is one pass, sorting then nothing.
-        if !self.rows.windows(2).all(|w| name(&w[0]) <= name(&w[1])) {
-            self.rows.sort_unstable_by(|a, b| name(a).cmp(name(b)));
+        // Manifests are written sorted: strictly increasing names (sorted, none twice) are
+        // one pass, and nothing to sort.
+        if self.rows.windows(2).all(|w| name(&w[0]) < name(&w[1])) {
+            return None;
         }
+        self.rows.sort_unstable_by(|a, b| name(a).cmp(name(b)));
         self.rows
             .windows(2)
             .find(|w| name(&w[0]) == name(&w[1]))
