@@ -122,6 +122,52 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// Opening the tenth checkpoint warm (`latest`: listing, the manifest, for an incremental one
+/// its references and data files), full (contender 0) against incremental, `rounds` rounds
+/// interleaved after one open each. `held`: the previous round's checkpoint of the same
+/// contender is still held when the next is opened (a process that opened one and opens
+/// another: an incremental checkpoint's data files are shared, not mapped again); otherwise
+/// nothing of it is (each open maps and parses every file).
+fn open_rounds(managers: [&CheckpointManager; 2], rounds: usize, held: bool) {
+    let mut kept: [Option<burnpack::checkpoint::Checkpoint>; 2] = [None, None];
+    for (manager, kept) in managers.iter().zip(&mut kept) {
+        *kept = manager.latest().unwrap();
+    }
+    let (samples, ratios) = common::interleave(rounds, 2, |i| {
+        if !held {
+            kept[i] = None;
+        }
+        let cpu = common::cpu_time();
+        let start = Instant::now();
+        let ckpt = managers[i].latest().unwrap().unwrap();
+        let time = start.elapsed();
+        let cpu = common::cpu_time() - cpu;
+        assert_eq!(ckpt.is_incremental(), i == 1);
+        kept[i] = Some(ckpt);
+        common::Sample {
+            time,
+            cpu,
+            peak_kib: 0,
+            base_kib: 0,
+            anon_kib: None,
+        }
+    });
+    println!(
+        "\nopen (`latest`) of checkpoint 10, warm, {rounds} rounds{}: full {} ms, incremental {} ms, \
+         ratio {:.2} (CPU: full {:.2} ms, incremental {:.2} ms)",
+        if held {
+            ", the previous one held"
+        } else {
+            ", nothing held"
+        },
+        common::spread(&samples[0].iter().map(|s| s.time).collect::<Vec<_>>()),
+        common::spread(&samples[1].iter().map(|s| s.time).collect::<Vec<_>>()),
+        common::median_ratio(ratios[1].clone()),
+        ms(common::median(samples[0].iter().map(|s| s.cpu).collect())),
+        ms(common::median(samples[1].iter().map(|s| s.cpu).collect())),
+    );
+}
+
 /// The changed tensors' bytes (adapters and Adam moments) as one buffer.
 fn changed_bytes(model: &Adapted, optim: &ModuleOptimizer) -> Vec<u8> {
     let mut out = Vec::new();
@@ -348,6 +394,10 @@ fn main() {
             );
         }
     };
+    let opens = common::env_or("BURNPACK_BENCH_OPENS", 40);
+    for held in [false, true] {
+        open_rounds([&full, &incremental], opens, held);
+    }
     for cold in [false, true] {
         let (samples, ratios) = common::interleave(2 * runs, 2, |i| {
             let (manager, dir) = if i == 0 {

@@ -5,7 +5,7 @@ use burn::tensor::Bytes;
 
 use super::error::CheckpointError;
 use super::namespace::{KIND, KIND_KEY};
-use super::refs::{self, DATA_KIND, INCREMENTAL_KEY, REFS_KEY, Ref};
+use super::refs::{self, DATA_KIND, INCREMENTAL_KEY, REFS_KEY};
 use super::storage::Storage;
 use crate::format::{Layout, TensorInfo};
 use crate::source::{CopyReason, PackSource, ReadError, TensorSource, from_table};
@@ -45,8 +45,9 @@ pub struct Chain<S: PackSource> {
     /// The checkpoint as one pack: the manifest's scalars and metadata (less the references),
     /// the tensors as the data files describe them, under their checkpoint names.
     layout: Layout,
-    /// The data files, by name.
-    data: Vec<(String, S)>,
+    /// The data files, by name (each shared with the other checkpoints of the process that
+    /// name it, where the storage shares them).
+    data: Vec<(String, std::sync::Arc<S>)>,
     /// Where each tensor of `layout` (same order: by name) is.
     targets: Vec<Target>,
     /// The stored tensors already checked against a hash, `(data file, offset, hash)`: a
@@ -58,15 +59,16 @@ pub struct Chain<S: PackSource> {
 struct Target {
     /// Index into `data`.
     data: usize,
-    /// The tensor as its data file describes it.
-    stored: TensorInfo,
+    /// The tensor's position in its data file's tensors (as the data file describes it).
+    stored: usize,
     /// XXH3-128 of its bytes, as the manifest records it.
     hash: u128,
 }
 
 impl<S: PackSource> Chain<S> {
-    /// Opens the data files a manifest names, through `storage`, and checks that each holds
-    /// the tensor it is said to. Nothing is read but the data files' heads.
+    /// Opens the data files a manifest names, through `storage` (each once, shared with the
+    /// other checkpoints of the process that name it where the storage can), and checks that
+    /// each holds the tensor it is said to. Nothing is read but the data files' heads.
     pub(crate) fn open<St: Storage<Source = S>>(
         storage: &St,
         manifest: S,
@@ -76,57 +78,71 @@ impl<S: PackSource> Chain<S> {
             file: file.clone(),
             what,
         };
-        let list = checked_references(&manifest, &file)?;
-        let layout = manifest.layout();
+        let table = checked_references(&manifest, &file)?;
+        // The checkpoint's names are ranges of one copy of the references' text.
+        let names: std::sync::Arc<str> = std::sync::Arc::from(table.text());
         let limits = crate::format::Limits::default();
         let step = refs::step_of(file.rsplit(['/', '\\']).next().unwrap_or(&file));
+        let steps: Vec<Option<u64>> = table.files().iter().map(|f| refs::data_step(f)).collect();
         // What the checkpoint amounts to, whole: bounded as a file would be (a manifest that
         // names one tensor a million times is not a terabyte to read).
         let mut total: u64 = 0;
-        let mut data: Vec<(String, S)> = Vec::new();
-        // The data files opened so far, by name (a manifest may name thousands).
-        let mut by_name: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-        let mut tensors = Vec::with_capacity(list.len());
-        let mut targets = Vec::with_capacity(list.len());
-        for Ref {
-            name,
-            file: data_file,
-            stored_as,
-            param_id,
-            dtype,
-            shape,
-            hash,
-            checksum,
-        } in &list
-        {
-            let (name_, stored_) = (short(name), short(stored_as));
-            if let (Some(own), Some(theirs)) = (step, refs::data_step(data_file))
+        let mut data: Vec<(String, std::sync::Arc<S>)> = Vec::new();
+        // Each named data file's index in `data`, once opened (opened in the order the sorted
+        // references first name them, so an error names the first tensor it concerns).
+        let mut opened: Vec<Option<usize>> = vec![None; table.files().len()];
+        // Per opened data file, the position after the tensor last found in it.
+        let mut cursor: Vec<usize> = Vec::new();
+        let mut tensors = Vec::with_capacity(table.len());
+        let mut targets = Vec::with_capacity(table.len());
+        for i in 0..table.len() {
+            let (name, data_file, stored_as) = (table.name(i), table.file(i), table.stored_as(i));
+            // Names as errors show them (made only for an error).
+            let (name_, stored_) = (|| short(name), || short(stored_as));
+            if let (Some(own), Some(theirs)) = (step, steps[table.file_index(i)])
                 && theirs > own
             {
                 return Err(invalid(format!(
-                    "tensor '{name_}': refers to '{data_file}', a data file of step {theirs}, \
-                     after this checkpoint's ({own})"
+                    "tensor '{}': refers to '{data_file}', a data file of step {theirs}, \
+                     after this checkpoint's ({own})",
+                    name_()
                 )));
             }
-            let index = if let Some(&i) = by_name.get(data_file.as_str()) {
-                i
+            let index = if let Some(at) = opened[table.file_index(i)] {
+                at
             } else {
                 let source = open_data_file(storage, data_file)
-                    .map_err(|e| invalid(format!("tensor '{name_}': {e}")))?;
-                data.push((data_file.clone(), source));
-                by_name.insert(data_file.as_str(), data.len() - 1);
+                    .map_err(|e| invalid(format!("tensor '{}': {e}", name_())))?;
+                data.push((data_file.to_string(), source));
+                cursor.push(0);
+                opened[table.file_index(i)] = Some(data.len() - 1);
                 data.len() - 1
             };
-            let stored = data[index].1.tensor(stored_as).ok_or_else(|| {
+            let held = data[index].1.tensors();
+            // The references are sorted by name, as a data file's tensors are: the next tensor
+            // of this file is most often the one after the last found (one comparison).
+            let next = cursor[index];
+            let position = match held.get(next) {
+                Some(t) if t.name() == stored_as => Some(next),
+                _ => crate::format::position(held, stored_as),
+            }
+            .ok_or_else(|| {
                 invalid(format!(
-                    "tensor '{name_}': data file '{data_file}' holds no tensor '{stored_}'"
+                    "tensor '{}': data file '{data_file}' holds no tensor '{}'",
+                    name_(),
+                    stored_()
                 ))
             })?;
-            if refs::dtype_text(stored.dtype()) != *dtype || stored.shape() != shape.as_slice() {
+            cursor[index] = position + 1;
+            let stored = &held[position];
+            let (dtype, shape) = (table.dtype(i), table.shape(i));
+            if !refs::dtype_is(stored.dtype(), dtype) || stored.shape() != shape {
                 return Err(invalid(format!(
-                    "tensor '{name_}': the checkpoint says '{}' {shape:?}, data file \
-                     '{data_file}' holds '{stored_}' as '{:?}' {:?}",
+                    "tensor '{}': the checkpoint says '{}' {shape:?}, data file \
+                     '{data_file}' holds '{}' as '{:?}' {:?}",
+                    name_(),
                     short(dtype),
+                    stored_(),
                     stored.dtype(),
                     stored.shape()
                 )));
@@ -136,8 +152,8 @@ impl<S: PackSource> Chain<S> {
             // here, without reading its bytes. (The parameter id is the reference's: a tensor
             // whose bytes were stored for a parameter of another id, such as a frozen base
             // loaded again into a rebuilt model, keeps the id this checkpoint gave it.)
-            if let Some(recorded) = checksum
-                && stored.checksum() != Some(*recorded)
+            if let Some(recorded) = table.checksum(i)
+                && stored.checksum() != Some(recorded)
             {
                 let found = stored
                     .checksum()
@@ -145,11 +161,12 @@ impl<S: PackSource> Chain<S> {
                 // Damage the checkpoint's own record finds (exit 1 under `bpk`'s contract).
                 return Err(CheckpointError::Read(ReadError::Reference {
                     file: file.clone(),
-                    tensor: name_.into_owned(),
+                    tensor: name_().into_owned(),
                     what: format!(
-                        "data file '{data_file}' holds '{stored_}' with checksum {found}, the \
+                        "data file '{data_file}' holds '{}' with checksum {found}, the \
                          checkpoint recorded {recorded:016x}: the data file was replaced or \
-                         damaged"
+                         damaged",
+                        stored_()
                     ),
                 }));
             }
@@ -161,15 +178,18 @@ impl<S: PackSource> Chain<S> {
                     limits.max_file_size
                 )));
             }
-            tensors.push(stored.renamed(name, *param_id));
+            tensors.push(stored.renamed_in(&names, table.name_range(i), table.param_id(i)));
             targets.push(Target {
                 data: index,
-                stored: stored.clone(),
-                hash: *hash,
+                stored: position,
+                hash: table.hash(i),
             });
         }
-        // `list` is sorted by name, as `assembled` sorts `tensors`: `targets` stays parallel.
-        let mut layout = layout.assembled(tensors, &[REFS_KEY, INCREMENTAL_KEY]);
+        // The table is sorted by name, as `assembled` sorts `tensors`: `targets` stays
+        // parallel.
+        let mut layout = manifest
+            .layout()
+            .assembled(tensors, &[REFS_KEY, INCREMENTAL_KEY]);
         if !manifest.layout().has_checksums() {
             // A manifest without checksums: nothing vouches for its references.
             layout = layout.without_checksums();
@@ -212,7 +232,7 @@ impl<S: PackSource> Chain<S> {
     #[must_use]
     pub fn stored_as(&self, tensor: &str) -> Option<&str> {
         let i = crate::format::position(self.layout.tensors(), tensor)?;
-        Some(self.targets[i].stored.name())
+        Some(self.stored(&self.targets[i]).name())
     }
 
     /// The tensors this checkpoint wrote itself (in its own data files), with their files.
@@ -229,7 +249,7 @@ impl<S: PackSource> Chain<S> {
 
     /// The data files, by name, with their sources.
     pub fn data_files(&self) -> impl Iterator<Item = (&str, &S)> {
-        self.data.iter().map(|(n, s)| (n.as_str(), s))
+        self.data.iter().map(|(n, s)| (n.as_str(), &**s))
     }
 
     /// The content hash (XXH3-128) the manifest records for `tensor`.
@@ -237,6 +257,11 @@ impl<S: PackSource> Chain<S> {
     pub fn content_hash(&self, tensor: &str) -> Option<u128> {
         let i = crate::format::position(self.layout.tensors(), tensor)?;
         Some(self.targets[i].hash)
+    }
+
+    /// The tensor `target` as its data file describes it.
+    fn stored(&self, target: &Target) -> &TensorInfo {
+        &self.data[target.data].1.tensors()[target.stored]
     }
 
     fn target(&self, info: &TensorInfo) -> Result<&Target, ReadError> {
@@ -268,12 +293,8 @@ impl Chain<crate::read::Reader> {
                 .layout()
                 .metadata()
                 .get(REFS_KEY)
-                .and_then(|text| refs::parse(text).ok())
-                .map_or(0, |list| {
-                    let names: std::collections::HashSet<&str> =
-                        list.iter().map(|r| r.file.as_str()).collect();
-                    names.len() as u64
-                });
+                .and_then(|text| refs::Table::parse(text).ok())
+                .map_or(0, |table| table.files().len() as u64);
             crate::platform::open_files_limit().is_none_or(|limit| files + 128 <= limit)
         };
         let storage = if buffered && fits() {
@@ -308,9 +329,12 @@ pub(crate) fn data_dir(path: &std::path::Path) -> std::path::PathBuf {
 }
 
 /// The data file `name` of `storage`, checked to be one (the error says why it is not).
-fn open_data_file<St: Storage>(storage: &St, name: &str) -> Result<St::Source, String> {
+fn open_data_file<St: Storage>(
+    storage: &St,
+    name: &str,
+) -> Result<std::sync::Arc<St::Source>, String> {
     let source = storage
-        .open_data(&storage.location(name))
+        .open_data_shared(&storage.location(name))
         .map_err(|e| format!("data file '{name}': {e}"))?;
     let kind = source.layout().metadata().get(KIND_KEY);
     if kind.map(String::as_str) != Some(DATA_KIND) {
@@ -324,10 +348,10 @@ fn open_data_file<St: Storage>(storage: &St, name: &str) -> Result<St::Source, S
 
 /// A manifest's references, checked before any data file is opened: the kind and layout
 /// markers, the lines, their count, no name twice, no tensor of its own; sorted by name.
-fn checked_references<S: PackSource>(
-    manifest: &S,
+fn checked_references<'a, S: PackSource>(
+    manifest: &'a S,
     file: &str,
-) -> Result<Vec<Ref>, CheckpointError> {
+) -> Result<refs::Table<'a>, CheckpointError> {
     let invalid = |what: String| CheckpointError::Invalid {
         file: file.to_string(),
         what,
@@ -356,20 +380,19 @@ fn checked_references<S: PackSource>(
     let text = metadata
         .get(REFS_KEY)
         .ok_or_else(|| invalid(format!("an incremental checkpoint without '{REFS_KEY}'")))?;
-    let mut list = refs::parse(text).map_err(|e| invalid(short(&e).into_owned()))?;
+    let mut table = refs::Table::parse(text).map_err(|e| invalid(short(&e).into_owned()))?;
     let limits = crate::format::Limits::default();
-    if list.len() > limits.max_tensor_count {
+    if table.len() > limits.max_tensor_count {
         return Err(invalid(format!(
             "{} references, above the limit of {} tensors",
-            list.len(),
+            table.len(),
             limits.max_tensor_count
         )));
     }
-    list.sort_by(|a, b| a.name.cmp(&b.name));
-    if let Some(pair) = list.windows(2).find(|w| w[0].name == w[1].name) {
+    if let Some(twice) = table.sort_by_name() {
         return Err(invalid(format!(
             "tensor '{}' is listed twice",
-            short(&pair[0].name)
+            short(twice)
         )));
     }
     if !manifest.tensors().is_empty() {
@@ -378,7 +401,7 @@ fn checked_references<S: PackSource>(
             short(manifest.tensors()[0].name())
         )));
     }
-    Ok(list)
+    Ok(table)
 }
 
 impl<S: PackSource> TensorSource for Chain<S> {
@@ -386,7 +409,7 @@ impl<S: PackSource> TensorSource for Chain<S> {
 
     fn read(&self, info: &TensorInfo) -> Result<Bytes, ReadError> {
         let target = self.target(info)?;
-        self.data[target.data].1.read(&target.stored)
+        self.data[target.data].1.read(self.stored(target))
     }
 
     /// Only these bytes, from the data file that holds the tensor.
@@ -396,7 +419,9 @@ impl<S: PackSource> TensorSource for Chain<S> {
         range: std::ops::Range<u64>,
     ) -> Result<Bytes, ReadError> {
         let target = self.target(info)?;
-        self.data[target.data].1.read_range(&target.stored, range)
+        self.data[target.data]
+            .1
+            .read_range(self.stored(target), range)
     }
 
     fn namespace(&self) -> Option<&str> {
@@ -405,24 +430,25 @@ impl<S: PackSource> TensorSource for Chain<S> {
 
     fn copy_reason(&self, info: &TensorInfo) -> Option<CopyReason> {
         let target = self.target(info).ok()?;
-        self.data[target.data].1.copy_reason(&target.stored)
+        self.data[target.data].1.copy_reason(self.stored(target))
     }
 
     /// The data file's checksum of the bytes, then the manifest's content hash: a data file
     /// replaced by another one of the same name is caught here.
     fn check(&self, info: &TensorInfo, bytes: &[u8]) -> Result<bool, ReadError> {
         let target = self.target(info)?;
-        let key = (target.data, target.stored.offset(), target.hash);
+        let stored = self.stored(target);
+        let key = (target.data, stored.offset(), target.hash);
         let lock = || {
             self.checked
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
         };
-        if lock().contains(&key) && bytes.len() as u64 == target.stored.len() {
+        if lock().contains(&key) && bytes.len() as u64 == stored.len() {
             return Ok(true);
         }
         let (data_file, source) = &self.data[target.data];
-        source.check(&target.stored, bytes)?;
+        source.check(stored, bytes)?;
         let actual = refs::content_hash(bytes);
         if actual != target.hash {
             return Err(ReadError::Reference {
@@ -448,7 +474,7 @@ impl<S: PackSource> TensorSource for Chain<S> {
                 .iter()
                 .filter_map(|info| self.target(info).ok())
                 .filter(|t| t.data == i)
-                .map(|t| &t.stored)
+                .map(|t| self.stored(t))
                 .collect();
             if !mine.is_empty() {
                 source.prefetch(&mine)?;

@@ -63,6 +63,23 @@ impl Directory {
         }
     }
 
+    /// `Ok` when `path` is a regular file (a link, a directory or a device is refused: a
+    /// manifest's name never leads a read outside the directory).
+    fn regular(path: &Path) -> Result<(), CheckpointError> {
+        let meta = fs::symlink_metadata(path).map_err(Self::io("open", path))?;
+        if !meta.file_type().is_file() {
+            return Err(CheckpointError::Io {
+                action: "open",
+                path: path.to_path_buf(),
+                source: std::io::Error::other(
+                    "not a regular file of the checkpoint directory (a link, a directory or a \
+                     device is not followed)",
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// The directory's entries.
     pub(crate) fn read_dir(&self) -> Result<Vec<fs::DirEntry>, CheckpointError> {
         fs::read_dir(&self.dir)
@@ -102,18 +119,21 @@ impl Storage for Directory {
     }
 
     fn open_data(&self, path: &PathBuf) -> Result<Reader, CheckpointError> {
-        let meta = fs::symlink_metadata(path).map_err(Self::io("open", path))?;
-        if !meta.file_type().is_file() {
-            return Err(CheckpointError::Io {
-                action: "open",
-                path: path.clone(),
-                source: std::io::Error::other(
-                    "not a regular file of the checkpoint directory (a link, a directory or a \
-                     device is not followed)",
-                ),
-            });
-        }
+        Self::regular(path)?;
         self.open(path)
+    }
+
+    /// Mapped data files are shared between the checkpoints of this process that name them
+    /// (one mapping, one parsed header), while any of them is alive: a file replaced (renamed
+    /// over: another inode) or rewritten in place (other length or times) since is opened
+    /// afresh, never served from the old mapping. Buffered files are not shared (each holds
+    /// its own descriptor and reads).
+    fn open_data_shared(&self, path: &PathBuf) -> Result<std::sync::Arc<Reader>, CheckpointError> {
+        if self.mode != crate::read::ReadMode::Mmap {
+            return self.open_data(path).map(std::sync::Arc::new);
+        }
+        Self::regular(path)?;
+        Ok(crate::read::open_shared(path)?)
     }
 
     fn write(&self, path: &PathBuf, writer: Writer) -> Result<(), CheckpointError> {

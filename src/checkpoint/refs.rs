@@ -96,6 +96,21 @@ pub(crate) fn dtype_text(dtype: burn::tensor::DType) -> String {
     format!("{dtype:?}")
 }
 
+/// Whether `text` is [`dtype_text`] of `dtype`, compared as it is written (no text made).
+pub(crate) fn dtype_is(dtype: burn::tensor::DType, text: &str) -> bool {
+    /// What is left of the text to match, or `None` once something differed.
+    struct Rest<'a>(Option<&'a str>);
+    impl std::fmt::Write for Rest<'_> {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0 = self.0.and_then(|rest| rest.strip_prefix(s));
+            Ok(())
+        }
+    }
+    let mut rest = Rest(Some(text));
+    let _ = write!(rest, "{dtype:?}");
+    rest.0 == Some("")
+}
+
 /// Whether `name` can be written in a line of references (no tab, no line break).
 pub(crate) fn nameable(name: &str) -> bool {
     !name.contains(['\t', '\n', '\r'])
@@ -130,89 +145,287 @@ pub(crate) fn encode(refs: &[Ref]) -> String {
 }
 
 /// Parses [`encode`]'s text (and the 7-field lines of manifests written before the data
-/// file's checksum was recorded); the error says which line is wrong and how.
+/// file's checksum was recorded) into owned references; the error says which line is wrong
+/// and how. (Opening a checkpoint reads the same text through [`Table`], which copies none
+/// of it.)
 pub(crate) fn parse(text: &str) -> Result<Vec<Ref>, String> {
-    let mut refs = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let bad = |what: &str| format!("reference line {}: {what}", i + 1);
-        let fields: Vec<&str> = line.split('\t').take(9).collect();
-        let (name, file, stored, id, dtype, shape, hash, checksum) = match fields[..] {
-            [name, file, stored, id, dtype, shape, hash] => {
-                (name, file, stored, id, dtype, shape, hash, "")
+    let table = Table::parse(text)?;
+    Ok((0..table.len())
+        .map(|i| {
+            let row = &table.rows[i];
+            Ref {
+                name: table.name(i).to_string(),
+                file: table.file(i).to_string(),
+                stored_as: table.stored_as(i).to_string(),
+                param_id: row.param_id,
+                dtype: table.dtype(i).to_string(),
+                shape: table.shape(i).to_vec(),
+                hash: row.hash,
+                checksum: row.checksum,
             }
-            [name, file, stored, id, dtype, shape, hash, checksum] => {
-                (name, file, stored, id, dtype, shape, hash, checksum)
-            }
-            _ => {
-                let more = if fields.len() > 8 { " or more" } else { "" };
-                return Err(bad(&format!(
-                    "{}{more} fields, 8 expected (7 in manifests of the first layout)",
-                    fields.len()
-                )));
-            }
-        };
-        if name.is_empty() {
-            return Err(bad("empty tensor name"));
-        }
-        if data_step(file).is_none() {
-            return Err(bad(&format!("'{file}' is not the name of a data file")));
-        }
-        let param_id = match id {
-            "" => None,
-            // Decimal digits only, no sign, no leading zero: one text per number.
-            id if id.bytes().all(|b| b.is_ascii_digit()) && (id == "0" || !id.starts_with('0')) => {
-                Some(
-                    id.parse().map_err(|_| {
-                        bad(&format!("parameter id '{id}' does not fit in 64 bits"))
-                    })?,
-                )
-            }
-            id => {
-                return Err(bad(&format!(
-                    "parameter id '{id}' is not a number in decimal digits"
-                )));
-            }
-        };
-        if dtype.is_empty() {
-            return Err(bad("empty dtype"));
-        }
-        let shape = if shape.is_empty() {
-            Vec::new()
-        } else {
-            shape
-                .split(',')
-                .map(str::parse::<usize>)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|_| bad(&format!("shape '{shape}'")))?
-        };
-        if hash.len() != 32 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(bad(&format!("hash '{hash}' is not 32 hex digits")));
-        }
-        let hash = u128::from_str_radix(hash, 16).map_err(|_| bad("hash"))?;
-        let checksum = match checksum {
-            "" => None,
-            c if c.len() == 16 && c.bytes().all(|b| b.is_ascii_hexdigit()) => {
-                Some(u64::from_str_radix(c, 16).map_err(|_| bad("checksum"))?)
-            }
-            c => {
-                return Err(bad(&format!(
-                    "data file checksum '{}' is not 16 hex digits",
-                    c.chars().take(40).collect::<String>()
-                )));
-            }
-        };
-        refs.push(Ref {
-            name: name.to_string(),
-            file: file.to_string(),
-            stored_as: if stored.is_empty() { name } else { stored }.to_string(),
-            param_id,
-            dtype: dtype.to_string(),
-            shape,
-            hash,
-            checksum,
-        });
+        })
+        .collect())
+}
+
+/// A manifest's references parsed once into a compact table: each text field a range of the
+/// manifest's own text (nothing copied, no string per tensor), the data files named once each,
+/// every shape in one shared list of dimensions.
+#[derive(Debug)]
+pub(crate) struct Table<'a> {
+    /// The text the ranges index.
+    text: &'a str,
+    /// One row a reference line, in the text's order until [`sort_by_name`](Self::sort_by_name).
+    rows: Vec<Row>,
+    /// The data files named, each once, in the order first named.
+    files: Vec<&'a str>,
+    /// Every row's dimensions, one after another.
+    dims: Vec<usize>,
+}
+
+/// `text` as a number of exactly `digits` hex digits (either case), at most 32.
+fn hex(text: &str, digits: usize) -> Option<u128> {
+    if text.len() != digits || digits > 32 {
+        return None;
     }
-    Ok(refs)
+    text.bytes().try_fold(0u128, |value, b| {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => return None,
+        };
+        Some(value << 4 | u128::from(digit))
+    })
+}
+
+/// One reference line of a [`Table`].
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    /// The checkpoint's name of the tensor: a range of the text.
+    name: (usize, usize),
+    /// The name in the data file (the same range as `name` when the line leaves it empty).
+    stored_as: (usize, usize),
+    /// The dtype's text.
+    dtype: (usize, usize),
+    /// Index into [`Table::files`].
+    file: usize,
+    /// Range of [`Table::dims`].
+    shape: (usize, usize),
+    param_id: Option<u64>,
+    hash: u128,
+    checksum: Option<u64>,
+}
+
+impl<'a> Table<'a> {
+    /// Parses the references of [`encode`]'s layout (8 fields a line, or 7 in manifests
+    /// written before the data file's checksum was recorded); the error says which line is
+    /// wrong and how.
+    pub(crate) fn parse(text: &'a str) -> Result<Self, String> {
+        // The data files named so far, and the last one (most lines name the file the line
+        // before did).
+        let mut by_name: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        let mut last: Option<usize> = None;
+        let mut table = Self {
+            text,
+            // One row a line: as many as the text (already in memory) has line breaks.
+            rows: Vec::with_capacity(text.bytes().filter(|&b| b == b'\n').count() + 1),
+            files: Vec::new(),
+            dims: Vec::new(),
+        };
+        let base = text.as_ptr() as usize;
+        let range = |field: &str| {
+            let start = field.as_ptr() as usize - base;
+            (start, start + field.len())
+        };
+        for (i, line) in text.lines().enumerate() {
+            let bad = |what: &str| format!("reference line {}: {what}", i + 1);
+            let mut fields = [""; 8];
+            let mut count = 0;
+            for field in line.split('\t') {
+                if count == fields.len() {
+                    count += 1;
+                    break;
+                }
+                fields[count] = field;
+                count += 1;
+            }
+            if !(7..=8).contains(&count) {
+                let more = if count > 8 { " or more" } else { "" };
+                let shown = count.min(9);
+                return Err(bad(&format!(
+                    "{shown}{more} fields, 8 expected (7 in manifests of the first layout)"
+                )));
+            }
+            let [name, file, stored, id, dtype, shape, hash, checksum] = fields;
+            if name.is_empty() {
+                return Err(bad("empty tensor name"));
+            }
+            // A data file is checked where first named (most lines name the one the line
+            // before did).
+            let known = match last {
+                Some(at) if table.files[at] == file => Some(at),
+                _ => by_name.get(file).copied(),
+            };
+            let file = match known {
+                Some(at) => at,
+                None if data_step(file).is_none() => {
+                    return Err(bad(&format!("'{file}' is not the name of a data file")));
+                }
+                None => {
+                    table.files.push(file);
+                    by_name.insert(file, table.files.len() - 1);
+                    table.files.len() - 1
+                }
+            };
+            last = Some(file);
+            let param_id = match id {
+                "" => None,
+                // Decimal digits only, no sign, no leading zero: one text per number.
+                id if id.bytes().all(|b| b.is_ascii_digit())
+                    && (id == "0" || !id.starts_with('0')) =>
+                {
+                    Some(id.parse().map_err(|_| {
+                        bad(&format!("parameter id '{id}' does not fit in 64 bits"))
+                    })?)
+                }
+                id => {
+                    return Err(bad(&format!(
+                        "parameter id '{id}' is not a number in decimal digits"
+                    )));
+                }
+            };
+            if dtype.is_empty() {
+                return Err(bad("empty dtype"));
+            }
+            let first_dim = table.dims.len();
+            if !shape.is_empty() {
+                for dim in shape.split(',') {
+                    let dim = dim
+                        .parse::<usize>()
+                        .map_err(|_| bad(&format!("shape '{shape}'")))?;
+                    table.dims.push(dim);
+                }
+            }
+            let Some(hash) = hex(hash, 32) else {
+                return Err(bad(&format!("hash '{hash}' is not 32 hex digits")));
+            };
+            let checksum = match (checksum, hex(checksum, 16)) {
+                ("", _) => None,
+                // 16 hex digits always fit.
+                (_, Some(c)) => Some(u64::try_from(c).map_err(|_| bad("checksum"))?),
+                (c, None) => {
+                    return Err(bad(&format!(
+                        "data file checksum '{}' is not 16 hex digits",
+                        c.chars().take(40).collect::<String>()
+                    )));
+                }
+            };
+            let name = range(name);
+            table.rows.push(Row {
+                name,
+                stored_as: if stored.is_empty() {
+                    name
+                } else {
+                    range(stored)
+                },
+                dtype: range(dtype),
+                file,
+                shape: (first_dim, table.dims.len()),
+                param_id,
+                hash,
+                checksum,
+            });
+        }
+        Ok(table)
+    }
+
+    /// The number of references.
+    pub(crate) fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// The text the table was parsed from.
+    pub(crate) fn text(&self) -> &'a str {
+        self.text
+    }
+
+    fn at(&self, (start, end): (usize, usize)) -> &'a str {
+        // Ranges of fields split at ASCII tabs and line breaks: always in the text, on
+        // character boundaries; `get` keeps a mistake from panicking.
+        self.text.get(start..end).unwrap_or_default()
+    }
+
+    /// Row `i`'s tensor name.
+    pub(crate) fn name(&self, i: usize) -> &'a str {
+        self.at(self.rows[i].name)
+    }
+
+    /// Row `i`'s tensor name as a range of [`text`](Self::text).
+    pub(crate) fn name_range(&self, i: usize) -> (usize, usize) {
+        self.rows[i].name
+    }
+
+    /// The name of the data file of row `i`.
+    pub(crate) fn file(&self, i: usize) -> &'a str {
+        self.files[self.rows[i].file]
+    }
+
+    /// The index of row `i`'s data file in [`files`](Self::files).
+    pub(crate) fn file_index(&self, i: usize) -> usize {
+        self.rows[i].file
+    }
+
+    /// The data files named, each once.
+    pub(crate) fn files(&self) -> &[&'a str] {
+        &self.files
+    }
+
+    /// Row `i`'s name in its data file.
+    pub(crate) fn stored_as(&self, i: usize) -> &'a str {
+        self.at(self.rows[i].stored_as)
+    }
+
+    /// Row `i`'s dtype text.
+    pub(crate) fn dtype(&self, i: usize) -> &'a str {
+        self.at(self.rows[i].dtype)
+    }
+
+    /// Row `i`'s shape.
+    pub(crate) fn shape(&self, i: usize) -> &[usize] {
+        let (start, end) = self.rows[i].shape;
+        &self.dims[start..end]
+    }
+
+    /// Row `i`'s parameter id.
+    pub(crate) fn param_id(&self, i: usize) -> Option<u64> {
+        self.rows[i].param_id
+    }
+
+    /// Row `i`'s content hash.
+    pub(crate) fn hash(&self, i: usize) -> u128 {
+        self.rows[i].hash
+    }
+
+    /// Row `i`'s data file checksum, when recorded.
+    pub(crate) fn checksum(&self, i: usize) -> Option<u64> {
+        self.rows[i].checksum
+    }
+
+    /// Sorts the rows by tensor name; the first name listed twice, if any.
+    pub(crate) fn sort_by_name(&mut self) -> Option<&'a str> {
+        let text = self.text;
+        let name = |r: &Row| text.get(r.name.0..r.name.1).unwrap_or_default();
+        // Manifests are written sorted: strictly increasing names (sorted, none twice) are
+        // one pass, and nothing to sort.
+        if self.rows.windows(2).all(|w| name(&w[0]) < name(&w[1])) {
+            return None;
+        }
+        self.rows.sort_unstable_by(|a, b| name(a).cmp(name(b)));
+        self.rows
+            .windows(2)
+            .find(|w| name(&w[0]) == name(&w[1]))
+            .map(|w| name(&w[0]))
+    }
 }
 
 #[cfg(test)]
@@ -251,6 +464,77 @@ mod tests {
             9
         );
         assert_eq!(parse(&old).unwrap()[0].checksum, None);
+    }
+
+    #[test]
+    fn the_table_copies_nothing_and_sorts() {
+        let refs = vec![
+            Ref {
+                name: "model.w".into(),
+                file: data_name(3, 0xabc),
+                stored_as: "model.w".into(),
+                param_id: Some(17),
+                dtype: "F32".into(),
+                shape: vec![2, 3],
+                hash: 7,
+                checksum: Some(9),
+            },
+            Ref {
+                name: "model.b".into(),
+                file: data_name(1, 0),
+                stored_as: "model.v".into(),
+                param_id: None,
+                dtype: "F16".into(),
+                shape: vec![],
+                hash: 8,
+                checksum: None,
+            },
+            Ref {
+                name: "model.a".into(),
+                file: data_name(3, 0xabc),
+                stored_as: "model.a".into(),
+                param_id: Some(1),
+                dtype: "F32".into(),
+                shape: vec![4],
+                hash: 1,
+                checksum: None,
+            },
+        ];
+        let text = encode(&refs);
+        let mut table = Table::parse(&text).unwrap();
+        assert_eq!(table.files(), [data_name(3, 0xabc), data_name(1, 0)]);
+        assert_eq!(table.sort_by_name(), None);
+        let names: Vec<&str> = (0..table.len()).map(|i| table.name(i)).collect();
+        assert_eq!(names, ["model.a", "model.b", "model.w"]);
+        // Every text is a range of the manifest's own.
+        let (start, end) = table.name_range(1);
+        assert_eq!(&text[start..end], "model.b");
+        assert_eq!(table.stored_as(1), "model.v");
+        assert_eq!(table.stored_as(0), "model.a");
+        assert_eq!((table.shape(1), table.shape(2)), (&[][..], &[2, 3][..]));
+        assert_eq!((table.file_index(0), table.file_index(1)), (0, 1));
+        assert_eq!(
+            (table.param_id(2), table.hash(2), table.checksum(2)),
+            (Some(17), 7, Some(9))
+        );
+        assert_eq!(table.dtype(1), "F16");
+        let twice = format!("{text}{}", encode(&refs[..1]));
+        assert_eq!(
+            Table::parse(&twice).unwrap().sort_by_name(),
+            Some("model.w")
+        );
+    }
+
+    #[test]
+    fn dtypes_compare_as_written() {
+        use burn::tensor::DType;
+        assert!(dtype_is(DType::F32, "F32"));
+        assert!(!dtype_is(DType::F32, "F3"));
+        assert!(!dtype_is(DType::F32, "F32 "));
+        assert!(!dtype_is(DType::F16, "F32"));
+        let q = DType::QFloat(burn::tensor::quantization::QuantScheme::default());
+        assert!(dtype_is(q, &dtype_text(q)));
+        assert!(!dtype_is(q, "QFloat"));
     }
 
     #[test]

@@ -100,6 +100,34 @@ pub trait Storage: Clone + Send + Sync + 'static {
         self.open(location)
     }
 
+    /// [`open_data`](Self::open_data), shared: a backend that can tell a file unchanged
+    /// hands every checkpoint naming the same data file one source (one mapping, one parsed
+    /// header) while any holds it. By default each call opens anew; the
+    /// [`Directory`](super::Directory) shares mapped files (never a file replaced or rewritten
+    /// since, see its docs).
+    ///
+    /// ```
+    /// use burnpack::checkpoint::{Directory, Storage};
+    /// use burnpack::write::Writer;
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("data.bpk");
+    /// Writer::new(Vec::new()).write_to_file(&path).unwrap();
+    /// let storage = Directory::new(dir.path());
+    /// let a = storage.open_data_shared(&path).unwrap();
+    /// let b = storage.open_data_shared(&path).unwrap();
+    /// assert!(std::sync::Arc::ptr_eq(&a, &b));
+    /// ```
+    ///
+    /// # Errors
+    /// As [`open_data`](Self::open_data).
+    fn open_data_shared(
+        &self,
+        location: &Self::Location,
+    ) -> Result<std::sync::Arc<Self::Source>, CheckpointError> {
+        self.open_data(location).map(std::sync::Arc::new)
+    }
+
     /// Writes `writer`'s pack at `location`, visible whole or not at all (a reader never sees
     /// part of it), replacing what was there.
     ///

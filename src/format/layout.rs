@@ -326,14 +326,24 @@ impl Layout {
         tensors.sort_by(|a, b| a.name().cmp(b.name()));
         let mut by_position: Vec<usize> = (0..tensors.len()).collect();
         by_position.sort_by_key(|&i| (tensors[i].start, tensors[i].len));
-        let mut metadata = self.metadata.clone();
-        metadata.retain(|k, _| !drop.contains(&k.as_str()));
+        // The entries kept, cloned (the dropped ones, an incremental checkpoint's references,
+        // may be most of the metadata).
+        let metadata = self
+            .metadata
+            .iter()
+            .filter(|(k, _)| !drop.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         Self {
             checksums: tensors.iter().all(|t| t.checksum.is_some()),
             tensors,
             by_position,
             metadata,
-            ..self.clone()
+            header: self.header,
+            file_len: self.file_len,
+            scalars: self.scalars.clone(),
+            extras: self.extras.clone(),
+            checksums_elsewhere: self.checksums_elsewhere,
         }
     }
 

@@ -47,7 +47,7 @@ pub(crate) struct Name {
 impl Name {
     /// `range` of `arena`, which must lie on character boundaries (ranges pushed by
     /// [`Table::push`] do).
-    fn new(arena: &Arc<str>, (start, end): (usize, usize)) -> Self {
+    pub(super) fn new(arena: &Arc<str>, (start, end): (usize, usize)) -> Self {
         debug_assert!(arena.is_char_boundary(start) && arena.is_char_boundary(end));
         Self {
             arena: Arc::clone(arena),

@@ -160,11 +160,19 @@ impl TensorInfo {
     }
 
     /// The same tensor under another name and parameter id, where it is in its file: how an
-    /// incremental checkpoint names a tensor that a data file holds.
+    /// incremental checkpoint names a tensor that a data file holds. The name is `range` of
+    /// `names`, a buffer shared by many tensors (the checkpoint's references): no copy of
+    /// it. `range` must lie on character boundaries of `names` (a name out of range reads as
+    /// empty, never a panic).
     #[cfg(feature = "optim")]
-    pub(crate) fn renamed(&self, name: &str, param_id: Option<u64>) -> Self {
+    pub(crate) fn renamed_in(
+        &self,
+        names: &alloc::sync::Arc<str>,
+        range: (usize, usize),
+        param_id: Option<u64>,
+    ) -> Self {
         Self {
-            name: Name::from(name.to_string()),
+            name: Name::new(names, range),
             param_id,
             ..self.clone()
         }

@@ -1,0 +1,131 @@
+//! Files mapped once per process: a [`Reader`] opened through [`open_shared`] is handed to
+//! every later caller that opens the same, unchanged file while the first is still alive
+//! (incremental checkpoints naming one data file share its mapping and its parsed header).
+//!
+//! The cache holds weak references only: it keeps no mapping alive, and an entry whose
+//! readers are all gone is never served (it is dropped at the next insertion). A file is the
+//! same when its path, device, inode, length, modification and change times are: a file
+//! replaced by rename has another inode (the old one cannot be reused while the cached reader
+//! maps it), and one rewritten in place has new times; either is opened afresh.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use super::{ReadOptions, Reader};
+use crate::source::ReadError;
+
+/// What makes two opens of a path the same file, unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Identity {
+    path: PathBuf,
+    device: u64,
+    inode: u64,
+    len: u64,
+    /// Modification time, seconds and nanoseconds.
+    modified: (i64, i64),
+    /// Status change time (set by every write, and by anything that sets the modification
+    /// time back), seconds and nanoseconds.
+    changed: (i64, i64),
+}
+
+impl Identity {
+    #[cfg(unix)]
+    fn of(path: &Path, meta: &std::fs::Metadata) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        Some(Self {
+            path: path.to_path_buf(),
+            device: meta.dev(),
+            inode: meta.ino(),
+            len: meta.len(),
+            modified: (meta.mtime(), meta.mtime_nsec()),
+            changed: (meta.ctime(), meta.ctime_nsec()),
+        })
+    }
+
+    /// Elsewhere the identity of a file is not known: nothing is shared.
+    #[cfg(not(unix))]
+    fn of(_: &Path, _: &std::fs::Metadata) -> Option<Self> {
+        None
+    }
+}
+
+/// The readers opened through [`open_shared`], weakly.
+fn cache() -> &'static Mutex<HashMap<Identity, Weak<Reader>>> {
+    static CACHE: OnceLock<Mutex<HashMap<Identity, Weak<Reader>>>> = OnceLock::new();
+    CACHE.get_or_init(Mutex::default)
+}
+
+/// The pack at `path`, mapped with the default limits ([`Reader::open`]): the reader another
+/// caller of this process already holds for the same unchanged file (see the module's text),
+/// or a new one, then offered to later callers.
+///
+/// # Errors
+/// As [`ReadOptions::open`].
+pub(crate) fn open_shared(path: &Path) -> Result<Arc<Reader>, ReadError> {
+    let io = |action: &'static str| {
+        move |source| ReadError::Io {
+            file: path.display().to_string(),
+            action,
+            source,
+        }
+    };
+    // The identity is the open file's (`fstat`), so that the reader handed out is of the
+    // file this call opened, not of one that a rename put at the path since.
+    let file = crate::platform::open_regular(path).map_err(io("open"))?;
+    let meta = file.metadata().map_err(io("stat"))?;
+    let Some(identity) = Identity::of(path, &meta) else {
+        return ReadOptions::new().open_file(path, &file).map(Arc::new);
+    };
+    let lock = || {
+        cache()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    if let Some(reader) = lock().get(&identity).and_then(Weak::upgrade) {
+        return Ok(reader);
+    }
+    let reader = Arc::new(ReadOptions::new().open_file(path, &file)?);
+    let mut cache = lock();
+    cache.retain(|_, r| r.strong_count() > 0);
+    cache.insert(identity, Arc::downgrade(&reader));
+    Ok(reader)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::write::Writer;
+
+    fn pack(path: &Path, value: u8) {
+        let entry = crate::write::Entry::resident(
+            "w",
+            burn::tensor::DType::U8,
+            vec![1],
+            burn::tensor::Bytes::from_bytes_vec(vec![value]),
+        );
+        Writer::new(vec![entry]).write_to_file(path).unwrap();
+    }
+
+    #[test]
+    fn shared_while_alive_never_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.bpk");
+        pack(&path, 1);
+        let a = open_shared(&path).unwrap();
+        let b = open_shared(&path).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "one mapping for the same file");
+        // Replaced by rename (the atomic writer): a new inode, read afresh.
+        pack(&path, 2);
+        let c = open_shared(&path).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(&c.bytes("w").unwrap()[..], &[2]);
+        assert_eq!(&a.bytes("w").unwrap()[..], &[1]);
+        // Nothing kept alive: once every reader is gone, the next open maps again.
+        let weak = Arc::downgrade(&c);
+        drop((a, b, c));
+        assert!(weak.upgrade().is_none());
+        let d = open_shared(&path).unwrap();
+        assert_eq!(&d.bytes("w").unwrap()[..], &[2]);
+    }
+}
