@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use burn::tensor::{Bytes, DType};
 
@@ -441,14 +442,17 @@ pub(crate) fn write<S: Storage>(
     let at = storage.describe_location(location);
     let (model, records, options) = state.into_parts();
     let mut batch = Batch::new(known, seen, refs::data_name(step, nonce()));
-    // The data files this save writes, by name.
+    let mut phases = Phases::default();
+    // The data files this save wrote, by name.
     let mut wrote: Vec<String> = Vec::new();
     // Adds a part's tensors to the batch; writes the new ones into a data file of their own
     // when `last` or when there are enough of them to be worth writing while the optimizer's
     // record is still being serialized (a few megabytes of adapters wait for the optimizer's
     // tensors and share their file: one atomic write fewer).
     let part = |batch: &mut Batch<'_>, entries: Vec<Entry>, last: bool| {
+        let mut since = Instant::now();
         batch.add(&at, entries)?;
+        phases.lap("hashing + lookup", &mut since);
         let bytes: u64 = batch.held.iter().map(Entry::len).sum();
         if batch.held.is_empty() || !last && bytes < STAGED_BYTES {
             return Ok::<(), CheckpointError>(());
@@ -459,32 +463,47 @@ pub(crate) fn write<S: Storage>(
             .options(options.write)
             .metadata(KIND_KEY, DATA_KIND);
         storage.write(&storage.location(&file), data)?;
+        phases.lap("data file write + fsync + commit", &mut since);
         wrote.push(file);
         Ok(())
     };
     let mut part = part;
+    // The time the save waited for the optimizer's record after the model's part.
+    let mut waited = Duration::ZERO;
     let parts = if crate::platform::threads_available() {
         std::thread::scope(|scope| {
             let serializer = scope.spawn(move || records.serialize());
             let model = part(&mut batch, model, false);
+            let since = Instant::now();
             let parts = serializer.join().unwrap_or_else(|panic| {
                 Err(CheckpointError::Panicked(crate::panic::message(&*panic)))
             });
+            waited = since.elapsed();
             model.and(parts)
         })
     } else {
-        part(&mut batch, model, false).and_then(|()| records.serialize())
+        part(&mut batch, model, false).and_then(|()| {
+            let since = Instant::now();
+            let parts = records.serialize();
+            waited = since.elapsed();
+            parts
+        })
     };
     let (rest, scalars, metadata) = parts?;
     part(&mut batch, rest, true)?;
     drop(part);
+    phases.add("optimizer record (waited for)", waited);
+    let mut since = Instant::now();
     let mut written = Written::default();
     record_checksums(storage, &wrote, &mut batch.refs, &mut written)?;
+    phases.lap("data file checksums", &mut since);
     let (mut metadata, scalars) = head(&options, scalars, metadata);
     metadata.insert(INCREMENTAL_KEY.to_string(), "1".to_string());
     metadata.insert(REFS_KEY.to_string(), refs::encode(&batch.refs));
     storage.write(location, manifest(&options, metadata, scalars))?;
+    phases.lap("manifest write + fsync + commit", &mut since);
     written.files = batch.refs.into_iter().map(|r| r.file).collect();
+    written.phases = phases;
     Ok(written)
 }
 
@@ -500,6 +519,30 @@ pub(crate) struct Written {
     pub(crate) held: usize,
     /// Tensors it refers to in data files of earlier saves.
     pub(crate) referred: usize,
+    /// Where the save's time went, part by part.
+    pub(crate) phases: Phases,
+}
+
+/// Wall time by part of a save, in the order the parts first ran; a part that runs more
+/// than once (a data file per part of the state) adds up.
+#[derive(Default, Debug, Clone)]
+pub(crate) struct Phases(pub(crate) Vec<(&'static str, Duration)>);
+
+impl Phases {
+    /// Adds `time` to the part `name`.
+    pub(crate) fn add(&mut self, name: &'static str, time: Duration) {
+        match self.0.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, total)) => *total += time,
+            None => self.0.push((name, time)),
+        }
+    }
+
+    /// Adds the time since `*since` to the part `name`, and restarts `*since`.
+    pub(crate) fn lap(&mut self, name: &'static str, since: &mut Instant) {
+        let now = Instant::now();
+        self.add(name, now - *since);
+        *since = now;
+    }
 }
 
 /// Fills in the data file checksum of each tensor this save wrote (the new data files'
