@@ -443,8 +443,9 @@ pub(crate) fn write<S: Storage>(
     let (model, records, options) = state.into_parts();
     let mut batch = Batch::new(known, seen, refs::data_name(step, nonce()));
     let mut phases = Phases::default();
-    // The data files this save wrote, by name.
+    // The data files this save wrote, by name, and their syncs under way.
     let mut wrote: Vec<String> = Vec::new();
+    let mut syncs: Vec<Syncing> = Vec::new();
     // Adds a part's tensors to the batch; writes the new ones into a data file of their own
     // when `last` or when there are enough of them to be worth writing while the optimizer's
     // record is still being serialized (a few megabytes of adapters wait for the optimizer's
@@ -462,8 +463,12 @@ pub(crate) fn write<S: Storage>(
         let data = Writer::new(held)
             .options(options.write)
             .metadata(KIND_KEY, DATA_KIND);
-        storage.write(&storage.location(&file), data)?;
-        phases.lap("data file write + fsync + commit", &mut since);
+        let at = storage.location(&file);
+        storage.write_data(&at, data)?;
+        phases.lap("data file write", &mut since);
+        // Its fsync overlaps what follows (the manifest's write and fsync), which waits
+        // for it before the manifest is published.
+        syncs.push(sync_data(storage, at));
         wrote.push(file);
         Ok(())
     };
@@ -500,11 +505,54 @@ pub(crate) fn write<S: Storage>(
     let (mut metadata, scalars) = head(&options, scalars, metadata);
     metadata.insert(INCREMENTAL_KEY.to_string(), "1".to_string());
     metadata.insert(REFS_KEY.to_string(), refs::encode(&batch.refs));
-    storage.write(location, manifest(&options, metadata, scalars))?;
+    // The manifest's own write and fsync overlap the data files'; it is published (renamed,
+    // then the directory synced: the data files' names with it) once they are durable.
+    let mut synced = Duration::ZERO;
+    storage.write_when(location, manifest(&options, metadata, scalars), || {
+        let start = Instant::now();
+        let all = syncs.into_iter().try_for_each(Syncing::wait);
+        synced = start.elapsed();
+        all
+    })?;
     phases.lap("manifest write + fsync + commit", &mut since);
+    phases.add("  of which waiting for the data file fsync", synced);
     written.files = batch.refs.into_iter().map(|r| r.file).collect();
     written.phases = phases;
     Ok(written)
+}
+
+/// A data file's fsync: on a thread of its own where there are threads, done already
+/// otherwise.
+enum Syncing {
+    Thread(std::thread::JoinHandle<Result<(), CheckpointError>>),
+    Done(Result<(), CheckpointError>),
+}
+
+impl Syncing {
+    /// Waits for the sync; its error, or the panic of its thread as one.
+    fn wait(self) -> Result<(), CheckpointError> {
+        match self {
+            Self::Thread(handle) => handle.join().unwrap_or_else(|panic| {
+                Err(CheckpointError::Panicked(crate::panic::message(&*panic)))
+            }),
+            Self::Done(result) => result,
+        }
+    }
+}
+
+/// Starts the fsync of the data file at `at` (see [`Storage::sync_data`]).
+fn sync_data<S: Storage>(storage: &S, at: S::Location) -> Syncing {
+    if crate::platform::threads_available() {
+        let (thread_storage, thread_at) = (storage.clone(), at.clone());
+        let spawned = std::thread::Builder::new()
+            .name("burnpack-sync".into())
+            .spawn(move || thread_storage.sync_data(&thread_at));
+        if let Ok(handle) = spawned {
+            return Syncing::Thread(handle);
+        }
+    }
+    // No threads here (or none could be started): sync at once.
+    Syncing::Done(storage.sync_data(&at))
 }
 
 /// What an incremental save wrote: the data files its manifest names, the ones it wrote, and
