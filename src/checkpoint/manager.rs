@@ -162,8 +162,21 @@ impl<S: Storage> Manager<S> {
         &self,
         state: TrainingState<'_, M>,
     ) -> Result<SaveReport<S::Location>, CheckpointError> {
+        let start = std::time::Instant::now();
         self.check_newer(state.progress.step)?;
-        self.write(state.prepare()?)
+        let checked = start.elapsed();
+        let prepared = state.prepare()?;
+        let prepare = start.elapsed() - checked;
+        let mut report = self.write(prepared)?;
+        if !report.phases.is_empty() {
+            let mut phases = vec![
+                ("newer checkpoint check", checked),
+                ("state prepare", prepare),
+            ];
+            phases.append(&mut report.phases);
+            report.phases = phases;
+        }
+        Ok(report)
     }
 
     /// Writes a prepared state as the checkpoint of its step, checks that it opens, then
@@ -218,6 +231,8 @@ impl<S: Storage> Manager<S> {
                 self.storage.delete(&self.storage.location(&name))?;
             }
             phases.lap("collection", &mut since);
+            drop((known, listing));
+            phases.lap("index dropped", &mut since);
             Ok(SaveReport {
                 phases: phases.0,
                 ..report
