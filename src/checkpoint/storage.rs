@@ -116,14 +116,14 @@ pub trait Storage: Clone + Send + Sync + 'static {
     /// no rename); by default it is [`write`](Self::write).
     ///
     /// ```
-    /// use burn::tensor::{DType, Device, Tensor};
+    /// use burn::tensor::{Bytes, DType};
     /// use burnpack::checkpoint::{Directory, Storage};
     /// use burnpack::{Entry, Writer};
     ///
     /// let dir = tempfile::tempdir().unwrap();
     /// let storage = Directory::new(dir.path());
     /// let at = storage.location("data-00000000000000000001-00000000000000aa.bpk");
-    /// let w = Entry::resident("w", DType::F32, vec![2], vec![0u8; 8]);
+    /// let w = Entry::resident("w", DType::F32, vec![2], Bytes::from_bytes_vec(vec![0u8; 8]));
     /// storage.write_data(&at, Writer::new(vec![w])).unwrap();
     /// storage.sync_data(&at).unwrap();
     /// assert_eq!(storage.open(&at).unwrap().tensors().len(), 1);

@@ -315,17 +315,10 @@ impl Target {
         }
     }
 
-    /// Publishes the written file at `dest` (atomic mode: fsync, rename, directory fsync).
-    pub(crate) fn finish(self, dest: &Path, overwrite: bool) -> Result<(), WriteError> {
-        match self {
-            Self::Scratch(scratch) => scratch.commit(dest, overwrite),
-            Self::InPlace(..) => Ok(()),
-        }
-    }
-
-    /// As [`finish`](Self::finish), `ready` called once the file is durable and before it is
-    /// published (its error, returned, leaves `dest` as it was in atomic mode; in place, the
-    /// file is neither synced nor published: `ready` is called at once).
+    /// Publishes the written file at `dest` (atomic mode: fsync, rename, directory fsync),
+    /// `ready` called once the file is durable and before it is published (its error,
+    /// returned, leaves `dest` as it was in atomic mode; in place, the file is neither synced
+    /// nor published: `ready` is called at once).
     pub(crate) fn finish_when<E: From<WriteError>>(
         self,
         dest: &Path,
