@@ -17,7 +17,15 @@
 //!   `write` and `fsync`: the least any checkpoint of the change can cost;
 //! - `Burn's serialization + floor`: the same, the bytes produced inside the timing (the
 //!   adapters read back, the optimizer's record through `into_bytes`, Burn's only access to
-//!   it): the least any checkpoint through Burn's API can cost.
+//!   it): the least any checkpoint through Burn's API can cost;
+//! - `incremental, optimizer bytes given`: `incremental`, the optimizer's state handed over as
+//!   `into_bytes` gave it before the timing (`TrainingState::optimizer_bytes`): the save's own
+//!   work, Burn's serialization out of the measure;
+//! - `changed bytes floor, atomic`: `changed bytes floor` written as a checkpoint must be: a
+//!   scratch file, `write`, `fsync`, rename, directory `fsync`.
+//!
+//! Then where the time of `incremental, optimizer bytes given` goes, part by part
+//! (`SaveReport::phases`), median over checkpoints 2-10.
 //!
 //! Contenders rotate their order at each checkpoint. Rows: wall time and CPU (getrusage,
 //! every thread) per checkpoint after the first, median (min-max); bytes written per
@@ -186,6 +194,18 @@ fn write_fsync(path: &Path, bytes: &[u8]) {
     f.sync_all().unwrap();
 }
 
+/// `write_fsync` made atomic: a scratch file beside `path`, renamed onto it, then the
+/// directory synced (what a checkpoint's commit costs at the least).
+fn write_atomic(path: &Path, bytes: &[u8]) {
+    let scratch = path.with_extension("tmp");
+    write_fsync(&scratch, bytes);
+    std::fs::rename(&scratch, path).unwrap();
+    std::fs::File::open(path.parent().unwrap())
+        .unwrap()
+        .sync_all()
+        .unwrap();
+}
+
 fn main() {
     let runs = common::env_or("BURNPACK_BENCH_RUNS", 5);
     let layers = common::env_or("BURNPACK_BENCH_LAYERS", 256);
@@ -209,6 +229,8 @@ fn main() {
         "Burn 3 files",
         "changed bytes floor",
         "Burn's serialization + floor",
+        "incremental, optimizer bytes given",
+        "changed bytes floor, atomic",
     ];
     let dirs: Vec<_> = names
         .iter()
@@ -224,6 +246,13 @@ fn main() {
         .keep_last(10)
         .incremental(true);
     let full = CheckpointManager::new(&dirs[1]).unwrap().keep_last(10);
+    let given = CheckpointManager::new(&dirs[5])
+        .unwrap()
+        .keep_last(10)
+        .incremental(true);
+    // Where the time of `incremental, optimizer bytes given` went, part by part, per
+    // checkpoint after the first.
+    let mut phases: Vec<(&'static str, Vec<Duration>)> = Vec::new();
     let mut rows = vec![Row::default(); names.len()];
     let mut changed = Vec::new();
     for step in 1..=10u64 {
@@ -233,6 +262,7 @@ fn main() {
         model = optim.step(sched.step(), model, grads);
         let floor_bytes = changed_bytes(&model, &optim);
         changed.push(floor_bytes.len() as u64);
+        let mut optim_bytes = Some(optim.clone().into_bytes().unwrap());
         for k in 0..names.len() {
             let i = (k + step as usize) % names.len();
             common::warm_memory(bench.path(), if step == 1 { base_bytes } else { 64 << 20 });
@@ -259,10 +289,27 @@ fn main() {
                         .unwrap();
                 }
                 3 => write_fsync(&dir.join(format!("changed-{step}.bin")), &floor_bytes),
-                _ => write_fsync(
+                4 => write_fsync(
                     &dir.join(format!("serialized-{step}.bin")),
                     &changed_bytes(&model, &optim),
                 ),
+                5 => {
+                    let report = given
+                        .save(
+                            TrainingState::new(&model, Progress::new(0, step))
+                                .optimizer_bytes(optim_bytes.take().unwrap()),
+                        )
+                        .unwrap();
+                    if step > 1 {
+                        for (name, time) in report.phases {
+                            match phases.iter_mut().find(|(n, _)| *n == name) {
+                                Some((_, times)) => times.push(time),
+                                None => phases.push((name, vec![time])),
+                            }
+                        }
+                    }
+                }
+                _ => write_atomic(&dir.join(format!("changed-{step}.bin")), &floor_bytes),
             });
             if step > 1 {
                 rows[i].times.push(sample.0);
@@ -324,6 +371,28 @@ fn main() {
             / common::median(rows[4].times.clone()).as_secs_f64(),
         dir_bytes(&dirs[0]) as f64 / (full_size + 10 * change) as f64,
         mib(full_size + 10 * change)
+    );
+    let given_time = common::median(rows[5].times.clone());
+    let atomic_floor = common::median(rows[6].times.clone());
+    println!(
+        "incremental, optimizer bytes given: wall {:.2}x the atomic floor ({:.1} ms vs {:.1} ms)",
+        given_time.as_secs_f64() / atomic_floor.as_secs_f64(),
+        ms(given_time),
+        ms(atomic_floor)
+    );
+    println!(
+        "\nWhere incremental, optimizer bytes given, goes (checkpoints 2-10, median (min-max)):\n"
+    );
+    println!("| part | wall ms |");
+    println!("|---|---|");
+    let mut parts = Duration::ZERO;
+    for (name, times) in &phases {
+        parts += common::median(times.clone());
+        println!("| {name} | {} |", common::spread(times));
+    }
+    println!(
+        "| rest (preparing the state, untimed) | {:.1} |",
+        ms(given_time.saturating_sub(parts))
     );
 
     // What hashing the unchanged base costs: XXH3-128 of every base tensor, 1 and all threads.

@@ -141,6 +141,40 @@ impl Storage for Directory {
         Ok(())
     }
 
+    fn write_data(&self, path: &PathBuf, writer: Writer) -> Result<(), CheckpointError> {
+        let written = writer
+            .mode(crate::write::WriteMode::InPlace)
+            .overwrite(false)
+            .write_to_file(path);
+        if let Err(e) = written {
+            // What a failed write left (never another's file: `overwrite(false)` refused
+            // to open one). Left behind, it would be collected as a data file nobody names.
+            if !matches!(e, crate::write::WriteError::AlreadyExists { .. }) {
+                let _ = fs::remove_file(path);
+            }
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    fn sync_data(&self, path: &PathBuf) -> Result<(), CheckpointError> {
+        fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|f| f.sync_all())
+            .map_err(Self::io("sync", path))
+    }
+
+    fn write_when(
+        &self,
+        path: &PathBuf,
+        writer: Writer,
+        ready: impl FnOnce() -> Result<(), CheckpointError>,
+    ) -> Result<(), CheckpointError> {
+        writer.write_to_file_when(path, ready)?;
+        Ok(())
+    }
+
     fn write_state(&self, path: &PathBuf, state: PreparedState) -> Result<(), CheckpointError> {
         state.write_to_file(path)?;
         Ok(())

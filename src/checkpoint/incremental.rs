@@ -7,13 +7,14 @@
 //! new), and a data file is deleted only when no manifest in the storage names it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, Weak};
-
-use burn::tensor::{Bytes, DType};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::error::CheckpointError;
 use super::namespace::{KIND_KEY, head};
+use super::phases::Phases;
 use super::refs::{self, DATA_KIND, INCREMENTAL_KEY, REFS_KEY, Ref};
+use super::sightings::Sightings;
 use super::state::PreparedState;
 use super::storage::Storage;
 use crate::source::{PackSource, TensorSource};
@@ -236,87 +237,6 @@ struct Hashed {
     hash: u128,
 }
 
-/// What the manager remembers of the tensors it last saw, by name: the CPU buffer a tensor
-/// was borrowed from (weakly: the buffer is not kept alive) and the hash of its bytes then.
-///
-/// # Why a sighting proves the bytes unchanged
-///
-/// A CPU tensor's buffer (Burn's flex backend) is an `Arc`; the backend writes into one only
-/// through `Arc::make_mut` (which, when weak references exist, moves the value to a new
-/// allocation, so that they no longer upgrade) or `Arc::get_mut` (which refuses while a weak
-/// reference exists). So while a `Weak` to the buffer upgrades to the very allocation the
-/// tensor holds now, no byte of it was written since it was hashed: the hash is reused
-/// without reading the buffer. Anything else (GPU tensors, read back at each save; ndarray's;
-/// a buffer replaced or written) is hashed. A sighting is kept only for tensors a save found
-/// unchanged (or saw for the first time): a tensor found changed is marked so for good (a
-/// trained parameter), and its in-place updates are not turned into copies after that.
-#[derive(Default)]
-pub(crate) struct Sightings(Mutex<HashMap<String, Sighting>>);
-
-enum Sighting {
-    /// Its buffer when it was hashed, and the hash.
-    Seen {
-        storage: Weak<Bytes>,
-        len: usize,
-        dtype: DType,
-        shape: Vec<usize>,
-        hash: u128,
-    },
-    /// It changed between two saves: hashed at every save, never watched again.
-    Changes,
-}
-
-impl Sightings {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Sighting>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The hash of `entry`'s bytes when they provably did not change since it was taken.
-    fn unchanged(&self, entry: &Entry) -> Option<u128> {
-        let (storage, len) = entry.shared_storage()?;
-        let seen = self.lock();
-        let Some(Sighting::Seen {
-            storage: then,
-            len: then_len,
-            dtype,
-            shape,
-            hash,
-        }) = seen.get(entry.name())
-        else {
-            return None;
-        };
-        let same = *then_len == len
-            && *dtype == entry.dtype()
-            && shape == entry.shape()
-            && then.upgrade().is_some_and(|now| Arc::ptr_eq(&now, storage));
-        same.then_some(*hash)
-    }
-
-    /// Records what a save found: `entry` hashed to `hash`; `written` when its bytes were new
-    /// (after an earlier sighting: a tensor that changes, never watched again).
-    fn record(&self, entry: &Entry, hash: u128, written: bool) {
-        let mut seen = self.lock();
-        let Some((storage, len)) = entry.shared_storage() else {
-            seen.remove(entry.name());
-            return;
-        };
-        let sighting = match seen.get(entry.name()) {
-            Some(Sighting::Changes) => return,
-            Some(Sighting::Seen { .. }) if written => Sighting::Changes,
-            _ => Sighting::Seen {
-                storage: Arc::downgrade(storage),
-                len,
-                dtype: entry.dtype(),
-                shape: entry.shape().to_vec(),
-                hash,
-            },
-        };
-        seen.insert(entry.name().to_string(), sighting);
-    }
-}
-
 /// Materializes and hashes `entries`, in parallel where there are threads; a tensor whose
 /// bytes provably did not change since the last save keeps its hash unread.
 fn hash_all(entries: Vec<Entry>, seen: &Sightings) -> Result<Vec<Hashed>, CheckpointError> {
@@ -441,14 +361,18 @@ pub(crate) fn write<S: Storage>(
     let at = storage.describe_location(location);
     let (model, records, options) = state.into_parts();
     let mut batch = Batch::new(known, seen, refs::data_name(step, nonce()));
-    // The data files this save writes, by name.
+    let mut phases = Phases::default();
+    // The data files this save wrote, by name, and their syncs under way.
     let mut wrote: Vec<String> = Vec::new();
+    let mut syncs: Vec<Syncing> = Vec::new();
     // Adds a part's tensors to the batch; writes the new ones into a data file of their own
     // when `last` or when there are enough of them to be worth writing while the optimizer's
     // record is still being serialized (a few megabytes of adapters wait for the optimizer's
     // tensors and share their file: one atomic write fewer).
     let part = |batch: &mut Batch<'_>, entries: Vec<Entry>, last: bool| {
+        let mut since = Instant::now();
         batch.add(&at, entries)?;
+        phases.lap("hashing + lookup", &mut since);
         let bytes: u64 = batch.held.iter().map(Entry::len).sum();
         if batch.held.is_empty() || !last && bytes < STAGED_BYTES {
             return Ok::<(), CheckpointError>(());
@@ -458,34 +382,96 @@ pub(crate) fn write<S: Storage>(
         let data = Writer::new(held)
             .options(options.write)
             .metadata(KIND_KEY, DATA_KIND);
-        storage.write(&storage.location(&file), data)?;
+        let at = storage.location(&file);
+        storage.write_data(&at, data)?;
+        phases.lap("data file write", &mut since);
+        // Its fsync overlaps what follows (the manifest's write and fsync), which waits
+        // for it before the manifest is published.
+        syncs.push(sync_data(storage, at));
         wrote.push(file);
         Ok(())
     };
     let mut part = part;
+    // The time the save waited for the optimizer's record after the model's part.
+    let mut waited = Duration::ZERO;
     let parts = if crate::platform::threads_available() {
         std::thread::scope(|scope| {
             let serializer = scope.spawn(move || records.serialize());
             let model = part(&mut batch, model, false);
+            let since = Instant::now();
             let parts = serializer.join().unwrap_or_else(|panic| {
                 Err(CheckpointError::Panicked(crate::panic::message(&*panic)))
             });
+            waited = since.elapsed();
             model.and(parts)
         })
     } else {
-        part(&mut batch, model, false).and_then(|()| records.serialize())
+        part(&mut batch, model, false).and_then(|()| {
+            let since = Instant::now();
+            let parts = records.serialize();
+            waited = since.elapsed();
+            parts
+        })
     };
     let (rest, scalars, metadata) = parts?;
     part(&mut batch, rest, true)?;
     drop(part);
+    phases.add("optimizer record (waited for)", waited);
+    let mut since = Instant::now();
     let mut written = Written::default();
     record_checksums(storage, &wrote, &mut batch.refs, &mut written)?;
+    phases.lap("data file checksums", &mut since);
     let (mut metadata, scalars) = head(&options, scalars, metadata);
     metadata.insert(INCREMENTAL_KEY.to_string(), "1".to_string());
     metadata.insert(REFS_KEY.to_string(), refs::encode(&batch.refs));
-    storage.write(location, manifest(&options, metadata, scalars))?;
+    // The manifest's own write and fsync overlap the data files'; it is published (renamed,
+    // then the directory synced: the data files' names with it) once they are durable.
+    let mut synced = Duration::ZERO;
+    storage.write_when(location, manifest(&options, metadata, scalars), || {
+        let start = Instant::now();
+        let all = syncs.into_iter().try_for_each(Syncing::wait);
+        synced = start.elapsed();
+        all
+    })?;
+    phases.lap("manifest write + fsync + commit", &mut since);
+    phases.add("  of which waiting for the data file fsync", synced);
     written.files = batch.refs.into_iter().map(|r| r.file).collect();
+    written.phases = phases;
     Ok(written)
+}
+
+/// A data file's fsync: on a thread of its own where there are threads, done already
+/// otherwise.
+enum Syncing {
+    Thread(std::thread::JoinHandle<Result<(), CheckpointError>>),
+    Done(Result<(), CheckpointError>),
+}
+
+impl Syncing {
+    /// Waits for the sync; its error, or the panic of its thread as one.
+    fn wait(self) -> Result<(), CheckpointError> {
+        match self {
+            Self::Thread(handle) => handle.join().unwrap_or_else(|panic| {
+                Err(CheckpointError::Panicked(crate::panic::message(&*panic)))
+            }),
+            Self::Done(result) => result,
+        }
+    }
+}
+
+/// Starts the fsync of the data file at `at` (see [`Storage::sync_data`]).
+fn sync_data<S: Storage>(storage: &S, at: S::Location) -> Syncing {
+    if crate::platform::threads_available() {
+        let (thread_storage, thread_at) = (storage.clone(), at.clone());
+        let spawned = std::thread::Builder::new()
+            .name("burnpack-sync".into())
+            .spawn(move || thread_storage.sync_data(&thread_at));
+        if let Ok(handle) = spawned {
+            return Syncing::Thread(handle);
+        }
+    }
+    // No threads here (or none could be started): sync at once.
+    Syncing::Done(storage.sync_data(&at))
 }
 
 /// What an incremental save wrote: the data files its manifest names, the ones it wrote, and
@@ -500,6 +486,8 @@ pub(crate) struct Written {
     pub(crate) held: usize,
     /// Tensors it refers to in data files of earlier saves.
     pub(crate) referred: usize,
+    /// Where the save's time went, part by part.
+    pub(crate) phases: Phases,
 }
 
 /// Fills in the data file checksum of each tensor this save wrote (the new data files'

@@ -9,8 +9,10 @@ use burn::module::Module;
 use super::error::{CheckpointError, Skipped};
 use super::file::Checkpoint;
 use super::in_flight::{InFlight, InFlightGuard};
-use super::incremental::{self, Index, Parsed, Sightings};
+use super::incremental::{self, Index, Parsed};
+use super::phases::Phases;
 use super::refs::{self, checkpoint_name, step_of};
+use super::sightings::Sightings;
 use super::state::{PreparedState, TrainingState};
 use super::storage::Storage;
 use crate::source::{PackSource, TensorSource};
@@ -162,8 +164,21 @@ impl<S: Storage> Manager<S> {
         &self,
         state: TrainingState<'_, M>,
     ) -> Result<SaveReport<S::Location>, CheckpointError> {
+        let start = std::time::Instant::now();
         self.check_newer(state.progress.step)?;
-        self.write(state.prepare()?)
+        let checked = start.elapsed();
+        let prepared = state.prepare()?;
+        let prepare = start.elapsed() - checked;
+        let mut report = self.write(prepared)?;
+        if !report.phases.is_empty() {
+            let mut phases = vec![
+                ("newer checkpoint check", checked),
+                ("state prepare", prepare),
+            ];
+            phases.append(&mut report.phases);
+            report.phases = phases;
+        }
+        Ok(report)
     }
 
     /// Writes a prepared state as the checkpoint of its step, checks that it opens, then
@@ -176,9 +191,16 @@ impl<S: Storage> Manager<S> {
         let location = self.location(step);
         let _alone = self.alone();
         if self.incremental {
+            let mut since = std::time::Instant::now();
             let (known, mut listing) = Index::of(&self.storage, &self.parsed, step)?;
+            let index_time = since.elapsed();
             let written = incremental::write(&self.storage, &location, &known, &self.seen, state)?;
+            let mut phases = Phases::default();
+            phases.add("listing + manifests read (index)", index_time);
+            phases.0.extend(written.phases.0);
+            since = std::time::Instant::now();
             let checkpoint = self.reopen(&location)?;
+            phases.lap("reopen check", &mut since);
             let report = SaveReport {
                 location: location.clone(),
                 step,
@@ -187,18 +209,36 @@ impl<S: Storage> Manager<S> {
                 tensors_written: written.held,
                 tensors_referred: written.referred,
                 data_files_written: written.new_files.into_iter().map(|(n, _)| n).collect(),
+                phases: Vec::new(),
             };
             listing.saved(step, written.files);
-            // Retention as `retain`, with the manifests read once, above.
+            // Retention as `retain`, with the manifests read once, above; the checkpoint just
+            // saved, opened above, is not opened again.
             let all = self.steps()?;
-            for (step, location) in self.retention.doomed(&all, |c| c.0, |c| self.open(&c.1)) {
+            let mut saved = Some(checkpoint);
+            let open = |c: &(u64, S::Location)| {
+                if c.0 == step
+                    && let Some(checkpoint) = saved.take()
+                {
+                    return Some(checkpoint);
+                }
+                self.open(&c.1)
+            };
+            for (step, location) in self.retention.doomed(&all, |c| c.0, open) {
                 self.storage.delete(location)?;
                 listing.deleted(*step);
             }
+            phases.lap("retention", &mut since);
             for name in listing.garbage() {
                 self.storage.delete(&self.storage.location(&name))?;
             }
-            Ok(report)
+            phases.lap("collection", &mut since);
+            drop((known, listing));
+            phases.lap("index dropped", &mut since);
+            Ok(SaveReport {
+                phases: phases.0,
+                ..report
+            })
         } else {
             self.storage.write_state(&location, state)?;
             let checkpoint = self.reopen(&location)?;
@@ -209,6 +249,7 @@ impl<S: Storage> Manager<S> {
                 tensors_written: checkpoint.source().tensors().len(),
                 tensors_referred: 0,
                 data_files_written: Vec::new(),
+                phases: Vec::new(),
             };
             self.retain_alone()?;
             Ok(report)
@@ -468,6 +509,11 @@ pub struct SaveReport<L> {
     /// The data files this incremental save wrote, by name (none for a full checkpoint, or
     /// an incremental one where nothing changed).
     pub data_files_written: Vec<String>,
+    /// Where an incremental save's time went, part by part, in the order the parts ran
+    /// (listing and reading the manifests, hashing, writing the data file, the manifest,
+    /// reopening it, retention, collection of unnamed data files); empty for a full
+    /// checkpoint. For profiling: the parts and their names may change between versions.
+    pub phases: Vec<(&'static str, std::time::Duration)>,
 }
 
 /// Which checkpoints a manager keeps: the last `keep_last`, the newest valid one, and

@@ -96,8 +96,10 @@ mod incremental;
 mod local;
 mod manager;
 mod namespace;
+mod phases;
 mod progress;
 pub(crate) mod refs;
+mod sightings;
 mod state;
 mod storage;
 

@@ -135,6 +135,78 @@ pub trait Storage: Clone + Send + Sync + 'static {
     /// The write failed; what was at `location` is then unchanged.
     fn write(&self, location: &Self::Location, writer: Writer) -> Result<(), CheckpointError>;
 
+    /// Writes a data file of an incremental checkpoint at `location`, a name no file of the
+    /// storage had (each data file's name is new): as [`write`](Self::write), except that
+    /// the file may be visible before it is complete and need not be durable before
+    /// [`sync_data`](Self::sync_data) returns. No manifest names it until then, and a data
+    /// file no manifest names is never read and is collected, complete or not. The
+    /// [`Directory`](super::Directory) writes it in place under its name (no scratch file,
+    /// no rename); by default it is [`write`](Self::write).
+    ///
+    /// ```
+    /// use burn::tensor::{Bytes, DType};
+    /// use burnpack::checkpoint::{Directory, Storage};
+    /// use burnpack::{Entry, Writer};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let storage = Directory::new(dir.path());
+    /// let at = storage.location("data-00000000000000000001-00000000000000aa.bpk");
+    /// let w = Entry::resident("w", DType::F32, vec![2], Bytes::from_bytes_vec(vec![0u8; 8]));
+    /// storage.write_data(&at, Writer::new(vec![w])).unwrap();
+    /// storage.sync_data(&at).unwrap();
+    /// assert_eq!(storage.open(&at).unwrap().tensors().len(), 1);
+    /// ```
+    ///
+    /// # Errors
+    /// The write failed, or a file of that name exists.
+    fn write_data(&self, location: &Self::Location, writer: Writer) -> Result<(), CheckpointError> {
+        self.write(location, writer)
+    }
+
+    /// Makes the data file [`write_data`](Self::write_data) wrote at `location` durable
+    /// (nothing to do by default: `write` made it so). Its name is made durable by the next
+    /// [`write_when`](Self::write_when) or [`write`](Self::write) in the storage (the
+    /// directory's fsync).
+    ///
+    /// # Errors
+    /// The file could not be synced.
+    fn sync_data(&self, location: &Self::Location) -> Result<(), CheckpointError> {
+        let _ = location;
+        Ok(())
+    }
+
+    /// As [`write`](Self::write), `ready` called before the file becomes visible, its error
+    /// returned with nothing written at `location`: what must be durable before the file can
+    /// be named waits there. The [`Directory`](super::Directory) writes and syncs the file
+    /// first, so that the wait overlaps its own; by default `ready` runs, then `write`.
+    ///
+    /// ```
+    /// use burnpack::checkpoint::{Directory, Storage};
+    /// use burnpack::Writer;
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let storage = Directory::new(dir.path());
+    /// let at = storage.location("manifest.bpk");
+    /// let refused = storage.write_when(&at, Writer::new(Vec::new()), || {
+    ///     Err(burnpack::checkpoint::CheckpointError::Panicked("not ready".into()))
+    /// });
+    /// assert!(refused.is_err() && !at.exists());
+    /// storage.write_when(&at, Writer::new(Vec::new()), || Ok(())).unwrap();
+    /// assert!(at.exists());
+    /// ```
+    ///
+    /// # Errors
+    /// `ready` failed, or the write failed; what was at `location` is then unchanged.
+    fn write_when(
+        &self,
+        location: &Self::Location,
+        writer: Writer,
+        ready: impl FnOnce() -> Result<(), CheckpointError>,
+    ) -> Result<(), CheckpointError> {
+        ready()?;
+        self.write(location, writer)
+    }
+
     /// Writes the checkpoint of a prepared training state at `location`, under the same
     /// contract as [`write`](Self::write). By default the state is serialized into a
     /// [`Writer`] for `write`; a backend that can overlap the two (the

@@ -130,10 +130,21 @@ impl Scratch {
     /// Makes the scratch file durable and publishes it at `dest`: fsync, copy the permissions
     /// of an existing `dest`, rename (or hard-link when `overwrite` is off, which refuses an
     /// existing `dest` atomically), then fsync the directory.
-    pub(crate) fn commit(mut self, dest: &Path, overwrite: bool) -> Result<(), WriteError> {
+    pub(crate) fn commit(self, dest: &Path, overwrite: bool) -> Result<(), WriteError> {
+        self.sync()?;
+        self.publish(dest, overwrite)
+    }
+
+    /// Makes the scratch file's bytes durable (before [`publish`](Self::publish)).
+    pub(crate) fn sync(&self) -> Result<(), WriteError> {
         self.file
             .sync_all()
-            .map_err(|e| WriteError::io("sync", &self.path, e))?;
+            .map_err(|e| WriteError::io("sync", &self.path, e))
+    }
+
+    /// Publishes the synced scratch file at `dest`: the second half of
+    /// [`commit`](Self::commit).
+    fn publish(mut self, dest: &Path, overwrite: bool) -> Result<(), WriteError> {
         if overwrite {
             if let Ok(meta) = fs::metadata(dest)
                 && meta.is_file()
@@ -304,11 +315,23 @@ impl Target {
         }
     }
 
-    /// Publishes the written file at `dest` (atomic mode: fsync, rename, directory fsync).
-    pub(crate) fn finish(self, dest: &Path, overwrite: bool) -> Result<(), WriteError> {
+    /// Publishes the written file at `dest` (atomic mode: fsync, rename, directory fsync),
+    /// `ready` called once the file is durable and before it is published (its error,
+    /// returned, leaves `dest` as it was in atomic mode; in place, the file is neither synced
+    /// nor published: `ready` is called at once).
+    pub(crate) fn finish_when<E: From<WriteError>>(
+        self,
+        dest: &Path,
+        overwrite: bool,
+        ready: impl FnOnce() -> Result<(), E>,
+    ) -> Result<(), E> {
         match self {
-            Self::Scratch(scratch) => scratch.commit(dest, overwrite),
-            Self::InPlace(..) => Ok(()),
+            Self::Scratch(scratch) => {
+                scratch.sync()?;
+                ready()?;
+                Ok(scratch.publish(dest, overwrite)?)
+            }
+            Self::InPlace(..) => ready(),
         }
     }
 }

@@ -147,7 +147,10 @@ impl Staged {
         }
         write_all_at(file, &plan.seal(&ranked), 0)
             .map_err(|e| WriteError::io("write", self.target.path(), e))?;
-        self.target.finish(&self.dest, self.options.overwrite)?;
+        self.target
+            .finish_when(&self.dest, self.options.overwrite, || {
+                Ok::<(), WriteError>(())
+            })?;
         Ok(plan.total_size())
     }
 

@@ -429,7 +429,18 @@ impl Writer {
     /// [`WriteError::AlreadyExists`] with `overwrite(false)`, I/O errors naming the file (and
     /// the tensor being written), planning and provider errors.
     pub fn write_to_file(self, path: impl AsRef<Path>) -> Result<u64, WriteError> {
-        let path = path.as_ref();
+        self.write_to_file_when(path.as_ref(), || Ok::<(), WriteError>(()))
+    }
+
+    /// As [`write_to_file`](Self::write_to_file), `ready` called once the file's bytes are
+    /// durable and before it is published at `path` (atomic mode: between the scratch file's
+    /// fsync and its rename; an error of `ready` leaves `path` as it was): what must be
+    /// durable before the file is visible waits there, while this file was being written.
+    pub(crate) fn write_to_file_when<E: From<WriteError>>(
+        self,
+        path: &Path,
+        ready: impl FnOnce() -> Result<(), E>,
+    ) -> Result<u64, E> {
         let plan = self.layout()?;
         let target = Target::open(path, &self.options)?;
         target
@@ -449,7 +460,7 @@ impl Writer {
         // The head goes last: it carries the checksums of what was just written.
         write_all_at(target.file(), &plan.seal(&sums.values()), 0)
             .map_err(|e| WriteError::io("write", target.path(), e))?;
-        target.finish(path, self.options.overwrite)?;
+        target.finish_when(path, self.options.overwrite, ready)?;
         Ok(plan.total_size())
     }
 
