@@ -6,11 +6,13 @@ use std::sync::Arc;
 
 use burn::module::Module;
 
+use super::collect::{self, Parsed};
 use super::error::{CheckpointError, Skipped};
 use super::file::Checkpoint;
 use super::in_flight::{InFlight, InFlightGuard};
-use super::incremental::{self, Index, Parsed};
+use super::incremental::{self, Index};
 use super::phases::Phases;
+pub use super::phases::SaveReport;
 use super::refs::{self, checkpoint_name, step_of};
 use super::sightings::Sightings;
 use super::state::{PreparedState, TrainingState};
@@ -434,7 +436,7 @@ impl<S: Storage> Manager<S> {
         for (_, location) in self.retention.doomed(&all, |c| c.0, |c| self.open(&c.1)) {
             self.storage.delete(location)?;
         }
-        for location in incremental::garbage(&self.storage)? {
+        for location in collect::garbage(&self.storage)? {
             self.storage.delete(&location)?;
         }
         Ok(())
@@ -451,7 +453,7 @@ impl<S: Storage> Manager<S> {
         if let Some((_, location)) = &listed {
             self.storage.delete(location)?;
         }
-        for location in incremental::garbage_after_delete(&self.storage, step)? {
+        for location in collect::garbage_after_delete(&self.storage, step)? {
             self.storage.delete(&location)?;
         }
         Ok(listed.is_some())
@@ -488,32 +490,6 @@ impl<S: Storage> std::fmt::Debug for Manager<S> {
             .field("incremental", &self.incremental)
             .finish_non_exhaustive()
     }
-}
-
-/// What [`Manager::save`] wrote.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SaveReport<L> {
-    /// Where the checkpoint is (a path, an object location).
-    pub location: L,
-    /// Its step.
-    pub step: u64,
-    /// The bytes this save wrote: the checkpoint's file (for an incremental checkpoint, its
-    /// manifest) and the data files it wrote.
-    pub bytes_written: u64,
-    /// The tensors whose bytes this save wrote (every tensor of a full checkpoint).
-    pub tensors_written: usize,
-    /// The tensors an incremental checkpoint refers to in data files of earlier saves
-    /// (0 for a full checkpoint).
-    pub tensors_referred: usize,
-    /// The data files this incremental save wrote, by name (none for a full checkpoint, or
-    /// an incremental one where nothing changed).
-    pub data_files_written: Vec<String>,
-    /// Where an incremental save's time went, part by part, in the order the parts ran
-    /// (listing and reading the manifests, hashing, writing the data file, the manifest,
-    /// reopening it, retention, collection of unnamed data files); empty for a full
-    /// checkpoint. For profiling: the parts and their names may change between versions.
-    pub phases: Vec<(&'static str, std::time::Duration)>,
 }
 
 /// Which checkpoints a manager keeps: the last `keep_last`, the newest valid one, and

@@ -88,6 +88,7 @@
 mod async_save;
 pub(crate) mod burn_train;
 mod chain;
+mod collect;
 mod directory;
 mod error;
 mod file;

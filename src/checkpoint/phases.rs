@@ -1,4 +1,4 @@
-//! Where a save's time goes, part by part (what `SaveReport::phases` reports).
+//! What a save reports ([`SaveReport`]), and where its time goes, part by part (`SaveReport::phases`).
 
 use std::time::{Duration, Instant};
 
@@ -22,4 +22,30 @@ impl Phases {
         self.add(name, now - *since);
         *since = now;
     }
+}
+
+/// What [`Manager::save`](super::Manager::save) wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SaveReport<L> {
+    /// Where the checkpoint is (a path, an object location).
+    pub location: L,
+    /// Its step.
+    pub step: u64,
+    /// The bytes this save wrote: the checkpoint's file (for an incremental checkpoint, its
+    /// manifest) and the data files it wrote.
+    pub bytes_written: u64,
+    /// The tensors whose bytes this save wrote (every tensor of a full checkpoint).
+    pub tensors_written: usize,
+    /// The tensors an incremental checkpoint refers to in data files of earlier saves
+    /// (0 for a full checkpoint).
+    pub tensors_referred: usize,
+    /// The data files this incremental save wrote, by name (none for a full checkpoint, or
+    /// an incremental one where nothing changed).
+    pub data_files_written: Vec<String>,
+    /// Where an incremental save's time went, part by part, in the order the parts ran
+    /// (listing and reading the manifests, hashing, writing the data file, the manifest,
+    /// reopening it, retention, collection of unnamed data files); empty for a full
+    /// checkpoint. For profiling: the parts and their names may change between versions.
+    pub phases: Vec<(&'static str, std::time::Duration)>,
 }
