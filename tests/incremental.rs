@@ -748,6 +748,22 @@ fn spawn(dir: &Path) -> Child {
         .unwrap()
 }
 
+/// Whether a save is under way in `dir`: a scratch file (a manifest being written), or a data
+/// file of a step after the newest checkpoint's (written in place under its own name before
+/// the manifest that names it).
+fn save_in_flight(dir: &Path) -> bool {
+    let step = |name: &str, prefix: &str| -> Option<u64> {
+        name.strip_prefix(prefix)?.get(..20)?.parse().ok()
+    };
+    let (mut data, mut manifests) = (None, None);
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        data = data.max(step(&name, "data-"));
+        manifests = manifests.max(step(&name, "ckpt-"));
+    }
+    common::scratch_files(dir) > 0 || data > manifests
+}
+
 #[test]
 fn killing_an_incremental_save_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -761,13 +777,13 @@ fn killing_an_incremental_save_loses_nothing() {
             assert!(Instant::now() < deadline, "the child made no progress");
             let listed = CheckpointManager::new(dir.path()).unwrap().list().unwrap();
             let newest = listed.last().map_or(0, |c| c.step);
-            if newest > last_step + 1 && common::scratch_files(dir.path()) > 0 {
+            if newest > last_step + 1 && save_in_flight(dir.path()) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
         std::thread::sleep(Duration::from_millis(round * 3));
-        mid_save += usize::from(common::scratch_files(dir.path()) > 0);
+        mid_save += usize::from(save_in_flight(dir.path()));
         child.kill().unwrap();
         child.wait().unwrap();
 

@@ -66,6 +66,12 @@ struct Target {
 }
 
 impl<S: PackSource> Chain<S> {
+    /// The data files this checkpoint names, as opened (shared between the checkpoints of
+    /// a process that name the same unchanged file).
+    pub(crate) fn data_sources(&self) -> impl Iterator<Item = &std::sync::Arc<S>> {
+        self.data.iter().map(|(_, source)| source)
+    }
+
     /// Opens the data files a manifest names, through `storage` (each once, shared with the
     /// other checkpoints of the process that name it where the storage can), and checks that
     /// each holds the tensor it is said to. Nothing is read but the data files' heads.

@@ -79,13 +79,22 @@ impl Listing {
 
 /// The references of the manifest `name`: `None` when it does not open or parse, an empty list
 /// for a checkpoint that holds its tensors itself. Taken from `parsed` when the manifest's
-/// text is the one parsed before.
+/// text is the one parsed before. With `opened`, the manifest is opened shared and kept there.
 pub(crate) fn references<S: Storage>(
     storage: &S,
     name: &str,
     parsed: Option<&Parsed>,
+    opened: Option<&mut Vec<Arc<S::Source>>>,
 ) -> Option<Arc<[Ref]>> {
-    let source = storage.open(&storage.location(name)).ok()?;
+    let source = match opened {
+        // Shared: the manager holds it until its next save.
+        Some(opened) => {
+            let source = storage.open_data_shared(&storage.location(name)).ok()?;
+            opened.push(Arc::clone(&source));
+            source
+        }
+        None => Arc::new(storage.open(&storage.location(name)).ok()?),
+    };
     let Some(text) = source.layout().metadata().get(REFS_KEY) else {
         return Some(Arc::from(Vec::new()));
     };
@@ -150,7 +159,7 @@ fn unnamed<S: Storage>(
     let mut in_use: HashSet<String> = HashSet::new();
     for name in manifests {
         // What a manifest that cannot be read names is unknown: keep everything.
-        let Some(list) = references(storage, name, None) else {
+        let Some(list) = references(storage, name, None, None) else {
             return Ok(Vec::new());
         };
         in_use.extend(list.iter().map(|r| r.file.clone()));

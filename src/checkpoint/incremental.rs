@@ -72,12 +72,14 @@ impl Index {
     /// swapped data file thus costs one save that writes its tensors anew, never a save that
     /// refers to it. Each data file's head is read once. A manifest that does not open or
     /// parse adds nothing; a newer manifest's entry wins (its data file is the last one
-    /// retention deletes).
+    /// retention deletes). Also returns the manifests and data files it opened, shared
+    /// ([`Storage::open_data_shared`]): a manager holds them until its next save, which then
+    /// reads none of their heads again.
     pub(crate) fn of<S: Storage>(
         storage: &S,
         parsed: &Parsed,
         step: u64,
-    ) -> Result<(Self, Listing), CheckpointError> {
+    ) -> Result<(Self, Listing, Vec<Arc<S::Source>>), CheckpointError> {
         let names = storage.names()?;
         let listed: HashSet<&str> = names.iter().map(String::as_str).collect();
         let mut manifests: Vec<(u64, &String)> = names
@@ -94,9 +96,10 @@ impl Index {
             manifests: HashMap::new(),
         };
         // Each data file's descriptors, as read once: `None` when it does not open.
-        let mut heads: HashMap<String, Option<S::Source>> = HashMap::new();
+        let mut heads: HashMap<String, Option<Arc<S::Source>>> = HashMap::new();
+        let mut opened: Vec<Arc<S::Source>> = Vec::new();
         for (manifest_step, name) in manifests {
-            let list = references(storage, name, Some(parsed));
+            let list = references(storage, name, Some(parsed), Some(&mut opened));
             let files = list
                 .as_ref()
                 .map(|l| l.iter().map(|r| r.file.clone()).collect());
@@ -111,7 +114,7 @@ impl Index {
                 }
                 let head = heads
                     .entry(r.file.clone())
-                    .or_insert_with(|| storage.open_data(&storage.location(&r.file)).ok());
+                    .or_insert_with(|| storage.open_data_shared(&storage.location(&r.file)).ok());
                 let holds = head.as_ref().is_some_and(|source| {
                     source.tensor(&r.stored_as).is_some_and(|t| {
                         t.checksum() == r.checksum
@@ -126,7 +129,8 @@ impl Index {
         }
         // Forget the manifests that are gone (the cache holds no more than the storage).
         parsed.forget_unlisted(&listed);
-        Ok((index, listing))
+        opened.extend(heads.into_values().flatten());
+        Ok((index, listing, opened))
     }
 
     fn insert(&mut self, hash: u128, known: Known) {

@@ -2,7 +2,7 @@
 //! latest, retention, the refusal to save behind a newer checkpoint, rollback, and the count
 //! of background saves that `latest` waits for.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use burn::module::Module;
 
@@ -44,6 +44,10 @@ pub struct Manager<S: Storage> {
     /// interleave, so one's retention never collects the data file the other has written and
     /// not yet named.
     writing: Arc<std::sync::Mutex<()>>,
+    /// The manifests and data files the last incremental save opened (shared: see
+    /// [`Storage::open_data_shared`]), held until the next save: that save, and the opens of
+    /// this process, find their heads parsed and their mappings made.
+    held: Arc<std::sync::Mutex<Vec<Arc<dyn std::any::Any + Send + Sync>>>>,
 }
 
 impl<S: Storage> Manager<S> {
@@ -58,6 +62,7 @@ impl<S: Storage> Manager<S> {
             parsed: Arc::default(),
             in_flight: Arc::default(),
             writing: Arc::default(),
+            held: Arc::default(),
         }
     }
 
@@ -194,7 +199,7 @@ impl<S: Storage> Manager<S> {
         let _alone = self.alone();
         if self.incremental {
             let mut since = std::time::Instant::now();
-            let (known, mut listing) = Index::of(&self.storage, &self.parsed, step)?;
+            let (known, mut listing, mut opened) = Index::of(&self.storage, &self.parsed, step)?;
             let index_time = since.elapsed();
             let written = incremental::write(&self.storage, &location, &known, &self.seen, state)?;
             let mut phases = Phases::default();
@@ -202,6 +207,20 @@ impl<S: Storage> Manager<S> {
             phases.0.extend(written.phases.0);
             since = std::time::Instant::now();
             let checkpoint = self.reopen(&location)?;
+            if let Some(chain) = checkpoint.chain() {
+                opened.extend(chain.data_sources().cloned());
+            }
+            // Held only where a mapped file can be deleted: retention and the collection
+            // below (and the next save's) delete files these map.
+            let held = if crate::platform::MAPPED_FILES_REMOVABLE {
+                opened
+                    .into_iter()
+                    .map(|source| source as Arc<dyn std::any::Any + Send + Sync>)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            *self.held.lock().unwrap_or_else(PoisonError::into_inner) = held;
             phases.lap("reopen check", &mut since);
             let report = SaveReport {
                 location: location.clone(),

@@ -69,7 +69,7 @@ pub trait Storage: Clone + Send + Sync + 'static {
     /// Where one checkpoint is: a path, an object location.
     type Location: Clone + Send + Sync + fmt::Debug + 'static;
     /// What an opened checkpoint reads its tensors from.
-    type Source: PackSource;
+    type Source: PackSource + Send + Sync + 'static;
     /// What [`Manager::list`](super::Manager::list) returns for one checkpoint.
     type Entry;
 

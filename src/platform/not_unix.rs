@@ -34,3 +34,7 @@ pub(super) fn open_without_blocking(_options: &mut std::fs::OpenOptions) {}
 
 /// Reads block already.
 pub(super) fn reads_blocking(_file: &File) {}
+
+/// Whether a file may be deleted or renamed over while this process maps it (Windows refuses
+/// to delete a mapped file; elsewhere nothing is assumed).
+pub(crate) const MAPPED_FILES_REMOVABLE: bool = false;

@@ -123,3 +123,7 @@ pub(super) fn reads_blocking(file: &File) {
         }
     }
 }
+
+/// Whether a file may be deleted or renamed over while this process maps it (Unix: yes, the
+/// mapping keeps the old inode).
+pub(crate) const MAPPED_FILES_REMOVABLE: bool = true;
