@@ -31,13 +31,15 @@
 //! every thread) per checkpoint after the first, median (min-max); bytes written per
 //! checkpoint (files created in the contender's directory); disk use after ten. Then the full
 //! training case (a 256 MiB model, every tensor trained, Adam): incremental vs full, 5 rounds
-//! interleaved. Then loading the tenth checkpoint (model + optimizer, every tensor read),
-//! incremental vs full, warm and cold page cache.
+//! interleaved. Then opening the tenth checkpoint (`latest`, warm), incremental vs full,
+//! interleaved, with nothing of the previous open held and with it held. Then loading the
+//! tenth checkpoint (model + optimizer, every tensor read), incremental vs full, warm and cold
+//! page cache.
 //!
 //! `cargo bench --features train --bench incremental` (env `BURNPACK_BENCH_RUNS`, default 5,
-//! the rounds of the full-training part, twice that for the loads; `BURNPACK_BENCH_LAYERS`,
-//! default 256 (1 GiB); `BURNPACK_BENCH_DIR`; `BURNPACK_BENCH_PHASES=1` prints each load's
-//! phases).
+//! the rounds of the full-training part, twice that for the loads; `BURNPACK_BENCH_OPENS`,
+//! default 40, the rounds of the opens; `BURNPACK_BENCH_LAYERS`, default 256 (1 GiB);
+//! `BURNPACK_BENCH_DIR`; `BURNPACK_BENCH_PHASES=1` prints each load's phases).
 
 mod common;
 

@@ -451,3 +451,103 @@ fn every_door_reads_an_epoch() {
         );
     }
 }
+
+/// burn-train's three checkpointer threads run apart: under `KeepLastN(1)` the scheduler's
+/// thread can save epochs 1 and 2 and delete its part of epoch 1 before the model's part of
+/// epoch 1 arrives. That delete is kept: once the other two parts delete epoch 1, its
+/// manifest and the data files no kept epoch names go (full and incremental alike).
+#[test]
+fn a_delete_that_comes_while_the_epoch_is_assembled_is_kept() {
+    use burn::lr_scheduler::{LrScheduler, constant::ConstantLr};
+    use burn::optim::{ModuleOptimizer, SgdConfig};
+    use burn::train::checkpoint::Checkpointer;
+    for incremental in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let pack = PackCheckpointer::new(dir.path())
+            .unwrap()
+            .incremental(incremental);
+        let device = device();
+        let optim: ModuleOptimizer = SgdConfig::new().init();
+        let sched = || ConstantLr::new(0.1).to_record();
+        let (one, two) = (initial(&device), random(&device));
+        pack.save(1, sched()).unwrap();
+        pack.save(2, sched()).unwrap();
+        Checkpointer::<burn::lr_scheduler::LrSchedulerRecord>::delete(&pack, 1).unwrap();
+        pack.save(1, one.into_record()).unwrap();
+        pack.save(1, optim.to_record()).unwrap();
+        pack.save(2, two.into_record()).unwrap();
+        pack.save(2, optim.to_record()).unwrap();
+        Checkpointer::<burn::store::ModuleRecord>::delete(&pack, 1).unwrap();
+        Checkpointer::<burn::optim::OptimizerRecord>::delete(&pack, 1).unwrap();
+        assert!(
+            !pack.path_for(1).exists(),
+            "incremental {incremental}: epoch 1 deleted"
+        );
+        let left = names(dir.path());
+        let data: Vec<_> = left.iter().filter(|n| n.starts_with("data-")).collect();
+        assert_eq!(data.len(), usize::from(incremental), "{left:?}");
+        Checkpoint::open(pack.path_for(2))
+            .unwrap()
+            .verify()
+            .unwrap();
+    }
+}
+
+/// The same part saved twice before the epoch completes: the second replaces the first while
+/// it is held (small parts, and every part of an incremental epoch).
+#[test]
+fn a_part_saved_again_before_the_epoch_completes_replaces_the_first() {
+    use burn::lr_scheduler::{LrScheduler, constant::ConstantLr};
+    use burn::optim::{ModuleOptimizer, SgdConfig};
+    use burn::train::checkpoint::Checkpointer;
+    for incremental in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let pack = PackCheckpointer::new(dir.path())
+            .unwrap()
+            .incremental(incremental);
+        let device = device();
+        let optim: ModuleOptimizer = SgdConfig::new().init();
+        let second = random(&device);
+        pack.save(1, initial(&device).into_record()).unwrap();
+        pack.save(1, second.clone().into_record()).unwrap();
+        pack.save(1, optim.to_record()).unwrap();
+        pack.save(1, ConstantLr::new(0.1).to_record()).unwrap();
+        let loaded = Checkpoint::open(pack.path_for(1))
+            .unwrap()
+            .load_model(initial(&device))
+            .unwrap();
+        assert_eq!(
+            params(&loaded),
+            params(&second),
+            "incremental {incremental}"
+        );
+    }
+}
+
+/// Optimizer bytes that are a pack this crate wrote (a checkpoint, a manifest, a model saved
+/// here) are refused by name: Burn's optimizer record has no marker, those do.
+#[test]
+fn optimizer_bytes_refuse_what_is_not_an_optimizer_record() {
+    use burn::tensor::Bytes;
+    use burnpack::checkpoint::{Progress, TrainingState};
+    let dir = tempfile::tempdir().unwrap();
+    let device = device();
+    let model = initial(&device);
+    let full = dir.path().join("full.bpk");
+    TrainingState::new(&model, Progress::new(0, 1))
+        .save(&full)
+        .unwrap();
+    let saved_model = dir.path().join("model.bpk");
+    model.clone().save_pack(&saved_model).unwrap();
+    for wrong in [&full, &saved_model] {
+        let bytes = Bytes::from_bytes_vec(std::fs::read(wrong).unwrap());
+        let err = TrainingState::new(&model, Progress::new(0, 2))
+            .optimizer_bytes(bytes)
+            .save(dir.path().join("out.bpk"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("optimizer"), "{err}");
+        assert!(err.contains("not an optimizer record"), "{err}");
+        assert!(!dir.path().join("out.bpk").exists());
+    }
+}

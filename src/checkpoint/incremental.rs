@@ -2,8 +2,8 @@
 //! checkpoint already holds referred to, the others written into one new data file, then the
 //! manifest; and the collection of data files no kept checkpoint names.
 //!
-//! Order is what makes a crash harmless: the data file is complete (written atomically)
-//! before the manifest that names it exists, data files are never rewritten (each name is
+//! Order is what makes a crash harmless: the data file is complete and durable (written in
+//! place under its new name, fsynced) before the manifest that names it exists, data files are never rewritten (each name is
 //! new), and a data file is deleted only when no manifest in the storage names it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -106,20 +106,24 @@ impl Index {
             listing.manifests.insert(manifest_step, files);
             let Some(list) = list else { continue };
             for (i, r) in list.iter().enumerate() {
-                let usable = listed.contains(r.file.as_str())
-                    && refs::data_step(&r.file).is_some_and(|s| s <= step)
-                    && r.checksum.is_some();
-                if !usable {
+                if r.checksum.is_none() {
                     continue;
                 }
-                let head = heads
-                    .entry(r.file.clone())
-                    .or_insert_with(|| storage.open_data_shared(&storage.location(&r.file)).ok());
-                let holds = head.as_ref().is_some_and(|source| {
+                // Each data file is looked at once: listed, of a step not after `step`, and
+                // its head (no name copied, no text made per reference).
+                if !heads.contains_key(r.file.as_str()) {
+                    let usable = listed.contains(r.file.as_str())
+                        && refs::data_step(&r.file).is_some_and(|s| s <= step);
+                    let head = usable
+                        .then(|| storage.open_data_shared(&storage.location(&r.file)).ok())
+                        .flatten();
+                    heads.insert(r.file.clone(), head);
+                }
+                let holds = heads[r.file.as_str()].as_ref().is_some_and(|source| {
                     source.tensor(&r.stored_as).is_some_and(|t| {
                         t.checksum() == r.checksum
                             && t.shape() == r.shape.as_slice()
-                            && refs::dtype_text(t.dtype()) == r.dtype
+                            && refs::dtype_is(t.dtype(), &r.dtype)
                     })
                 });
                 if holds {

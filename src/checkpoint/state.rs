@@ -332,6 +332,21 @@ impl Records {
             let reader = Reader::from_bytes(bytes).map_err(|e| {
                 CheckpointError::record("read the optimizer's bytes as a burnpack", &e)
             })?;
+            // Burn's optimizer record carries no marker of its own; what this crate writes
+            // (a checkpoint, a manifest, a model saved here) does, and is refused.
+            if let Some(key) = reader
+                .metadata()
+                .keys()
+                .find(|k| crate::format::is_reserved_key(k))
+            {
+                return Err(CheckpointError::record(
+                    "read the optimizer's bytes",
+                    &format!(
+                        "a pack this crate wrote (metadata '{key}'), not an optimizer record as \
+                         `ModuleOptimizer::into_bytes` gives it"
+                    ),
+                ));
+            }
             absorb_reader(
                 &reader,
                 OPTIM_PREFIX,

@@ -6,7 +6,9 @@
 //! readers are all gone is never served (it is dropped at the next insertion). A file is the
 //! same when its path, device, inode, length, modification and change times are: a file
 //! replaced by rename has another inode (the old one cannot be reused while the cached reader
-//! maps it), and one rewritten in place has new times; either is opened afresh.
+//! maps it), and one rewritten in place has new times; either is opened afresh. Times are
+//! only trusted for a file that last changed more than a few seconds before it is opened
+//! (`RACY`): a file changed since is never shared, as a coarse timestamp may miss a rewrite.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -50,10 +52,30 @@ impl Identity {
     }
 }
 
-/// The readers opened through [`open_shared`], weakly.
+/// The readers opened through [`open_shared`], weakly, each with the file's modification and
+/// change times as nanoseconds since the epoch.
 fn cache() -> &'static Mutex<HashMap<Identity, Weak<Reader>>> {
     static CACHE: OnceLock<Mutex<HashMap<Identity, Weak<Reader>>>> = OnceLock::new();
     CACHE.get_or_init(Mutex::default)
+}
+
+/// How long after its last change a file is not shared: a filesystem whose timestamps are
+/// coarse (one or two seconds on FAT, HFS+ and ext3; a clock tick on older kernels and on
+/// ramfs) can rewrite a file in place without changing its times, so a file is taken for
+/// unchanged only once its times are older than this when it is opened (git's "racily
+/// clean" rule).
+const RACY: std::time::Duration = std::time::Duration::from_secs(3);
+
+impl Identity {
+    /// Whether the file changed too recently for its times to tell a rewrite in place.
+    fn racy(&self) -> bool {
+        let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) else {
+            return true;
+        };
+        let ns = |(secs, nanos): (i64, i64)| i128::from(secs) * 1_000_000_000 + i128::from(nanos);
+        let latest = ns(self.modified).max(ns(self.changed));
+        latest + RACY.as_nanos() as i128 >= now.as_nanos() as i128
+    }
 }
 
 /// The pack at `path`, mapped with the default limits ([`Reader::open`]): the reader another
@@ -82,6 +104,10 @@ pub(crate) fn open_shared(path: &Path) -> Result<Arc<Reader>, ReadError> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     };
+    // A file changed within the last seconds is opened alone and not offered (see `RACY`).
+    if identity.racy() {
+        return ReadOptions::new().open_file(path, &file).map(Arc::new);
+    }
     if let Some(reader) = lock().get(&identity).and_then(Weak::upgrade) {
         return Ok(reader);
     }
@@ -107,16 +133,27 @@ mod tests {
         Writer::new(vec![entry]).write_to_file(path).unwrap();
     }
 
+    /// Waits until a file written now is no longer racily recent.
+    fn settle() {
+        std::thread::sleep(RACY + std::time::Duration::from_millis(100));
+    }
+
     #[test]
     fn shared_while_alive_never_stale() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.bpk");
         pack(&path, 1);
+        // Just written: not shared (its times could miss a rewrite in place).
+        let fresh = open_shared(&path).unwrap();
+        assert!(!Arc::ptr_eq(&fresh, &open_shared(&path).unwrap()));
+        drop(fresh);
+        settle();
         let a = open_shared(&path).unwrap();
         let b = open_shared(&path).unwrap();
         assert!(Arc::ptr_eq(&a, &b), "one mapping for the same file");
         // Replaced by rename (the atomic writer): a new inode, read afresh.
         pack(&path, 2);
+        settle();
         let c = open_shared(&path).unwrap();
         assert!(!Arc::ptr_eq(&a, &c));
         assert_eq!(&c.bytes("w").unwrap()[..], &[2]);

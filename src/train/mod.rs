@@ -357,6 +357,22 @@ impl PackCheckpointer {
                 what: format!("an earlier part of epoch {epoch} failed: {why}"),
             });
         }
+        if assembly.received & part.bit() != 0 {
+            // The same part again before the epoch is complete: a held part is replaced; one
+            // already in the epoch's file cannot be.
+            if let Some(held) = assembly.held.iter_mut().find(|(p, _)| *p == part) {
+                held.1 = reader;
+                return Ok(());
+            }
+            return Err(CheckpointError::Invalid {
+                file: self.path_for(epoch).display().to_string(),
+                what: format!(
+                    "the {} part of epoch {epoch} was saved twice while the epoch was being \
+                     written (its first copy is in the file already)",
+                    part.name()
+                ),
+            });
+        }
         assembly.received |= part.bit();
         let result = self.take(epoch, &mut assembly, part, reader);
         if let Err(e) = &result {
@@ -367,7 +383,17 @@ impl PackCheckpointer {
         }
         if assembly.received == Part::ALL {
             drop(assembly);
-            self.epochs().remove(&epoch);
+            let mut epochs = self.epochs();
+            // burn-train's three threads run apart: a part's delete of this epoch may have come
+            // while another part was still on its way. Those marks are kept (the epoch is
+            // deleted once all three parts are); a new save of the epoch starts afresh.
+            if let Some(state) = epochs.get_mut(&epoch) {
+                if state.deleted == 0 {
+                    epochs.remove(&epoch);
+                } else {
+                    state.assembly = Arc::default();
+                }
+            }
         }
         result
     }
@@ -521,7 +547,14 @@ impl PackCheckpointer {
 /// (which names the file).
 fn to_train(err: CheckpointError) -> CheckpointerError {
     match err {
-        CheckpointError::Io { source, .. } => CheckpointerError::IOError(source),
+        CheckpointError::Io {
+            action,
+            path,
+            source,
+        } => CheckpointerError::IOError(std::io::Error::new(
+            source.kind(),
+            format!("{action} '{}': {source}", path.display()),
+        )),
         other => CheckpointerError::Unknown(other.to_string()),
     }
 }
