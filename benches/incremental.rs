@@ -465,6 +465,14 @@ fn main() {
             );
         }
     };
+    // Opens and loads as a process that did not save: the saving managers hold the files
+    // their last save opened (mapped, their heads parsed), which would make the incremental
+    // loads below neither first opens nor cold. Fresh managers of the same directories.
+    drop((given, incremental));
+    let incremental = CheckpointManager::new(&dirs[0])
+        .unwrap()
+        .keep_last(10)
+        .incremental(true);
     let opens = common::env_or("BURNPACK_BENCH_OPENS", 40);
     for held in [false, true] {
         open_rounds([&full, &incremental], opens, held);
