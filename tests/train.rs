@@ -7,12 +7,8 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use burn::data::dataloader::batcher::Batcher;
-use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
-use burn::data::dataset::InMemDataset;
 use burn::lr_scheduler::exponential::ExponentialLrSchedulerConfig;
 use burn::module::{Module, Param};
 use burn::nn::{Linear, LinearConfig};
@@ -21,37 +17,16 @@ use burn::tensor::{Device, Tensor, TensorData};
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::logger::InMemoryMetricLogger;
 use burn::train::metric::LossMetric;
-use burn::train::{
-    InferenceStep, Learner, RegressionOutput, SupervisedTraining, TrainOutput, TrainStep,
-};
+use burn::train::{Learner, RegressionOutput, SupervisedTraining};
 use burnpack::checkpoint::{Checkpoint, CheckpointManager};
 use burnpack::module::PackModule;
 use burnpack::train::PackCheckpointer;
+use common::train::{Batch, device, loaders};
 
 #[derive(Module, Debug)]
 struct Toy {
     hidden: Linear,
     out: Linear,
-}
-
-#[derive(Clone, Debug)]
-struct Batch {
-    x: Tensor<2>,
-    y: Tensor<2>,
-}
-
-struct Rows;
-
-impl Batcher<([f32; 4], [f32; 2]), Batch> for Rows {
-    fn batch(&self, items: Vec<([f32; 4], [f32; 2])>, device: &Device) -> Batch {
-        let n = items.len();
-        let x: Vec<f32> = items.iter().flat_map(|(x, _)| *x).collect();
-        let y: Vec<f32> = items.iter().flat_map(|(_, y)| *y).collect();
-        Batch {
-            x: Tensor::from_data(TensorData::new(x, [n, 4]), device),
-            y: Tensor::from_data(TensorData::new(y, [n, 2]), device),
-        }
-    }
 }
 
 impl Toy {
@@ -66,28 +41,7 @@ impl Toy {
     }
 }
 
-impl TrainStep for Toy {
-    type Input = Batch;
-    type Output = RegressionOutput;
-
-    fn step(&self, batch: Batch) -> TrainOutput<RegressionOutput> {
-        let out = self.regression(batch);
-        TrainOutput::new(self, out.loss.backward(), out)
-    }
-}
-
-impl InferenceStep for Toy {
-    type Input = Batch;
-    type Output = RegressionOutput;
-
-    fn step(&self, batch: Batch) -> RegressionOutput {
-        self.regression(batch)
-    }
-}
-
-fn device() -> Device {
-    Device::flex().autodiff()
-}
+regression_steps!(Toy);
 
 /// The same starting point in every process: weights from a formula, not a random generator.
 fn initial(device: &Device) -> Toy {
@@ -113,24 +67,6 @@ fn random(device: &Device) -> Toy {
         hidden: LinearConfig::new(4, 8).init(device),
         out: LinearConfig::new(8, 2).init(device),
     }
-}
-
-type Loader = Arc<dyn DataLoader<Batch>>;
-
-fn loaders() -> (Loader, Loader) {
-    let rows: Vec<([f32; 4], [f32; 2])> = (0..16)
-        .map(|i| {
-            let t = i as f32 * 0.25;
-            ([t, t.sin(), t.cos(), 1.0 - t], [t.sin() * t.cos(), 0.5 * t])
-        })
-        .collect();
-    let train = DataLoaderBuilder::new(Rows)
-        .batch_size(4)
-        .build(InMemDataset::new(rows.clone()));
-    let valid = DataLoaderBuilder::new(Rows)
-        .batch_size(8)
-        .build(InMemDataset::new(rows));
-    (train, valid)
 }
 
 fn learner(model: Toy) -> Learner<Toy> {

@@ -6,13 +6,11 @@
 //! (`Checkpoint`, the manager, `PackStore`, the registry, `bpk inspect` / `verify`,
 //! burn-train's own restore), `load_pack` refusing it with the way to load it.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 
-use burn::data::dataloader::batcher::Batcher;
-use burn::data::dataloader::{DataLoader, DataLoaderBuilder};
-use burn::data::dataset::InMemDataset;
 use burn::lr_scheduler::exponential::ExponentialLrSchedulerConfig;
 use burn::module::{Module, Param};
 use burn::nn::{Linear, LinearConfig};
@@ -21,13 +19,12 @@ use burn::tensor::{Device, Tensor, TensorData};
 use burn::train::checkpoint::KeepLastNCheckpoints;
 use burn::train::logger::InMemoryMetricLogger;
 use burn::train::metric::LossMetric;
-use burn::train::{
-    InferenceStep, Learner, RegressionOutput, SupervisedTraining, TrainOutput, TrainStep,
-};
+use burn::train::{Learner, RegressionOutput, SupervisedTraining};
 use burnpack::checkpoint::{Checkpoint, CheckpointManager};
 use burnpack::module::PackModule;
 use burnpack::source::TensorSource;
 use burnpack::train::PackCheckpointer;
+use common::train::{Batch, device, loaders};
 
 /// Width of the frozen base (a 512 x 512 f32 matrix: 1 MiB) and rank of the adapters.
 const WIDTH: usize = 512;
@@ -44,26 +41,6 @@ struct Lora {
     head: Linear,
 }
 
-#[derive(Clone, Debug)]
-struct Batch {
-    x: Tensor<2>,
-    y: Tensor<2>,
-}
-
-struct Rows;
-
-impl Batcher<([f32; 4], [f32; 2]), Batch> for Rows {
-    fn batch(&self, items: Vec<([f32; 4], [f32; 2])>, device: &Device) -> Batch {
-        let n = items.len();
-        let x: Vec<f32> = items.iter().flat_map(|(x, _)| *x).collect();
-        let y: Vec<f32> = items.iter().flat_map(|(_, y)| *y).collect();
-        Batch {
-            x: Tensor::from_data(TensorData::new(x, [n, 4]), device),
-            y: Tensor::from_data(TensorData::new(y, [n, 2]), device),
-        }
-    }
-}
-
 impl Lora {
     fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         let h = self.embed.forward(x).tanh();
@@ -78,28 +55,7 @@ impl Lora {
     }
 }
 
-impl TrainStep for Lora {
-    type Input = Batch;
-    type Output = RegressionOutput;
-
-    fn step(&self, batch: Batch) -> TrainOutput<RegressionOutput> {
-        let out = self.regression(batch);
-        TrainOutput::new(self, out.loss.backward(), out)
-    }
-}
-
-impl InferenceStep for Lora {
-    type Input = Batch;
-    type Output = RegressionOutput;
-
-    fn step(&self, batch: Batch) -> RegressionOutput {
-        self.regression(batch)
-    }
-}
-
-fn device() -> Device {
-    Device::flex().autodiff()
-}
+regression_steps!(Lora);
 
 fn fill(n: usize, k: f32, scale: f32) -> Vec<f32> {
     (0..n)
@@ -146,24 +102,6 @@ fn random(device: &Device) -> Lora {
         b: param([RANK, WIDTH], 0.25, 1.0, device),
         head: LinearConfig::new(WIDTH, 2).init(device).no_grad(),
     }
-}
-
-type Loader = Arc<dyn DataLoader<Batch>>;
-
-fn loaders() -> (Loader, Loader) {
-    let rows: Vec<([f32; 4], [f32; 2])> = (0..16)
-        .map(|i| {
-            let t = i as f32 * 0.25;
-            ([t, t.sin(), t.cos(), 1.0 - t], [t.sin() * t.cos(), 0.5 * t])
-        })
-        .collect();
-    let train = DataLoaderBuilder::new(Rows)
-        .batch_size(4)
-        .build(InMemDataset::new(rows.clone()));
-    let valid = DataLoaderBuilder::new(Rows)
-        .batch_size(8)
-        .build(InMemDataset::new(rows));
-    (train, valid)
 }
 
 /// Trains to `epochs` (from `resume` when given), checkpoints in `dir/checkpoint` kept by

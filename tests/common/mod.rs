@@ -9,6 +9,8 @@ pub mod model;
 #[cfg(feature = "object-store")]
 pub mod s3;
 pub mod torch;
+#[cfg(feature = "train")]
+pub mod train;
 
 use burn::tensor::quantization::QuantScheme;
 use burn::tensor::{Bytes, DType};
