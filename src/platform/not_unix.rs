@@ -36,5 +36,7 @@ pub(super) fn open_without_blocking(_options: &mut std::fs::OpenOptions) {}
 pub(super) fn reads_blocking(_file: &File) {}
 
 /// Whether a file may be deleted or renamed over while this process maps it (Windows refuses
-/// to delete a mapped file; elsewhere nothing is assumed).
+/// to delete a mapped file; elsewhere nothing is assumed). (For the checkpoint manager, feature `optim`;
+/// a build without it leaves it unused.)
+#[allow(dead_code)]
 pub(crate) const MAPPED_FILES_REMOVABLE: bool = false;

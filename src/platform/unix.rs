@@ -125,5 +125,7 @@ pub(super) fn reads_blocking(file: &File) {
 }
 
 /// Whether a file may be deleted or renamed over while this process maps it (Unix: yes, the
-/// mapping keeps the old inode).
+/// mapping keeps the old inode). (For the checkpoint manager, feature `optim`;
+/// a build without it leaves it unused.)
+#[allow(dead_code)]
 pub(crate) const MAPPED_FILES_REMOVABLE: bool = true;
