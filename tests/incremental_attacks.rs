@@ -334,3 +334,85 @@ fn the_report_of_a_step_saved_twice_is_what_it_wrote() {
         std::fs::metadata(&again.location).unwrap().len()
     );
 }
+
+/// A manager keeps what it knew of its directory between saves and reads only what changed:
+/// a checkpoint another manager saved there since is offered to the next save (its new
+/// tensor is referred to, not written again), one deleted since is not (its tensor is
+/// written anew, never referred to in a data file that is gone), a data file rewritten in
+/// place is looked at again, and every checkpoint opens after each.
+#[test]
+fn a_manager_sees_what_others_changed_between_its_saves() {
+    let device = Device::flex();
+    let dir = tempfile::tempdir().unwrap();
+    let manager = |keep: usize| {
+        CheckpointManager::new(dir.path())
+            .unwrap()
+            .keep_last(keep)
+            .incremental(true)
+    };
+    let (a, b) = (manager(10), manager(10));
+    let model = M::new(&device, 16);
+    a.save(TrainingState::new(&model, Progress::new(0, 1)))
+        .unwrap();
+    // Another manager saves a new adapter at step 2; `a` saves the same model at step 3:
+    // every tensor is referred to, the adapter in `b`'s data file.
+    let next = model.with_new_adapter(&device);
+    let by_b = b
+        .save(TrainingState::new(&next, Progress::new(0, 2)))
+        .unwrap();
+    assert_eq!(by_b.tensors_written, 1);
+    let third = a
+        .save(TrainingState::new(&next, Progress::new(0, 3)))
+        .unwrap();
+    assert_eq!((third.tensors_written, third.tensors_referred), (0, 3));
+    let adapter = "model.adapter.weight";
+    let ckpt = a.checkpoint(3).unwrap();
+    assert_eq!(
+        ckpt.chain().unwrap().location(adapter),
+        Some(by_b.data_files_written[0].as_str())
+    );
+    // `b` deletes steps 2 and 3 (and collects the adapter's data file); `a` saves the same
+    // model again: the adapter is written anew.
+    b.discard_after(1).unwrap();
+    assert!(!dir.path().join(&by_b.data_files_written[0]).exists());
+    let fourth = a
+        .save(TrainingState::new(&next, Progress::new(0, 4)))
+        .unwrap();
+    assert_eq!((fourth.tensors_written, fourth.tensors_referred), (1, 2));
+    all_open(&a, &device);
+    // The base's data file rewritten in place with other bytes (same name, same length):
+    // the next save of `a` looks at it again and writes the base anew.
+    let base_file = a
+        .checkpoint(1)
+        .unwrap()
+        .chain()
+        .unwrap()
+        .location("model.base.weight")
+        .unwrap()
+        .to_string();
+    let other = tempfile::tempdir().unwrap();
+    let stranger = M::new(&device, 16);
+    CheckpointManager::new(other.path())
+        .unwrap()
+        .incremental(true)
+        .save(TrainingState::new(&stranger, Progress::new(0, 1)))
+        .unwrap();
+    let theirs = std::fs::read(other.path().join(&data_files(other.path())[0])).unwrap();
+    let path = dir.path().join(&base_file);
+    assert_eq!(theirs.len() as u64, std::fs::metadata(&path).unwrap().len());
+    std::fs::write(&path, theirs).unwrap();
+    let fifth = a
+        .save(TrainingState::new(&next, Progress::new(0, 5)))
+        .unwrap();
+    assert_eq!(
+        (fifth.tensors_written, fifth.tensors_referred),
+        (2, 1),
+        "{fifth:?}"
+    );
+    let latest = a.latest().unwrap().unwrap();
+    latest.verify().unwrap();
+    assert_eq!(
+        values(&latest.load_model(M::new(&device, 16)).unwrap()),
+        values(&next)
+    );
+}

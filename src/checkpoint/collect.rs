@@ -1,40 +1,20 @@
 //! What the data files of incremental checkpoints are kept for: the references each manifest
-//! names (parsed once per manifest text), the listing a save keeps up to date, and the data
+//! names, the listing a save keeps up to date, and the data
 //! files no checkpoint names (collected after a save, after a delete).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::error::CheckpointError;
 use super::refs::{self, REFS_KEY, Ref};
 use super::storage::Storage;
 use crate::source::PackSource;
 
-/// The parsed references of the manifests a manager has read, by name, with the hash of the
-/// text they were parsed from (a manifest rewritten since is parsed again). Shared by the
-/// manager's clones.
-#[derive(Default)]
-pub(crate) struct Parsed(Mutex<HashMap<String, ParsedRefs>>);
-
-impl Parsed {
-    /// Forgets the manifests `listed` does not hold (the cache holds no more than the
-    /// storage).
-    pub(crate) fn forget_unlisted(&self, listed: &HashSet<&str>) {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|name, _| listed.contains(name.as_str()));
-    }
-}
-
-/// The hash of a manifest's references text, and what it parses to.
-type ParsedRefs = (u128, Arc<[Ref]>);
-
 /// The checkpoints and data files of a storage as one save found them: what each manifest
 /// names (`None`: it could not be read), by step. Kept up to date through the save and its
 /// retention, so that collecting data files reads no manifest a second time.
 pub(crate) struct Listing {
-    pub(crate) manifests: HashMap<u64, Option<HashSet<String>>>,
+    pub(crate) manifests: HashMap<u64, Option<Arc<HashSet<String>>>>,
     pub(crate) data: Vec<(u64, String)>,
 }
 
@@ -48,7 +28,7 @@ impl Listing {
                 self.data.push((s, file.clone()));
             }
         }
-        self.manifests.insert(step, Some(files));
+        self.manifests.insert(step, Some(Arc::new(files)));
     }
 
     /// The checkpoint of `step` was deleted.
@@ -77,15 +57,16 @@ impl Listing {
     }
 }
 
-/// The references of the manifest `name`: `None` when it does not open or parse, an empty list
-/// for a checkpoint that holds its tensors itself. Taken from `parsed` when the manifest's
-/// text is the one parsed before. With `opened`, the manifest is opened shared and kept there.
+/// The references of the manifest `name` with the hash of their text: `None` when it does not
+/// open or parse, an empty list for a checkpoint that holds its tensors itself. Taken from
+/// `previous` (a text hash and what it parsed to) when the text is the same. With `opened`,
+/// the manifest is opened shared and kept there.
 pub(crate) fn references<S: Storage>(
     storage: &S,
     name: &str,
-    parsed: Option<&Parsed>,
+    previous: Option<&(u128, Option<Arc<[Ref]>>)>,
     opened: Option<&mut Vec<Arc<S::Source>>>,
-) -> Option<Arc<[Ref]>> {
+) -> Option<(u128, Arc<[Ref]>)> {
     let source = match opened {
         // Shared: the manager holds it until its next save.
         Some(opened) => {
@@ -96,24 +77,15 @@ pub(crate) fn references<S: Storage>(
         None => Arc::new(storage.open(&storage.location(name)).ok()?),
     };
     let Some(text) = source.layout().metadata().get(REFS_KEY) else {
-        return Some(Arc::from(Vec::new()));
-    };
-    let Some(parsed) = parsed else {
-        return refs::parse(text).ok().map(Arc::from);
+        return Some((0, Arc::from(Vec::new())));
     };
     let key = refs::content_hash(text.as_bytes());
-    let mut cache = parsed
-        .0
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((k, list)) = cache.get(name)
+    if let Some((k, Some(list))) = previous
         && *k == key
     {
-        return Some(Arc::clone(list));
+        return Some((key, Arc::clone(list)));
     }
-    let list: Arc<[Ref]> = refs::parse(text).ok()?.into();
-    cache.insert(name.to_string(), (key, Arc::clone(&list)));
-    Some(list)
+    Some((key, refs::parse(text).ok()?.into()))
 }
 
 /// The data files of `storage` that no checkpoint names: `(name, location)`. Nothing when a
@@ -159,7 +131,7 @@ fn unnamed<S: Storage>(
     let mut in_use: HashSet<String> = HashSet::new();
     for name in manifests {
         // What a manifest that cannot be read names is unknown: keep everything.
-        let Some(list) = references(storage, name, None, None) else {
+        let Some((_, list)) = references(storage, name, None, None) else {
             return Ok(Vec::new());
         };
         in_use.extend(list.iter().map(|r| r.file.clone()));

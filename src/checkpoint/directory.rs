@@ -136,6 +136,10 @@ impl Storage for Directory {
         Ok(crate::read::open_shared(path)?)
     }
 
+    fn fingerprint(&self, path: &PathBuf) -> Option<u128> {
+        crate::read::fingerprint(path)
+    }
+
     fn write(&self, path: &PathBuf, writer: Writer) -> Result<(), CheckpointError> {
         writer.write_to_file(path)?;
         Ok(())

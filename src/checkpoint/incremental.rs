@@ -6,12 +6,12 @@
 //! place under its new name, fsynced) before the manifest that names it exists, data files are never rewritten (each name is
 //! new), and a data file is deleted only when no manifest in the storage names it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::collect::{Listing, Parsed, references};
 use super::error::CheckpointError;
+use super::known::{Index, Place};
 use super::namespace::{KIND_KEY, head};
 use super::phases::Phases;
 use super::refs::{self, DATA_KIND, INCREMENTAL_KEY, REFS_KEY, Ref};
@@ -21,138 +21,6 @@ use super::storage::Storage;
 use crate::source::{PackSource, TensorSource};
 use crate::write::staged::STAGED_BYTES;
 use crate::write::{Entry, Writer};
-
-/// The tensors kept checkpoints hold, by content: dtype, shape and XXH3-128 of the bytes.
-#[derive(Default)]
-pub(crate) struct Index {
-    by_hash: HashMap<u128, Vec<Known>>,
-}
-
-/// Where a tensor's bytes are: a line of a manifest's references, or a tensor this save
-/// writes.
-enum Known {
-    Stored(Arc<[Ref]>, usize),
-    Fresh {
-        dtype: String,
-        shape: Vec<usize>,
-        file: String,
-        stored_as: String,
-    },
-}
-
-impl Known {
-    fn is(&self, dtype: &str, shape: &[usize]) -> bool {
-        match self {
-            Known::Stored(refs, i) => refs[*i].dtype == dtype && refs[*i].shape == shape,
-            Known::Fresh {
-                dtype: d, shape: s, ..
-            } => d == dtype && s == shape,
-        }
-    }
-
-    /// Its data file, its name there, and the data file's checksum of it where known (a
-    /// tensor this save writes has none until its data file is written).
-    fn place(&self) -> (&str, &str, Option<u64>) {
-        match self {
-            Known::Stored(refs, i) => (&refs[*i].file, &refs[*i].stored_as, refs[*i].checksum),
-            Known::Fresh {
-                file, stored_as, ..
-            } => (file, stored_as, None),
-        }
-    }
-}
-
-impl Index {
-    /// The tensors of every checkpoint in `storage` that a save of `step` may refer to: those
-    /// of the manifests' references whose data file the storage lists, is of a step not after
-    /// `step` (a save below a newer checkpoint never leans on its files), opens, and holds the
-    /// tensor as the reference records it, its checksum included. A reference without a
-    /// recorded checksum (a manifest of the first layout) is not offered: nothing says its data
-    /// file is the one it was written with, so the tensor is written again. A damaged or
-    /// swapped data file thus costs one save that writes its tensors anew, never a save that
-    /// refers to it. Each data file's head is read once. A manifest that does not open or
-    /// parse adds nothing; a newer manifest's entry wins (its data file is the last one
-    /// retention deletes). Also returns the manifests and data files it opened, shared
-    /// ([`Storage::open_data_shared`]): a manager holds them until its next save, which then
-    /// reads none of their heads again.
-    pub(crate) fn of<S: Storage>(
-        storage: &S,
-        parsed: &Parsed,
-        step: u64,
-    ) -> Result<(Self, Listing, Vec<Arc<S::Source>>), CheckpointError> {
-        let names = storage.names()?;
-        let listed: HashSet<&str> = names.iter().map(String::as_str).collect();
-        let mut manifests: Vec<(u64, &String)> = names
-            .iter()
-            .filter_map(|n| Some((refs::step_of(n)?, n)))
-            .collect();
-        manifests.sort_unstable();
-        let mut index = Self::default();
-        let mut listing = Listing {
-            data: names
-                .iter()
-                .filter_map(|n| Some((refs::data_step(n)?, n.clone())))
-                .collect(),
-            manifests: HashMap::new(),
-        };
-        // Each data file's descriptors, as read once: `None` when it does not open.
-        let mut heads: HashMap<String, Option<Arc<S::Source>>> = HashMap::new();
-        let mut opened: Vec<Arc<S::Source>> = Vec::new();
-        for (manifest_step, name) in manifests {
-            let list = references(storage, name, Some(parsed), Some(&mut opened));
-            let files = list
-                .as_ref()
-                .map(|l| l.iter().map(|r| r.file.clone()).collect());
-            listing.manifests.insert(manifest_step, files);
-            let Some(list) = list else { continue };
-            for (i, r) in list.iter().enumerate() {
-                if r.checksum.is_none() {
-                    continue;
-                }
-                // Each data file is looked at once: listed, of a step not after `step`, and
-                // its head (no name copied, no text made per reference).
-                if !heads.contains_key(r.file.as_str()) {
-                    let usable = listed.contains(r.file.as_str())
-                        && refs::data_step(&r.file).is_some_and(|s| s <= step);
-                    let head = usable
-                        .then(|| storage.open_data_shared(&storage.location(&r.file)).ok())
-                        .flatten();
-                    heads.insert(r.file.clone(), head);
-                }
-                let holds = heads[r.file.as_str()].as_ref().is_some_and(|source| {
-                    source.tensor(&r.stored_as).is_some_and(|t| {
-                        t.checksum() == r.checksum
-                            && t.shape() == r.shape.as_slice()
-                            && refs::dtype_is(t.dtype(), &r.dtype)
-                    })
-                });
-                if holds {
-                    index.insert(r.hash, Known::Stored(Arc::clone(&list), i));
-                }
-            }
-        }
-        // Forget the manifests that are gone (the cache holds no more than the storage).
-        parsed.forget_unlisted(&listed);
-        opened.extend(heads.into_values().flatten());
-        Ok((index, listing, opened))
-    }
-
-    fn insert(&mut self, hash: u128, known: Known) {
-        let same = self.by_hash.entry(hash).or_default();
-        match &known {
-            Known::Stored(refs, i) => {
-                let (dtype, shape) = (&refs[*i].dtype, &refs[*i].shape);
-                same.retain(|k| !k.is(dtype, shape));
-            }
-            Known::Fresh { dtype, shape, .. } => same.retain(|k| !k.is(dtype, shape)),
-        }
-        same.push(known);
-    }
-
-    fn find(&self, dtype: &str, shape: &[usize], hash: u128) -> Option<&Known> {
-        self.by_hash.get(&hash)?.iter().find(|k| k.is(dtype, shape))
-    }
-}
 
 /// A tensor of the save, hashed: its bytes kept only when it must be written.
 struct Hashed {
@@ -226,7 +94,7 @@ impl<'a> Batch<'a> {
             } else {
                 self.fresh.insert(
                     hash,
-                    Known::Fresh {
+                    Place::Fresh {
                         dtype: dtype.clone(),
                         shape: shape.clone(),
                         file: self.data_file.clone(),
@@ -341,12 +209,21 @@ pub(crate) fn write<S: Storage>(
     drop(part);
     phases.add("optimizer record (waited for)", waited);
     let mut since = Instant::now();
-    let mut written = Written::default();
+    let mut written = Written {
+        files: HashSet::new(),
+        new_files: Vec::new(),
+        held: 0,
+        referred: 0,
+        phases: Phases::default(),
+        refs: (0, Arc::from(Vec::new())),
+    };
     record_checksums(storage, &wrote, &mut batch.refs, &mut written)?;
     phases.lap("data file checksums", &mut since);
     let (mut metadata, scalars) = head(&options, scalars, metadata);
     metadata.insert(INCREMENTAL_KEY.to_string(), "1".to_string());
-    metadata.insert(REFS_KEY.to_string(), refs::encode(&batch.refs));
+    let text = refs::encode(&batch.refs);
+    let text_hash = refs::content_hash(text.as_bytes());
+    metadata.insert(REFS_KEY.to_string(), text);
     // The manifest's own write and fsync overlap the data files'; it is published (renamed,
     // then the directory synced: the data files' names with it) once they are durable.
     let mut synced = Duration::ZERO;
@@ -358,7 +235,8 @@ pub(crate) fn write<S: Storage>(
     })?;
     phases.lap("manifest write + fsync + commit", &mut since);
     phases.add("  of which waiting for the data file fsync", synced);
-    written.files = batch.refs.into_iter().map(|r| r.file).collect();
+    written.files = batch.refs.iter().map(|r| r.file.clone()).collect();
+    written.refs = (text_hash, batch.refs.into());
     written.phases = phases;
     Ok(written)
 }
@@ -399,7 +277,6 @@ fn sync_data<S: Storage>(storage: &S, at: S::Location) -> Syncing {
 
 /// What an incremental save wrote: the data files its manifest names, the ones it wrote, and
 /// how many tensors it held and referred to.
-#[derive(Default)]
 pub(crate) struct Written {
     /// Every data file the manifest names.
     pub(crate) files: HashSet<String>,
@@ -411,6 +288,8 @@ pub(crate) struct Written {
     pub(crate) referred: usize,
     /// Where the save's time went, part by part.
     pub(crate) phases: Phases,
+    /// The manifest's references, with the hash of their text.
+    pub(crate) refs: (u128, Arc<[Ref]>),
 }
 
 /// Fills in the data file checksum of each tensor this save wrote (the new data files'

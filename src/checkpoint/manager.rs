@@ -6,11 +6,12 @@ use std::sync::{Arc, PoisonError};
 
 use burn::module::Module;
 
-use super::collect::{self, Parsed};
+use super::collect;
 use super::error::{CheckpointError, Skipped};
 use super::file::Checkpoint;
 use super::in_flight::{InFlight, InFlightGuard};
-use super::incremental::{self, Index};
+use super::incremental;
+use super::known::Known;
 use super::phases::Phases;
 pub use super::phases::SaveReport;
 use super::refs::{self, checkpoint_name, step_of};
@@ -35,8 +36,9 @@ pub struct Manager<S: Storage> {
     incremental: bool,
     /// The tensors the last incremental save saw (shared by clones: the async saver's).
     seen: Arc<Sightings>,
-    /// The manifests' references as last parsed (shared by clones).
-    parsed: Arc<Parsed>,
+    /// What the last incremental save knew of the storage (shared by clones): the next reads
+    /// only what changed since.
+    known: Arc<std::sync::Mutex<Known>>,
     /// Saves of this manager (and its clones) still being written in the background.
     in_flight: Arc<InFlight>,
     /// Held by whichever save, retention or rollback of this manager (or of a clone) is
@@ -59,7 +61,7 @@ impl<S: Storage> Manager<S> {
             retention: Retention::default(),
             incremental: false,
             seen: Arc::default(),
-            parsed: Arc::default(),
+            known: Arc::default(),
             in_flight: Arc::default(),
             writing: Arc::default(),
             held: Arc::default(),
@@ -199,11 +201,16 @@ impl<S: Storage> Manager<S> {
         let _alone = self.alone();
         if self.incremental {
             let mut since = std::time::Instant::now();
-            let (known, mut listing, mut opened) = Index::of(&self.storage, &self.parsed, step)?;
+            // What is known is put back only by a save that succeeds: after a failure, the
+            // next save reads everything again.
+            let mut kept = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut known = std::mem::take(&mut *kept);
+            let mut opened = Vec::new();
+            let (index, mut listing) = known.refresh(&self.storage, step, &mut opened)?;
             let index_time = since.elapsed();
-            let written = incremental::write(&self.storage, &location, &known, &self.seen, state)?;
+            let written = incremental::write(&self.storage, &location, index, &self.seen, state)?;
             let mut phases = Phases::default();
-            phases.add("listing + manifests read (index)", index_time);
+            phases.add("listing + changed manifests read (index)", index_time);
             phases.0.extend(written.phases.0);
             since = std::time::Instant::now();
             let checkpoint = self.reopen(&location)?;
@@ -232,6 +239,23 @@ impl<S: Storage> Manager<S> {
                 data_files_written: written.new_files.into_iter().map(|(n, _)| n).collect(),
                 phases: Vec::new(),
             };
+            let new = report
+                .data_files_written
+                .iter()
+                .map(|name| {
+                    let print = self.storage.fingerprint(&self.storage.location(name));
+                    (name.clone(), print)
+                })
+                .collect();
+            let (text, refs) = written.refs;
+            known.saved(
+                step,
+                checkpoint_name(step),
+                self.storage.fingerprint(&location),
+                text,
+                refs,
+                new,
+            );
             listing.saved(step, written.files);
             // Retention as `retain`, with the manifests read once, above; the checkpoint just
             // saved, opened above, is not opened again.
@@ -254,8 +278,8 @@ impl<S: Storage> Manager<S> {
                 self.storage.delete(&self.storage.location(&name))?;
             }
             phases.lap("collection", &mut since);
-            drop((known, listing));
-            phases.lap("index dropped", &mut since);
+            *kept = known;
+            drop(listing);
             Ok(SaveReport {
                 phases: phases.0,
                 ..report

@@ -94,6 +94,7 @@ mod error;
 mod file;
 mod in_flight;
 mod incremental;
+mod known;
 mod local;
 mod manager;
 mod namespace;

@@ -129,6 +129,29 @@ pub trait Storage: Clone + Send + Sync + 'static {
         self.open_data(location).map(std::sync::Arc::new)
     }
 
+    /// What tells the file at `location` unchanged: a value that differs once it is replaced,
+    /// rewritten or removed, `None` where the backend cannot tell (the default). An incremental
+    /// manager reads again, at its next save, only the manifests and data files whose
+    /// fingerprint changed (without one: all of them). The [`Directory`](super::Directory)'s is
+    /// the file's device, inode, length, modification and change times.
+    ///
+    /// ```
+    /// use burnpack::checkpoint::{Directory, Storage};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("a.bpk");
+    /// std::fs::write(&path, b"one").unwrap();
+    /// let storage = Directory::new(dir.path());
+    /// let before = storage.fingerprint(&path);
+    /// assert_eq!(before, storage.fingerprint(&path));
+    /// std::fs::write(&path, b"three").unwrap();
+    /// assert_ne!(before, storage.fingerprint(&path));
+    /// ```
+    fn fingerprint(&self, location: &Self::Location) -> Option<u128> {
+        let _ = location;
+        None
+    }
+
     /// Writes `writer`'s pack at `location`, visible whole or not at all (a reader never sees
     /// part of it), replacing what was there.
     ///

@@ -118,6 +118,24 @@ pub(crate) fn open_shared(path: &Path) -> Result<Arc<Reader>, ReadError> {
     Ok(reader)
 }
 
+/// What tells the file at `path` unchanged (see [`Identity`]), hashed; `None` where it cannot
+/// be read or identities are not known. A symbolic link is the link's own (a file linked in
+/// its place changes it). Unlike a shared mapping, this takes no account of `RACY`: a
+/// rewrite in place within one tick of the clock goes unseen, which its users check for
+/// otherwise.
+pub(crate) fn fingerprint(path: &Path) -> Option<u128> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    let id = Identity::of(path, &meta)?;
+    let mut bytes = id.path.as_os_str().as_encoded_bytes().to_vec();
+    for n in [id.device, id.inode, id.len] {
+        bytes.extend_from_slice(&n.to_le_bytes());
+    }
+    for t in [id.modified.0, id.modified.1, id.changed.0, id.changed.1] {
+        bytes.extend_from_slice(&t.to_le_bytes());
+    }
+    Some(twox_hash::XxHash3_128::oneshot(&bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
