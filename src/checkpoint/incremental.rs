@@ -31,19 +31,30 @@ struct Hashed {
 /// Materializes and hashes `entries`, in parallel where there are threads; a tensor whose
 /// bytes provably did not change since the last save keeps its hash unread.
 fn hash_all(entries: Vec<Entry>, seen: &Sightings) -> Result<Vec<Hashed>, CheckpointError> {
-    let one = |entry: Entry| -> Result<Hashed, CheckpointError> {
-        let entry = entry.materialized()?;
-        let hash = match seen.unchanged(&entry) {
-            Some(hash) => hash,
-            None => refs::content_hash(entry.bytes().unwrap_or_default()),
-        };
-        Ok(Hashed { entry, hash })
+    /// Below this many bytes to hash, one thread does it: handing a few megabytes of small
+    /// tensors to the pool costs more than it saves (measured by the incremental benchmark).
+    const PARALLEL_BYTES: u64 = 64 << 20;
+    let mut bytes = 0u64;
+    let found = entries
+        .into_iter()
+        .map(|entry| {
+            let entry = entry.materialized()?;
+            let hash = seen.unchanged(&entry);
+            if hash.is_none() {
+                bytes += entry.len();
+            }
+            Ok((entry, hash))
+        })
+        .collect::<Result<Vec<_>, CheckpointError>>()?;
+    let one = |(entry, hash): (Entry, Option<u128>)| {
+        let hash = hash.unwrap_or_else(|| refs::content_hash(entry.bytes().unwrap_or_default()));
+        Hashed { entry, hash }
     };
-    if crate::platform::threads_available() {
+    if bytes >= PARALLEL_BYTES && crate::platform::threads_available() {
         use rayon::prelude::*;
-        entries.into_par_iter().map(one).collect()
+        Ok(found.into_par_iter().map(one).collect())
     } else {
-        entries.into_iter().map(one).collect()
+        Ok(found.into_iter().map(one).collect())
     }
 }
 
@@ -221,6 +232,8 @@ pub(crate) fn write<S: Storage>(
     phases.lap("data file checksums", &mut since);
     let (mut metadata, scalars) = head(&options, scalars, metadata);
     metadata.insert(INCREMENTAL_KEY.to_string(), "1".to_string());
+    // Sorted by name, as a reader wants them (it then checks the order in one pass).
+    batch.refs.sort_unstable_by(|a, b| a.name.cmp(&b.name));
     let text = refs::encode(&batch.refs);
     let text_hash = refs::content_hash(text.as_bytes());
     metadata.insert(REFS_KEY.to_string(), text);

@@ -182,20 +182,45 @@ pub(crate) struct Table<'a> {
     dims: Vec<usize>,
 }
 
+/// Each byte's value as a hex digit (either case), `0xFF` for any other byte.
+const HEX: [u8; 256] = {
+    let mut table = [0xFF; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        table[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
+
+/// At most 16 hex digits as a number (no branch a digit: an open reads two such numbers a
+/// tensor).
+fn hex64(digits: &[u8]) -> Option<u64> {
+    let (mut value, mut bad) = (0u64, 0u8);
+    for &b in digits {
+        let digit = HEX[usize::from(b)];
+        bad |= digit;
+        value = value << 4 | u64::from(digit & 0x0F);
+    }
+    (digits.len() <= 16 && bad & 0xF0 == 0).then_some(value)
+}
+
 /// `text` as a number of exactly `digits` hex digits (either case), at most 32.
 fn hex(text: &str, digits: usize) -> Option<u128> {
     if text.len() != digits || digits > 32 {
         return None;
     }
-    text.bytes().try_fold(0u128, |value, b| {
-        let digit = match b {
-            b'0'..=b'9' => b - b'0',
-            b'a'..=b'f' => b - b'a' + 10,
-            b'A'..=b'F' => b - b'A' + 10,
-            _ => return None,
-        };
-        Some(value << 4 | u128::from(digit))
-    })
+    let bytes = text.as_bytes();
+    let split = digits.saturating_sub(16);
+    let high = hex64(&bytes[..split])?;
+    let low = hex64(&bytes[split..])?;
+    Some(u128::from(high) << 64 | u128::from(low))
 }
 
 /// One reference line of a [`Table`].
@@ -431,6 +456,31 @@ impl<'a> Table<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_reads_exactly_the_digits_it_is_given() {
+        let mut x: u128 = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210;
+        for _ in 0..200 {
+            x = x.rotate_left(7) ^ x.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            for digits in [1, 15, 16, 17, 31, 32] {
+                let value = if digits == 32 {
+                    x
+                } else {
+                    x & ((1u128 << (4 * digits)) - 1)
+                };
+                let lower = format!("{value:0digits$x}");
+                let upper = format!("{value:0digits$X}");
+                assert_eq!(hex(&lower, digits), Some(value), "{lower}");
+                assert_eq!(hex(&upper, digits), Some(value), "{upper}");
+                assert_eq!(hex(&lower, digits + 1), None);
+            }
+        }
+        for bad in ["g", " 1", "+1", "-1", "é", "0x1", "1\n", ":", "@", "`", "/"] {
+            assert_eq!(hex(bad, bad.len()), None, "{bad:?}");
+        }
+        assert_eq!(hex(&"f".repeat(33), 33), None);
+        assert_eq!(hex("", 0), Some(0));
+    }
 
     #[test]
     fn references_round_trip() {
