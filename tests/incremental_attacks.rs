@@ -4,7 +4,7 @@
 //! file; a run resumed below a newer checkpoint that does not open; the report of a step saved
 //! twice.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use burn::module::Module;
@@ -12,8 +12,8 @@ use burn::nn::{Linear, LinearConfig};
 use burn::tensor::Device;
 use burnpack::Writer;
 use burnpack::checkpoint::{
-    AsyncSaver, Checkpoint, CheckpointError, CheckpointManager, Progress, REFS_KEY, TrainingState,
-    WhenBusy,
+    AsyncSaver, Checkpoint, CheckpointError, CheckpointManager, Progress, REFS_KEY, Storage,
+    TrainingState, WhenBusy,
 };
 use burnpack::read::Reader;
 
@@ -226,7 +226,7 @@ fn a_first_layout_manifest_does_not_launder_a_swapped_data_file() {
             .unwrap();
     }
     rewrite_references(&manager.path_for(2), |l| {
-        l.rsplit_once('\t').unwrap().0.to_string()
+        l.split('\t').take(7).collect::<Vec<_>>().join("\t")
     });
     assert!(
         Checkpoint::open(manager.path_for(2)).is_ok(),
@@ -415,4 +415,230 @@ fn a_manager_sees_what_others_changed_between_its_saves() {
         values(&latest.load_model(M::new(&device, 16)).unwrap()),
         values(&next)
     );
+}
+
+/// Where a manifest records a tensor (its offset, the data file's header checksum) lets an open
+/// skip decoding the data file; a record that lies is caught: a wrong offset by the tensor's
+/// checksum when it is verified (`verify`, a load with `verify_checksums`: a manifest whose own
+/// checksum was made anew over a lie is trusted by a plain load, as its names are), a header
+/// checksum of another file by decoding the data file instead (which then opens it as
+/// before); lines of the earlier layout (8 fields) open as they did.
+#[test]
+fn a_recorded_place_that_lies_is_caught() {
+    let device = Device::flex();
+    let dir = tempfile::tempdir().unwrap();
+    let manager = CheckpointManager::new(dir.path())
+        .unwrap()
+        .keep_last(5)
+        .incremental(true);
+    let model = M::new(&device, 16);
+    manager
+        .save(TrainingState::new(&model, Progress::new(0, 1)))
+        .unwrap();
+    let path = manager.path_for(1);
+    let text = Reader::open(&path).unwrap().layout().metadata()[REFS_KEY].clone();
+    let fields: Vec<Vec<String>> = text
+        .lines()
+        .map(|l| l.split('\t').map(String::from).collect())
+        .collect();
+    assert!(fields.iter().all(|f| f.len() == 10), "{text}");
+    let field = |name: &str, i: usize| fields.iter().find(|f| f[0] == name).unwrap()[i].clone();
+    let good = values(
+        &Checkpoint::open(&path)
+            .unwrap()
+            .load_model(M::new(&device, 16))
+            .unwrap(),
+    );
+    assert_eq!(good, values(&model));
+
+    // The adapter recorded at the base weight's offset (both 16 x 32 f32: same length).
+    let (adapter, base) = ("model.adapter.weight", "model.base.weight");
+    let base_offset = field(base, 8);
+    let original = std::fs::read(&path).unwrap();
+    rewrite_references(&path, |l| {
+        let mut f: Vec<&str> = l.split('\t').collect();
+        if f[0] == adapter {
+            f[8] = &base_offset;
+        }
+        f.join("\t")
+    });
+    let lying = Checkpoint::open(&path).unwrap();
+    let verified = burnpack::LoadOptions::new().verify_checksums(true);
+    let err = lying
+        .load_model_with(M::new(&device, 16), &verified)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(adapter) && err.contains("record"), "{err}");
+    let err = lying.verify().unwrap_err().to_string();
+    assert!(err.contains(adapter), "{err}");
+
+    // Another file's header checksum: the data file is decoded instead, and all is well.
+    std::fs::write(&path, &original).unwrap();
+    rewrite_references(&path, |l| {
+        let mut f: Vec<&str> = l.split('\t').collect();
+        f[9] = "0123456789abcdef";
+        f.join("\t")
+    });
+    let decoded = Checkpoint::open(&path).unwrap();
+    decoded.verify().unwrap();
+    assert_eq!(
+        values(&decoded.load_model(M::new(&device, 16)).unwrap()),
+        good
+    );
+
+    // Lines of the earlier layout (eight fields).
+    std::fs::write(&path, &original).unwrap();
+    rewrite_references(&path, |l| {
+        l.split('\t').take(8).collect::<Vec<_>>().join("\t")
+    });
+    let earlier = Checkpoint::open(&path).unwrap();
+    earlier.verify().unwrap();
+    assert_eq!(
+        values(&earlier.load_model(M::new(&device, 16)).unwrap()),
+        good
+    );
+
+    // A tenth field that is not a checksum, an offset that is not a number: refused by name.
+    for (i, bad, why) in [(9, "xyz", "header checksum"), (8, "-3", "offset")] {
+        std::fs::write(&path, &original).unwrap();
+        rewrite_references(&path, |l| {
+            let mut f: Vec<&str> = l.split('\t').collect();
+            f[i] = bad;
+            f.join("\t")
+        });
+        let err = Checkpoint::open(&path).unwrap_err().to_string();
+        assert!(
+            err.contains(why) && err.contains("ckpt-00000000000000000001.bpk"),
+            "{err}"
+        );
+    }
+}
+
+/// A directory whose `fingerprint` of one path first runs a hook: another process acting at
+/// that instant.
+#[derive(Clone)]
+struct Hooked {
+    inner: burnpack::checkpoint::Directory,
+    hook: std::sync::Arc<std::sync::Mutex<Option<(PathBuf, Box<dyn FnOnce() + Send>)>>>,
+}
+
+impl Storage for Hooked {
+    type Location = PathBuf;
+    type Source = Reader;
+    type Entry = burnpack::checkpoint::CheckpointEntry;
+    fn location(&self, name: &str) -> PathBuf {
+        self.inner.location(name)
+    }
+    fn names(&self) -> Result<Vec<String>, CheckpointError> {
+        self.inner.names()
+    }
+    fn open(&self, at: &PathBuf) -> Result<Reader, CheckpointError> {
+        self.inner.open(at)
+    }
+    fn open_data(&self, at: &PathBuf) -> Result<Reader, CheckpointError> {
+        self.inner.open_data(at)
+    }
+    fn open_data_shared(&self, at: &PathBuf) -> Result<std::sync::Arc<Reader>, CheckpointError> {
+        self.inner.open_data_shared(at)
+    }
+    fn open_data_recorded(
+        &self,
+        at: &PathBuf,
+        head: u64,
+        tensors: Vec<burnpack::format::TensorInfo>,
+    ) -> Option<Result<std::sync::Arc<Reader>, CheckpointError>> {
+        self.inner.open_data_recorded(at, head, tensors)
+    }
+    fn fingerprint(&self, at: &PathBuf) -> Option<u128> {
+        let hook = {
+            let mut hook = self.hook.lock().unwrap();
+            if hook.as_ref().is_some_and(|(path, _)| path == at) {
+                hook.take()
+            } else {
+                None
+            }
+        };
+        if let Some((_, hook)) = hook {
+            hook();
+        }
+        self.inner.fingerprint(at)
+    }
+    fn write(&self, at: &PathBuf, writer: Writer) -> Result<(), CheckpointError> {
+        self.inner.write(at, writer)
+    }
+    fn write_data(&self, at: &PathBuf, writer: Writer) -> Result<(), CheckpointError> {
+        self.inner.write_data(at, writer)
+    }
+    fn sync_data(&self, at: &PathBuf) -> Result<(), CheckpointError> {
+        self.inner.sync_data(at)
+    }
+    fn write_when(
+        &self,
+        at: &PathBuf,
+        writer: Writer,
+        ready: impl FnOnce() -> Result<(), CheckpointError>,
+    ) -> Result<(), CheckpointError> {
+        self.inner.write_when(at, writer, ready)
+    }
+    fn delete(&self, at: &PathBuf) -> Result<(), CheckpointError> {
+        self.inner.delete(at)
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn describe_location(&self, at: &PathBuf) -> String {
+        self.inner.describe_location(at)
+    }
+    fn entry(step: u64, at: PathBuf) -> Self::Entry {
+        burnpack::checkpoint::Directory::entry(step, at)
+    }
+}
+
+/// Another manager saves the same step just after this one committed it (the attack's
+/// interleaving: before this manager takes the manifest's fingerprint): this manager's next
+/// save must not take the other's manifest for its own and collect the other's data file.
+#[test]
+fn a_step_saved_by_another_manager_at_once_keeps_its_data() {
+    let device = Device::flex();
+    let dir = tempfile::tempdir().unwrap();
+    let hooked = Hooked {
+        inner: burnpack::checkpoint::Directory::new(dir.path()),
+        hook: std::sync::Arc::default(),
+    };
+    let mine = burnpack::checkpoint::Manager::with_storage(hooked.clone())
+        .keep_last(10)
+        .incremental(true);
+    let model = M::new(&device, 16);
+    for step in 1..=2 {
+        mine.save(TrainingState::new(&model, Progress::new(0, step)))
+            .unwrap();
+    }
+    let theirs = model.with_new_adapter(&device);
+    let (at, other) = (dir.path().to_path_buf(), theirs.clone());
+    *hooked.hook.lock().unwrap() = Some((
+        dir.path().join("ckpt-00000000000000000003.bpk"),
+        Box::new(move || {
+            CheckpointManager::new(&at)
+                .unwrap()
+                .keep_last(10)
+                .incremental(true)
+                .save(TrainingState::new(&other, Progress::new(0, 3)))
+                .unwrap();
+        }),
+    ));
+    mine.save(TrainingState::new(&model, Progress::new(0, 3)))
+        .unwrap();
+    mine.save(TrainingState::new(&model, Progress::new(0, 4)))
+        .unwrap();
+    let fresh = CheckpointManager::new(dir.path()).unwrap();
+    for (step, expected) in [(3, values(&theirs)), (4, values(&model))] {
+        let ckpt = fresh
+            .checkpoint(step)
+            .unwrap_or_else(|e| panic!("step {step}: {e}"));
+        ckpt.verify().unwrap();
+        assert_eq!(
+            values(&ckpt.load_model(M::new(&device, 16)).unwrap()),
+            expected
+        );
+    }
 }

@@ -101,6 +101,7 @@ impl<S: PackSource> Chain<S> {
         let mut cursor: Vec<usize> = Vec::new();
         let mut tensors = Vec::with_capacity(table.len());
         let mut targets = Vec::with_capacity(table.len());
+        let mut recorded = recorded_tables(&table, &names);
         for i in 0..table.len() {
             let (name, data_file, stored_as) = (table.name(i), table.file(i), table.stored_as(i));
             // Names as errors show them (made only for an error).
@@ -117,8 +118,20 @@ impl<S: PackSource> Chain<S> {
             let index = if let Some(at) = opened[table.file_index(i)] {
                 at
             } else {
-                let source = open_data_file(storage, data_file)
-                    .map_err(|e| invalid(format!("tensor '{}': {e}", name_())))?;
+                // From the manifest's record where it has one (the data file's metadata
+                // hashed, not decoded); decoded otherwise, and where the record's open fails
+                // (a file replaced, damaged or gone: the decoded open says how).
+                let rec = recorded[table.file_index(i)].take();
+                let from_record = rec.and_then(|(head, infos)| {
+                    storage
+                        .open_data_recorded(&storage.location(data_file), head, infos)?
+                        .ok()
+                });
+                let source = match from_record {
+                    Some(source) => source,
+                    None => open_data_file(storage, data_file)
+                        .map_err(|e| invalid(format!("tensor '{}': {e}", name_())))?,
+                };
                 data.push((data_file.to_string(), source));
                 cursor.push(0);
                 opened[table.file_index(i)] = Some(data.len() - 1);
@@ -332,6 +345,59 @@ pub(crate) fn data_dir(path: &std::path::Path) -> std::path::PathBuf {
         || std::path::PathBuf::from("."),
         std::path::Path::to_path_buf,
     )
+}
+
+/// Per data file a table recorded whole, the data file's header checksum with its tensors as
+/// the references record them (each stored tensor once): `None` for a data file some line of
+/// which records no place (manifests of earlier layouts), another header checksum, or a dtype
+/// whose length is not its shape's (those are decoded).
+fn recorded_tables(
+    table: &refs::Table<'_>,
+    names: &std::sync::Arc<str>,
+) -> Vec<Option<(u64, Vec<TensorInfo>)>> {
+    let mut recorded: Vec<Option<(u64, Vec<TensorInfo>)>> = vec![None; table.files().len()];
+    let mut usable = vec![true; table.files().len()];
+    for i in 0..table.len() {
+        let file = table.file_index(i);
+        if !usable[file] {
+            continue;
+        }
+        let dtype = crate::format::dtype::PLAIN_DTYPES
+            .iter()
+            .copied()
+            .find(|d| refs::dtype_is(*d, table.dtype(i)));
+        let info = table.located(i).zip(dtype).and_then(|(at, dtype)| {
+            let info = TensorInfo::recorded(
+                names,
+                table.stored_as_range(i),
+                dtype,
+                table.shape(i),
+                at.offset,
+                table.checksum(i),
+            )?;
+            Some((at.head, info))
+        });
+        let Some((head, info)) = info else {
+            usable[file] = false;
+            continue;
+        };
+        let entry = recorded[file].get_or_insert_with(|| (head, Vec::new()));
+        if entry.0 == head {
+            entry.1.push(info);
+        } else {
+            usable[file] = false;
+        }
+    }
+    for (slot, usable) in recorded.iter_mut().zip(usable) {
+        if !usable {
+            *slot = None;
+        } else if let Some((_, infos)) = slot {
+            // A tensor stored once and named by several lines is one tensor of the file.
+            infos.sort_by(|a, b| a.name().cmp(b.name()));
+            infos.dedup_by(|a, b| a == b);
+        }
+    }
+    recorded
 }
 
 /// The data file `name` of `storage`, checked to be one (the error says why it is not).

@@ -136,6 +136,22 @@ impl Storage for Directory {
         Ok(crate::read::open_shared(path)?)
     }
 
+    fn open_data_recorded(
+        &self,
+        path: &PathBuf,
+        head: u64,
+        tensors: Vec<crate::format::TensorInfo>,
+    ) -> Option<Result<std::sync::Arc<Reader>, CheckpointError>> {
+        let open = || {
+            Self::regular(path)?;
+            let options = crate::read::ReadOptions::new().mode(self.mode);
+            Ok(crate::read::open_recorded_shared(
+                &options, path, head, tensors,
+            )?)
+        };
+        Some(open())
+    }
+
     fn fingerprint(&self, path: &PathBuf) -> Option<u128> {
         crate::read::fingerprint(path)
     }
@@ -184,8 +200,12 @@ impl Storage for Directory {
         Ok(())
     }
 
+    /// A file already gone (another manager's retention deleted it first) is deleted.
     fn delete(&self, path: &PathBuf) -> Result<(), CheckpointError> {
-        fs::remove_file(path).map_err(Self::io("delete", path))
+        match fs::remove_file(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            other => other.map_err(Self::io("delete", path)),
+        }
     }
 
     fn describe(&self) -> String {

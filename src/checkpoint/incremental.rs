@@ -14,7 +14,7 @@ use super::error::CheckpointError;
 use super::known::{Index, Place};
 use super::namespace::{KIND_KEY, head};
 use super::phases::Phases;
-use super::refs::{self, DATA_KIND, INCREMENTAL_KEY, REFS_KEY, Ref};
+use super::refs::{self, DATA_KIND, INCREMENTAL_KEY, REFS_KEY, Ref, Where};
 use super::sightings::Sightings;
 use super::state::PreparedState;
 use super::storage::Storage;
@@ -99,9 +99,9 @@ impl<'a> Batch<'a> {
                 .known
                 .find(&dtype, &shape, hash)
                 .or_else(|| self.fresh.find(&dtype, &shape, hash));
-            let (file, stored_as, checksum) = if let Some(k) = known {
-                let (file, stored_as, checksum) = k.place();
-                (file.to_string(), stored_as.to_string(), checksum)
+            let (file, stored_as, checksum, at) = if let Some(k) = known {
+                let (file, stored_as, checksum, at) = k.place();
+                (file.to_string(), stored_as.to_string(), checksum, at)
             } else {
                 self.fresh.insert(
                     hash,
@@ -112,7 +112,7 @@ impl<'a> Batch<'a> {
                         stored_as: entry.name().to_string(),
                     },
                 );
-                (self.data_file.clone(), entry.name().to_string(), None)
+                (self.data_file.clone(), entry.name().to_string(), None, None)
             };
             self.refs.push(Ref {
                 name: entry.name().to_string(),
@@ -123,6 +123,7 @@ impl<'a> Batch<'a> {
                 shape,
                 hash,
                 checksum,
+                at,
             });
             let written = self
                 .refs
@@ -343,6 +344,10 @@ fn record_checksums<S: Storage>(
                     what: format!("holds no tensor '{}'", r.stored_as),
                 })?;
             r.checksum = stored.checksum();
+            r.at = source.layout().head_checksum().map(|head| Where {
+                offset: stored.offset(),
+                head,
+            });
         }
     }
     Ok(())

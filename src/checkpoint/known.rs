@@ -15,9 +15,9 @@ use std::sync::Arc;
 
 use super::collect::{Listing, references};
 use super::error::CheckpointError;
-use super::refs::{self, Ref};
+use super::refs::{self, Ref, Where};
 use super::storage::Storage;
-use crate::source::TensorSource;
+use crate::source::{PackSource, TensorSource};
 
 /// The tensors kept checkpoints hold, by content: dtype, shape and XXH3-128 of the bytes.
 /// Each candidate is tagged with the step of the manifest that named it; a lookup takes the
@@ -64,17 +64,18 @@ impl Place {
         }
     }
 
-    /// Its data file, its name there, and the data file's checksum of it where known (a
-    /// tensor this save writes has none until its data file is written).
-    pub(crate) fn place(&self) -> (&str, &str, Option<u64>) {
+    /// Its data file, its name there, the data file's checksum of it and where the data file
+    /// holds it, where known (a tensor this save writes has neither until its data file is
+    /// written).
+    pub(crate) fn place(&self) -> (&str, &str, Option<u64>, Option<Where>) {
         match self {
             Place::Stored { refs, line, .. } => {
                 let r = &refs[*line];
-                (&r.file, &r.stored_as, r.checksum)
+                (&r.file, &r.stored_as, r.checksum, r.at)
             }
             Place::Fresh {
                 file, stored_as, ..
-            } => (file, stored_as, None),
+            } => (file, stored_as, None, None),
         }
     }
 }
@@ -270,6 +271,12 @@ impl Known {
                         t.checksum() == r.checksum
                             && t.shape() == r.shape.as_slice()
                             && refs::dtype_is(t.dtype(), &r.dtype)
+                            // Where it is, when recorded, is where it is: a later manifest
+                            // copies it.
+                            && r.at.is_none_or(|at| {
+                                at.offset == t.offset()
+                                    && source.layout().head_checksum() == Some(at.head)
+                            })
                     })
                 })
             });

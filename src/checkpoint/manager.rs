@@ -213,7 +213,16 @@ impl<S: Storage> Manager<S> {
             phases.add("listing + changed manifests read (index)", index_time);
             phases.0.extend(written.phases.0);
             since = std::time::Instant::now();
+            // The manifest's fingerprint before it is read back: kept only where what is read
+            // is what this save wrote (another writer may have saved the same step since).
+            let print = self.storage.fingerprint(&location);
             let checkpoint = self.reopen(&location)?;
+            let ours = checkpoint
+                .source()
+                .layout()
+                .metadata()
+                .get(refs::REFS_KEY)
+                .is_some_and(|text| refs::content_hash(text.as_bytes()) == written.refs.0);
             if let Some(chain) = checkpoint.chain() {
                 opened.extend(chain.data_sources().cloned());
             }
@@ -251,7 +260,7 @@ impl<S: Storage> Manager<S> {
             known.saved(
                 step,
                 checkpoint_name(step),
-                self.storage.fingerprint(&location),
+                print.filter(|_| ours),
                 text,
                 refs,
                 new,

@@ -53,6 +53,19 @@ pub(crate) struct Ref {
     /// a data file swapped for another of the same name (another run's) is refused without
     /// reading a byte of it. `None` in manifests written before it was recorded.
     pub(crate) checksum: Option<u64>,
+    /// Where the data file holds it, when recorded (with the checksum): what lets an open
+    /// build the data file's table from the manifest instead of decoding the data file's
+    /// header.
+    pub(crate) at: Option<Where>,
+}
+
+/// Where a data file holds a tensor: its offset in the file, and the data file's header and
+/// metadata checksum (the last value of its `checksums`), which vouches for every descriptor
+/// of the file, this tensor's included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Where {
+    pub(crate) offset: u64,
+    pub(crate) head: u64,
 }
 
 /// The object or file name of the checkpoint of `step` (zero-padded, so names sort by step).
@@ -119,7 +132,9 @@ pub(crate) fn nameable(name: &str) -> bool {
 /// The references as the manifest stores them, one line each, tab separated: `name`, `file`,
 /// the name in the file (empty when it is `name`), the parameter id (empty if none), the
 /// dtype, the shape (dimensions separated by commas), the hash in 32 hex digits, and the data
-/// file's checksum of the tensor in 16 hex digits (empty when the data file has none).
+/// file's checksum of the tensor in 16 hex digits (empty when the data file has none); then,
+/// where recorded, the tensor's offset in the data file (decimal) and the data file's header
+/// checksum (16 hex digits).
 pub(crate) fn encode(refs: &[Ref]) -> String {
     let mut out = String::with_capacity(refs.len() * 112);
     for r in refs {
@@ -131,9 +146,13 @@ pub(crate) fn encode(refs: &[Ref]) -> String {
         let id = r.param_id.map(|id| id.to_string()).unwrap_or_default();
         let shape: Vec<String> = r.shape.iter().map(ToString::to_string).collect();
         let checksum = r.checksum.map(|c| format!("{c:016x}")).unwrap_or_default();
+        let at = match (r.checksum, r.at) {
+            (Some(_), Some(Where { offset, head })) => format!("\t{offset}\t{head:016x}"),
+            _ => String::new(),
+        };
         let _ = writeln!(
             out,
-            "{}\t{}\t{stored}\t{id}\t{}\t{}\t{:032x}\t{checksum}",
+            "{}\t{}\t{stored}\t{id}\t{}\t{}\t{:032x}\t{checksum}{at}",
             r.name,
             r.file,
             r.dtype,
@@ -162,6 +181,7 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Ref>, String> {
                 shape: table.shape(i).to_vec(),
                 hash: row.hash,
                 checksum: row.checksum,
+                at: row.at,
             }
         })
         .collect())
@@ -211,6 +231,25 @@ fn hex64(digits: &[u8]) -> Option<u64> {
     (digits.len() <= 16 && bad & 0xF0 == 0).then_some(value)
 }
 
+/// `text` as a `u64` in decimal digits only: no sign, no leading zero (one text per number).
+fn decimal(text: &str) -> Option<u64> {
+    let bytes = text.as_bytes();
+    if bytes.is_empty() || bytes.len() > 1 && bytes[0] == b'0' {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |value, &b| {
+        let digit = b.wrapping_sub(b'0');
+        (digit < 10)
+            .then(|| value.checked_mul(10)?.checked_add(u64::from(digit)))
+            .flatten()
+    })
+}
+
+/// A field as an error shows it: at most 40 characters.
+fn short(text: &str) -> String {
+    text.chars().take(40).collect()
+}
+
 /// `text` as a number of exactly `digits` hex digits (either case), at most 32.
 fn hex(text: &str, digits: usize) -> Option<u128> {
     if text.len() != digits || digits > 32 {
@@ -239,6 +278,7 @@ struct Row {
     param_id: Option<u64>,
     hash: u128,
     checksum: Option<u64>,
+    at: Option<Where>,
 }
 
 impl<'a> Table<'a> {
@@ -253,7 +293,7 @@ impl<'a> Table<'a> {
         let mut table = Self {
             text,
             // One row a line: as many as the text (already in memory) has line breaks.
-            rows: Vec::with_capacity(text.bytes().filter(|&b| b == b'\n').count() + 1),
+            rows: Vec::with_capacity(memchr::memchr_iter(b'\n', text.as_bytes()).count() + 1),
             files: Vec::new(),
             dims: Vec::new(),
         };
@@ -262,26 +302,54 @@ impl<'a> Table<'a> {
             let start = field.as_ptr() as usize - base;
             (start, start + field.len())
         };
-        for (i, line) in text.lines().enumerate() {
-            let bad = |what: &str| format!("reference line {}: {what}", i + 1);
-            let mut fields = [""; 8];
-            let mut count = 0;
-            for field in line.split('\t') {
-                if count == fields.len() {
-                    count += 1;
+        // Lines as `str::lines` splits them (a final line break ends the last line; a `\r`
+        // before a line break is not part of the line), found with SIMD.
+        let mut rest = text;
+        let mut i = 0;
+        while !rest.is_empty() {
+            let (line, next) = match memchr::memchr(b'\n', rest.as_bytes()) {
+                Some(at) => (&rest[..at], &rest[at + 1..]),
+                None => (rest, ""),
+            };
+            rest = next;
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            i += 1;
+            let bad = |what: &str| format!("reference line {i}: {what}");
+            let mut fields = [""; 10];
+            let (mut count, mut start) = (0, 0);
+            for tab in memchr::memchr_iter(b'\t', line.as_bytes()) {
+                if count == fields.len() - 1 {
+                    // An eleventh field at least.
+                    count = fields.len() + 1;
                     break;
                 }
-                fields[count] = field;
+                fields[count] = &line[start..tab];
+                count += 1;
+                start = tab + 1;
+            }
+            if count < fields.len() {
+                fields[count] = &line[start..];
                 count += 1;
             }
-            if !(7..=8).contains(&count) {
-                let more = if count > 8 { " or more" } else { "" };
-                let shown = count.min(9);
+            if !matches!(count, 7 | 8 | 10) {
+                let more = if count > 10 { " or more" } else { "" };
+                let shown = count.min(11);
                 return Err(bad(&format!(
-                    "{shown}{more} fields, 8 expected (7 in manifests of the first layout)"
+                    "{shown}{more} fields, 10 expected (7 or 8 in manifests of earlier layouts)"
                 )));
             }
-            let [name, file, stored, id, dtype, shape, hash, checksum] = fields;
+            let [
+                name,
+                file,
+                stored,
+                id,
+                dtype,
+                shape,
+                hash,
+                checksum,
+                offset,
+                head,
+            ] = fields;
             if name.is_empty() {
                 return Err(bad("empty tensor name"));
             }
@@ -305,19 +373,12 @@ impl<'a> Table<'a> {
             last = Some(file);
             let param_id = match id {
                 "" => None,
-                // Decimal digits only, no sign, no leading zero: one text per number.
-                id if id.bytes().all(|b| b.is_ascii_digit())
-                    && (id == "0" || !id.starts_with('0')) =>
-                {
-                    Some(id.parse().map_err(|_| {
-                        bad(&format!("parameter id '{id}' does not fit in 64 bits"))
-                    })?)
-                }
-                id => {
-                    return Err(bad(&format!(
-                        "parameter id '{id}' is not a number in decimal digits"
-                    )));
-                }
+                id => Some(decimal(id).ok_or_else(|| {
+                    bad(&format!(
+                        "parameter id '{}' is not a number of 64 bits in decimal digits",
+                        short(id)
+                    ))
+                })?),
             };
             if dtype.is_empty() {
                 return Err(bad("empty dtype"));
@@ -345,6 +406,26 @@ impl<'a> Table<'a> {
                     )));
                 }
             };
+            let at = if count == 10 {
+                if checksum.is_none() {
+                    return Err(bad(
+                        "an offset without the data file's checksum of the tensor",
+                    ));
+                }
+                let offset = decimal(offset)
+                    .ok_or_else(|| bad(&format!("offset '{}' is not a number", short(offset))))?;
+                let head = hex(head, 16)
+                    .and_then(|h| u64::try_from(h).ok())
+                    .ok_or_else(|| {
+                        bad(&format!(
+                            "data file header checksum '{}' is not 16 hex digits",
+                            short(head)
+                        ))
+                    })?;
+                Some(Where { offset, head })
+            } else {
+                None
+            };
             let name = range(name);
             table.rows.push(Row {
                 name,
@@ -359,6 +440,7 @@ impl<'a> Table<'a> {
                 param_id,
                 hash,
                 checksum,
+                at,
             });
         }
         Ok(table)
@@ -410,6 +492,11 @@ impl<'a> Table<'a> {
         self.at(self.rows[i].stored_as)
     }
 
+    /// Row `i`'s name in its data file as a range of [`text`](Self::text).
+    pub(crate) fn stored_as_range(&self, i: usize) -> (usize, usize) {
+        self.rows[i].stored_as
+    }
+
     /// Row `i`'s dtype text.
     pub(crate) fn dtype(&self, i: usize) -> &'a str {
         self.at(self.rows[i].dtype)
@@ -429,6 +516,11 @@ impl<'a> Table<'a> {
     /// Row `i`'s content hash.
     pub(crate) fn hash(&self, i: usize) -> u128 {
         self.rows[i].hash
+    }
+
+    /// Where row `i`'s data file holds it, when recorded.
+    pub(crate) fn located(&self, i: usize) -> Option<Where> {
+        self.rows[i].at
     }
 
     /// Row `i`'s data file checksum, when recorded.
@@ -494,6 +586,10 @@ mod tests {
                 shape: vec![2, 3],
                 hash: u128::MAX - 5,
                 checksum: Some(0x0123_4567_89ab_cdef),
+                at: Some(Where {
+                    offset: 1024,
+                    head: u64::MAX,
+                }),
             },
             Ref {
                 name: "model.v".into(),
@@ -504,6 +600,7 @@ mod tests {
                 shape: vec![],
                 hash: 0,
                 checksum: None,
+                at: None,
             },
         ];
         assert_eq!(parse(&encode(&refs)).unwrap(), refs);
@@ -514,6 +611,39 @@ mod tests {
             9
         );
         assert_eq!(parse(&old).unwrap()[0].checksum, None);
+        // Where is written only with a checksum, and read back exactly.
+        let text = encode(&refs);
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .ends_with("\t1024\tffffffffffffffff")
+        );
+        for bad in [
+            "\t01\t0000000000000000",
+            "\t-1\t0000000000000000",
+            "\t1\t00",
+            "\t1",
+        ] {
+            let line = format!(
+                "model.w\t{}\t\t\tF32\t2\t{:032x}\t{:016x}{bad}\n",
+                data_name(3, 0xabc),
+                9,
+                9
+            );
+            assert!(parse(&line).is_err(), "{bad:?}");
+        }
+        let no_checksum = format!(
+            "model.w\t{}\t\t\tF32\t2\t{:032x}\t\t0\t{:016x}\n",
+            data_name(3, 0xabc),
+            9,
+            9
+        );
+        assert!(
+            parse(&no_checksum)
+                .unwrap_err()
+                .contains("without the data file's checksum")
+        );
     }
 
     #[test]
@@ -528,6 +658,7 @@ mod tests {
                 shape: vec![2, 3],
                 hash: 7,
                 checksum: Some(9),
+                at: None,
             },
             Ref {
                 name: "model.b".into(),
@@ -538,6 +669,7 @@ mod tests {
                 shape: vec![],
                 hash: 8,
                 checksum: None,
+                at: None,
             },
             Ref {
                 name: "model.a".into(),
@@ -548,6 +680,7 @@ mod tests {
                 shape: vec![4],
                 hash: 1,
                 checksum: None,
+                at: None,
             },
         ];
         let text = encode(&refs);
@@ -611,7 +744,14 @@ mod tests {
             ),
             (
                 format!("a\t{file}\t\t\tF32\t1\t{:032x}\t{:016x}\tx", 1, 2),
-                "9 or more fields",
+                "9 fields",
+            ),
+            (
+                format!(
+                    "a\t{file}\t\t\tF32\t1\t{:032x}\t{:016x}\t0\t{:016x}\tx",
+                    1, 2, 3
+                ),
+                "11 or more fields",
             ),
             (
                 format!("\t{file}\t\t\tF32\t1\t{:032x}", 1),

@@ -129,6 +129,46 @@ pub trait Storage: Clone + Send + Sync + 'static {
         self.open_data(location).map(std::sync::Arc::new)
     }
 
+    /// Opens the data file at `location` with `tensors` as its table, as a manifest recorded
+    /// them, without decoding its metadata: its header and metadata must hash to `head` (the
+    /// checksum the file stores, [`Layout::head_checksum`](crate::format::Layout::head_checksum),
+    /// recorded by the save that wrote it). `None` where the backend does not (the default:
+    /// the data file is then opened and decoded). The [`Directory`](super::Directory) does,
+    /// refusing links as [`open_data`](Self::open_data) does, and hands out the reader of
+    /// [`open_data_shared`](Self::open_data_shared) where one of the same, unchanged file is
+    /// alive.
+    ///
+    /// ```
+    /// use burn::tensor::{Bytes, DType};
+    /// use burnpack::checkpoint::{Directory, Storage};
+    /// use burnpack::source::TensorSource;
+    /// use burnpack::write::{Entry, Writer};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("data.bpk");
+    /// let w = Entry::resident("w", DType::F32, vec![1], Bytes::from_elems(vec![1.5f32]));
+    /// Writer::new(vec![w]).write_to_file(&path).unwrap();
+    /// let storage = Directory::new(dir.path());
+    /// let whole = storage.open_data(&path).unwrap();
+    /// let head = whole.layout().head_checksum().unwrap();
+    /// let opened = storage
+    ///     .open_data_recorded(&path, head, whole.tensors().to_vec())
+    ///     .unwrap()
+    ///     .unwrap();
+    /// assert_eq!(&opened.read(&opened.tensors()[0]).unwrap()[..], &1.5f32.to_le_bytes());
+    /// // A record of another file is refused.
+    /// assert!(storage.open_data_recorded(&path, head ^ 1, Vec::new()).unwrap().is_err());
+    /// ```
+    fn open_data_recorded(
+        &self,
+        location: &Self::Location,
+        head: u64,
+        tensors: Vec<crate::format::TensorInfo>,
+    ) -> Option<Result<std::sync::Arc<Self::Source>, CheckpointError>> {
+        let _ = (location, head, tensors);
+        None
+    }
+
     /// What tells the file at `location` unchanged: a value that differs once it is replaced,
     /// rewritten or removed, `None` where the backend cannot tell (the default). An incremental
     /// manager reads again, at its next save, only the manifests and data files whose

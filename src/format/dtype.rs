@@ -21,7 +21,7 @@ pub fn byte_len(dtype: DType, shape: &[u64]) -> Option<u64> {
 
 /// Every dtype of Burn 0.22 but the quantized ones: what test data is generated over
 /// (feature `internals`).
-#[cfg(any(test, feature = "internals"))]
+#[cfg(any(test, feature = "internals", feature = "optim"))]
 pub const PLAIN_DTYPES: [DType; 16] = [
     DType::F64,
     DType::F32,

@@ -96,6 +96,8 @@ pub struct Layout {
     /// The blob holds the bytes of a `checksums` entry that decoding did not find as the
     /// top-level key: a damaged file of this crate.
     checksums_elsewhere: bool,
+    /// The header and metadata checksum, verified (files of this crate with checksums).
+    head_checksum: Option<u64>,
 }
 
 impl Layout {
@@ -225,6 +227,7 @@ impl Layout {
                 reason: super::metadata::trailing_reason(extras.trailing),
             });
         }
+        let mut head_checksum = None;
         let checksums: Option<Vec<u64>> = match decoded.checksums {
             Some(bytes) if bytes.len() == (table.rows.len() + 1) * 8 => {
                 let mut sums: Vec<u64> = bytes
@@ -238,6 +241,7 @@ impl Layout {
                 if expected != actual {
                     return Err(FormatError::MetadataChecksum { expected, actual });
                 }
+                head_checksum = Some(expected);
                 Some(sums)
             }
             // Files of earlier versions of this crate: tensor checksums only.
@@ -313,7 +317,49 @@ impl Layout {
             checksums: has_checksums,
             extras,
             checksums_elsewhere,
+            head_checksum,
         })
+    }
+
+    /// The layout of a file whose header and metadata checksum is `head_checksum` (checked
+    /// by the caller against the file's own bytes), holding `tensors` as a record made when
+    /// the file was written describes them: no metadata of its own, only the tensors given
+    /// (see `format::vouched`).
+    #[cfg(feature = "optim")]
+    pub(super) fn from_record(
+        header: Header,
+        file_len: u64,
+        tensors: Vec<TensorInfo>,
+        by_position: Vec<usize>,
+        head_checksum: u64,
+    ) -> Self {
+        Self {
+            header,
+            file_len,
+            checksums: tensors.iter().all(|t| t.checksum.is_some()),
+            tensors,
+            by_position,
+            metadata: BTreeMap::new(),
+            scalars: BTreeMap::new(),
+            extras: Extras::default(),
+            checksums_elsewhere: false,
+            head_checksum: Some(head_checksum),
+        }
+    }
+
+    /// The header and metadata checksum the file stores (the last of its `checksums`),
+    /// verified when it was opened; `None` for files without it (Burn's, or written without
+    /// checksums). It covers every descriptor: two files with the same one describe the same
+    /// tensors at the same places.
+    ///
+    /// ```
+    /// let pack = burnpack::write::Writer::new(vec![]).into_bytes().unwrap();
+    /// let reader = burnpack::read::Reader::from_bytes(pack).unwrap();
+    /// assert!(reader.layout().head_checksum().is_some());
+    /// ```
+    #[must_use]
+    pub fn head_checksum(&self) -> Option<u64> {
+        self.head_checksum
     }
 
     /// This layout's scalars and metadata (less the keys `drop`), with `tensors` in place of
@@ -344,6 +390,7 @@ impl Layout {
             scalars: self.scalars.clone(),
             extras: self.extras.clone(),
             checksums_elsewhere: self.checksums_elsewhere,
+            head_checksum: None,
         }
     }
 
@@ -353,6 +400,7 @@ impl Layout {
     pub(crate) fn without_checksums(self) -> Self {
         Self {
             checksums: false,
+            head_checksum: None,
             ..self
         }
     }

@@ -33,6 +33,8 @@ mod scalar;
 mod slice;
 mod table;
 mod tensor;
+#[cfg(feature = "optim")]
+pub(crate) mod vouched;
 
 /// The raw metadata records, for tests that build malformed files (feature `internals`).
 #[cfg(feature = "internals")]

@@ -178,6 +178,35 @@ impl TensorInfo {
         }
     }
 
+    /// A tensor as a record made when its file was written says it is (an incremental
+    /// checkpoint's references): its name `range` of `names`, at `start` with the length its
+    /// dtype and shape make. `None` for a dtype whose length is not its shape's (quantized)
+    /// or a length that overflows. Its place in the file is checked by
+    /// `format::vouched::layout`.
+    #[cfg(feature = "optim")]
+    pub(crate) fn recorded(
+        names: &alloc::sync::Arc<str>,
+        range: (usize, usize),
+        dtype: DType,
+        shape: &[usize],
+        start: u64,
+        checksum: Option<u64>,
+    ) -> Option<Self> {
+        if matches!(dtype, DType::QFloat(_)) {
+            return None;
+        }
+        let len = super::dtype::byte_len_of(dtype, shape.iter().map(|&d| d as u64))?;
+        Some(Self {
+            name: Name::new(names, range),
+            dtype,
+            shape: shape.iter().copied().collect(),
+            param_id: None,
+            start,
+            len,
+            checksum,
+        })
+    }
+
     /// Absolute offset of the first byte in the file.
     #[must_use]
     pub fn offset(&self) -> u64 {

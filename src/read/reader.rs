@@ -137,6 +137,67 @@ impl ReadOptions {
             file: name,
             layout,
             source,
+            recorded: None,
+        })
+    }
+
+    /// Opens `path` (opened as `file`) with `tensors` as its table, as a record made when it
+    /// was written says
+    /// (an incremental checkpoint's references): its header and metadata are read and hashed,
+    /// never decoded, and must hash to `head` (the file's header and metadata checksum the
+    /// record keeps), so the file is the one recorded. The reader lists only `tensors`; its
+    /// [`verify_structure`](Reader::verify_structure) decodes the file and checks them
+    /// against it.
+    ///
+    /// # Errors
+    /// [`ReadError::Invalid`] when the file is not the one recorded or a tensor is out of
+    /// place, [`ReadError::Io`].
+    #[cfg(feature = "optim")]
+    pub(crate) fn open_recorded(
+        &self,
+        path: &Path,
+        file: &std::fs::File,
+        head: u64,
+        tensors: Vec<TensorInfo>,
+    ) -> Result<Reader, ReadError> {
+        let name = path.display().to_string();
+        let io = |action: &'static str| {
+            let file = name.clone();
+            move |source| ReadError::Io {
+                file,
+                action,
+                source,
+            }
+        };
+        let invalid = |source: FormatError| ReadError::Invalid {
+            file: name.clone(),
+            source,
+        };
+        let file_len = file.metadata().map_err(io("stat"))?.len();
+        let mut first = [0u8; crate::format::HEADER_SIZE];
+        if file_len < first.len() as u64 {
+            return Err(invalid(FormatError::Truncated {
+                what: "header",
+                needed: first.len() as u64,
+                available: file_len,
+            }));
+        }
+        read_exact_at(file, &mut first, 0).map_err(io("read"))?;
+        let header = crate::format::Header::parse(&first).map_err(invalid)?;
+        Layout::check_header(&header, file_len, &self.limits).map_err(invalid)?;
+        // Bounded by the limit on metadata checked above.
+        let mut bytes = vec![0u8; first.len() + header.metadata_size as usize];
+        read_exact_at(file, &mut bytes, 0).map_err(io("read"))?;
+        let header = crate::format::vouched::check_head(&bytes, head).map_err(invalid)?;
+        let layout = crate::format::vouched::layout(header, file_len, tensors, head, &self.limits)
+            .map_err(invalid)?;
+        let source = file_data(file, self.mode == ReadMode::Buffered)
+            .map_err(|(action, e)| io(action)(e))?;
+        Ok(Reader {
+            file: name,
+            layout,
+            source,
+            recorded: Some(path.to_path_buf()),
         })
     }
 
@@ -166,6 +227,7 @@ impl ReadOptions {
                 file,
                 layout,
                 source: Source::Memory(all),
+                recorded: None,
             }),
             Err(source) => Err(ReadError::Invalid { file, source }),
         }
@@ -200,6 +262,9 @@ pub struct Reader {
     file: String,
     layout: Layout,
     source: Source,
+    /// The file, where the layout is a record's ([`ReadOptions::open_recorded`]) rather than
+    /// the file's own: what `verify_structure` decodes.
+    recorded: Option<std::path::PathBuf>,
 }
 
 impl Reader {
@@ -406,6 +471,29 @@ impl Reader {
             file: self.file.clone(),
             source,
         };
+        if let Some(path) = &self.recorded {
+            // The file decoded, checked whole; then each tensor of the record must be one of
+            // its own, as it describes it.
+            let own = ReadOptions::new().open(path)?;
+            own.verify_structure()?;
+            for t in self.tensors() {
+                let theirs = own.tensor(t.name());
+                let same = theirs.is_some_and(|o| {
+                    (o.offset(), o.len(), o.dtype(), o.shape(), o.checksum())
+                        == (t.offset(), t.len(), t.dtype(), t.shape(), t.checksum())
+                });
+                if !same {
+                    return Err(ReadError::Reference {
+                        file: self.file.clone(),
+                        tensor: t.name().to_string(),
+                        what: "the record it was opened with does not describe it as the file \
+                               does"
+                            .to_string(),
+                    });
+                }
+            }
+            return Ok(());
+        }
         self.layout.check_extras().map_err(invalid)?;
         self.layout.require_checksums().map_err(invalid)?;
         if !self.layout.has_checksums() {

@@ -118,6 +118,44 @@ pub(crate) fn open_shared(path: &Path) -> Result<Arc<Reader>, ReadError> {
     Ok(reader)
 }
 
+/// [`ReadOptions::open_recorded`] of `path`, shared: the reader another open of the same,
+/// unchanged file holds (its table decoded whole, its header checksum `head`) when there is
+/// one alive, else one of the record's own (not offered to others: its table is the
+/// record's).
+#[cfg(feature = "optim")]
+pub(crate) fn open_recorded_shared(
+    options: &ReadOptions,
+    path: &Path,
+    head: u64,
+    tensors: Vec<crate::format::TensorInfo>,
+) -> Result<Arc<Reader>, ReadError> {
+    let io = |action: &'static str| {
+        move |source| ReadError::Io {
+            file: path.display().to_string(),
+            action,
+            source,
+        }
+    };
+    let file = crate::platform::open_regular(path).map_err(io("open"))?;
+    let meta = file.metadata().map_err(io("stat"))?;
+    let alive = Identity::of(path, &meta)
+        .filter(|identity| !identity.racy())
+        .and_then(|identity| {
+            cache()
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&identity)
+                .and_then(Weak::upgrade)
+        })
+        .filter(|reader| reader.layout().head_checksum() == Some(head));
+    match alive {
+        Some(reader) => Ok(reader),
+        None => options
+            .open_recorded(path, &file, head, tensors)
+            .map(Arc::new),
+    }
+}
+
 /// What tells the file at `path` unchanged (see [`Identity`]), hashed; `None` where it cannot
 /// be read or identities are not known. A symbolic link is the link's own (a file linked in
 /// its place changes it). Unlike a shared mapping, this takes no account of `RACY`: a
