@@ -34,18 +34,18 @@ fn hash_all(entries: Vec<Entry>, seen: &Sightings) -> Result<Vec<Hashed>, Checkp
     /// Below this many bytes to hash, one thread does it: handing a few megabytes of small
     /// tensors to the pool costs more than it saves (measured by the incremental benchmark).
     const PARALLEL_BYTES: u64 = 64 << 20;
-    let mut bytes = 0u64;
-    let found = entries
+    let entries = entries
         .into_iter()
-        .map(|entry| {
-            let entry = entry.materialized()?;
-            let hash = seen.unchanged(&entry);
-            if hash.is_none() {
-                bytes += entry.len();
-            }
-            Ok((entry, hash))
-        })
-        .collect::<Result<Vec<_>, CheckpointError>>()?;
+        .map(Entry::materialized)
+        .collect::<Result<Vec<_>, _>>()?;
+    let known = seen.unchanged_all(&entries);
+    let bytes: u64 = entries
+        .iter()
+        .zip(&known)
+        .filter(|(_, hash)| hash.is_none())
+        .map(|(entry, _)| entry.len())
+        .sum();
+    let found: Vec<(Entry, Option<u128>)> = entries.into_iter().zip(known).collect();
     let one = |(entry, hash): (Entry, Option<u128>)| {
         let hash = hash.unwrap_or_else(|| refs::content_hash(entry.bytes().unwrap_or_default()));
         Hashed { entry, hash }
@@ -69,6 +69,8 @@ struct Batch<'a> {
     /// This save's own new tensors, by content (two equal tensors of one save are written
     /// once).
     fresh: Index,
+    /// The dtype text last made.
+    dtype: Option<(burn::tensor::DType, String)>,
 }
 
 impl<'a> Batch<'a> {
@@ -80,6 +82,7 @@ impl<'a> Batch<'a> {
             refs: Vec::new(),
             held: Vec::new(),
             fresh: Index::default(),
+            dtype: None,
         }
     }
 
@@ -93,48 +96,67 @@ impl<'a> Batch<'a> {
                 ),
             });
         }
-        for Hashed { entry, hash } in hash_all(entries, self.seen)? {
-            let (dtype, shape) = (refs::dtype_text(entry.dtype()), entry.shape().to_vec());
+        let hashed = hash_all(entries, self.seen)?;
+        let mut written = Vec::with_capacity(hashed.len());
+        for Hashed { entry, hash } in &hashed {
+            let dtype = self.dtype_text(entry.dtype());
+            let shape = entry.shape();
             let known = self
                 .known
-                .find(&dtype, &shape, hash)
-                .or_else(|| self.fresh.find(&dtype, &shape, hash));
+                .find(&dtype, shape, *hash)
+                .or_else(|| self.fresh.find(&dtype, shape, *hash));
             let (file, stored_as, checksum, at) = if let Some(k) = known {
                 let (file, stored_as, checksum, at) = k.place();
                 (file.to_string(), stored_as.to_string(), checksum, at)
             } else {
                 self.fresh.insert(
-                    hash,
+                    *hash,
                     Place::Fresh {
                         dtype: dtype.clone(),
-                        shape: shape.clone(),
+                        shape: shape.to_vec(),
                         file: self.data_file.clone(),
                         stored_as: entry.name().to_string(),
                     },
                 );
                 (self.data_file.clone(), entry.name().to_string(), None, None)
             };
+            written.push(file == self.data_file && stored_as == entry.name());
             self.refs.push(Ref {
                 name: entry.name().to_string(),
                 file,
                 stored_as,
                 param_id: entry.param_id(),
                 dtype,
-                shape,
-                hash,
+                shape: shape.to_vec(),
+                hash: *hash,
                 checksum,
                 at,
             });
-            let written = self
-                .refs
-                .last()
-                .is_some_and(|r| r.file == self.data_file && r.stored_as == r.name);
-            self.seen.record(&entry, hash, written);
+        }
+        self.seen.record_all(
+            hashed
+                .iter()
+                .zip(&written)
+                .map(|(h, &written)| (&h.entry, h.hash, written)),
+        );
+        for (h, written) in hashed.into_iter().zip(written) {
             if written {
-                self.held.push(entry);
+                self.held.push(h.entry);
             }
         }
         Ok(())
+    }
+
+    /// [`refs::dtype_text`] of `dtype`, made once for a run of tensors of one dtype.
+    fn dtype_text(&mut self, dtype: burn::tensor::DType) -> String {
+        match &self.dtype {
+            Some((last, text)) if *last == dtype => text.clone(),
+            _ => {
+                let text = refs::dtype_text(dtype);
+                self.dtype = Some((dtype, text.clone()));
+                text
+            }
+        }
     }
 }
 

@@ -45,46 +45,65 @@ impl Sightings {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The hash of `entry`'s bytes when they provably did not change since it was taken.
-    pub(crate) fn unchanged(&self, entry: &Entry) -> Option<u128> {
-        let (storage, len) = entry.shared_storage()?;
+    /// The hash of each of `entries`' bytes where they provably did not change since it was
+    /// taken, under one lock.
+    pub(crate) fn unchanged_all<'e>(
+        &self,
+        entries: impl IntoIterator<Item = &'e Entry>,
+    ) -> Vec<Option<u128>> {
         let seen = self.lock();
-        let Some(Sighting::Seen {
-            storage: then,
-            len: then_len,
-            dtype,
-            shape,
-            hash,
-        }) = seen.get(entry.name())
-        else {
-            return None;
-        };
-        let same = *then_len == len
-            && *dtype == entry.dtype()
-            && shape == entry.shape()
-            && then.upgrade().is_some_and(|now| Arc::ptr_eq(&now, storage));
-        same.then_some(*hash)
+        entries.into_iter().map(|e| unchanged(&seen, e)).collect()
     }
 
-    /// Records what a save found: `entry` hashed to `hash`; `written` when its bytes were new
-    /// (after an earlier sighting: a tensor that changes, never watched again).
-    pub(crate) fn record(&self, entry: &Entry, hash: u128, written: bool) {
+    /// Records what a save found, under one lock: each entry hashed to its hash; `written`
+    /// when its bytes were new (after an earlier sighting: a tensor that changes, never watched
+    /// again).
+    pub(crate) fn record_all<'e>(&self, found: impl IntoIterator<Item = (&'e Entry, u128, bool)>) {
         let mut seen = self.lock();
-        let Some((storage, len)) = entry.shared_storage() else {
-            seen.remove(entry.name());
-            return;
-        };
-        let sighting = match seen.get(entry.name()) {
-            Some(Sighting::Changes) => return,
-            Some(Sighting::Seen { .. }) if written => Sighting::Changes,
-            _ => Sighting::Seen {
-                storage: Arc::downgrade(storage),
-                len,
-                dtype: entry.dtype(),
-                shape: entry.shape().to_vec(),
-                hash,
-            },
-        };
-        seen.insert(entry.name().to_string(), sighting);
+        for (entry, hash, written) in found {
+            record(&mut seen, entry, hash, written);
+        }
+    }
+}
+
+fn unchanged(seen: &HashMap<String, Sighting>, entry: &Entry) -> Option<u128> {
+    let (storage, len) = entry.shared_storage()?;
+    let Some(Sighting::Seen {
+        storage: then,
+        len: then_len,
+        dtype,
+        shape,
+        hash,
+    }) = seen.get(entry.name())
+    else {
+        return None;
+    };
+    let same = *then_len == len
+        && *dtype == entry.dtype()
+        && shape == entry.shape()
+        && then.upgrade().is_some_and(|now| Arc::ptr_eq(&now, storage));
+    same.then_some(*hash)
+}
+
+fn record(seen: &mut HashMap<String, Sighting>, entry: &Entry, hash: u128, written: bool) {
+    let Some((storage, len)) = entry.shared_storage() else {
+        seen.remove(entry.name());
+        return;
+    };
+    let sighting = || Sighting::Seen {
+        storage: Arc::downgrade(storage),
+        len,
+        dtype: entry.dtype(),
+        shape: entry.shape().to_vec(),
+        hash,
+    };
+    // Updated in place where known (no name allocated again at every save).
+    match seen.get_mut(entry.name()) {
+        Some(Sighting::Changes) => {}
+        Some(then @ Sighting::Seen { .. }) if written => *then = Sighting::Changes,
+        Some(then) => *then = sighting(),
+        None => {
+            seen.insert(entry.name().to_string(), sighting());
+        }
     }
 }
