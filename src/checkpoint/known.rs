@@ -143,6 +143,21 @@ struct Manifest {
     indexed: bool,
 }
 
+impl Manifest {
+    /// A manifest read whole, its usable lines in the index.
+    fn indexed(step: u64, fingerprint: Option<u128>, text: u128, refs: Arc<[Ref]>) -> Self {
+        let files: HashSet<String> = refs.iter().map(|r| r.file.clone()).collect();
+        Self {
+            step,
+            fingerprint,
+            text,
+            refs: Some(refs),
+            files: Some(Arc::new(files)),
+            indexed: true,
+        }
+    }
+}
+
 /// What a manager knows of its storage between incremental saves: every manifest's
 /// references, the fingerprints of the data files their lines were checked against, and the
 /// index of what a save may refer to. Kept up to date by [`refresh`](Self::refresh) (what
@@ -280,17 +295,9 @@ impl Known {
                     })
                 })
             });
-            let files: HashSet<String> = list.iter().map(|r| r.file.clone()).collect();
             self.manifests.insert(
                 name.clone(),
-                Manifest {
-                    step: manifest_step,
-                    fingerprint: now,
-                    text,
-                    refs: Some(list),
-                    files: Some(Arc::new(files)),
-                    indexed: true,
-                },
+                Manifest::indexed(manifest_step, now, text, list),
             );
         }
         self.upto = self.upto.max(Some(step));
@@ -328,18 +335,8 @@ impl Known {
         }
         self.data.extend(new);
         self.index.add(step, &refs, |r| r.checksum.is_some());
-        let files: HashSet<String> = refs.iter().map(|r| r.file.clone()).collect();
-        self.manifests.insert(
-            name,
-            Manifest {
-                step,
-                fingerprint: print,
-                text,
-                refs: Some(refs),
-                files: Some(Arc::new(files)),
-                indexed: true,
-            },
-        );
+        self.manifests
+            .insert(name, Manifest::indexed(step, print, text, refs));
         self.upto = self.upto.max(Some(step));
     }
 }

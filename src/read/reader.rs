@@ -95,18 +95,10 @@ impl ReadOptions {
     /// registry opens each file once, reads its first bytes, and hands it on.
     pub(crate) fn open_file(&self, path: &Path, file: &std::fs::File) -> Result<Reader, ReadError> {
         let name = path.display().to_string();
-        let io = |action: &'static str| {
-            let file = name.clone();
-            move |source| ReadError::Io {
-                file,
-                action,
-                source,
-            }
-        };
-        let invalid = |source: FormatError| ReadError::Invalid {
-            file: name.clone(),
-            source,
-        };
+        let (io, invalid) = (
+            |action| io_error(&name, action),
+            |e| invalid_error(&name, e),
+        );
         let stat = file.metadata().map_err(io("stat"))?;
         if stat.is_dir() {
             return Err(io("open")(std::io::Error::new(
@@ -134,7 +126,7 @@ impl ReadOptions {
         let source = file_data(file, self.mode == ReadMode::Buffered)
             .map_err(|(action, e)| io(action)(e))?;
         Ok(Reader {
-            file: name,
+            file: name.clone(),
             layout,
             source,
             recorded: None,
@@ -161,18 +153,10 @@ impl ReadOptions {
         tensors: Vec<TensorInfo>,
     ) -> Result<Reader, ReadError> {
         let name = path.display().to_string();
-        let io = |action: &'static str| {
-            let file = name.clone();
-            move |source| ReadError::Io {
-                file,
-                action,
-                source,
-            }
-        };
-        let invalid = |source: FormatError| ReadError::Invalid {
-            file: name.clone(),
-            source,
-        };
+        let (io, invalid) = (
+            |action| io_error(&name, action),
+            |e| invalid_error(&name, e),
+        );
         let file_len = file.metadata().map_err(io("stat"))?.len();
         let mut first = [0u8; crate::format::HEADER_SIZE];
         if file_len < first.len() as u64 {
@@ -194,7 +178,7 @@ impl ReadOptions {
         let source = file_data(file, self.mode == ReadMode::Buffered)
             .map_err(|(action, e)| io(action)(e))?;
         Ok(Reader {
-            file: name,
+            file: name.clone(),
             layout,
             source,
             recorded: Some(path.to_path_buf()),
@@ -231,6 +215,24 @@ impl ReadOptions {
             }),
             Err(source) => Err(ReadError::Invalid { file, source }),
         }
+    }
+}
+
+/// The I/O error of `action` on the file `name`, as a reader reports it.
+fn io_error(name: &str, action: &'static str) -> impl FnOnce(std::io::Error) -> ReadError {
+    let file = name.to_string();
+    move |source| ReadError::Io {
+        file,
+        action,
+        source,
+    }
+}
+
+/// The file `name` is not a valid pack: `source` says why.
+fn invalid_error(name: &str, source: FormatError) -> ReadError {
+    ReadError::Invalid {
+        file: name.to_string(),
+        source,
     }
 }
 

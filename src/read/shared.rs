@@ -85,17 +85,9 @@ impl Identity {
 /// # Errors
 /// As [`ReadOptions::open`].
 pub(crate) fn open_shared(path: &Path) -> Result<Arc<Reader>, ReadError> {
-    let io = |action: &'static str| {
-        move |source| ReadError::Io {
-            file: path.display().to_string(),
-            action,
-            source,
-        }
-    };
     // The identity is the open file's (`fstat`), so that the reader handed out is of the
     // file this call opened, not of one that a rename put at the path since.
-    let file = crate::platform::open_regular(path).map_err(io("open"))?;
-    let meta = file.metadata().map_err(io("stat"))?;
+    let (file, meta) = open_stat(path)?;
     let Some(identity) = Identity::of(path, &meta) else {
         return ReadOptions::new().open_file(path, &file).map(Arc::new);
     };
@@ -129,15 +121,7 @@ pub(crate) fn open_recorded_shared(
     head: u64,
     tensors: Vec<crate::format::TensorInfo>,
 ) -> Result<Arc<Reader>, ReadError> {
-    let io = |action: &'static str| {
-        move |source| ReadError::Io {
-            file: path.display().to_string(),
-            action,
-            source,
-        }
-    };
-    let file = crate::platform::open_regular(path).map_err(io("open"))?;
-    let meta = file.metadata().map_err(io("stat"))?;
+    let (file, meta) = open_stat(path)?;
     let alive = Identity::of(path, &meta)
         .filter(|identity| !identity.racy())
         .and_then(|identity| {
@@ -154,6 +138,20 @@ pub(crate) fn open_recorded_shared(
             .open_recorded(path, &file, head, tensors)
             .map(Arc::new),
     }
+}
+
+/// `path` opened (a regular file), with its metadata.
+fn open_stat(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), ReadError> {
+    let io = |action: &'static str| {
+        move |source| ReadError::Io {
+            file: path.display().to_string(),
+            action,
+            source,
+        }
+    };
+    let file = crate::platform::open_regular(path).map_err(io("open"))?;
+    let meta = file.metadata().map_err(io("stat"))?;
+    Ok((file, meta))
 }
 
 /// What tells the file at `path` unchanged (see [`Identity`]), hashed; `None` where it cannot
