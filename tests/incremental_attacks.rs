@@ -471,6 +471,35 @@ fn a_recorded_place_that_lies_is_caught() {
     assert!(err.contains(adapter) && err.contains("record"), "{err}");
     let err = lying.verify().unwrap_err().to_string();
     assert!(err.contains(adapter), "{err}");
+    // Every path that checks checksums checks the record first (attack: `bpk convert` wrote
+    // the lie into a clean pack; `PackStore::verify_checksums` loaded it).
+    #[cfg(feature = "cli")]
+    {
+        let out = dir.path().join("converted.bpk");
+        let converted = std::process::Command::new(env!("CARGO_BIN_EXE_bpk"))
+            .arg("convert")
+            .arg(&path)
+            .arg(&out)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&converted.stderr);
+        assert_eq!(converted.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains(adapter) && stderr.contains("record"),
+            "{stderr}"
+        );
+        assert!(!out.exists());
+    }
+    #[cfg(feature = "store")]
+    {
+        use burn::store::ModuleSnapshot;
+        let mut store = burnpack::store::PackStore::from_file(&path).verify_checksums(true);
+        let err = M::new(&device, 16)
+            .load_from(&mut store)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(adapter) && err.contains("record"), "{err}");
+    }
 
     // Another file's header checksum: the data file is decoded instead, and all is well.
     std::fs::write(&path, &original).unwrap();

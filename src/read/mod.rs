@@ -11,6 +11,8 @@
 mod describe;
 mod reader;
 #[cfg(feature = "optim")]
+#[cfg(feature = "optim")]
+mod recorded;
 mod shared;
 
 pub(crate) use describe::describe_pack;

@@ -35,8 +35,8 @@ pub enum ReadMode {
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReadOptions {
-    limits: Limits,
-    mode: ReadMode,
+    pub(super) limits: Limits,
+    pub(super) mode: ReadMode,
 }
 
 impl ReadOptions {
@@ -129,59 +129,8 @@ impl ReadOptions {
             file: name.clone(),
             layout,
             source,
+            #[cfg(feature = "optim")]
             recorded: None,
-        })
-    }
-
-    /// Opens `path` (opened as `file`) with `tensors` as its table, as a record made when it
-    /// was written says
-    /// (an incremental checkpoint's references): its header and metadata are read and hashed,
-    /// never decoded, and must hash to `head` (the file's header and metadata checksum the
-    /// record keeps), so the file is the one recorded. The reader lists only `tensors`; its
-    /// [`verify_structure`](Reader::verify_structure) decodes the file and checks them
-    /// against it.
-    ///
-    /// # Errors
-    /// [`ReadError::Invalid`] when the file is not the one recorded or a tensor is out of
-    /// place, [`ReadError::Io`].
-    #[cfg(feature = "optim")]
-    pub(crate) fn open_recorded(
-        &self,
-        path: &Path,
-        file: &std::fs::File,
-        head: u64,
-        tensors: Vec<TensorInfo>,
-    ) -> Result<Reader, ReadError> {
-        let name = path.display().to_string();
-        let (io, invalid) = (
-            |action| io_error(&name, action),
-            |e| invalid_error(&name, e),
-        );
-        let file_len = file.metadata().map_err(io("stat"))?.len();
-        let mut first = [0u8; crate::format::HEADER_SIZE];
-        if file_len < first.len() as u64 {
-            return Err(invalid(FormatError::Truncated {
-                what: "header",
-                needed: first.len() as u64,
-                available: file_len,
-            }));
-        }
-        read_exact_at(file, &mut first, 0).map_err(io("read"))?;
-        let header = crate::format::Header::parse(&first).map_err(invalid)?;
-        Layout::check_header(&header, file_len, &self.limits).map_err(invalid)?;
-        // Bounded by the limit on metadata checked above.
-        let mut bytes = vec![0u8; first.len() + header.metadata_size as usize];
-        read_exact_at(file, &mut bytes, 0).map_err(io("read"))?;
-        let header = crate::format::vouched::check_head(&bytes, head).map_err(invalid)?;
-        let layout = crate::format::vouched::layout(header, file_len, tensors, head, &self.limits)
-            .map_err(invalid)?;
-        let source = file_data(file, self.mode == ReadMode::Buffered)
-            .map_err(|(action, e)| io(action)(e))?;
-        Ok(Reader {
-            file: name.clone(),
-            layout,
-            source,
-            recorded: Some(path.to_path_buf()),
         })
     }
 
@@ -211,6 +160,7 @@ impl ReadOptions {
                 file,
                 layout,
                 source: Source::Memory(all),
+                #[cfg(feature = "optim")]
                 recorded: None,
             }),
             Err(source) => Err(ReadError::Invalid { file, source }),
@@ -219,7 +169,10 @@ impl ReadOptions {
 }
 
 /// The I/O error of `action` on the file `name`, as a reader reports it.
-fn io_error(name: &str, action: &'static str) -> impl FnOnce(std::io::Error) -> ReadError {
+pub(super) fn io_error(
+    name: &str,
+    action: &'static str,
+) -> impl FnOnce(std::io::Error) -> ReadError {
     let file = name.to_string();
     move |source| ReadError::Io {
         file,
@@ -229,7 +182,7 @@ fn io_error(name: &str, action: &'static str) -> impl FnOnce(std::io::Error) -> 
 }
 
 /// The file `name` is not a valid pack: `source` says why.
-fn invalid_error(name: &str, source: FormatError) -> ReadError {
+pub(super) fn invalid_error(name: &str, source: FormatError) -> ReadError {
     ReadError::Invalid {
         file: name.to_string(),
         source,
@@ -261,12 +214,13 @@ fn invalid_error(name: &str, source: FormatError) -> ReadError {
 /// assert_eq!(&reader.bytes("a").unwrap()[..], &1.0f32.to_le_bytes());
 /// ```
 pub struct Reader {
-    file: String,
-    layout: Layout,
-    source: Source,
-    /// The file, where the layout is a record's ([`ReadOptions::open_recorded`]) rather than
-    /// the file's own: what `verify_structure` decodes.
-    recorded: Option<std::path::PathBuf>,
+    pub(super) file: String,
+    pub(super) layout: Layout,
+    pub(super) source: Source,
+    /// Where the layout is a record's ([`ReadOptions::open_recorded`]) rather than the
+    /// file's own: the record's check against the file, made once.
+    #[cfg(feature = "optim")]
+    pub(super) recorded: Option<super::recorded::Record>,
 }
 
 impl Reader {
@@ -469,39 +423,25 @@ impl Reader {
     /// # Errors
     /// [`ReadError::Invalid`] as above, or a read error.
     pub fn verify_structure(&self) -> Result<(), ReadError> {
+        #[cfg(feature = "optim")]
+        if let Some(record) = &self.recorded {
+            return record.verify(self);
+        }
+        self.structure(&self.layout)
+    }
+
+    /// [`verify_structure`](Self::verify_structure)'s checks of `layout`, the file's.
+    pub(super) fn structure(&self, layout: &Layout) -> Result<(), ReadError> {
         let invalid = |source| ReadError::Invalid {
             file: self.file.clone(),
             source,
         };
-        if let Some(path) = &self.recorded {
-            // The file decoded, checked whole; then each tensor of the record must be one of
-            // its own, as it describes it.
-            let own = ReadOptions::new().open(path)?;
-            own.verify_structure()?;
-            for t in self.tensors() {
-                let theirs = own.tensor(t.name());
-                let same = theirs.is_some_and(|o| {
-                    (o.offset(), o.len(), o.dtype(), o.shape(), o.checksum())
-                        == (t.offset(), t.len(), t.dtype(), t.shape(), t.checksum())
-                });
-                if !same {
-                    return Err(ReadError::Reference {
-                        file: self.file.clone(),
-                        tensor: t.name().to_string(),
-                        what: "the record it was opened with does not describe it as the file \
-                               does"
-                            .to_string(),
-                    });
-                }
-            }
+        layout.check_extras().map_err(invalid)?;
+        layout.require_checksums().map_err(invalid)?;
+        if !layout.has_checksums() {
             return Ok(());
         }
-        self.layout.check_extras().map_err(invalid)?;
-        self.layout.require_checksums().map_err(invalid)?;
-        if !self.layout.has_checksums() {
-            return Ok(());
-        }
-        for (start, end, before) in self.layout.padding() {
+        for (start, end, before) in layout.padding() {
             let mut at = start;
             while at < end {
                 // In pieces of at most 1 MiB: a buffered read allocates what it reads.
@@ -583,6 +523,17 @@ impl TensorSource for Reader {
 
     fn shared(&self) -> Option<&(dyn TensorSource + Sync)> {
         Some(self)
+    }
+
+    /// The tensor's checksum; for a reader opened from a record, first (once) the record
+    /// against the file's own table: a record that does not describe the file fails every
+    /// check, so no path that checks checksums takes what a lying record points at.
+    fn check(&self, info: &TensorInfo, bytes: &[u8]) -> Result<bool, ReadError> {
+        #[cfg(feature = "optim")]
+        if let Some(record) = &self.recorded {
+            record.holds(self)?;
+        }
+        crate::source::check_checksum(&self.file, info, bytes)
     }
 
     fn verify_structure(&self) -> Result<(), ReadError> {

@@ -40,6 +40,6 @@ pub(crate) use range::{check_range, window};
 pub use shards::{InShard, Routing, Sharded, assemble_shards};
 pub(crate) use table::from_table;
 pub use table::{SourceTable, TableBuilder};
-pub(crate) use tensor_source::refuse_withheld;
 pub use tensor_source::{CopyReason, PackSource, TensorSource};
+pub(crate) use tensor_source::{check_checksum, refuse_withheld};
 pub use withheld::Withheld;

@@ -174,20 +174,7 @@ pub trait TensorSource {
     /// # Errors
     /// [`ReadError::Checksum`] naming the tensor.
     fn check(&self, info: &TensorInfo, bytes: &[u8]) -> Result<bool, ReadError> {
-        let Some(expected) = info.checksum() else {
-            return Ok(false);
-        };
-        let actual = crate::format::checksum(bytes);
-        if actual == expected {
-            Ok(true)
-        } else {
-            Err(ReadError::Checksum {
-                file: self.file().to_string(),
-                tensor: info.name().to_string(),
-                expected,
-                actual,
-            })
-        }
+        check_checksum(self.file(), info, bytes)
     }
 
     /// This source as one that threads may share, where it is one: the module loader then
@@ -332,5 +319,30 @@ pub(crate) fn refuse_withheld<S: TensorSource + ?Sized>(
     match source.withheld().first() {
         Some(w) => Err(w.error(source.file())),
         None => Ok(()),
+    }
+}
+
+/// [`TensorSource::check`]'s default: `bytes` against `info`'s checksum, `false` without one.
+///
+/// # Errors
+/// [`ReadError::Checksum`] naming `file` and the tensor.
+pub(crate) fn check_checksum(
+    file: &str,
+    info: &TensorInfo,
+    bytes: &[u8],
+) -> Result<bool, ReadError> {
+    let Some(expected) = info.checksum() else {
+        return Ok(false);
+    };
+    let actual = crate::format::checksum(bytes);
+    if actual == expected {
+        Ok(true)
+    } else {
+        Err(ReadError::Checksum {
+            file: file.to_string(),
+            tensor: info.name().to_string(),
+            expected,
+            actual,
+        })
     }
 }
