@@ -11,16 +11,14 @@
 mod describe;
 mod reader;
 #[cfg(feature = "optim")]
-#[cfg(feature = "optim")]
 mod recorded;
+#[cfg(feature = "optim")]
 mod shared;
 
 pub(crate) use describe::describe_pack;
 pub use reader::{ReadMode, ReadOptions, Reader};
 #[cfg(feature = "optim")]
-#[cfg(feature = "optim")]
-pub(crate) use shared::open_recorded_shared;
-pub(crate) use shared::{fingerprint, open_shared};
+pub(crate) use shared::{fingerprint, open_recorded_shared, open_shared};
 
 /// Moved to [`crate::source`] (the source core); these paths stay one release.
 #[doc(hidden)]
