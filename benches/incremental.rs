@@ -154,13 +154,7 @@ fn open_rounds(managers: [&CheckpointManager; 2], rounds: usize, held: bool) {
         let cpu = common::cpu_time() - cpu;
         assert_eq!(ckpt.is_incremental(), i == 1);
         kept[i] = Some(ckpt);
-        common::Sample {
-            time,
-            cpu,
-            peak_kib: 0,
-            base_kib: 0,
-            anon_kib: None,
-        }
+        common::Sample::timed(time, cpu)
     });
     println!(
         "\nopen (`latest`) of checkpoint 10, warm, {rounds} rounds{}: full {} ms, incremental {} ms, \
@@ -490,13 +484,7 @@ fn main() {
                 load(manager);
             }
             let (time, cpu, _) = measure(dir, || load(manager));
-            common::Sample {
-                time,
-                cpu,
-                peak_kib: 0,
-                base_kib: 0,
-                anon_kib: None,
-            }
+            common::Sample::timed(time, cpu)
         });
         println!(
             "\nload + read of checkpoint 10 ({}): full {} ms, incremental {} ms, ratio {:.2}",
@@ -547,13 +535,7 @@ fn main() {
                 .save(TrainingState::new(&model, Progress::new(0, step)).optimizer(&optim))
                 .unwrap();
         });
-        common::Sample {
-            time,
-            cpu,
-            peak_kib: 0,
-            base_kib: 0,
-            anon_kib: None,
-        }
+        common::Sample::timed(time, cpu)
     });
     println!(
         "\nFull training (256 MiB model, every tensor trained, Adam: 768 MiB a checkpoint):\n"

@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::incremental::data_files;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -117,18 +119,6 @@ fn data_steps(dir: &Path) -> Vec<u64> {
         .map(|n| n[5..25].parse().unwrap())
         .collect();
     steps.into_iter().collect()
-}
-
-fn data_files(dir: &Path) -> BTreeSet<String> {
-    names(dir, "data-")
-}
-
-fn names(dir: &Path, prefix: &str) -> BTreeSet<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| e.unwrap().file_name().into_string().ok())
-        .filter(|n| n.starts_with(prefix))
-        .collect()
 }
 
 fn steps(manager: &CheckpointManager) -> Vec<u64> {
@@ -819,17 +809,7 @@ fn killing_an_incremental_save_loses_nothing() {
             Progress::new(0, last_step + 100),
         ))
         .unwrap();
-    let mut named = BTreeSet::new();
-    for entry in manager.list().unwrap() {
-        let ckpt = Checkpoint::open(&entry.path).unwrap();
-        named.extend(
-            ckpt.chain()
-                .unwrap()
-                .data_files()
-                .map(|(n, _)| n.to_string()),
-        );
-    }
-    assert_eq!(data_files(dir.path()), named);
+    assert_eq!(data_files(dir.path()), common::incremental::named(&manager));
 }
 
 /// An incremental checkpoint through `bpk`: `inspect` says what it holds and what it refers

@@ -3,12 +3,12 @@
 //! never referred to by a later save (even when it holds the very tensors that save needs),
 //! and the first save of its step or a later one collects it.
 
-use std::collections::BTreeSet;
-use std::path::Path;
+mod common;
 
 use burn::module::{Module, Param};
 use burn::tensor::{Device, Tensor};
-use burnpack::checkpoint::{Checkpoint, CheckpointManager, Progress, TrainingState};
+use burnpack::checkpoint::{CheckpointManager, Progress, TrainingState};
+use common::incremental::{data_files, named};
 
 #[derive(Module, Debug)]
 struct Model {
@@ -25,28 +25,6 @@ fn model(device: &Device, seed: f32) -> Model {
             device,
         ),
     }
-}
-
-fn data_files(dir: &Path) -> BTreeSet<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.starts_with("data-"))
-        .collect()
-}
-
-fn named(manager: &CheckpointManager) -> BTreeSet<String> {
-    let mut named = BTreeSet::new();
-    for entry in manager.list().unwrap() {
-        let ckpt = Checkpoint::open(&entry.path).unwrap();
-        named.extend(
-            ckpt.chain()
-                .unwrap()
-                .data_files()
-                .map(|(n, _)| n.to_string()),
-        );
-    }
-    named
 }
 
 #[test]

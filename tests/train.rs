@@ -21,7 +21,7 @@ use burn::train::{Learner, RegressionOutput, SupervisedTraining};
 use burnpack::checkpoint::{Checkpoint, CheckpointManager};
 use burnpack::module::PackModule;
 use burnpack::train::PackCheckpointer;
-use common::train::{Batch, device, loaders};
+use common::train::{Batch, device, file_names as files, loaders};
 
 #[derive(Module, Debug)]
 struct Toy {
@@ -144,15 +144,6 @@ fn params(model: &Toy) -> Vec<Vec<u8>> {
         all.push(bias.as_ref().unwrap().val().into_data().bytes().to_vec());
     }
     all
-}
-
-fn files(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 #[test]

@@ -24,7 +24,7 @@ use burnpack::checkpoint::{Checkpoint, CheckpointManager};
 use burnpack::module::PackModule;
 use burnpack::source::TensorSource;
 use burnpack::train::PackCheckpointer;
-use common::train::{Batch, device, loaders};
+use common::train::{Batch, device, file_names as names, loaders};
 
 /// Width of the frozen base (a 512 x 512 f32 matrix: 1 MiB) and rank of the adapters.
 const WIDTH: usize = 512;
@@ -155,15 +155,6 @@ fn params(model: &Lora) -> Vec<Vec<u8>> {
     all.push(model.a.val().into_data().bytes().to_vec());
     all.push(model.b.val().into_data().bytes().to_vec());
     all
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// Every tensor of a checkpoint with its bytes (an incremental one's through its chain).
@@ -390,6 +381,23 @@ fn every_door_reads_an_epoch() {
     }
 }
 
+/// A part-order case: a directory, its `PackCheckpointer` (incremental or not), the device, an
+/// optimizer to save records of.
+fn part_order_case(
+    incremental: bool,
+) -> (
+    tempfile::TempDir,
+    PackCheckpointer,
+    Device,
+    burn::optim::ModuleOptimizer,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = PackCheckpointer::new(dir.path())
+        .unwrap()
+        .incremental(incremental);
+    (dir, pack, device(), burn::optim::SgdConfig::new().init())
+}
+
 /// burn-train's three checkpointer threads run apart: under `KeepLastN(1)` the scheduler's
 /// thread can save epochs 1 and 2 and delete its part of epoch 1 before the model's part of
 /// epoch 1 arrives. That delete is kept: once the other two parts delete epoch 1, its
@@ -397,15 +405,9 @@ fn every_door_reads_an_epoch() {
 #[test]
 fn a_delete_that_comes_while_the_epoch_is_assembled_is_kept() {
     use burn::lr_scheduler::{LrScheduler, constant::ConstantLr};
-    use burn::optim::{ModuleOptimizer, SgdConfig};
     use burn::train::checkpoint::Checkpointer;
     for incremental in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        let pack = PackCheckpointer::new(dir.path())
-            .unwrap()
-            .incremental(incremental);
-        let device = device();
-        let optim: ModuleOptimizer = SgdConfig::new().init();
+        let (dir, pack, device, optim) = part_order_case(incremental);
         let sched = || ConstantLr::new(0.1).to_record();
         let (one, two) = (initial(&device), random(&device));
         pack.save(1, sched()).unwrap();
@@ -436,15 +438,9 @@ fn a_delete_that_comes_while_the_epoch_is_assembled_is_kept() {
 #[test]
 fn a_part_saved_again_before_the_epoch_completes_replaces_the_first() {
     use burn::lr_scheduler::{LrScheduler, constant::ConstantLr};
-    use burn::optim::{ModuleOptimizer, SgdConfig};
     use burn::train::checkpoint::Checkpointer;
     for incremental in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        let pack = PackCheckpointer::new(dir.path())
-            .unwrap()
-            .incremental(incremental);
-        let device = device();
-        let optim: ModuleOptimizer = SgdConfig::new().init();
+        let (_dir, pack, device, optim) = part_order_case(incremental);
         let second = random(&device);
         pack.save(1, initial(&device).into_record()).unwrap();
         pack.save(1, second.clone().into_record()).unwrap();

@@ -82,6 +82,19 @@ pub struct Sample {
     pub anon_kib: Option<u64>,
 }
 
+impl Sample {
+    /// A sample of time and CPU only (no memory measured).
+    pub fn timed(time: Duration, cpu: Duration) -> Self {
+        Self {
+            time,
+            cpu,
+            peak_kib: 0,
+            base_kib: 0,
+            anon_kib: None,
+        }
+    }
+}
+
 /// Meters one operation in a child: [`Meter::start`] resets the peak resident size (Linux
 /// `clear_refs` 5) and notes CPU time and resident size; [`Meter::report`] prints the sample
 /// for [`run_child`].

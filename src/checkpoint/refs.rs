@@ -549,6 +549,31 @@ impl<'a> Table<'a> {
 mod tests {
     use super::*;
 
+    /// A reference line without a recorded place.
+    #[allow(clippy::too_many_arguments)]
+    fn line(
+        name: &str,
+        file: String,
+        stored_as: &str,
+        param_id: Option<u64>,
+        dtype: &str,
+        shape: &[usize],
+        hash: u128,
+        checksum: Option<u64>,
+    ) -> Ref {
+        Ref {
+            name: name.into(),
+            file,
+            stored_as: stored_as.into(),
+            param_id,
+            dtype: dtype.into(),
+            shape: shape.to_vec(),
+            hash,
+            checksum,
+            at: None,
+        }
+    }
+
     #[test]
     fn hex_reads_exactly_the_digits_it_is_given() {
         let mut x: u128 = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210;
@@ -578,30 +603,31 @@ mod tests {
     fn references_round_trip() {
         let refs = vec![
             Ref {
-                name: "model.w".into(),
-                file: data_name(3, 0xabc),
-                stored_as: "model.w".into(),
-                param_id: Some(17),
-                dtype: "F32".into(),
-                shape: vec![2, 3],
-                hash: u128::MAX - 5,
-                checksum: Some(0x0123_4567_89ab_cdef),
                 at: Some(Where {
                     offset: 1024,
                     head: u64::MAX,
                 }),
+                ..line(
+                    "model.w",
+                    data_name(3, 0xabc),
+                    "model.w",
+                    Some(17),
+                    "F32",
+                    &[2, 3],
+                    u128::MAX - 5,
+                    Some(0x0123_4567_89ab_cdef),
+                )
             },
-            Ref {
-                name: "model.v".into(),
-                file: data_name(1, 0),
-                stored_as: "model.w".into(),
-                param_id: None,
-                dtype: "QFloat(x, y)".into(),
-                shape: vec![],
-                hash: 0,
-                checksum: None,
-                at: None,
-            },
+            line(
+                "model.v",
+                data_name(1, 0),
+                "model.w",
+                None,
+                "QFloat(x, y)",
+                &[],
+                0,
+                None,
+            ),
         ];
         assert_eq!(parse(&encode(&refs)).unwrap(), refs);
         // A line of the first layout (7 fields, no checksum) still parses.
@@ -649,39 +675,36 @@ mod tests {
     #[test]
     fn the_table_copies_nothing_and_sorts() {
         let refs = vec![
-            Ref {
-                name: "model.w".into(),
-                file: data_name(3, 0xabc),
-                stored_as: "model.w".into(),
-                param_id: Some(17),
-                dtype: "F32".into(),
-                shape: vec![2, 3],
-                hash: 7,
-                checksum: Some(9),
-                at: None,
-            },
-            Ref {
-                name: "model.b".into(),
-                file: data_name(1, 0),
-                stored_as: "model.v".into(),
-                param_id: None,
-                dtype: "F16".into(),
-                shape: vec![],
-                hash: 8,
-                checksum: None,
-                at: None,
-            },
-            Ref {
-                name: "model.a".into(),
-                file: data_name(3, 0xabc),
-                stored_as: "model.a".into(),
-                param_id: Some(1),
-                dtype: "F32".into(),
-                shape: vec![4],
-                hash: 1,
-                checksum: None,
-                at: None,
-            },
+            line(
+                "model.w",
+                data_name(3, 0xabc),
+                "model.w",
+                Some(17),
+                "F32",
+                &[2, 3],
+                7,
+                Some(9),
+            ),
+            line(
+                "model.b",
+                data_name(1, 0),
+                "model.v",
+                None,
+                "F16",
+                &[],
+                8,
+                None,
+            ),
+            line(
+                "model.a",
+                data_name(3, 0xabc),
+                "model.a",
+                Some(1),
+                "F32",
+                &[4],
+                1,
+                None,
+            ),
         ];
         let text = encode(&refs);
         let mut table = Table::parse(&text).unwrap();

@@ -4,6 +4,8 @@
 
 pub mod gguf;
 pub mod held;
+#[cfg(feature = "optim")]
+pub mod incremental;
 pub mod lazy;
 pub mod model;
 #[cfg(feature = "object-store")]

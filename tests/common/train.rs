@@ -79,3 +79,13 @@ macro_rules! regression_steps {
         }
     };
 }
+
+/// The names of the files in `dir`, sorted.
+pub fn file_names(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
