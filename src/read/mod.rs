@@ -9,6 +9,7 @@
 //! core ([`crate::source`]) every container of tensors goes through.
 
 mod describe;
+mod errors;
 mod reader;
 #[cfg(feature = "optim")]
 mod recorded;

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use burn::tensor::{AllocationProperty, Bytes};
 
+use super::errors::{invalid_error, io_error};
 use crate::format::{FormatError, Layout, Limits, OpenError, Scalar, TensorInfo};
 use crate::platform::read_exact_at;
 use crate::source::ReadError;
@@ -168,27 +169,6 @@ impl ReadOptions {
     }
 }
 
-/// The I/O error of `action` on the file `name`, as a reader reports it.
-pub(super) fn io_error(
-    name: &str,
-    action: &'static str,
-) -> impl FnOnce(std::io::Error) -> ReadError {
-    let file = name.to_string();
-    move |source| ReadError::Io {
-        file,
-        action,
-        source,
-    }
-}
-
-/// The file `name` is not a valid pack: `source` says why.
-pub(super) fn invalid_error(name: &str, source: FormatError) -> ReadError {
-    ReadError::Invalid {
-        file: name.to_string(),
-        source,
-    }
-}
-
 /// An open burnpack: its validated layout plus the source of its bytes.
 ///
 /// Listing names, dtypes, shapes, parameter ids, metadata and scalars touches no tensor data.
@@ -217,8 +197,9 @@ pub struct Reader {
     pub(super) file: String,
     pub(super) layout: Layout,
     pub(super) source: Source,
-    /// Where the layout is a record's ([`ReadOptions::open_recorded`]) rather than the
-    /// file's own: the record's check against the file, made once.
+    /// Where the layout is a record's (an incremental checkpoint's data file opened from its
+    /// manifest, `read::shared::open_recorded_shared`) rather than the file's own: the
+    /// record's check against the file, made once.
     #[cfg(feature = "optim")]
     pub(super) recorded: Option<super::recorded::Record>,
 }
@@ -425,7 +406,9 @@ impl Reader {
     pub fn verify_structure(&self) -> Result<(), ReadError> {
         #[cfg(feature = "optim")]
         if let Some(record) = &self.recorded {
-            return record.verify(self);
+            return record.verify(&self.file, &self.layout, &self.source, |layout| {
+                self.structure(layout)
+            });
         }
         self.structure(&self.layout)
     }
@@ -531,7 +514,7 @@ impl TensorSource for Reader {
     fn check(&self, info: &TensorInfo, bytes: &[u8]) -> Result<bool, ReadError> {
         #[cfg(feature = "optim")]
         if let Some(record) = &self.recorded {
-            record.holds(self)?;
+            record.holds(&self.file, &self.layout, &self.source)?;
         }
         crate::source::check_checksum(&self.file, info, bytes)
     }

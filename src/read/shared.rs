@@ -16,6 +16,15 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::{ReadOptions, Reader};
 use crate::source::ReadError;
+#[cfg(feature = "optim")]
+use {
+    super::errors::{invalid_error, io_error},
+    super::reader::ReadMode,
+    super::recorded::Record,
+    crate::format::{FormatError, Layout, TensorInfo},
+    crate::platform::read_exact_at,
+    crate::source::data::file_data,
+};
 
 /// What makes two opens of a path the same file, unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -110,7 +119,7 @@ pub(crate) fn open_shared(path: &Path) -> Result<Arc<Reader>, ReadError> {
     Ok(reader)
 }
 
-/// [`ReadOptions::open_recorded`] of `path`, shared: the reader another open of the same,
+/// [`open_recorded`] of `path`, shared: the reader another open of the same,
 /// unchanged file holds (its table decoded whole, its header checksum `head`) when there is
 /// one alive, else one of the record's own (not offered to others: its table is the
 /// record's).
@@ -134,10 +143,60 @@ pub(crate) fn open_recorded_shared(
         .filter(|reader| reader.layout().head_checksum() == Some(head));
     match alive {
         Some(reader) => Ok(reader),
-        None => options
-            .open_recorded(path, &file, head, tensors)
-            .map(Arc::new),
+        None => open_recorded(options, path, &file, head, tensors).map(Arc::new),
     }
+}
+
+#[cfg(feature = "optim")]
+/// Opens `path` (opened as `file`) with `tensors` as its table, as a record made when it
+/// was written says (an incremental checkpoint's references): its header and metadata are
+/// read and hashed, never decoded, and must hash to `head` (the file's header and metadata
+/// checksum the record keeps), so the file is the one recorded. The reader lists only
+/// `tensors`; its first checksum check and its
+/// [`verify_structure`](Reader::verify_structure) decode the file and check them against
+/// it.
+///
+/// # Errors
+/// [`ReadError::Invalid`] when the file is not the one recorded or a tensor is out of
+/// place, [`ReadError::Io`].
+fn open_recorded(
+    options: &ReadOptions,
+    path: &Path,
+    file: &std::fs::File,
+    head: u64,
+    tensors: Vec<TensorInfo>,
+) -> Result<Reader, ReadError> {
+    let name = path.display().to_string();
+    let (io, invalid) = (
+        |action| io_error(&name, action),
+        |e| invalid_error(&name, e),
+    );
+    let file_len = file.metadata().map_err(io("stat"))?.len();
+    let mut first = [0u8; crate::format::HEADER_SIZE];
+    if file_len < first.len() as u64 {
+        return Err(invalid(FormatError::Truncated {
+            what: "header",
+            needed: first.len() as u64,
+            available: file_len,
+        }));
+    }
+    read_exact_at(file, &mut first, 0).map_err(io("read"))?;
+    let header = crate::format::Header::parse(&first).map_err(invalid)?;
+    Layout::check_header(&header, file_len, &options.limits).map_err(invalid)?;
+    // Bounded by the limit on metadata checked above.
+    let mut bytes = vec![0u8; first.len() + header.metadata_size as usize];
+    read_exact_at(file, &mut bytes, 0).map_err(io("read"))?;
+    let header = crate::format::vouched::check_head(&bytes, head).map_err(invalid)?;
+    let layout = crate::format::vouched::layout(header, file_len, tensors, head, &options.limits)
+        .map_err(invalid)?;
+    let source =
+        file_data(file, options.mode == ReadMode::Buffered).map_err(|(action, e)| io(action)(e))?;
+    Ok(Reader {
+        file: name.clone(),
+        layout,
+        source,
+        recorded: Some(Record::default()),
+    })
 }
 
 /// `path` opened (a regular file), with its metadata.
