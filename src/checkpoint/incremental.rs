@@ -141,7 +141,14 @@ impl<'a> Batch<'a> {
         );
         for (h, written) in hashed.into_iter().zip(written) {
             if written {
-                self.held.push(h.entry);
+                let mut entry = h.entry;
+                // Past 240 bytes, XXH3-64 of the bytes is the low half of their XXH3-128 (the
+                // same accumulators, merged with the same secret): the data file's checksum
+                // is taken from the content hash, the bytes are hashed once.
+                if entry.len() > 240 {
+                    entry.known_checksum = Some(h.hash as u64);
+                }
+                self.held.push(entry);
             }
         }
         Ok(())

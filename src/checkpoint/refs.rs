@@ -574,6 +574,25 @@ mod tests {
         }
     }
 
+    /// What an incremental save relies on to hash the bytes it writes once: past 240 bytes,
+    /// XXH3-64 (a data file's checksum) is the low half of XXH3-128 (the content hash).
+    #[test]
+    fn past_240_bytes_the_checksum_is_the_content_hash_s_low_half() {
+        let bytes: Vec<u8> = (0..(1usize << 20) + 300)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8)
+            .collect();
+        for len in (241..1200).chain([4096, 65_536, 65_537, 1 << 20]) {
+            for start in [0, 1, 7] {
+                let window = &bytes[start..start + len];
+                assert_eq!(
+                    crate::format::checksum(window),
+                    content_hash(window) as u64,
+                    "{len} bytes from {start}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn hex_reads_exactly_the_digits_it_is_given() {
         let mut x: u128 = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210;

@@ -28,6 +28,8 @@ pub(super) struct Part {
     pub(super) bytes: Data,
     pub(super) pad: usize,
     pub(super) rank: usize,
+    /// Its checksum is recorded already (the entry's known checksum).
+    pub(super) summed: bool,
 }
 
 /// Zeros for the gaps between slots (always shorter than the alignment).
@@ -68,7 +70,8 @@ impl Chunk {
         let mut queued = 0u64;
         for part in &self.parts {
             let bytes: &[u8] = &part.bytes;
-            let streamed = !self.hashed && sums.enabled && bytes.len() > PIECE;
+            let hashed = self.hashed || part.summed;
+            let streamed = !hashed && sums.enabled && bytes.len() > PIECE;
             if streamed {
                 let guard = locked();
                 crate::platform::write_vectored_all_at(file, &mut slices, at)?;
@@ -86,7 +89,7 @@ impl Chunk {
                 }
                 sums.set(part.rank, std::hash::Hasher::finish(&hasher));
             } else {
-                if !self.hashed {
+                if !hashed {
                     sums.record(part.rank, bytes);
                 }
                 // A zero-length tensor has nothing to write (an empty slice would make the

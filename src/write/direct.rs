@@ -163,14 +163,15 @@ impl Direct {
         };
         for part in &chunk.parts {
             let bytes: &[u8] = &part.bytes;
+            let hash = sums.enabled && !part.summed;
             let mut hasher = twox_hash::XxHash3_64::new();
             for piece in bytes.chunks(PIECE) {
-                if sums.enabled {
+                if hash {
                     std::hash::Hasher::write(&mut hasher, piece);
                 }
                 out.emit(piece, stage, &self.file)?;
             }
-            if sums.enabled {
+            if hash {
                 sums.set(part.rank, std::hash::Hasher::finish(&hasher));
             }
             out.emit(&ZEROS[..part.pad], stage, &self.file)?;
@@ -216,7 +217,7 @@ impl Direct {
         if self.keep(chunk.offset, bytes).is_err() {
             return false;
         }
-        for part in &chunk.parts {
+        for part in chunk.parts.iter().filter(|p| !p.summed) {
             sums.record(part.rank, &part.bytes);
         }
         true

@@ -82,6 +82,10 @@ pub struct Entry {
     pub(crate) shape: Vec<usize>,
     pub(crate) param_id: Option<u64>,
     pub(crate) source: Source,
+    /// The checksum of the bytes, where whoever made the entry computed it already (an
+    /// incremental save, from the content hash): the writer records it rather than hashing
+    /// the bytes again. Dropped by anything that changes the bytes (a cast).
+    pub(crate) known_checksum: Option<u64>,
 }
 
 crate::format::tensor_description!(Entry);
@@ -130,6 +134,7 @@ impl Entry {
             shape,
             param_id: None,
             source,
+            known_checksum: None,
         }
     }
 
@@ -205,6 +210,7 @@ impl Entry {
             shape: self.shape.clone(),
             param_id: self.param_id,
             source: Source::Written(self.len()),
+            known_checksum: None,
         }
     }
 
@@ -229,11 +235,12 @@ impl Entry {
         if !self.is_deferred() {
             return Ok(self);
         }
-        let (name, dtype, shape, param_id) = (
+        let (name, dtype, shape, param_id, self_known) = (
             self.name.clone(),
             self.dtype,
             self.shape.clone(),
             self.param_id,
+            self.known_checksum,
         );
         let source = match materialize(self)? {
             Data::Bytes(bytes) => Source::Resident(bytes),
@@ -245,6 +252,7 @@ impl Entry {
             shape,
             param_id,
             source,
+            known_checksum: self_known,
         })
     }
 

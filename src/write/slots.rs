@@ -129,9 +129,16 @@ pub(super) fn produce(
     let mut parts = Vec::with_capacity(batch.len());
     let mut batch = batch.into_iter().peekable();
     while let Some((entry, slot, rank)) = batch.next() {
+        let known = entry.known_checksum;
         let bytes = materialize(entry)?;
-        if hash {
-            sums.record(rank, &bytes);
+        debug_assert!(
+            known.is_none_or(|sum| sum == crate::format::checksum(&bytes)),
+            "a known checksum that is not the bytes'"
+        );
+        match known {
+            Some(sum) if sums.enabled => sums.set(rank, sum),
+            _ if hash => sums.record(rank, &bytes),
+            _ => {}
         }
         let pad = batch
             .peek()
@@ -140,6 +147,7 @@ pub(super) fn produce(
             bytes,
             pad: pad as usize,
             rank,
+            summed: known.is_some(),
         });
     }
     Ok(Chunk {
