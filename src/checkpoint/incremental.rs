@@ -26,6 +26,8 @@ use crate::write::{Entry, Writer};
 struct Hashed {
     entry: Entry,
     hash: u128,
+    /// The hash was computed from these bytes now (not remembered from an earlier save).
+    read: bool,
 }
 
 /// Materializes and hashes `entries`, in parallel where there are threads; a tensor whose
@@ -47,8 +49,9 @@ fn hash_all(entries: Vec<Entry>, seen: &Sightings) -> Result<Vec<Hashed>, Checkp
         .sum();
     let found: Vec<(Entry, Option<u128>)> = entries.into_iter().zip(known).collect();
     let one = |(entry, hash): (Entry, Option<u128>)| {
+        let read = hash.is_none();
         let hash = hash.unwrap_or_else(|| refs::content_hash(entry.bytes().unwrap_or_default()));
-        Hashed { entry, hash }
+        Hashed { entry, hash, read }
     };
     if bytes >= PARALLEL_BYTES && crate::platform::threads_available() {
         use rayon::prelude::*;
@@ -98,7 +101,7 @@ impl<'a> Batch<'a> {
         }
         let hashed = hash_all(entries, self.seen)?;
         let mut written = Vec::with_capacity(hashed.len());
-        for Hashed { entry, hash } in &hashed {
+        for Hashed { entry, hash, .. } in &hashed {
             let dtype = self.dtype_text(entry.dtype());
             let shape = entry.shape();
             let known = self
@@ -144,8 +147,9 @@ impl<'a> Batch<'a> {
                 let mut entry = h.entry;
                 // Past 240 bytes, XXH3-64 of the bytes is the low half of their XXH3-128 (the
                 // same accumulators, merged with the same secret): the data file's checksum
-                // is taken from the content hash, the bytes are hashed once.
-                if entry.len() > 240 {
+                // is taken from the content hash, the bytes are hashed once. Only a hash of
+                // these bytes, read now: a remembered one leaves the writer its own check.
+                if h.read && entry.len() > 240 {
                     entry.known_checksum = Some(h.hash as u64);
                 }
                 self.held.push(entry);
