@@ -27,6 +27,7 @@ mod error;
 mod header;
 mod keys;
 mod layout;
+mod layout_checks;
 mod limits;
 mod metadata;
 mod scalar;
