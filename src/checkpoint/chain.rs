@@ -86,8 +86,8 @@ impl<S: PackSource> Chain<S> {
             what,
         };
         let table = checked_references(&manifest, &file)?;
-        // The checkpoint's names are ranges of one copy of the references' text.
-        let names: std::sync::Arc<str> = std::sync::Arc::from(table.text());
+        // The checkpoint's names are ranges of one buffer of them (not of the whole text).
+        let (names, ranges) = table.names();
         let limits = crate::format::Limits::default();
         let step = refs::step_of(file.rsplit(['/', '\\']).next().unwrap_or(&file));
         let steps: Vec<Option<u64>> = table.files().iter().map(|f| refs::data_step(f)).collect();
@@ -102,7 +102,9 @@ impl<S: PackSource> Chain<S> {
         let mut cursor: Vec<usize> = Vec::new();
         let mut tensors = Vec::with_capacity(table.len());
         let mut targets = Vec::with_capacity(table.len());
-        let mut recorded = recorded_tables(&table, &names);
+        let mut recorded = recorded_tables(&table, &names, &ranges);
+        // The last dtype found to match its line's text (runs of lines share one).
+        let mut matched: Option<(burn::tensor::DType, &str)> = None;
         for i in 0..table.len() {
             let (name, data_file, stored_as) = (table.name(i), table.file(i), table.stored_as(i));
             // Names as errors show them (made only for an error).
@@ -156,7 +158,12 @@ impl<S: PackSource> Chain<S> {
             cursor[index] = position + 1;
             let stored = &held[position];
             let (dtype, shape) = (table.dtype(i), table.shape(i));
-            if !refs::dtype_is(stored.dtype(), dtype) || stored.shape() != shape {
+            let dtype_matches = matched == Some((stored.dtype(), dtype))
+                || refs::dtype_is(stored.dtype(), dtype) && {
+                    matched = Some((stored.dtype(), dtype));
+                    true
+                };
+            if !dtype_matches || stored.shape() != shape {
                 return Err(invalid(format!(
                     "tensor '{}': the checkpoint says '{}' {shape:?}, data file \
                      '{data_file}' holds '{}' as '{:?}' {:?}",
@@ -198,7 +205,7 @@ impl<S: PackSource> Chain<S> {
                     limits.max_file_size
                 )));
             }
-            tensors.push(stored.renamed_in(&names, table.name_range(i), table.param_id(i)));
+            tensors.push(stored.renamed_in(&names, ranges[i].name, table.param_id(i)));
             targets.push(Target {
                 data: index,
                 stored: position,

@@ -8,28 +8,49 @@ use crate::format::TensorInfo;
 use crate::source::PackSource;
 
 /// Per data file a table recorded whole, the data file's header checksum with its tensors as
-/// the references record them (each stored tensor once): `None` for a data file some line of
-/// which records no place (manifests of earlier layouts), another header checksum, or a dtype
-/// whose length is not its shape's (those are decoded).
+/// the references record them (each stored tensor once), named in `names` at `ranges` (from
+/// [`refs::Table::names`]): `None` for a data file some line of which records no place
+/// (manifests of earlier layouts), another header checksum, or a dtype whose length is not its
+/// shape's (those are decoded).
 pub(super) fn recorded_tables(
     table: &refs::Table<'_>,
     names: &std::sync::Arc<str>,
+    ranges: &[refs::NameRanges],
 ) -> Vec<Option<(u64, Vec<TensorInfo>)>> {
-    let mut recorded: Vec<Option<(u64, Vec<TensorInfo>)>> = vec![None; table.files().len()];
-    let mut usable = vec![true; table.files().len()];
+    let files = table.files().len();
+    let mut recorded: Vec<Option<(u64, Vec<TensorInfo>)>> = vec![None; files];
+    let mut usable = vec![true; files];
+    // Whether a data file's names came strictly increasing, as they do where lines name
+    // tensors by their own names (nothing to sort or merge then).
+    let mut in_order = vec![true; files];
+    // Lines per data file (each table allocated once).
+    let mut lines = vec![0usize; files];
+    for i in 0..table.len() {
+        lines[table.file_index(i)] += 1;
+    }
+    // The last dtype text matched (runs of lines share one).
+    let mut last: Option<(&str, burn::tensor::DType)> = None;
     for i in 0..table.len() {
         let file = table.file_index(i);
         if !usable[file] {
             continue;
         }
-        let dtype = crate::format::dtype::PLAIN_DTYPES
-            .iter()
-            .copied()
-            .find(|d| refs::dtype_is(*d, table.dtype(i)));
+        let text = table.dtype(i);
+        let dtype = match last {
+            Some((seen, dtype)) if seen == text => Some(dtype),
+            _ => {
+                let dtype = crate::format::dtype::PLAIN_DTYPES
+                    .iter()
+                    .copied()
+                    .find(|d| refs::dtype_is(*d, text));
+                last = dtype.map(|d| (text, d));
+                dtype
+            }
+        };
         let info = table.located(i).zip(dtype).and_then(|(at, dtype)| {
             let info = TensorInfo::recorded(
                 names,
-                table.stored_as_range(i),
+                ranges[i].stored_as,
                 dtype,
                 table.shape(i),
                 at.offset,
@@ -43,15 +64,24 @@ pub(super) fn recorded_tables(
         };
         let entry = recorded[file].get_or_insert_with(|| (head, Vec::new()));
         if entry.0 == head {
+            if entry
+                .1
+                .last()
+                .is_some_and(|before| before.name() >= info.name())
+            {
+                in_order[file] = false;
+            }
             entry.1.push(info);
         } else {
             usable[file] = false;
         }
     }
-    for (slot, usable) in recorded.iter_mut().zip(usable) {
+    for ((slot, usable), in_order) in recorded.iter_mut().zip(usable).zip(in_order) {
         if !usable {
             *slot = None;
-        } else if let Some((_, infos)) = slot {
+        } else if let Some((_, infos)) = slot
+            && !in_order
+        {
             // A tensor stored once and named by several lines is one tensor of the file.
             infos.sort_by(|a, b| a.name().cmp(b.name()));
             infos.dedup_by(|a, b| a == b);

@@ -187,6 +187,13 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Ref>, String> {
         .collect())
 }
 
+/// A row's name and its name in its data file, as ranges of [`Table::names`]' buffer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NameRanges {
+    pub(crate) name: (usize, usize),
+    pub(crate) stored_as: (usize, usize),
+}
+
 /// A manifest's references parsed once into a compact table: each text field a range of the
 /// manifest's own text (nothing copied, no string per tensor), the data files named once each,
 /// every shape in one shared list of dimensions.
@@ -237,12 +244,49 @@ fn decimal(text: &str) -> Option<u64> {
     if bytes.is_empty() || bytes.len() > 1 && bytes[0] == b'0' {
         return None;
     }
+    if bytes.len() <= 19 {
+        // At most 19 digits cannot overflow: no check a digit, one for them all.
+        let (mut value, mut bad) = (0u64, false);
+        for &b in bytes {
+            let digit = b.wrapping_sub(b'0');
+            bad |= digit > 9;
+            value = value * 10 + u64::from(digit);
+        }
+        return (!bad).then_some(value);
+    }
     bytes.iter().try_fold(0u64, |value, &b| {
         let digit = b.wrapping_sub(b'0');
         (digit < 10)
             .then(|| value.checked_mul(10)?.checked_add(u64::from(digit)))
             .flatten()
     })
+}
+
+/// Calls `found` with the position of each tab of `line`, in order, while it returns `true`:
+/// eight bytes at a time (a line is a dozen fields of a few to 32 bytes; a search call a
+/// field costs more than the search).
+fn for_each_tab(line: &[u8], mut found: impl FnMut(usize) -> bool) {
+    const LOW: u64 = 0x7F7F_7F7F_7F7F_7F7F;
+    const TABS: u64 = 0x0909_0909_0909_0909;
+    let mut chunks = line.chunks_exact(8);
+    let mut base = 0;
+    for chunk in chunks.by_ref() {
+        let word = u64::from_le_bytes(chunk.try_into().unwrap_or_default()) ^ TABS;
+        // The high bit of each byte that is zero (a tab), exactly (no borrow between bytes).
+        let mut zero = !(((word & LOW) + LOW) | word | LOW);
+        while zero != 0 {
+            if !found(base + (zero.trailing_zeros() / 8) as usize) {
+                return;
+            }
+            zero &= zero - 1;
+        }
+        base += 8;
+    }
+    for (i, &b) in chunks.remainder().iter().enumerate() {
+        if b == b'\t' && !found(base + i) {
+            return;
+        }
+    }
 }
 
 /// A field as an error shows it: at most 40 characters.
@@ -290,12 +334,14 @@ impl<'a> Table<'a> {
         // before did).
         let mut by_name: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         let mut last: Option<usize> = None;
+        // One row a line: as many as the text (already in memory) has line breaks.
+        let lines = memchr::memchr_iter(b'\n', text.as_bytes()).count() + 1;
         let mut table = Self {
             text,
-            // One row a line: as many as the text (already in memory) has line breaks.
-            rows: Vec::with_capacity(memchr::memchr_iter(b'\n', text.as_bytes()).count() + 1),
+            rows: Vec::with_capacity(lines),
             files: Vec::new(),
-            dims: Vec::new(),
+            // Two dimensions a tensor, most often.
+            dims: Vec::with_capacity(2 * lines),
         };
         let base = text.as_ptr() as usize;
         let range = |field: &str| {
@@ -316,18 +362,23 @@ impl<'a> Table<'a> {
             i += 1;
             let bad = |what: &str| format!("reference line {i}: {what}");
             let mut fields = [""; 10];
-            let (mut count, mut start) = (0, 0);
-            for tab in memchr::memchr_iter(b'\t', line.as_bytes()) {
-                if count == fields.len() - 1 {
-                    // An eleventh field at least.
-                    count = fields.len() + 1;
-                    break;
-                }
-                fields[count] = &line[start..tab];
+            let mut count = 0;
+            for_each_tab(line.as_bytes(), |tab| {
+                fields[count] = &line[..tab];
                 count += 1;
-                start = tab + 1;
+                count < fields.len()
+            });
+            // The fields' ends are found; each starts after the one before.
+            let mut start = 0;
+            for field in &mut fields[..count] {
+                let end = field.len();
+                *field = &line[start..end];
+                start = end + 1;
             }
-            if count < fields.len() {
+            if count == fields.len() {
+                // A tenth tab: an eleventh field at least.
+                count = fields.len() + 1;
+            } else {
                 fields[count] = &line[start..];
                 count += 1;
             }
@@ -386,9 +437,11 @@ impl<'a> Table<'a> {
             let first_dim = table.dims.len();
             if !shape.is_empty() {
                 for dim in shape.split(',') {
-                    let dim = dim
-                        .parse::<usize>()
-                        .map_err(|_| bad(&format!("shape '{shape}'")))?;
+                    // Digits as the writer writes them, or whatever else `usize` parses.
+                    let dim = decimal(dim)
+                        .and_then(|d| usize::try_from(d).ok())
+                        .or_else(|| dim.parse::<usize>().ok())
+                        .ok_or_else(|| bad(&format!("shape '{shape}'")))?;
                     table.dims.push(dim);
                 }
             }
@@ -451,11 +504,6 @@ impl<'a> Table<'a> {
         self.rows.len()
     }
 
-    /// The text the table was parsed from.
-    pub(crate) fn text(&self) -> &'a str {
-        self.text
-    }
-
     fn at(&self, (start, end): (usize, usize)) -> &'a str {
         // Ranges of fields split at ASCII tabs and line breaks: always in the text, on
         // character boundaries; `get` keeps a mistake from panicking.
@@ -465,11 +513,6 @@ impl<'a> Table<'a> {
     /// Row `i`'s tensor name.
     pub(crate) fn name(&self, i: usize) -> &'a str {
         self.at(self.rows[i].name)
-    }
-
-    /// Row `i`'s tensor name as a range of [`text`](Self::text).
-    pub(crate) fn name_range(&self, i: usize) -> (usize, usize) {
-        self.rows[i].name
     }
 
     /// The name of the data file of row `i`.
@@ -490,11 +533,6 @@ impl<'a> Table<'a> {
     /// Row `i`'s name in its data file.
     pub(crate) fn stored_as(&self, i: usize) -> &'a str {
         self.at(self.rows[i].stored_as)
-    }
-
-    /// Row `i`'s name in its data file as a range of [`text`](Self::text).
-    pub(crate) fn stored_as_range(&self, i: usize) -> (usize, usize) {
-        self.rows[i].stored_as
     }
 
     /// Row `i`'s dtype text.
@@ -526,6 +564,44 @@ impl<'a> Table<'a> {
     /// Row `i`'s data file checksum, when recorded.
     pub(crate) fn checksum(&self, i: usize) -> Option<u64> {
         self.rows[i].checksum
+    }
+
+    /// The rows' names copied into one buffer of their own (the names are a fifth of the
+    /// text: the checkpoint's table keeps these, not the text), with each row's name and its
+    /// name in its data file as ranges of it (the same range where they are the same).
+    pub(crate) fn names(&self) -> (std::sync::Arc<str>, Vec<NameRanges>) {
+        let mut text = String::with_capacity(
+            self.rows
+                .iter()
+                .map(|r| {
+                    let stored = if r.stored_as == r.name {
+                        0
+                    } else {
+                        r.stored_as.1 - r.stored_as.0
+                    };
+                    r.name.1 - r.name.0 + stored
+                })
+                .sum(),
+        );
+        let mut push = |range: (usize, usize)| {
+            let start = text.len();
+            text.push_str(self.at(range));
+            (start, text.len())
+        };
+        let ranges = self
+            .rows
+            .iter()
+            .map(|r| {
+                let name = push(r.name);
+                let stored_as = if r.stored_as == r.name {
+                    name
+                } else {
+                    push(r.stored_as)
+                };
+                NameRanges { name, stored_as }
+            })
+            .collect();
+        (std::sync::Arc::from(text), ranges)
     }
 
     /// Sorts the rows by tensor name; the first name listed twice, if any.

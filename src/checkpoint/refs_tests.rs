@@ -183,9 +183,16 @@ fn the_table_copies_nothing_and_sorts() {
     assert_eq!(table.sort_by_name(), None);
     let names: Vec<&str> = (0..table.len()).map(|i| table.name(i)).collect();
     assert_eq!(names, ["model.a", "model.b", "model.w"]);
-    // Every text is a range of the manifest's own.
-    let (start, end) = table.name_range(1);
-    assert_eq!(&text[start..end], "model.b");
+    // The names copied into one buffer: each row's name, and its name in its data file
+    // (the same range where the line leaves it empty).
+    let (buffer, ranges) = table.names();
+    let at = |(start, end): (usize, usize)| &buffer[start..end];
+    assert_eq!(&*buffer, "model.amodel.bmodel.vmodel.w");
+    assert_eq!(
+        (at(ranges[1].name), at(ranges[1].stored_as)),
+        ("model.b", "model.v")
+    );
+    assert_eq!(ranges[0].name, ranges[0].stored_as);
     assert_eq!(table.stored_as(1), "model.v");
     assert_eq!(table.stored_as(0), "model.a");
     assert_eq!((table.shape(1), table.shape(2)), (&[][..], &[2, 3][..]));
@@ -276,5 +283,63 @@ fn malformed_lines_are_named() {
     ] {
         let e = parse(&text).unwrap_err();
         assert!(e.contains(what) && e.contains("line 1"), "{e}");
+    }
+}
+
+#[test]
+fn tabs_are_found_eight_bytes_at_a_time_as_one_at_a_time() {
+    // Every position in and around a word, bytes next to a tab that a borrow between bytes
+    // would mistake for one (0x08, 0x0A, 0x89), and high bytes.
+    let bytes: Vec<u8> = (0..67u8)
+        .map(|i| match i % 7 {
+            0 => b'\t',
+            1 => 0x08,
+            2 => 0x89,
+            3 => 0x0A,
+            4 => 0xFF,
+            _ => b'a' + i % 26,
+        })
+        .collect();
+    for start in 0..9 {
+        for end in start..bytes.len() {
+            let line = &bytes[start..end];
+            let mut found = Vec::new();
+            for_each_tab(line, |at| {
+                found.push(at);
+                true
+            });
+            let expected: Vec<usize> = (0..line.len()).filter(|&i| line[i] == b'\t').collect();
+            assert_eq!(found, expected, "{start}..{end}");
+        }
+    }
+    // Stops when told.
+    let mut first = Vec::new();
+    for_each_tab(b"a\tb\tc\t", |at| {
+        first.push(at);
+        false
+    });
+    assert_eq!(first, [1]);
+}
+
+#[test]
+fn decimals_are_digits_only_and_fit_64_bits() {
+    assert_eq!(decimal("0"), Some(0));
+    assert_eq!(
+        decimal("1234567890123456789"),
+        Some(1_234_567_890_123_456_789)
+    );
+    assert_eq!(decimal("18446744073709551615"), Some(u64::MAX));
+    for bad in [
+        "",
+        "01",
+        "18446744073709551616",
+        "99999999999999999999",
+        "+1",
+        "1a",
+        "-1",
+        " 1",
+        "1:",
+    ] {
+        assert_eq!(decimal(bad), None, "{bad}");
     }
 }

@@ -46,14 +46,14 @@ pub enum OpenError<E> {
 /// assert_eq!(layout.metadata()["k"], "v");
 /// assert_eq!(layout.tensors().len(), 0);
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Layout {
     header: Header,
     file_len: u64,
     /// Sorted by name.
     tensors: Vec<TensorInfo>,
-    /// Indices into `tensors`, sorted by offset.
-    by_position: Vec<usize>,
+    /// Indices into `tensors`, sorted by offset (`None`: ordered when asked; not compared).
+    by_position: Option<Vec<usize>>,
     metadata: BTreeMap<String, String>,
     scalars: BTreeMap<String, Scalar>,
     /// The metadata carries the `checksums` string (one per tensor, possibly none).
@@ -65,6 +65,21 @@ pub struct Layout {
     checksums_elsewhere: bool,
     /// The header and metadata checksum, verified (files of this crate with checksums).
     head_checksum: Option<u64>,
+}
+
+/// Equal layouts describe the same file: the order by position is derived from the tensors.
+impl PartialEq for Layout {
+    fn eq(&self, other: &Self) -> bool {
+        self.header == other.header
+            && self.file_len == other.file_len
+            && self.tensors == other.tensors
+            && self.metadata == other.metadata
+            && self.scalars == other.scalars
+            && self.checksums == other.checksums
+            && self.extras == other.extras
+            && self.checksums_elsewhere == other.checksums_elsewhere
+            && self.head_checksum == other.head_checksum
+    }
 }
 
 impl Layout {
@@ -255,8 +270,7 @@ impl Layout {
             });
         }
 
-        let mut by_position: Vec<usize> = (0..tensors.len()).collect();
-        by_position.sort_by_key(|&i| (tensors[i].start, tensors[i].len));
+        let by_position = position_order(&tensors);
         let mut furthest: Option<usize> = None;
         for &i in &by_position {
             if tensors[i].len == 0 {
@@ -278,7 +292,7 @@ impl Layout {
             header,
             file_len,
             tensors,
-            by_position,
+            by_position: Some(by_position),
             metadata: into_map("metadata", decoded.metadata)?,
             scalars: into_map("scalars", decoded.scalars)?,
             checksums: has_checksums,
@@ -297,7 +311,6 @@ impl Layout {
         header: Header,
         file_len: u64,
         tensors: Vec<TensorInfo>,
-        by_position: Vec<usize>,
         head_checksum: u64,
     ) -> Self {
         Self {
@@ -305,7 +318,8 @@ impl Layout {
             file_len,
             checksums: tensors.iter().all(|t| t.checksum.is_some()),
             tensors,
-            by_position,
+            // Ordered when asked (an open from a record does not read by position).
+            by_position: None,
             metadata: BTreeMap::new(),
             scalars: BTreeMap::new(),
             extras: Extras::default(),
@@ -336,9 +350,9 @@ impl Layout {
     /// orders by them only for the readers that group reads.
     #[cfg(feature = "optim")]
     pub(crate) fn assembled(&self, mut tensors: Vec<TensorInfo>, drop: &[&str]) -> Self {
-        tensors.sort_by(|a, b| a.name().cmp(b.name()));
-        let mut by_position: Vec<usize> = (0..tensors.len()).collect();
-        by_position.sort_by_key(|&i| (tensors[i].start, tensors[i].len));
+        if !tensors.is_sorted_by(|a, b| a.name() <= b.name()) {
+            tensors.sort_by(|a, b| a.name().cmp(b.name()));
+        }
         // The entries kept, cloned (the dropped ones, an incremental checkpoint's references,
         // may be most of the metadata).
         let metadata = self
@@ -350,7 +364,8 @@ impl Layout {
         Self {
             checksums: tensors.iter().all(|t| t.checksum.is_some()),
             tensors,
-            by_position,
+            // Ordered when asked: most opens of a checkpoint never read by position.
+            by_position: None,
             metadata,
             header: self.header,
             file_len: self.file_len,
@@ -399,7 +414,11 @@ impl Layout {
     /// Every tensor in the order its bytes appear in the file.
     #[must_use = "iterators are lazy"]
     pub fn tensors_by_position(&self) -> impl ExactSizeIterator<Item = &TensorInfo> {
-        self.by_position.iter().map(|&i| &self.tensors[i])
+        let order: Cow<'_, [usize]> = match &self.by_position {
+            Some(order) => Cow::Borrowed(order),
+            None => Cow::Owned(position_order(&self.tensors)),
+        };
+        (0..order.len()).map(move |k| &self.tensors[order[k]])
     }
 
     /// The tensor called `name`.
@@ -565,4 +584,18 @@ impl Layout {
         }
         out
     }
+}
+
+/// The indices of `tensors` in the order their bytes appear (by offset, then length, then
+/// name: the order of `tensors`), sorted on keys held side by side.
+fn position_order(tensors: &[TensorInfo]) -> Vec<usize> {
+    let mut keys: Vec<(u64, u64, usize)> = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.start, t.len, i))
+        .collect();
+    if !keys.is_sorted() {
+        keys.sort_unstable();
+    }
+    keys.into_iter().map(|(_, _, i)| i).collect()
 }

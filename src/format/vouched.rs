@@ -79,13 +79,10 @@ pub(crate) fn layout(
             key: tensors[first].name().to_string(),
         });
     }
-    let mut by_position: Vec<usize> = (0..tensors.len()).collect();
-    by_position.sort_by_key(|&i| (tensors[i].offset(), tensors[i].len()));
     Ok(Layout::from_record(
         header,
         file_len,
         tensors,
-        by_position,
         head_checksum,
     ))
 }

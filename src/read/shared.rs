@@ -183,14 +183,24 @@ fn open_recorded(
     read_exact_at(file, &mut first, 0).map_err(io("read"))?;
     let header = crate::format::Header::parse(&first).map_err(invalid)?;
     Layout::check_header(&header, file_len, &options.limits).map_err(invalid)?;
-    // Bounded by the limit on metadata checked above.
-    let mut bytes = vec![0u8; first.len() + header.metadata_size as usize];
-    read_exact_at(file, &mut bytes, 0).map_err(io("read"))?;
-    let header = crate::format::vouched::check_head(&bytes, head).map_err(invalid)?;
-    let layout = crate::format::vouched::layout(header, file_len, tensors, head, &options.limits)
-        .map_err(invalid)?;
     let source =
         file_data(file, options.mode == ReadMode::Buffered).map_err(|(action, e)| io(action)(e))?;
+    let size = first.len() + header.metadata_size as usize;
+    // Hashed where the file is mapped (no copy); read otherwise, into memory bounded by the
+    // limit on metadata checked above.
+    let header = match &source {
+        crate::source::data::Source::Memory(bytes) if bytes.len() >= size => {
+            crate::format::vouched::check_head(&bytes[..size], head)
+        }
+        _ => {
+            let mut bytes = vec![0u8; size];
+            read_exact_at(file, &mut bytes, 0).map_err(io("read"))?;
+            crate::format::vouched::check_head(&bytes, head)
+        }
+    }
+    .map_err(invalid)?;
+    let layout = crate::format::vouched::layout(header, file_len, tensors, head, &options.limits)
+        .map_err(invalid)?;
     Ok(Reader {
         file: name.clone(),
         layout,
