@@ -49,6 +49,9 @@ pub struct Chain<S: PackSource> {
     /// The data files, by name (each shared with the other checkpoints of the process that
     /// name it, where the storage shares them).
     data: Vec<(String, std::sync::Arc<S>)>,
+    /// Each data file's settled fingerprint, taken before it was opened (`None` where the
+    /// storage has none): what tells the checkpoint still the one on storage.
+    fingerprints: Vec<Option<u128>>,
     /// Where each tensor of `layout` (same order: by name) is.
     targets: Vec<Target>,
     /// The stored tensors already checked against a hash, `(data file, offset, hash)`: a
@@ -95,6 +98,7 @@ impl<S: PackSource> Chain<S> {
         // names one tensor a million times is not a terabyte to read).
         let mut total: u64 = 0;
         let mut data: Vec<(String, std::sync::Arc<S>)> = Vec::new();
+        let mut fingerprints = Vec::new();
         // Each named data file's index in `data`, once opened (opened in the order the sorted
         // references first name them, so an error names the first tensor it concerns).
         let mut opened: Vec<Option<usize>> = vec![None; table.files().len()];
@@ -124,6 +128,8 @@ impl<S: PackSource> Chain<S> {
                 // From the manifest's record where it has one (the data file's metadata
                 // hashed, not decoded); decoded otherwise, and where the record's open fails
                 // (a file replaced, damaged or gone: the decoded open says how).
+                // Taken before the open: a file replaced after it is found changed later.
+                fingerprints.push(storage.settled_fingerprint(&storage.location(data_file)));
                 let rec = recorded[table.file_index(i)].take();
                 let from_record = rec.and_then(|(head, infos)| {
                     storage
@@ -227,9 +233,18 @@ impl<S: PackSource> Chain<S> {
             step,
             layout,
             data,
+            fingerprints,
             targets,
             checked: std::sync::Mutex::default(),
         })
+    }
+
+    /// Each data file's name with its settled fingerprint taken before it was opened.
+    pub(crate) fn data_fingerprints(&self) -> impl Iterator<Item = (&str, Option<u128>)> {
+        self.data
+            .iter()
+            .zip(&self.fingerprints)
+            .map(|((name, _), fingerprint)| (name.as_str(), *fingerprint))
     }
 
     /// The manifest (the checkpoint's own file).

@@ -156,6 +156,10 @@ impl Storage for Directory {
         crate::read::fingerprint(path)
     }
 
+    fn settled_fingerprint(&self, path: &PathBuf) -> Option<u128> {
+        crate::read::settled_fingerprint(path)
+    }
+
     fn write(&self, path: &PathBuf, writer: Writer) -> Result<(), CheckpointError> {
         writer.write_to_file(path)?;
         Ok(())

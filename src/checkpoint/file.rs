@@ -37,7 +37,7 @@ pub struct Checkpoint<S: PackSource = Reader> {
 #[derive(Debug)]
 enum Body<S: PackSource> {
     Whole(S),
-    Chain(Box<Chain<S>>),
+    Chain(std::sync::Arc<Chain<S>>),
 }
 
 impl Checkpoint {
@@ -102,13 +102,30 @@ impl<S: PackSource> Checkpoint<S> {
         let checkpoint = Self::from_source(source)?;
         match checkpoint.body {
             Body::Whole(source) if checkpoint_is_incremental(&source) => Ok(Self {
-                body: Body::Chain(Box::new(Chain::open(storage, source)?)),
+                body: Body::Chain(std::sync::Arc::new(Chain::open(storage, source)?)),
                 skipped: Vec::new(),
             }),
             body => Ok(Self {
                 body,
                 skipped: Vec::new(),
             }),
+        }
+    }
+
+    /// The incremental checkpoint `chain`, opened before and held (shared with whoever holds
+    /// it).
+    pub(crate) fn from_chain(chain: std::sync::Arc<Chain<S>>) -> Self {
+        Self {
+            body: Body::Chain(chain),
+            skipped: Vec::new(),
+        }
+    }
+
+    /// The chain of an incremental checkpoint, to share.
+    pub(crate) fn shared_chain(&self) -> Option<&std::sync::Arc<Chain<S>>> {
+        match &self.body {
+            Body::Chain(chain) => Some(chain),
+            Body::Whole(_) => None,
         }
     }
 

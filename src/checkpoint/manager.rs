@@ -12,6 +12,7 @@ use super::file::Checkpoint;
 use super::in_flight::{InFlight, InFlightGuard};
 use super::incremental;
 use super::known::Known;
+use super::opened::Opened;
 use super::phases::Phases;
 pub use super::phases::SaveReport;
 use super::refs::{self, checkpoint_name, step_of};
@@ -51,6 +52,9 @@ pub struct Manager<S: Storage> {
     /// [`Storage::open_data_shared`]), held until the next save: that save, and the opens of
     /// this process, find their heads parsed and their mappings made.
     held: Arc<std::sync::Mutex<Vec<Arc<dyn std::any::Any + Send + Sync>>>>,
+    /// The incremental checkpoints this manager (or a clone) opened, weakly: one opened again
+    /// while held, unchanged, is shared.
+    opened: Arc<Opened<S>>,
 }
 
 impl<S: Storage> Manager<S> {
@@ -66,6 +70,7 @@ impl<S: Storage> Manager<S> {
             in_flight: Arc::default(),
             writing: Arc::default(),
             held: Arc::default(),
+            opened: Arc::default(),
         }
     }
 
@@ -315,7 +320,7 @@ impl<S: Storage> Manager<S> {
     /// open fails, naming why, rather than return `Ok` for a checkpoint `latest` would pass
     /// over.
     fn reopen(&self, location: &S::Location) -> Result<Checkpoint<S::Source>, CheckpointError> {
-        self.try_open(location)
+        self.open_anew(location)
             .map_err(|e| CheckpointError::Invalid {
                 file: self.storage.describe_location(location),
                 what: format!(
@@ -374,8 +379,26 @@ impl<S: Storage> Manager<S> {
         self.try_open(location).ok()
     }
 
-    /// The checkpoint at `location`, or why it does not open as one.
+    /// The checkpoint at `location`, or why it does not open as one. An incremental
+    /// checkpoint held since an earlier open, its files unchanged and settled
+    /// ([`Storage::settled_fingerprint`]), is shared, not opened again.
     fn try_open(&self, location: &S::Location) -> Result<Checkpoint<S::Source>, CheckpointError> {
+        let Some(fingerprint) = self.storage.settled_fingerprint(location) else {
+            return self.open_anew(location);
+        };
+        if let Some(chain) = self.opened.find(&self.storage, location, fingerprint) {
+            return Ok(Checkpoint::from_chain(chain));
+        }
+        let checkpoint = self.open_anew(location)?;
+        if let Some(chain) = checkpoint.shared_chain() {
+            self.opened
+                .keep(&self.storage, location, fingerprint, chain);
+        }
+        Ok(checkpoint)
+    }
+
+    /// The checkpoint at `location` as the storage holds it now, opened.
+    fn open_anew(&self, location: &S::Location) -> Result<Checkpoint<S::Source>, CheckpointError> {
         Checkpoint::from_storage(&self.storage, self.storage.open(location)?)
     }
 

@@ -99,6 +99,7 @@ mod local;
 mod manager;
 mod manifest;
 mod namespace;
+mod opened;
 mod phases;
 mod progress;
 pub(crate) mod refs;

@@ -192,6 +192,29 @@ pub trait Storage: Clone + Send + Sync + 'static {
         None
     }
 
+    /// [`fingerprint`](Self::fingerprint), for a file left unchanged for a few seconds only
+    /// (`None` for one changed since: a coarse clock may leave its times as they were across
+    /// a rewrite in place). A [`Manager`](super::Manager) that opens an incremental checkpoint
+    /// it still holds from an earlier open, its manifest's and data files' settled
+    /// fingerprints as they were before that open, shares the one held (its references
+    /// parsed, its data files mapped) instead of opening it again. `None` where the backend
+    /// cannot tell (the default); the [`Directory`](super::Directory) can.
+    ///
+    /// ```
+    /// use burnpack::checkpoint::{Directory, Storage};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("a.bpk");
+    /// std::fs::write(&path, b"one").unwrap();
+    /// let storage = Directory::new(dir.path());
+    /// // Just written: not settled yet.
+    /// assert_eq!(storage.settled_fingerprint(&path), None);
+    /// ```
+    fn settled_fingerprint(&self, location: &Self::Location) -> Option<u128> {
+        let _ = location;
+        None
+    }
+
     /// Writes `writer`'s pack at `location`, visible whole or not at all (a reader never sees
     /// part of it), replacing what was there.
     ///

@@ -19,7 +19,7 @@ mod shared;
 pub(crate) use describe::describe_pack;
 pub use reader::{ReadMode, ReadOptions, Reader};
 #[cfg(feature = "optim")]
-pub(crate) use shared::{fingerprint, open_recorded_shared, open_shared};
+pub(crate) use shared::{fingerprint, open_recorded_shared, open_shared, settled_fingerprint};
 
 /// Moved to [`crate::source`] (the source core); these paths stay one release.
 #[doc(hidden)]

@@ -230,15 +230,31 @@ fn open_stat(path: &Path) -> Result<(std::fs::File, std::fs::Metadata), ReadErro
 /// otherwise.
 pub(crate) fn fingerprint(path: &Path) -> Option<u128> {
     let meta = std::fs::symlink_metadata(path).ok()?;
-    let id = Identity::of(path, &meta)?;
-    let mut bytes = id.path.as_os_str().as_encoded_bytes().to_vec();
-    for n in [id.device, id.inode, id.len] {
-        bytes.extend_from_slice(&n.to_le_bytes());
+    Identity::of(path, &meta).map(|id| id.hashed())
+}
+
+/// [`fingerprint`], `None` for a file changed within `RACY` (whose times may not tell a
+/// rewrite in place yet): what an opened checkpoint is shared by.
+pub(crate) fn settled_fingerprint(path: &Path) -> Option<u128> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    Identity::of(path, &meta)
+        .filter(|id| !id.racy())
+        .map(|id| id.hashed())
+}
+
+impl Identity {
+    /// The identity as one number.
+    fn hashed(&self) -> u128 {
+        let id = self;
+        let mut bytes = id.path.as_os_str().as_encoded_bytes().to_vec();
+        for n in [id.device, id.inode, id.len] {
+            bytes.extend_from_slice(&n.to_le_bytes());
+        }
+        for t in [id.modified.0, id.modified.1, id.changed.0, id.changed.1] {
+            bytes.extend_from_slice(&t.to_le_bytes());
+        }
+        twox_hash::XxHash3_128::oneshot(&bytes)
     }
-    for t in [id.modified.0, id.modified.1, id.changed.0, id.changed.1] {
-        bytes.extend_from_slice(&t.to_le_bytes());
-    }
-    Some(twox_hash::XxHash3_128::oneshot(&bytes))
 }
 
 #[cfg(test)]
