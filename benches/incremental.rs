@@ -135,9 +135,10 @@ fn ms(d: Duration) -> f64 {
 /// Opening the tenth checkpoint warm (`latest`: listing, the manifest, for an incremental one
 /// its references and data files), full (contender 0) against incremental, `rounds` rounds
 /// interleaved after one open each. `held`: the previous round's checkpoint of the same
-/// contender is still held when the next is opened (a process that opened one and opens
-/// another: an incremental checkpoint's data files are shared, not mapped again); otherwise
-/// nothing of it is (each open maps and parses every file).
+/// contender is still held when the next is opened (a process that holds the checkpoint it
+/// opened and opens it again: an incremental checkpoint held, its files unchanged and
+/// settled, is shared by its manager; a full one is opened again); otherwise nothing of it
+/// is (each open maps and parses every file).
 fn open_rounds(managers: [&CheckpointManager; 2], rounds: usize, held: bool) {
     let mut kept: [Option<burnpack::checkpoint::Checkpoint>; 2] = [None, None];
     for (manager, kept) in managers.iter().zip(&mut kept) {
