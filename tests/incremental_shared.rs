@@ -162,3 +162,64 @@ fn a_manifest_rewritten_or_a_data_file_gone_is_opened_anew() {
     assert_eq!(weights(&held, &device).len(), 16 * 8 * 2);
     assert!(!Path::new(&dir.path().join(&data)).exists());
 }
+
+/// A manifest that is a symbolic link is never shared (its own times do not change with the
+/// file it points to: outside attack, a held checkpoint was handed out after the file the
+/// link points to was replaced); an open held from before a data file was replaced does not
+/// keep later opens of the same manifest from sharing with each other (outside attack).
+#[test]
+fn a_linked_manifest_is_not_shared_and_a_stale_open_does_not_block_sharing() {
+    let device = Device::flex();
+    let dir = tempfile::tempdir().unwrap();
+    let manager = CheckpointManager::new(dir.path())
+        .unwrap()
+        .keep_last(5)
+        .incremental(true);
+    let first = model(&device);
+    let second = model(&device);
+    for (step, m) in [(1, &first), (2, &second), (3, &second)] {
+        manager
+            .save(TrainingState::new(m, Progress::new(0, step)))
+            .unwrap();
+    }
+    // Step 2's manifest moved aside and linked back in its place.
+    let real = dir.path().join("real2.manifest");
+    std::fs::rename(manager.path_for(2), &real).unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&real, manager.path_for(2)).unwrap();
+    #[cfg(not(unix))]
+    std::fs::copy(&real, manager.path_for(2)).unwrap();
+    settle();
+    let held = manager.checkpoint(2).unwrap();
+    assert!(!same(&held, &manager.checkpoint(2).unwrap()));
+    // The file the link points to replaced by step 1's manifest: the next open loads it.
+    let copy = dir.path().join("copy.tmp");
+    std::fs::copy(manager.path_for(1), &copy).unwrap();
+    std::fs::rename(&copy, &real).unwrap();
+    settle();
+    #[cfg(unix)]
+    assert_eq!(
+        weights(&manager.checkpoint(2).unwrap(), &device),
+        weights(&manager.checkpoint(1).unwrap(), &device)
+    );
+    assert_ne!(
+        weights(&held, &device),
+        weights(&manager.checkpoint(1).unwrap(), &device)
+    );
+
+    // Step 3 held, then its data file replaced by an identical copy (another inode): opens
+    // after that share with each other, not with the one held from before.
+    let stale = manager.checkpoint(3).unwrap();
+    let data = data_file_of(&stale, "model.adapter.weight");
+    std::fs::copy(dir.path().join(&data), &copy).unwrap();
+    std::fs::rename(&copy, dir.path().join(&data)).unwrap();
+    settle();
+    let b = manager.checkpoint(3).unwrap();
+    let c = manager.checkpoint(3).unwrap();
+    assert!(!same(&stale, &b));
+    assert!(
+        same(&b, &c),
+        "opens after the replacement share with each other"
+    );
+    assert_eq!(weights(&b, &device), weights(&stale, &device));
+}

@@ -40,17 +40,21 @@ impl<St: Storage> Opened<St> {
         fingerprint: u128,
     ) -> Option<Arc<Chain<St::Source>>> {
         let manifest = storage.describe_location(location);
-        let chain = self
+        // Every live open of this manifest as it is: one whose data file was replaced since
+        // may sit beside one opened after (each is checked, outside the lock).
+        let candidates: Vec<Arc<Chain<St::Source>>> = self
             .chains
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .filter(|e| e.fingerprint == fingerprint && e.manifest == manifest)
-            .find_map(|e| e.chain.upgrade())?;
-        let unchanged = chain.data_fingerprints().all(|(name, was)| {
-            was.is_some() && storage.settled_fingerprint(&storage.location(name)) == was
-        });
-        unchanged.then_some(chain)
+            .filter_map(|e| e.chain.upgrade())
+            .collect();
+        candidates.into_iter().find(|chain| {
+            chain.data_fingerprints().all(|(name, was)| {
+                was.is_some() && storage.settled_fingerprint(&storage.location(name)) == was
+            })
+        })
     }
 
     /// Offers `chain`, opened from the manifest at `location` whose settled fingerprint was

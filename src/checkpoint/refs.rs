@@ -250,7 +250,8 @@ fn decimal(text: &str) -> Option<u64> {
         for &b in bytes {
             let digit = b.wrapping_sub(b'0');
             bad |= digit > 9;
-            value = value * 10 + u64::from(digit);
+            // Wraps only past a byte that is not a digit, and the text is then refused.
+            value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
         }
         return (!bad).then_some(value);
     }

@@ -329,6 +329,8 @@ fn decimals_are_digits_only_and_fit_64_bits() {
         Some(1_234_567_890_123_456_789)
     );
     assert_eq!(decimal("18446744073709551615"), Some(u64::MAX));
+    // Bytes far from the digits, up to 19 of them (past the digits' range: outside attack).
+    let high = "\u{e9}".repeat(9);
     for bad in [
         "",
         "01",
@@ -339,6 +341,8 @@ fn decimals_are_digits_only_and_fit_64_bits() {
         "-1",
         " 1",
         "1:",
+        "zzzzzzzzzzzzzzzzzzz",
+        &high,
     ] {
         assert_eq!(decimal(bad), None, "{bad}");
     }

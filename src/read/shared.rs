@@ -234,9 +234,13 @@ pub(crate) fn fingerprint(path: &Path) -> Option<u128> {
 }
 
 /// [`fingerprint`], `None` for a file changed within `RACY` (whose times may not tell a
-/// rewrite in place yet): what an opened checkpoint is shared by.
+/// rewrite in place yet) and for a symbolic link (whose own times do not change with the
+/// file it points to, which an open follows): what an opened checkpoint is shared by.
 pub(crate) fn settled_fingerprint(path: &Path) -> Option<u128> {
     let meta = std::fs::symlink_metadata(path).ok()?;
+    if meta.file_type().is_symlink() {
+        return None;
+    }
     Identity::of(path, &meta)
         .filter(|id| !id.racy())
         .map(|id| id.hashed())
