@@ -241,26 +241,49 @@ fn hex64(digits: &[u8]) -> Option<u64> {
 /// `text` as a `u64` in decimal digits only: no sign, no leading zero (one text per number).
 fn decimal(text: &str) -> Option<u64> {
     let bytes = text.as_bytes();
-    if bytes.is_empty() || bytes.len() > 1 && bytes[0] == b'0' {
+    if bytes.is_empty() || bytes.len() > 20 || bytes.len() > 1 && bytes[0] == b'0' {
         return None;
     }
-    if bytes.len() <= 19 {
-        // At most 19 digits cannot overflow: no check a digit, one for them all.
-        let (mut value, mut bad) = (0u64, false);
-        for &b in bytes {
-            let digit = b.wrapping_sub(b'0');
-            bad |= digit > 9;
-            // Wraps only past a byte that is not a digit, and the text is then refused.
-            value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
-        }
-        return (!bad).then_some(value);
-    }
-    bytes.iter().try_fold(0u64, |value, &b| {
+    // At most 19 digits cannot overflow: no check a digit, one for them all; a twentieth
+    // (a parameter id past 10^19, half of them) is the one step checked.
+    let (head, last) = bytes.split_at(bytes.len().min(19));
+    let (mut value, mut bad) = (0u64, false);
+    for &b in head {
         let digit = b.wrapping_sub(b'0');
-        (digit < 10)
-            .then(|| value.checked_mul(10)?.checked_add(u64::from(digit)))
-            .flatten()
-    })
+        bad |= digit > 9;
+        // Wraps only past a byte that is not a digit, and the text is then refused.
+        value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
+    }
+    if bad {
+        return None;
+    }
+    match last {
+        [] => Some(value),
+        [b] if b.is_ascii_digit() => value.checked_mul(10)?.checked_add(u64::from(b - b'0')),
+        _ => None,
+    }
+}
+
+/// Eight hex digits (either case) as a number, all at once; `None` if one is not a digit.
+fn hex8(digits: [u8; 8]) -> Option<u64> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let x = u64::from_le_bytes(digits);
+    // Each byte's high bit set where the byte is at least `n` (bytes below 0x80 only: the sum
+    // stays inside its byte).
+    let at_least = |x: u64, n: u8| x.wrapping_add(ONES * u64::from(0x80 - n)) & HIGH;
+    let lower = x | ONES * 0x20;
+    let digit = at_least(x, b'0') & !at_least(x, b'9' + 1);
+    let letter = at_least(lower, b'a') & !at_least(lower, b'f' + 1);
+    if x & HIGH != 0 || (digit | letter) != HIGH {
+        return None;
+    }
+    // Each byte's value (a letter's low four bits are its value less 9), then the eight
+    // values packed, the first byte's highest.
+    let nibbles = (x & ONES * 0x0F) + (letter >> 7) * 9;
+    let pairs = ((nibbles << 4) | (nibbles >> 8)) & 0x00FF_00FF_00FF_00FF;
+    let quads = ((pairs << 8) | (pairs >> 16)) & 0x0000_FFFF_0000_FFFF;
+    Some(((quads << 16) | (quads >> 32)) & 0xFFFF_FFFF)
 }
 
 /// Calls `found` with the position of each tab of `line`, in order, while it returns `true`:
@@ -301,6 +324,13 @@ fn hex(text: &str, digits: usize) -> Option<u128> {
         return None;
     }
     let bytes = text.as_bytes();
+    if digits % 8 == 0 {
+        // The fields of a reference line (16 and 32 digits): eight at a time.
+        return bytes.chunks_exact(8).try_fold(0u128, |value, chunk| {
+            let eight = hex8(chunk.try_into().unwrap_or_default())?;
+            Some(value << 32 | u128::from(eight))
+        });
+    }
     let split = digits.saturating_sub(16);
     let high = hex64(&bytes[..split])?;
     let low = hex64(&bytes[split..])?;

@@ -347,3 +347,50 @@ fn decimals_are_digits_only_and_fit_64_bits() {
         assert_eq!(decimal(bad), None, "{bad}");
     }
 }
+
+#[test]
+fn eight_hex_digits_at_once_read_as_one_at_a_time() {
+    // Every byte value in every position, beside digits of both cases.
+    let base = *b"0aF9c3E7";
+    for position in 0..8 {
+        for byte in 0..=255u8 {
+            let mut digits = base;
+            digits[position] = byte;
+            let one_at_a_time = hex64(&digits);
+            assert_eq!(hex8(digits), one_at_a_time, "{digits:?}");
+        }
+    }
+    assert_eq!(hex8(*b"ffffffff"), Some(0xFFFF_FFFF));
+    assert_eq!(hex8(*b"00000000"), Some(0));
+    assert_eq!(hex8(*b"12345678"), Some(0x1234_5678));
+    // Pairs of bytes next to the ranges' edges.
+    let edges = [
+        b'/', b'0', b'9', b':', b'@', b'A', b'F', b'G', b'`', b'a', b'f', b'g', 0x7F, 0x80, 0xC0,
+    ];
+    for &a in &edges {
+        for &b in &edges {
+            let digits = [a, b, b'1', b'2', b'3', b'4', b'5', b'6'];
+            assert_eq!(hex8(digits), hex64(&digits), "{digits:?}");
+        }
+    }
+    // Through `hex`: 16 and 32 digits at once, other lengths one at a time.
+    assert_eq!(
+        hex("0123456789abcdefFEDCBA9876543210", 32),
+        Some(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210)
+    );
+    assert_eq!(hex("0123456789abcdeg", 16), None);
+    assert_eq!(hex("abc", 3), Some(0xabc));
+}
+
+#[test]
+fn twenty_digit_decimals_are_checked_on_the_last() {
+    assert_eq!(
+        decimal("10000000000000000000"),
+        Some(10_000_000_000_000_000_000)
+    );
+    assert_eq!(decimal("18446744073709551615"), Some(u64::MAX));
+    assert_eq!(decimal("18446744073709551616"), None);
+    assert_eq!(decimal("1844674407370955161a"), None);
+    assert_eq!(decimal("a8446744073709551615"), None);
+    assert_eq!(decimal("100000000000000000000"), None);
+}
