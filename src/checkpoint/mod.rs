@@ -91,6 +91,7 @@ mod chain;
 mod collect;
 mod directory;
 mod error;
+mod fields;
 mod file;
 mod in_flight;
 mod incremental;

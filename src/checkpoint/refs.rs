@@ -4,6 +4,7 @@
 //! content hash and the data file's checksum. Pure text, no I/O: the manifest's
 //! `burnpack.refs` metadata value, one line a tensor.
 
+use super::fields::{decimal, for_each_tab, hex, short};
 use std::fmt::Write as _;
 
 /// Metadata key of an incremental checkpoint's references (one line per tensor).
@@ -207,134 +208,6 @@ pub(crate) struct Table<'a> {
     files: Vec<&'a str>,
     /// Every row's dimensions, one after another.
     dims: Vec<usize>,
-}
-
-/// Each byte's value as a hex digit (either case), `0xFF` for any other byte.
-const HEX: [u8; 256] = {
-    let mut table = [0xFF; 256];
-    let mut i = 0;
-    while i < 10 {
-        table[b'0' as usize + i] = i as u8;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < 6 {
-        table[b'a' as usize + i] = 10 + i as u8;
-        table[b'A' as usize + i] = 10 + i as u8;
-        i += 1;
-    }
-    table
-};
-
-/// At most 16 hex digits as a number (no branch a digit: an open reads two such numbers a
-/// tensor).
-fn hex64(digits: &[u8]) -> Option<u64> {
-    let (mut value, mut bad) = (0u64, 0u8);
-    for &b in digits {
-        let digit = HEX[usize::from(b)];
-        bad |= digit;
-        value = value << 4 | u64::from(digit & 0x0F);
-    }
-    (digits.len() <= 16 && bad & 0xF0 == 0).then_some(value)
-}
-
-/// `text` as a `u64` in decimal digits only: no sign, no leading zero (one text per number).
-fn decimal(text: &str) -> Option<u64> {
-    let bytes = text.as_bytes();
-    if bytes.is_empty() || bytes.len() > 20 || bytes.len() > 1 && bytes[0] == b'0' {
-        return None;
-    }
-    // At most 19 digits cannot overflow: no check a digit, one for them all; a twentieth
-    // (a parameter id past 10^19, half of them) is the one step checked.
-    let (head, last) = bytes.split_at(bytes.len().min(19));
-    let (mut value, mut bad) = (0u64, false);
-    for &b in head {
-        let digit = b.wrapping_sub(b'0');
-        bad |= digit > 9;
-        // Wraps only past a byte that is not a digit, and the text is then refused.
-        value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
-    }
-    if bad {
-        return None;
-    }
-    match last {
-        [] => Some(value),
-        [b] if b.is_ascii_digit() => value.checked_mul(10)?.checked_add(u64::from(b - b'0')),
-        _ => None,
-    }
-}
-
-/// Eight hex digits (either case) as a number, all at once; `None` if one is not a digit.
-fn hex8(digits: [u8; 8]) -> Option<u64> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let x = u64::from_le_bytes(digits);
-    // Each byte's high bit set where the byte is at least `n` (bytes below 0x80 only: the sum
-    // stays inside its byte).
-    let at_least = |x: u64, n: u8| x.wrapping_add(ONES * u64::from(0x80 - n)) & HIGH;
-    let lower = x | ONES * 0x20;
-    let digit = at_least(x, b'0') & !at_least(x, b'9' + 1);
-    let letter = at_least(lower, b'a') & !at_least(lower, b'f' + 1);
-    if x & HIGH != 0 || (digit | letter) != HIGH {
-        return None;
-    }
-    // Each byte's value (a letter's low four bits are its value less 9), then the eight
-    // values packed, the first byte's highest.
-    let nibbles = (x & ONES * 0x0F) + (letter >> 7) * 9;
-    let pairs = ((nibbles << 4) | (nibbles >> 8)) & 0x00FF_00FF_00FF_00FF;
-    let quads = ((pairs << 8) | (pairs >> 16)) & 0x0000_FFFF_0000_FFFF;
-    Some(((quads << 16) | (quads >> 32)) & 0xFFFF_FFFF)
-}
-
-/// Calls `found` with the position of each tab of `line`, in order, while it returns `true`:
-/// eight bytes at a time (a line is a dozen fields of a few to 32 bytes; a search call a
-/// field costs more than the search).
-fn for_each_tab(line: &[u8], mut found: impl FnMut(usize) -> bool) {
-    const LOW: u64 = 0x7F7F_7F7F_7F7F_7F7F;
-    const TABS: u64 = 0x0909_0909_0909_0909;
-    let mut chunks = line.chunks_exact(8);
-    let mut base = 0;
-    for chunk in chunks.by_ref() {
-        let word = u64::from_le_bytes(chunk.try_into().unwrap_or_default()) ^ TABS;
-        // The high bit of each byte that is zero (a tab), exactly (no borrow between bytes).
-        let mut zero = !(((word & LOW) + LOW) | word | LOW);
-        while zero != 0 {
-            if !found(base + (zero.trailing_zeros() / 8) as usize) {
-                return;
-            }
-            zero &= zero - 1;
-        }
-        base += 8;
-    }
-    for (i, &b) in chunks.remainder().iter().enumerate() {
-        if b == b'\t' && !found(base + i) {
-            return;
-        }
-    }
-}
-
-/// A field as an error shows it: at most 40 characters.
-fn short(text: &str) -> String {
-    text.chars().take(40).collect()
-}
-
-/// `text` as a number of exactly `digits` hex digits (either case), at most 32.
-fn hex(text: &str, digits: usize) -> Option<u128> {
-    if text.len() != digits || digits > 32 {
-        return None;
-    }
-    let bytes = text.as_bytes();
-    if digits % 8 == 0 {
-        // The fields of a reference line (16 and 32 digits): eight at a time.
-        return bytes.chunks_exact(8).try_fold(0u128, |value, chunk| {
-            let eight = hex8(chunk.try_into().unwrap_or_default())?;
-            Some(value << 32 | u128::from(eight))
-        });
-    }
-    let split = digits.saturating_sub(16);
-    let high = hex64(&bytes[..split])?;
-    let low = hex64(&bytes[split..])?;
-    Some(u128::from(high) << 64 | u128::from(low))
 }
 
 /// One reference line of a [`Table`].

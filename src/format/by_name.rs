@@ -38,6 +38,20 @@ pub(crate) fn owned(tensors: &[TensorInfo], info: &TensorInfo) -> Option<usize> 
     })
 }
 
+/// The indices of `tensors` in the order their bytes appear (by offset, then length, then
+/// name: the order of `tensors`), sorted on keys held side by side.
+pub(crate) fn position_order(tensors: &[TensorInfo]) -> Vec<usize> {
+    let mut keys: Vec<(u64, u64, usize)> = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.start, t.len, i))
+        .collect();
+    if !keys.is_sorted() {
+        keys.sort_unstable();
+    }
+    keys.into_iter().map(|(_, _, i)| i).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -270,7 +270,7 @@ impl Layout {
             });
         }
 
-        let by_position = position_order(&tensors);
+        let by_position = super::by_name::position_order(&tensors);
         let mut furthest: Option<usize> = None;
         for &i in &by_position {
             if tensors[i].len == 0 {
@@ -416,7 +416,7 @@ impl Layout {
     pub fn tensors_by_position(&self) -> impl ExactSizeIterator<Item = &TensorInfo> {
         let order: Cow<'_, [usize]> = match &self.by_position {
             Some(order) => Cow::Borrowed(order),
-            None => Cow::Owned(position_order(&self.tensors)),
+            None => Cow::Owned(super::by_name::position_order(&self.tensors)),
         };
         (0..order.len()).map(move |k| &self.tensors[order[k]])
     }
@@ -584,18 +584,4 @@ impl Layout {
         }
         out
     }
-}
-
-/// The indices of `tensors` in the order their bytes appear (by offset, then length, then
-/// name: the order of `tensors`), sorted on keys held side by side.
-fn position_order(tensors: &[TensorInfo]) -> Vec<usize> {
-    let mut keys: Vec<(u64, u64, usize)> = tensors
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.start, t.len, i))
-        .collect();
-    if !keys.is_sorted() {
-        keys.sort_unstable();
-    }
-    keys.into_iter().map(|(_, _, i)| i).collect()
 }
