@@ -24,6 +24,14 @@ fn model(device: &Device) -> M {
     }
 }
 
+/// An incremental manager of `dir` keeping five checkpoints.
+fn incremental(dir: &Path) -> CheckpointManager {
+    CheckpointManager::new(dir)
+        .unwrap()
+        .keep_last(5)
+        .incremental(true)
+}
+
 /// Longer than the time after its last change that a file is taken for settled.
 fn settle() {
     std::thread::sleep(Duration::from_millis(3300));
@@ -48,10 +56,7 @@ fn data_file_of(ckpt: &Checkpoint, tensor: &str) -> String {
 fn an_open_held_is_shared_until_a_file_changes() {
     let device = Device::flex();
     let dir = tempfile::tempdir().unwrap();
-    let manager = CheckpointManager::new(dir.path())
-        .unwrap()
-        .keep_last(5)
-        .incremental(true);
+    let manager = incremental(dir.path());
     let first = model(&device);
     manager
         .save(TrainingState::new(&first, Progress::new(0, 1)))
@@ -130,10 +135,7 @@ fn an_open_held_is_shared_until_a_file_changes() {
 fn a_manifest_rewritten_or_a_data_file_gone_is_opened_anew() {
     let device = Device::flex();
     let dir = tempfile::tempdir().unwrap();
-    let manager = CheckpointManager::new(dir.path())
-        .unwrap()
-        .keep_last(5)
-        .incremental(true);
+    let manager = incremental(dir.path());
     let m = model(&device);
     for step in 1..=2 {
         manager
@@ -171,10 +173,7 @@ fn a_manifest_rewritten_or_a_data_file_gone_is_opened_anew() {
 fn a_linked_manifest_is_not_shared_and_a_stale_open_does_not_block_sharing() {
     let device = Device::flex();
     let dir = tempfile::tempdir().unwrap();
-    let manager = CheckpointManager::new(dir.path())
-        .unwrap()
-        .keep_last(5)
-        .incremental(true);
+    let manager = incremental(dir.path());
     let first = model(&device);
     let second = model(&device);
     for (step, m) in [(1, &first), (2, &second), (3, &second)] {
