@@ -671,3 +671,57 @@ fn a_step_saved_by_another_manager_at_once_keeps_its_data() {
         );
     }
 }
+
+/// A tensor damaged in place in a data file (a byte of it flipped, the file's header intact)
+/// is not referred to by the next save, of the same manager or of another: a save reads the
+/// bytes of what it refers to once while the data file is unchanged, and writes the tensor
+/// anew from the model (outside attack: the save returned `Ok` with a checkpoint that failed
+/// `verify`).
+#[test]
+fn a_tensor_damaged_in_place_is_written_anew() {
+    let device = Device::flex();
+    for who in ["the same manager", "another manager"] {
+        let dir = tempfile::tempdir().unwrap();
+        let manager = || {
+            CheckpointManager::new(dir.path())
+                .unwrap()
+                .keep_last(5)
+                .incremental(true)
+        };
+        let first = manager();
+        let model = M::new(&device, 16);
+        first
+            .save(TrainingState::new(&model, Progress::new(0, 1)))
+            .unwrap();
+        // A byte of the base's weight flipped where its data file holds it.
+        let (path, at) = {
+            let ckpt = first.latest().unwrap().unwrap();
+            let chain = ckpt.chain().unwrap();
+            let file = chain.location("model.base.weight").unwrap().to_string();
+            let (_, source) = chain.data_files().find(|(n, _)| *n == file).unwrap();
+            let stored = chain.stored_as("model.base.weight").unwrap();
+            let at = source.layout().tensor(stored).unwrap().offset();
+            (dir.path().join(file), at)
+        };
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[at as usize] ^= 0x40;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(first.latest().unwrap().unwrap().verify().is_err());
+        let saver = if who == "the same manager" {
+            first
+        } else {
+            manager()
+        };
+        let report = saver
+            .save(TrainingState::new(&model, Progress::new(0, 2)))
+            .unwrap();
+        assert_eq!(report.tensors_written, 1, "{who}: {report:?}");
+        let latest = saver.latest().unwrap().unwrap();
+        assert_eq!(latest.progress().step, 2);
+        latest.verify().unwrap_or_else(|e| panic!("{who}: {e}"));
+        assert_eq!(
+            values(&latest.load_model(M::new(&device, 16)).unwrap()),
+            values(&model)
+        );
+    }
+}

@@ -171,6 +171,11 @@ pub(crate) struct Known {
     /// The data files lines were checked against, with their fingerprints then (`None`: look
     /// again at the next save).
     data: HashMap<String, Option<u128>>,
+    /// The tensors of those data files whose bytes were read and found to match the data
+    /// file's checksum (by offset), each read once while its file's fingerprint holds; and
+    /// the data files this manager wrote (whose every tensor it checksummed as it wrote it).
+    bytes_checked: HashMap<String, HashSet<u64>>,
+    written: HashSet<String>,
     index: Index,
 }
 
@@ -206,6 +211,9 @@ impl Known {
             }
             same
         });
+        // What was checked of a file changed since is checked again.
+        self.bytes_checked.retain(|name, _| !stale.contains(name));
+        self.written.retain(|name| !stale.contains(name));
         // Manifests gone: their lines leave the index.
         let index = &mut self.index;
         self.manifests.retain(|name, m| {
@@ -263,6 +271,7 @@ impl Known {
                 continue;
             };
             let data = &mut self.data;
+            let (bytes_checked, written) = (&mut self.bytes_checked, &self.written);
             self.index.add(manifest_step, &list, |r| {
                 if r.checksum.is_none() {
                     return false;
@@ -292,6 +301,13 @@ impl Known {
                                 at.offset == t.offset()
                                     && source.layout().head_checksum() == Some(at.head)
                             })
+                            // Its bytes, read once while the file is unchanged: a tensor
+                            // damaged in place (its header intact) is written anew, never
+                            // referred to by a checkpoint that would not verify. (Where the
+                            // storage has no fingerprints, object storage, nothing would keep
+                            // the bytes read once: its heads only are checked.)
+                            && (!data.get(&r.file).is_some_and(Option::is_some)
+                                || bytes_hold(source.as_ref(), t, &r.file, written, bytes_checked))
                     })
                 })
             });
@@ -333,10 +349,43 @@ impl Known {
             self.index
                 .remove(m.step, m.refs.as_deref().unwrap_or_default());
         }
+        self.written
+            .extend(new.iter().map(|(name, _)| name.clone()));
         self.data.extend(new);
         self.index.add(step, &refs, |r| r.checksum.is_some());
         self.manifests
             .insert(name, Manifest::indexed(step, print, text, refs));
         self.upto = self.upto.max(Some(step));
     }
+}
+
+/// Whether the bytes of `tensor` (of the data file `file`, opened as `source`) match the data
+/// file's checksum of it: read and hashed once while the file's fingerprint holds
+/// (`checked`), taken as they are in a file this manager wrote (`written`: checksummed as
+/// they were written).
+fn bytes_hold<Src: PackSource + ?Sized>(
+    source: &Src,
+    tensor: &crate::format::TensorInfo,
+    file: &str,
+    written: &HashSet<String>,
+    checked: &mut HashMap<String, HashSet<u64>>,
+) -> bool {
+    if written.contains(file)
+        || checked
+            .get(file)
+            .is_some_and(|offsets| offsets.contains(&tensor.offset()))
+    {
+        return true;
+    }
+    let holds = source
+        .read(tensor)
+        .and_then(|bytes| source.check(tensor, &bytes))
+        .is_ok_and(|checked| checked);
+    if holds {
+        checked
+            .entry(file.to_string())
+            .or_default()
+            .insert(tensor.offset());
+    }
+    holds
 }
