@@ -9,6 +9,12 @@
 //! header and all, within one tick of the filesystem's clock) is caught by the save's check that
 //! the checkpoint it wrote opens: that save fails naming the file, the manager forgets what it
 //! knew, and the next save looks at everything again.
+//!
+//! The bytes of a tensor a save may refer to are read and checked against its data file's
+//! checksum once while the file's fingerprint holds (a data file the manager wrote itself is
+//! taken as written): a tensor damaged in place, its header intact, is written anew. A rewrite
+//! within one tick of the clock after the bytes were looked at, and the bytes of a storage
+//! without fingerprints, are not looked at again: `verify` finds them.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -174,7 +180,7 @@ pub(crate) struct Known {
     /// The tensors of those data files whose bytes were read and found to match the data
     /// file's checksum (by offset), each read once while its file's fingerprint holds; and
     /// the data files this manager wrote (whose every tensor it checksummed as it wrote it).
-    bytes_checked: HashMap<String, HashSet<u64>>,
+    bytes_checked: HashMap<String, HashSet<(u64, u64)>>,
     written: HashSet<String>,
     index: Index,
 }
@@ -271,7 +277,7 @@ impl Known {
                 continue;
             };
             let data = &mut self.data;
-            let (bytes_checked, written) = (&mut self.bytes_checked, &self.written);
+            let (bytes_checked, written) = (&mut self.bytes_checked, &mut self.written);
             self.index.add(manifest_step, &list, |r| {
                 if r.checksum.is_none() {
                     return false;
@@ -284,7 +290,14 @@ impl Known {
                     let head = usable
                         .then(|| storage.open_data_shared(&storage.location(&r.file)).ok())
                         .flatten();
-                    data.insert(r.file.clone(), print.filter(|_| head.is_some()));
+                    let print = print.filter(|_| head.is_some());
+                    // A file found changed since it was last looked at (between the check of
+                    // the data files above and now) is trusted for nothing checked before.
+                    if data.get(&r.file).is_some_and(|was| *was != print) {
+                        bytes_checked.remove(&r.file);
+                        written.remove(&r.file);
+                    }
+                    data.insert(r.file.clone(), print);
                     if let Some(head) = &head {
                         opened.push(Arc::clone(head));
                     }
@@ -368,12 +381,14 @@ fn bytes_hold<Src: PackSource + ?Sized>(
     tensor: &crate::format::TensorInfo,
     file: &str,
     written: &HashSet<String>,
-    checked: &mut HashMap<String, HashSet<u64>>,
+    checked: &mut HashMap<String, HashSet<(u64, u64)>>,
 ) -> bool {
+    // By place and length: an empty tensor may sit where the next one starts.
+    let place = (tensor.offset(), tensor.len());
     if written.contains(file)
         || checked
             .get(file)
-            .is_some_and(|offsets| offsets.contains(&tensor.offset()))
+            .is_some_and(|places| places.contains(&place))
     {
         return true;
     }
@@ -382,10 +397,7 @@ fn bytes_hold<Src: PackSource + ?Sized>(
         .and_then(|bytes| source.check(tensor, &bytes))
         .is_ok_and(|checked| checked);
     if holds {
-        checked
-            .entry(file.to_string())
-            .or_default()
-            .insert(tensor.offset());
+        checked.entry(file.to_string()).or_default().insert(place);
     }
     holds
 }
