@@ -672,6 +672,14 @@ fn a_step_saved_by_another_manager_at_once_keeps_its_data() {
     }
 }
 
+/// An incremental manager of `dir` keeping five checkpoints.
+fn keeping_five(dir: &Path) -> CheckpointManager {
+    CheckpointManager::new(dir)
+        .unwrap()
+        .keep_last(5)
+        .incremental(true)
+}
+
 /// A tensor damaged in place in a data file (a byte of it flipped, the file's header intact)
 /// is not referred to by the next save, of the same manager or of another: a save reads the
 /// bytes of what it refers to once while the data file is unchanged, and writes the tensor
@@ -682,12 +690,7 @@ fn a_tensor_damaged_in_place_is_written_anew() {
     let device = Device::flex();
     for who in ["the same manager", "another manager"] {
         let dir = tempfile::tempdir().unwrap();
-        let manager = || {
-            CheckpointManager::new(dir.path())
-                .unwrap()
-                .keep_last(5)
-                .incremental(true)
-        };
+        let manager = || keeping_five(dir.path());
         let first = manager();
         let model = M::new(&device, 16);
         first
@@ -741,12 +744,7 @@ struct WithEmpty {
 fn an_empty_tensor_does_not_vouch_for_the_one_at_its_offset() {
     let device = Device::flex();
     let dir = tempfile::tempdir().unwrap();
-    let manager = || {
-        CheckpointManager::new(dir.path())
-            .unwrap()
-            .keep_last(5)
-            .incremental(true)
-    };
+    let manager = || keeping_five(dir.path());
     let model = WithEmpty {
         a: burn::module::Param::from_data(
             burn::tensor::TensorData::new(Vec::<f32>::new(), [0]),
